@@ -1,0 +1,144 @@
+"""One exception tree for the whole project.
+
+Every error a user can cause or meet is a ``TTSQueueError`` with a stable ``code``; the API maps
+``http_status`` to the response in one place (``api/errors.py``).
+"""
+
+from __future__ import annotations
+
+
+class TTSQueueError(Exception):
+    """Root of every error tts-queue raises on purpose."""
+
+    code = "tts_error"
+    http_status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+# --- bad input (4xx) --------------------------------------------------------------------------
+
+
+class InvalidRequest(TTSQueueError):
+    """A request is malformed or has a field out of range."""
+
+    code = "invalid_request"
+    http_status = 400
+
+
+class InvalidText(InvalidRequest):
+    """The text is empty, too long, not valid Unicode or has nothing to speak."""
+
+    code = "invalid_text"
+
+
+class EmptyText(InvalidText):
+    """The text is empty or only whitespace and control characters."""
+
+    code = "empty_text"
+
+
+class TextTooLong(InvalidText):
+    """The text is longer than the configured maximum."""
+
+    code = "text_too_long"
+    http_status = 413
+
+
+class NothingToSpeak(InvalidText):
+    """The text has no letters or digits (emoji or symbols only)."""
+
+    code = "nothing_to_speak"
+
+
+class UnsupportedFormat(InvalidRequest):
+    """The requested audio format is not one the service writes."""
+
+    code = "unsupported_format"
+
+
+class UnknownVoice(InvalidRequest):
+    """No voice of that name is in the registry."""
+
+    code = "unknown_voice"
+    http_status = 404
+
+
+class UnknownSpeaker(InvalidRequest):
+    """The voice has no speaker of that name or number."""
+
+    code = "unknown_speaker"
+
+
+class TaskNotFound(TTSQueueError):
+    """No task has that id."""
+
+    code = "task_not_found"
+    http_status = 404
+
+
+class TaskNotCancellable(TTSQueueError):
+    """The task has already started or finished, so it cannot be cancelled."""
+
+    code = "task_not_cancellable"
+    http_status = 409
+
+
+class AudioNotReady(TTSQueueError):
+    """The task has no audio (yet, or because it failed or was cancelled)."""
+
+    code = "audio_not_ready"
+    http_status = 409
+
+
+# --- voices and models (server side) ----------------------------------------------------------
+
+
+class VoiceError(TTSQueueError):
+    """A voice exists but cannot be used."""
+
+    code = "voice_error"
+    http_status = 503
+
+
+class VoiceFilesMissing(VoiceError):
+    """The voice's model or config file is not where the registry says."""
+
+    code = "voice_files_missing"
+
+
+class DigestMismatch(VoiceError):
+    """The model file's sha256 differs from the one in the manifest."""
+
+    code = "voice_digest_mismatch"
+
+
+class ModelLoadError(VoiceError):
+    """ONNX Runtime could not load the model (truncated or corrupt file, bad graph)."""
+
+    code = "model_load_failed"
+
+
+class SynthesisError(TTSQueueError):
+    """The model failed while synthesizing."""
+
+    code = "synthesis_failed"
+    http_status = 500
+
+
+# --- services ---------------------------------------------------------------------------------
+
+
+class ServiceUnavailable(TTSQueueError):
+    """A service the request needs (broker, database) cannot be reached."""
+
+    code = "service_unavailable"
+    http_status = 503
+
+
+class ConfigError(TTSQueueError):
+    """A setting has a value that cannot be used."""
+
+    code = "config_error"

@@ -1,0 +1,81 @@
+"""Text to finished audio: the pipeline every entry point (CLI, worker) calls.
+
+``Synthesizer.synthesize`` cleans nothing (the request is already validated), phonemizes the
+text into sentences, runs them through the ``BatchEngine`` (so sentences of concurrent requests
+share ONNX calls), and joins the exact per-sentence audio with short silences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tts_queue.audio import Audio
+from tts_queue.engine import BatchEngine, BatchKey
+from tts_queue.registry import VoiceRegistry
+from tts_queue.request import SynthesisRequest
+from tts_queue.settings import Settings
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Where each sentence starts in the audio and how many samples each phoneme id covers."""
+
+    sentence_starts: tuple[int, ...]
+    phoneme_samples: tuple[tuple[int, ...], ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-safe form, kept beside the audio for captions."""
+        return {
+            "sentence_starts": list(self.sentence_starts),
+            "phoneme_samples": [list(p) for p in self.phoneme_samples],
+        }
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    """Audio for a whole request, its alignment and the largest batch its sentences ran in."""
+
+    audio: Audio
+    alignment: Alignment
+    batch_size: int
+    sentences: int
+
+
+class Synthesizer:
+    """Turns validated requests into audio with a registry and a batch engine."""
+
+    def __init__(self, registry: VoiceRegistry, engine: BatchEngine, settings: Settings) -> None:
+        self.registry = registry
+        self.engine = engine
+        self.settings = settings
+
+    def synthesize(self, request: SynthesisRequest, group: object = None) -> SynthesisResult:
+        """Synthesize one request (blocking)."""
+        voice = self.registry.load(request.voice)
+        sentences = voice.sentence_ids(request.text, self.settings.max_sentence_phonemes)
+        scales = voice.scales(request.speed)
+        if request.noise_scale is not None or request.noise_w is not None:
+            scales = type(scales)(
+                noise_scale=scales.noise_scale if request.noise_scale is None else request.noise_scale,
+                length_scale=scales.length_scale,
+                noise_w=scales.noise_w if request.noise_w is None else request.noise_w,
+            )
+        key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
+        results = self.engine.run_sentences(key, sentences, group=group)
+        parts = [r.audio.samples for r in results]
+        audio = Audio.join(parts, voice.sample_rate, request.sentence_silence_ms)
+        gap = int(voice.sample_rate * request.sentence_silence_ms / 1000)
+        starts, position = [], 0
+        for part in parts:
+            starts.append(position)
+            position += len(part) + gap
+        alignment = Alignment(
+            sentence_starts=tuple(starts),
+            phoneme_samples=tuple(tuple(int(x) for x in r.audio.phoneme_samples) for r in results),
+        )
+        return SynthesisResult(
+            audio=audio,
+            alignment=alignment,
+            batch_size=max(r.batch_size for r in results),
+            sentences=len(results),
+        )

@@ -1,0 +1,108 @@
+"""Text frontend: clean and check text, split it into sentences, and turn them into phoneme ids.
+
+The stages are plain functions so each is tested alone: ``clean_text`` (Unicode and whitespace
+normalization with clear errors), ``Phonemizer.sentences`` (espeak-ng through piper-tts, one
+phoneme list per sentence, long sentences cut at word boundaries) and ``to_ids``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tts_queue.errors import EmptyText, InvalidText, NothingToSpeak, SynthesisError, TextTooLong
+
+_SPACES = re.compile(r"\s+")
+# Unicode categories dropped from the text: control, format, surrogate, private use, unassigned
+# and "other symbol" (emoji, dingbats), none of which the voices can pronounce.
+_DROPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "So"})
+# espeak-ng's global state is not thread-safe; piper guards it the same way.
+_ESPEAK_LOCK = threading.Lock()
+
+
+def clean_text(text: str, max_chars: int) -> str:
+    """Normalize ``text`` for synthesis and caching, or raise an ``InvalidText`` subclass.
+
+    NFKC folds compatibility forms (full-width letters, ligatures); control characters and emoji
+    become spaces; runs of whitespace become one space. Two texts that clean to the same string
+    sound the same, so the cleaned string is what the cache key hashes.
+    """
+    if not isinstance(text, str):
+        raise InvalidText("text must be a string")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidText(
+            f"text is not valid Unicode: lone surrogate at position {exc.start}"
+        ) from exc
+    if len(text) > max_chars:
+        raise TextTooLong(f"text has {len(text)} characters; the limit is {max_chars}")
+    normalized = unicodedata.normalize("NFKC", text)
+    kept = "".join(
+        " " if unicodedata.category(ch) in _DROPPED_CATEGORIES else ch for ch in normalized
+    )
+    cleaned = _SPACES.sub(" ", kept).strip()
+    if not cleaned:
+        raise EmptyText("text is empty (only whitespace or control characters)")
+    if not any(ch.isalnum() for ch in cleaned):
+        raise NothingToSpeak("text has no letters or digits to speak (only symbols or emoji)")
+    return cleaned
+
+
+def split_long(phonemes: Sequence[str], max_len: int) -> list[list[str]]:
+    """Cut one sentence's phonemes into pieces of at most ``max_len``, at spaces when possible."""
+    pieces: list[list[str]] = []
+    rest = list(phonemes)
+    while len(rest) > max_len:
+        window = rest[:max_len]
+        cut = max((i for i, p in enumerate(window) if p in (" ", ",")), default=-1)
+        cut = cut + 1 if cut > 0 else max_len
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
+    if rest:
+        pieces.append(rest)
+    return [piece for piece in pieces if any(p.strip() for p in piece)]
+
+
+def to_ids(phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> list[int]:
+    """Phonemes to model ids (BOS, PAD-interleaved phonemes, EOS); unknown phonemes are skipped."""
+    from piper.phoneme_ids import phonemes_to_ids
+
+    return phonemes_to_ids(list(phonemes), id_map)
+
+
+class Phonemizer:
+    """espeak-ng phonemization for one espeak voice (``en-us``), thread-safe."""
+
+    def __init__(self, espeak_voice: str) -> None:
+        self.espeak_voice = espeak_voice
+
+    def sentences(self, text: str, max_len: int) -> list[list[str]]:
+        """Phonemes per sentence for cleaned ``text``, each at most ``max_len`` phonemes."""
+        from piper.phonemize_espeak import EspeakPhonemizer
+
+        try:
+            with _ESPEAK_LOCK:
+                raw = _espeak(EspeakPhonemizer).phonemize(self.espeak_voice, text)
+        except Exception as exc:  # espeak raises bare RuntimeErrors on odd input
+            raise SynthesisError(f"phonemizer failed on this text: {exc}") from exc
+        sentences: list[list[str]] = []
+        for sentence in raw:
+            sentences.extend(split_long(sentence, max_len))
+        if not sentences:
+            raise NothingToSpeak("the phonemizer found nothing to speak in this text")
+        return sentences
+
+
+_PHONEMIZER: Any = None
+
+
+def _espeak(factory: Any) -> Any:
+    """One espeak-ng instance per process (it is global C state)."""
+    global _PHONEMIZER
+    if _PHONEMIZER is None:
+        _PHONEMIZER = factory()
+    return _PHONEMIZER
