@@ -125,7 +125,7 @@ class SynthesisError(TTSQueueError):
     """The model failed while synthesizing."""
 
     code = "synthesis_failed"
-    http_status = 500
+    http_status = 422
 
 
 # --- services ---------------------------------------------------------------------------------

@@ -84,9 +84,8 @@ def choose_providers(requested: str, available: Sequence[str]) -> list[str]:
     for missing in (p for p in wanted if p not in available):
         if requested.strip().lower() != "auto":
             log.warning("execution provider %s is not available here; skipping it", missing)
-    if "CPUExecutionProvider" not in chosen:
-        chosen.append("CPUExecutionProvider")
-    return chosen
+    # CPU never fails to load, so anything after it would never be tried: it goes last.
+    return [p for p in chosen if p != "CPUExecutionProvider"] + ["CPUExecutionProvider"]
 
 
 def session_options(config: SessionConfig) -> Any:

@@ -180,13 +180,14 @@ class VoiceRegistry:
         """The loaded voice, verifying and loading it on first use."""
         spec = self.get(name)
         with self._lock:
-            voice = self._loaded.get(spec.id)
+            # pop and re-insert, so the cache's iteration order is its LRU order (``loaded()``)
+            voice = self._loaded.pop(spec.id, None)
             if voice is None:
                 if not spec.present:
                     raise VoiceFilesMissing(f"voice {spec.id!r}: files not found at {spec.model_path}")
                 self.verify(spec)
                 voice = self._loader(spec)
-                self._loaded[spec.id] = voice
+            self._loaded[spec.id] = voice
             return voice
 
     def loaded(self) -> list[str]:

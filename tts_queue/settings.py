@@ -61,6 +61,7 @@ class Settings:
     gpu_pool: PoolSettings = PoolSettings(policy="window", max_batch=32, max_padded_phonemes=16000)
     default_pool: str = "cpu"
     voice_pools: Mapping[str, str] = field(default_factory=dict)
+    worker_pool: str = "cpu"
     worker_concurrency: int = 16
     warmup: bool = True
     max_retries: int = 3
@@ -70,6 +71,11 @@ class Settings:
     hot_cache_size: int = 4096
     audio_ttl_days: float = 30.0
     cleanup_interval_s: float = 3600.0
+
+    @property
+    def broker_dir(self) -> Path:
+        """Where the embedded redis-server keeps its socket and append-only file."""
+        return self.data_dir / "broker"
 
     @property
     def audio_dir(self) -> Path:
@@ -127,6 +133,8 @@ class Settings:
 
     def validate(self) -> None:
         """Raise ``ConfigError`` for values that cannot work."""
+        if self.worker_pool not in ("cpu", "gpu"):
+            raise ConfigError(f"TTS_WORKER_POOL must be 'cpu' or 'gpu', not {self.worker_pool!r}")
         if self.default_pool not in ("cpu", "gpu"):
             raise ConfigError(f"TTS_DEFAULT_POOL must be 'cpu' or 'gpu', not {self.default_pool!r}")
         for name, pool in (("cpu", self.cpu_pool), ("gpu", self.gpu_pool)):

@@ -19,6 +19,9 @@ _SPACES = re.compile(r"\s+")
 # Unicode categories dropped from the text: control, format, surrogate, private use, unassigned
 # and "other symbol" (emoji, dingbats), none of which the voices can pronounce.
 _DROPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "So"})
+# Emoji parts outside those categories: variation selectors (Mn) and skin-tone modifiers (Sk),
+# which espeak-ng would otherwise read out ("medium skin tone").
+_EMOJI_COMPONENTS = frozenset({"\ufe0e", "\ufe0f", *map(chr, range(0x1F3FB, 0x1F400))})
 # espeak-ng's global state is not thread-safe; piper guards it the same way.
 _ESPEAK_LOCK = threading.Lock()
 
@@ -42,10 +45,11 @@ def clean_text(text: str, max_chars: int) -> str:
         raise TextTooLong(f"text has {len(text)} characters; the limit is {max_chars}")
     normalized = unicodedata.normalize("NFKC", text)
     kept = "".join(
-        " " if unicodedata.category(ch) in _DROPPED_CATEGORIES else ch for ch in normalized
+        " " if unicodedata.category(ch) in _DROPPED_CATEGORIES or ch in _EMOJI_COMPONENTS else ch
+        for ch in normalized
     )
     cleaned = _SPACES.sub(" ", kept).strip()
-    if not cleaned:
+    if not cleaned and not any(unicodedata.category(ch) == "So" for ch in normalized):
         raise EmptyText("text is empty (only whitespace or control characters)")
     if not any(ch.isalnum() for ch in cleaned):
         raise NothingToSpeak("text has no letters or digits to speak (only symbols or emoji)")

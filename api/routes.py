@@ -1,0 +1,183 @@
+"""HTTP views: each turns a request into one call on the core and its result into JSON."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request, send_file, url_for
+
+from api.errors import error_response
+from api.services import Services
+from tts_queue.errors import InvalidRequest, TTSQueueError
+from tts_queue.job import TaskView
+from tts_queue.status import TaskStatus
+
+bp = Blueprint("tts", __name__)
+POLL_INTERVAL_S = 0.02
+
+
+def services() -> Services:
+    """This app's services."""
+    svc: Services = current_app.extensions["tts"]
+    return svc
+
+
+def json_body() -> dict[str, Any]:
+    """The request's JSON object, or a 4xx with a stable code."""
+    if not request.is_json:
+        raise UnsupportedMediaType("send the request as JSON with Content-Type: application/json")
+    body = request.get_json(silent=True)
+    if body is None:
+        raise MalformedJSON("the request body is not valid JSON")
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return body
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """The body is not JSON."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class MalformedJSON(InvalidRequest):
+    """The body does not parse as JSON."""
+
+    code = "malformed_json"
+
+
+def task_json(view: TaskView) -> dict[str, Any]:
+    """The JSON form of a task."""
+    body: dict[str, Any] = {
+        "task_id": view.id,
+        "status": view.status.value,
+        "status_url": url_for("tts.get_task", task_id=view.id, _external=True),
+        "voice": view.voice,
+        "format": view.format,
+        "created_at": view.created_at.isoformat(),
+        "started_at": view.started_at.isoformat() if view.started_at else None,
+        "finished_at": view.finished_at.isoformat() if view.finished_at else None,
+        "cache_hit": view.cache_hit,
+    }
+    if view.status is TaskStatus.DONE:
+        body["audio_url"] = url_for("tts.get_audio", task_id=view.id, _external=True)
+        body["duration_s"] = round(view.duration_s, 3) if view.duration_s is not None else None
+    if view.error_code:
+        body["error"] = {"code": view.error_code, "message": view.error_message}
+    return body
+
+
+def _submit() -> TaskView:
+    body = json_body()
+    pool = body.pop("pool", None)
+    if pool is not None and pool not in ("cpu", "gpu"):
+        raise InvalidRequest("pool must be 'cpu' or 'gpu'")
+    return services().tasks.submit(body, pool=pool)
+
+
+@bp.post("/v1/tts")
+def create_task() -> tuple[Response, int, dict[str, str]]:
+    """Submit text; 202 with a task id to poll, or 200 with ``done`` on a cache hit."""
+    view = _submit()
+    status = 200 if view.status is TaskStatus.DONE else 202
+    location = url_for("tts.get_task", task_id=view.id, _external=True)
+    return jsonify(task_json(view)), status, {"Location": location}
+
+
+@bp.get("/v1/tasks/<task_id>")
+def get_task(task_id: str) -> Response:
+    """A task's status, timestamps, error, and audio URL once done."""
+    return jsonify(task_json(services().tasks.get(task_id)))
+
+
+@bp.delete("/v1/tasks/<task_id>")
+def cancel_task(task_id: str) -> Response:
+    """Cancel a queued task."""
+    return jsonify(task_json(services().tasks.cancel(task_id)))
+
+
+@bp.get("/v1/tasks/<task_id>/audio")
+def get_audio(task_id: str) -> Response:
+    """The finished audio, with Content-Length and Range support."""
+    audio = services().tasks.audio(task_id)
+    response = send_file(
+        audio.path, mimetype=audio.mime_type, conditional=True,
+        download_name=f"{task_id}{audio.path.suffix}", max_age=86400,
+    )
+    response.headers["X-Audio-Duration"] = f"{audio.duration_s:.3f}"
+    return response
+
+
+@bp.post("/tts")
+def synthesize_sync() -> Any:
+    """Submit and wait: the audio if ready within ``wait`` seconds, else 202 with the task id."""
+    svc = services()
+    try:
+        wait = float(request.args.get("wait", svc.settings.sync_wait_s))
+    except ValueError:
+        raise InvalidRequest("wait must be a number of seconds") from None
+    wait = max(0.0, min(wait, svc.settings.sync_wait_s))
+    view = _submit()
+    deadline = time.monotonic() + wait
+    while not view.status.finished and time.monotonic() < deadline:
+        time.sleep(POLL_INTERVAL_S)
+        view = svc.tasks.get(view.id)
+    if view.status is TaskStatus.DONE:
+        return get_audio(view.id)
+    if view.status is TaskStatus.FAILED:
+        return error_response(view.error_code or "synthesis_failed", view.error_message or "", 422)
+    return jsonify(task_json(view)), 202, {"Location": task_json(view)["status_url"]}
+
+
+@bp.get("/v1/voices")
+def list_voices() -> Response:
+    """Every voice the registry knows, with its state."""
+    registry = services().registry
+    voices = [
+        {
+            "id": spec.id,
+            "aliases": list(spec.aliases),
+            "language": spec.language,
+            "sample_rate": spec.sample_rate,
+            "speakers": list(spec.speakers),
+            "num_speakers": spec.num_speakers,
+            "status": registry.status(spec),
+            "default": spec.id == registry.get(None).id,
+        }
+        for spec in registry.specs()
+    ]
+    return jsonify(voices=voices)
+
+
+@bp.get("/healthz")
+def healthz() -> Response:
+    """The process is up."""
+    return jsonify(status="ok")
+
+
+@bp.get("/readyz")
+def readyz() -> tuple[Response, int]:
+    """Broker, database and at least one worker reachable."""
+    svc = services()
+    checks: dict[str, Any] = {}
+    for name, check in (("database", svc.db.ping), ("broker", _ping_broker)):
+        try:
+            check()
+            checks[name] = "ok"
+        except (TTSQueueError, Exception) as exc:  # noqa: B014 - report any failure
+            checks[name] = f"error: {exc}"
+    try:
+        workers = svc.probe.ping_workers(timeout=1.0) if svc.probe else []
+        checks["workers"] = workers or "error: no worker answered"
+    except Exception as exc:
+        checks["workers"] = f"error: {exc}"
+    ready = all(not (isinstance(v, str) and v.startswith("error")) for v in checks.values())
+    return jsonify(ready=ready, checks=checks), 200 if ready else 503
+
+
+def _ping_broker() -> None:
+    probe = services().probe
+    if probe is not None:
+        probe.ping_broker()

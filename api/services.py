@@ -1,0 +1,49 @@
+"""The services the API's views use, built once per app and kept in ``app.extensions["tts"]``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tts_queue.cache import AudioCache
+from tts_queue.db import Database
+from tts_queue.job import Dispatcher, TaskService
+from tts_queue.registry import VoiceRegistry
+from tts_queue.settings import Settings
+from tts_queue.store import AudioStore
+
+
+class QueueProbe(Protocol):
+    """What readiness asks of the queue."""
+
+    def ping_broker(self) -> None:
+        """Raise if the broker is unreachable."""
+
+    def ping_workers(self, timeout: float = 1.0) -> list[str]:
+        """Names of live workers."""
+
+
+@dataclass
+class Services:
+    """Settings, database, registry and task service of one app."""
+
+    settings: Settings
+    db: Database
+    registry: VoiceRegistry
+    tasks: TaskService
+    probe: QueueProbe | None
+
+    @classmethod
+    def build(
+        cls, settings: Settings, dispatcher: Dispatcher | None = None, probe: Any = None
+    ) -> Services:
+        """Wire the services; with no dispatcher given, the Celery one is used."""
+        if dispatcher is None:
+            from api.celery_queue import CeleryQueue
+
+            dispatcher = probe = CeleryQueue(settings)
+        db = Database(settings.resolved_database_url)
+        registry = VoiceRegistry.from_settings(settings)
+        cache = AudioCache(db, AudioStore(settings.audio_dir), settings.hot_cache_size)
+        tasks = TaskService(settings, db, cache, registry, dispatcher)
+        return cls(settings, db, registry, tasks, probe)

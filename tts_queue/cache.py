@@ -1,0 +1,141 @@
+"""The content-hash cache: database rows that point at stored audio, with a hot in-process LRU.
+
+A hit needs a row and its file; a row whose file is gone is deleted and counts as a miss, so a
+lost file is re-synthesized instead of served broken. Hits and last access are recorded for the
+cleanup task (``delete_expired``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cachetools import LRUCache
+from sqlalchemy import delete, select, update
+
+from tts_queue.db import CacheEntry, Database, utcnow
+from tts_queue.store import AudioStore
+
+
+@dataclass(frozen=True)
+class CachedAudio:
+    """What a hit gives: where the audio is and what it is."""
+
+    key: str
+    path: str
+    format: str
+    duration_s: float
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    """What ``delete_expired`` removed."""
+
+    entries: int
+    bytes_freed: int
+
+
+class AudioCache:
+    """Cache rows in the database, audio in the store, hot keys in memory."""
+
+    def __init__(
+        self,
+        db: Database,
+        store: AudioStore,
+        hot_size: int = 4096,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.db = db
+        self.store = store
+        self.clock = clock
+        self._hot: LRUCache[str, CachedAudio] = LRUCache(maxsize=max(1, hot_size))
+        self._lock = threading.Lock()
+
+    def peek(self, key: str) -> CachedAudio | None:
+        """The cached audio for ``key`` if its file is there, without recording a hit."""
+        with self._lock:
+            hit = self._hot.get(key)
+        if hit is None:
+            with self.db.read() as session:
+                row = session.get(CacheEntry, key)
+                hit = _cached(row) if row is not None else None
+        return hit if hit is not None and self.store.exists(hit.path) else None
+
+    def lookup(self, key: str) -> CachedAudio | None:
+        """The cached audio for ``key`` (recording the hit), or ``None``."""
+        with self._lock:
+            hit = self._hot.get(key)
+        if hit is None:
+            with self.db.read() as session:
+                row = session.get(CacheEntry, key)
+                if row is not None:
+                    hit = _cached(row)
+        if hit is None:
+            return None
+        if not self.store.exists(hit.path):
+            self.forget(key)
+            return None
+        with self.db.write() as session:
+            session.execute(
+                update(CacheEntry)
+                .where(CacheEntry.key == key)
+                .values(hits=CacheEntry.hits + 1, last_access_at=self.clock())
+            )
+        with self._lock:
+            self._hot[key] = hit
+        return hit
+
+    def put(self, key: str, fmt: str, voice: str, data: bytes, duration_s: float,
+            alignment: dict[str, object] | None = None) -> CachedAudio:
+        """Store audio for ``key`` atomically and record it (idempotent)."""
+        relative = self.store.write(key, fmt, data, alignment)
+        now = self.clock()
+        with self.db.write() as session:
+            row = session.get(CacheEntry, key)
+            if row is None:
+                row = CacheEntry(key=key, hits=0, created_at=now)
+                session.add(row)
+            row.path, row.format, row.voice = relative, fmt, voice
+            row.size_bytes, row.duration_s, row.last_access_at = len(data), duration_s, now
+        hit = CachedAudio(key, relative, fmt, duration_s, len(data))
+        with self._lock:
+            self._hot[key] = hit
+        return hit
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` from memory and the database (its file is deleted too)."""
+        with self._lock:
+            self._hot.pop(key, None)
+        with self.db.write() as session:
+            row = session.get(CacheEntry, key)
+            if row is not None:
+                self.store.delete(row.path)
+                session.delete(row)
+
+    def delete_expired(self, now: datetime, max_age: timedelta) -> CleanupReport:
+        """Delete entries not accessed since ``now - max_age``, files first, then rows."""
+        cutoff = now - max_age
+        with self.db.read() as session:
+            stale = session.execute(
+                select(CacheEntry.key, CacheEntry.path).where(CacheEntry.last_access_at < cutoff)
+            ).all()
+        freed = 0
+        for key, path in stale:
+            with self._lock:
+                self._hot.pop(key, None)
+            freed += self.store.delete(path)
+        if stale:
+            with self.db.write() as session:
+                session.execute(
+                    delete(CacheEntry).where(
+                        CacheEntry.key.in_([k for k, _ in stale]), CacheEntry.last_access_at < cutoff
+                    )
+                )
+        return CleanupReport(entries=len(stale), bytes_freed=freed)
+
+
+def _cached(row: CacheEntry) -> CachedAudio:
+    return CachedAudio(row.key, row.path, row.format, row.duration_s, row.size_bytes)

@@ -1,0 +1,237 @@
+"""The ``tts-queue`` command: synthesize locally, list voices, run the service, talk to it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tts_queue.errors import TTSQueueError
+from tts_queue.settings import Settings
+
+
+def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env(env)
+    changes = {}
+    for name in ("host", "port", "data_dir"):
+        value = getattr(args, name, None)
+        if value is not None:
+            changes[name] = Path(value).expanduser() if name == "data_dir" else value
+    return settings.replace(**changes) if changes else settings
+
+
+def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
+    """Synthesize text to a file with the core, no service needed."""
+    from tts_queue.audio import check_format
+    from tts_queue.engine import BatchEngine
+    from tts_queue.registry import VoiceRegistry
+    from tts_queue.request import build_request
+    from tts_queue.synthesizer import Synthesizer
+
+    text = sys.stdin.read() if args.text == "-" else args.text
+    output = Path(args.output)
+    fmt = args.format or output.suffix.lstrip(".") or "wav"
+    payload = {"text": text, "voice": args.voice, "speaker": args.speaker,
+               "format": check_format(fmt), "speed": args.speed}
+    registry = VoiceRegistry.from_settings(settings)
+    request = build_request({k: v for k, v in payload.items() if v is not None}, registry, settings)
+    engine = BatchEngine(registry, settings.pool("cpu")).start()
+    started = time.perf_counter()
+    try:
+        result = Synthesizer(registry, engine, settings).synthesize(request)
+    finally:
+        engine.stop()
+    elapsed = time.perf_counter() - started
+    from tts_queue.audio import write_atomic
+
+    write_atomic(output, result.audio.encode(request.format))
+    print(f"wrote {output} ({result.audio.duration_s:.2f} s of audio, {result.sentences} sentence(s), "
+          f"{elapsed:.2f} s to synthesize)", file=sys.stderr)
+    return 0
+
+
+def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
+    """List the registry's voices and whether their files are present and verified."""
+    from tts_queue.registry import VoiceRegistry
+
+    registry = VoiceRegistry.from_settings(settings)
+    rows = []
+    for spec in registry.specs():
+        rows.append({
+            "id": spec.id, "aliases": list(spec.aliases), "language": spec.language,
+            "sample_rate": spec.sample_rate, "speakers": list(spec.speakers) or spec.num_speakers,
+            "status": registry.status(spec), "source": spec.source,
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'voice':28} {'language':8} {'rate':>6} {'speakers':10} {'status':10} source")
+    for row in rows:
+        speakers = row["speakers"] if isinstance(row["speakers"], int) else len(row["speakers"])
+        print(f"{row['id']:28} {row['language']:8} {row['sample_rate']:>6} {speakers!s:10} "
+              f"{row['status']:10} {row['source']}")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    """Apply database migrations."""
+    from tts_queue.migrate import upgrade
+
+    upgrade(settings.resolved_database_url)
+    print(f"database at {settings.resolved_database_url} is up to date", file=sys.stderr)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    """Run API, worker(s), scheduler and (if needed) an embedded Redis."""
+    from tts_queue.launcher import up
+
+    return up(settings, workers=args.workers)
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one worker process for a pool against the configured Redis and database."""
+    from tts_queue.launcher import worker_command
+
+    if not settings.redis_url:
+        raise TTSQueueError("set TTS_REDIS_URL (and TTS_DATABASE_URL) to run a worker on its own")
+    env = dict(os.environ, TTS_WORKER_POOL=args.pool)
+    command = worker_command(args.pool, args.concurrency or settings.worker_concurrency)
+    os.execve(command[0], command, env)
+    return 0  # not reached
+
+
+def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the periodic scheduler (stale audio cleanup)."""
+    from tts_queue.launcher import scheduler_command
+
+    command = scheduler_command(settings.data_dir)
+    os.execve(command[0], command, dict(os.environ))
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
+    """Submit text to a running service; with --wait, wait and download."""
+    from tts_queue.client import Client
+
+    client = Client(args.api or settings.api_url)
+    text = sys.stdin.read() if args.text == "-" else args.text
+    task = client.submit(text, voice=args.voice, speaker=args.speaker, format=args.format,
+                         speed=args.speed)
+    if args.output:
+        task = client.wait(task["task_id"])
+        if task["status"] != "done":
+            print(json.dumps(task, indent=2))
+            return 1
+        client.fetch(task["task_id"], Path(args.output))
+        print(f"wrote {args.output}", file=sys.stderr)
+    print(json.dumps(task, indent=2))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    """Show a task; with --wait, wait until it finishes."""
+    from tts_queue.client import Client
+
+    client = Client(args.api or settings.api_url)
+    task = client.wait(args.task_id) if args.wait else client.status(args.task_id)
+    print(json.dumps(task, indent=2))
+    return 0 if task["status"] != "failed" else 1
+
+
+def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
+    """Wait for a task and download its audio."""
+    from tts_queue.client import Client
+
+    client = Client(args.api or settings.api_url)
+    task = client.wait(args.task_id)
+    if task["status"] != "done":
+        print(json.dumps(task, indent=2))
+        return 1
+    size = client.fetch(args.task_id, Path(args.output))
+    print(f"wrote {args.output} ({size} bytes, {task.get('duration_s')} s)", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = argparse.ArgumentParser(prog="tts-queue", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    say = sub.add_parser("say", help="synthesize text to an audio file locally")
+    say.add_argument("text", help="the text, or - to read standard input")
+    say.add_argument("-o", "--output", default="out.wav", help="output file (default out.wav)")
+    for p in (say,):
+        p.add_argument("--voice", help="voice id or alias (default: the default voice)")
+        p.add_argument("--speaker", help="speaker name or number (multi-speaker voices)")
+        p.add_argument("--format", choices=["wav", "flac", "ogg"], help="default: from -o's suffix")
+        p.add_argument("--speed", type=float, help="1.0 is normal; 1.5 is faster")
+    say.set_defaults(func=cmd_say)
+
+    voices = sub.add_parser("voices", help="list known voices and their state")
+    voices.add_argument("--json", action="store_true")
+    voices.set_defaults(func=cmd_voices)
+
+    sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
+
+    up = sub.add_parser("up", help="run API, worker, scheduler (and embedded Redis) here")
+    up.add_argument("--host", help="bind address (TTS_HOST, default 127.0.0.1)")
+    up.add_argument("--port", type=int, help="port (TTS_PORT, default 8000)")
+    up.add_argument("--data-dir", dest="data_dir", help="audio, SQLite and broker files (TTS_DATA_DIR)")
+    up.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    up.set_defaults(func=cmd_up)
+
+    worker = sub.add_parser("worker", help="run one worker against TTS_REDIS_URL")
+    worker.add_argument("--pool", choices=["cpu", "gpu"], default="cpu")
+    worker.add_argument("--concurrency", type=int, help="requests in flight (TTS_WORKER_CONCURRENCY)")
+    worker.set_defaults(func=cmd_worker)
+
+    sub.add_parser("scheduler", help="run the periodic cleanup scheduler").set_defaults(
+        func=cmd_scheduler)
+
+    for name, func, help_text in (("submit", cmd_submit, "submit text to a running service"),
+                                  ("status", cmd_status, "show a task's status"),
+                                  ("fetch", cmd_fetch, "wait for a task and download its audio")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--api", help="API URL (TTS_API_URL, default http://127.0.0.1:8000)")
+        if name == "submit":
+            p.add_argument("text", help="the text, or - to read standard input")
+            p.add_argument("-o", "--output", help="wait and write the audio here")
+            p.add_argument("--voice")
+            p.add_argument("--speaker")
+            p.add_argument("--format", choices=["wav", "flac", "ogg"])
+            p.add_argument("--speed", type=float)
+        else:
+            p.add_argument("task_id")
+        if name == "status":
+            p.add_argument("--wait", action="store_true", help="wait until it finishes")
+        if name == "fetch":
+            p.add_argument("-o", "--output", required=True)
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Entry point of the ``tts-queue`` command."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = _settings(os.environ if env is None else env, args)
+        code: int = args.func(args, settings)
+        return code
+    except TTSQueueError as exc:
+        print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""A small HTTP client of the API, used by ``tts-queue submit``, ``status`` and ``fetch``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tts_queue.errors import ServiceUnavailable, TTSQueueError
+
+
+class ApiError(TTSQueueError):
+    """The API answered with an error body."""
+
+    def __init__(self, code: str, message: str, http_status: int) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.http_status = http_status
+
+
+class Client:
+    """Talks to a running tts-queue API."""
+
+    def __init__(self, base_url: str, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.http = requests.Session()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        try:
+            response = self.http.request(method, self.base_url + path, timeout=self.timeout, **kwargs)
+        except requests.ConnectionError as exc:
+            raise ServiceUnavailable(
+                f"cannot reach the API at {self.base_url}; is `tts-queue up` running?"
+            ) from exc
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+            except (ValueError, KeyError, TypeError):
+                error = {"code": "http_error", "message": response.text[:200]}
+            raise ApiError(error["code"], error["message"], response.status_code)
+        return response
+
+    def submit(self, text: str, **fields: Any) -> dict[str, Any]:
+        """POST /v1/tts."""
+        body = {"text": text, **{k: v for k, v in fields.items() if v is not None}}
+        data: dict[str, Any] = self._call("POST", "/v1/tts", json=body).json()
+        return data
+
+    def status(self, task_id: str) -> dict[str, Any]:
+        """GET /v1/tasks/<id>."""
+        data: dict[str, Any] = self._call("GET", f"/v1/tasks/{task_id}").json()
+        return data
+
+    def wait(self, task_id: str, timeout: float = 600.0, progress: bool = True) -> dict[str, Any]:
+        """Poll until the task finishes, drawing a spinner on stderr."""
+        deadline = time.monotonic() + timeout
+        spinner = "|/-\\"
+        tick = 0
+        while True:
+            task = self.status(task_id)
+            if task["status"] in ("done", "failed", "cancelled"):
+                if progress:
+                    sys.stderr.write("\r" + " " * 40 + "\r")
+                return task
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable(f"task {task_id} still {task['status']} after {timeout:.0f} s")
+            if progress:
+                sys.stderr.write(f"\r{spinner[tick % 4]} {task['status']}...")
+                sys.stderr.flush()
+            tick += 1
+            time.sleep(0.1)
+
+    def fetch(self, task_id: str, output: Path) -> int:
+        """Download a task's audio to ``output``; return the bytes written."""
+        response = self._call("GET", f"/v1/tasks/{task_id}/audio")
+        output.write_bytes(response.content)
+        return len(response.content)

@@ -1,0 +1,172 @@
+"""SQLAlchemy 2 models (tasks, cache entries) and engine set-up for SQLite and PostgreSQL.
+
+SQLite is made safe for several worker processes: WAL journal, a busy timeout, and
+``BEGIN IMMEDIATE`` for write transactions (``write_session``), so writers queue on the lock
+instead of failing with "database is locked".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    create_engine,
+    event,
+)
+from sqlalchemy import Enum as SAEnum
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from tts_queue.status import TaskStatus
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """Aware UTC now (the default clock)."""
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with stable constraint names for Alembic."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UTCDateTime(DateTime):
+    """Timezone-aware datetimes that come back aware from SQLite too."""
+
+    cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__(timezone=True)
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        parent = super().result_processor(dialect, coltype)
+
+        def process(value: Any) -> Any:
+            value = parent(value) if parent else value
+            if isinstance(value, datetime) and value.tzinfo is None:
+                value = value.replace(tzinfo=timezone.utc)
+            return value
+
+        return process
+
+
+class TaskRow(Base):
+    """One synthesis request a client submitted; the source of truth for its status."""
+
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    status: Mapped[TaskStatus] = mapped_column(
+        SAEnum(TaskStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
+        index=True,
+    )
+    cache_key: Mapped[str] = mapped_column(String(64), index=True)
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    pool: Mapped[str] = mapped_column(String(16), default="cpu")
+    queue: Mapped[str] = mapped_column(String(64), default="tts.cpu")
+    book_id: Mapped[str | None] = mapped_column(String(36), index=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+    batch_size: Mapped[int | None] = mapped_column(Integer, default=None)
+    worker: Mapped[str | None] = mapped_column(String(255), default=None)
+
+
+class CacheEntry(Base):
+    """Finished audio for one cache key: where it is, how big, and how it is used."""
+
+    __tablename__ = "cache_entries"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    path: Mapped[str] = mapped_column(String(512))
+    format: Mapped[str] = mapped_column(String(8))
+    voice: Mapped[str] = mapped_column(String(128))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    duration_s: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_access_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    hits: Mapped[int] = mapped_column(Integer, default=0)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and immediate write transactions."""
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True, future=True)
+    path = url.split("///", 1)[-1]
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        immediate = connection.get_execution_options().get("sqlite_immediate", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class Database:
+    """An engine plus session factories for reads and (immediate) writes."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        writer = self.engine.execution_options(sqlite_immediate=True)
+        self._write = sessionmaker(writer, expire_on_commit=False)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reads."""
+        with self._read() as session:
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session whose transaction commits on success and rolls back on error."""
+        with self._write() as session, session.begin():
+            yield session
+
+    def create_all(self) -> None:
+        """Create the tables directly (tests); deployments use ``tts-queue migrate``."""
+        Base.metadata.create_all(self.engine)
+
+    def ping(self) -> None:
+        """Raise if the database cannot be reached."""
+        from sqlalchemy import text
+
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))

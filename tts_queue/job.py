@@ -1,0 +1,191 @@
+"""The task service: submit, look up, cancel, and find audio for tasks (the API's core).
+
+Task rows in the database are the truth about status (Celery reports unknown ids as PENDING, so
+it is never asked). ``Dispatcher`` is the seam to the queue: the Celery adapter implements it in
+``workers/``; tests pass a fake.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy import update
+
+from tts_queue.audio import mime_type
+from tts_queue.cache import AudioCache
+from tts_queue.db import Database, TaskRow, utcnow
+from tts_queue.errors import AudioNotReady, ServiceUnavailable, TaskNotCancellable, TaskNotFound
+from tts_queue.registry import VoiceRegistry
+from tts_queue.request import SynthesisRequest, build_request, cache_key
+from tts_queue.settings import Settings
+from tts_queue.status import TaskStatus
+
+INTERACTIVE = "interactive"
+BULK = "bulk"
+
+
+class Dispatcher(Protocol):
+    """Puts a task id on a queue."""
+
+    def dispatch(self, task_id: str, queue: str) -> None:
+        """Enqueue ``task_id`` on ``queue``; raise on failure."""
+
+
+def queue_name(pool: str, lane: str = INTERACTIVE) -> str:
+    """Broker queue of a pool and lane: ``tts.cpu`` (interactive) or ``tts.cpu.bulk``."""
+    return f"tts.{pool}" if lane == INTERACTIVE else f"tts.{pool}.{lane}"
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What clients see of a task."""
+
+    id: str
+    status: TaskStatus
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_code: str | None
+    error_message: str | None
+    duration_s: float | None
+    format: str
+    voice: str
+    cache_hit: bool = False
+
+    @classmethod
+    def of(cls, row: TaskRow, duration_s: float | None = None, hit: bool = False) -> TaskView:
+        """View of a row."""
+        return cls(
+            id=row.id, status=row.status, created_at=row.created_at, started_at=row.started_at,
+            finished_at=row.finished_at, error_code=row.error_code, error_message=row.error_message,
+            duration_s=duration_s, format=row.request.get("format", "wav"),
+            voice=row.request.get("voice", ""), cache_hit=hit,
+        )
+
+
+@dataclass(frozen=True)
+class AudioFile:
+    """A task's finished audio on disk."""
+
+    path: Path
+    mime_type: str
+    size_bytes: int
+    duration_s: float
+
+
+class TaskService:
+    """Submit-and-poll over the database, the cache and a dispatcher."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        cache: AudioCache,
+        registry: VoiceRegistry,
+        dispatcher: Dispatcher,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.cache = cache
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self.clock = clock
+
+    def key_of(self, request: SynthesisRequest) -> str:
+        """The cache key of a validated request."""
+        return cache_key(request, self.registry.model_digest(self.registry.get(request.voice)))
+
+    def pool_for(self, request: SynthesisRequest, preferred: str | None = None) -> str:
+        """The worker pool that serves a request: the caller's choice, the voice's, or the default."""
+        return preferred or self.settings.voice_pools.get(request.voice, self.settings.default_pool)
+
+    def submit(
+        self, payload: Mapping[str, Any], lane: str = INTERACTIVE, book_id: str | None = None,
+        pool: str | None = None,
+    ) -> TaskView:
+        """Validate and queue a request; a cache hit is answered at once as ``done``."""
+        request = build_request(payload, self.registry, self.settings)
+        key = self.key_of(request)
+        chosen_pool = self.pool_for(request, pool)
+        now = self.clock()
+        row = TaskRow(
+            id=str(uuid.uuid4()), status=TaskStatus.QUEUED, cache_key=key, request=request.to_dict(),
+            pool=chosen_pool, queue=queue_name(chosen_pool, lane), book_id=book_id, created_at=now,
+            attempts=0,
+        )
+        hit = self.cache.lookup(key)
+        if hit is not None:
+            row.status, row.started_at, row.finished_at = TaskStatus.DONE, now, now
+        with self.db.write() as session:
+            session.add(row)
+        if hit is not None:
+            return TaskView.of(row, hit.duration_s, hit=True)
+        try:
+            self.dispatcher.dispatch(row.id, row.queue)
+        except Exception as exc:
+            self._finish(row.id, TaskStatus.FAILED, "service_unavailable", f"broker: {exc}")
+            raise ServiceUnavailable(f"the job queue is unreachable; nothing was queued ({exc})") from exc
+        return TaskView.of(row)
+
+    def row(self, task_id: str) -> TaskRow:
+        """The row of ``task_id`` or ``TaskNotFound`` (malformed ids included)."""
+        try:
+            uuid.UUID(task_id)
+        except (ValueError, AttributeError, TypeError):
+            raise TaskNotFound(f"{task_id!r} is not a task id") from None
+        with self.db.read() as session:
+            row = session.get(TaskRow, task_id)
+        if row is None:
+            raise TaskNotFound(f"no task {task_id}")
+        return row
+
+    def get(self, task_id: str) -> TaskView:
+        """Status of a task, with the audio's duration once done."""
+        row = self.row(task_id)
+        duration = None
+        if row.status is TaskStatus.DONE:
+            entry = self.cache.peek(row.cache_key)
+            duration = entry.duration_s if entry else None
+        return TaskView.of(row, duration)
+
+    def cancel(self, task_id: str) -> TaskView:
+        """Cancel a queued task; running or finished tasks raise ``TaskNotCancellable``."""
+        row = self.row(task_id)
+        if not self._transition(task_id, TaskStatus.QUEUED, TaskStatus.CANCELLED):
+            current = self.row(task_id).status.value
+            raise TaskNotCancellable(f"task {task_id} is {current}; only queued tasks can be cancelled")
+        return self.get(row.id)
+
+    def audio(self, task_id: str) -> AudioFile:
+        """The finished audio of a task, or ``AudioNotReady``."""
+        row = self.row(task_id)
+        if row.status is not TaskStatus.DONE:
+            raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
+        entry = self.cache.lookup(row.cache_key)
+        if entry is None:
+            raise AudioNotReady(f"the audio of task {task_id} has expired from the cache; resubmit")
+        path = self.cache.store.path(entry.path)
+        return AudioFile(path, mime_type(entry.format), entry.size_bytes, entry.duration_s)
+
+    def _transition(self, task_id: str, old: TaskStatus, new: TaskStatus) -> bool:
+        now = self.clock()
+        with self.db.write() as session:
+            result = session.execute(
+                update(TaskRow).where(TaskRow.id == task_id, TaskRow.status == old)
+                .values(status=new, finished_at=now if new.finished else None)
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def _finish(self, task_id: str, status: TaskStatus, code: str | None, message: str | None) -> None:
+        with self.db.write() as session:
+            session.execute(
+                update(TaskRow).where(TaskRow.id == task_id).values(
+                    status=status, finished_at=self.clock(), error_code=code, error_message=message
+                )
+            )

@@ -1,0 +1,114 @@
+"""``make_celery(settings)``: the Celery app, its tasks, routing and schedule.
+
+JSON only (pickle would let anyone who can write to the broker run code here), late acks with
+rejection on worker loss (a crashed worker's tasks are redelivered), no result backend (task
+status lives in the database rows), and one queue per pool and lane: ``tts.cpu``,
+``tts.cpu.bulk``, ``tts.gpu``, ``tts.gpu.bulk``; a worker reads its interactive queue first.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery, signals
+
+from tts_queue.broker import kombu_url
+from tts_queue.db import utcnow
+from tts_queue.job import BULK, INTERACTIVE, queue_name
+from tts_queue.settings import Settings
+from workers.runtime import RuntimeHolder
+
+log = logging.getLogger(__name__)
+
+SYNTHESIZE = "tts.synthesize"
+CLEANUP = "tts.cleanup"
+
+
+def make_celery(settings: Settings) -> Celery:
+    """A configured Celery app with the synthesis and cleanup tasks registered."""
+    if not settings.redis_url:
+        raise RuntimeError("TTS_REDIS_URL is not set: start with `tts-queue up` or set it")
+    app = Celery("tts_queue", broker=kombu_url(settings.redis_url))
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_concurrency=settings.worker_concurrency,
+        worker_pool="threads",
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            "queue_order_strategy": "priority",
+        },
+        task_default_queue=queue_name(settings.default_pool),
+        task_queues=None,
+        beat_schedule={
+            "delete-stale-audio": {"task": CLEANUP, "schedule": settings.cleanup_interval_s},
+        },
+        worker_hijack_root_logger=False,
+    )
+    holder = RuntimeHolder(settings)
+    app.tts_runtime = holder  # type: ignore[attr-defined]
+    _register_tasks(app, holder)
+
+    @signals.worker_ready.connect(weak=False)
+    def _warm_up(**_: Any) -> None:
+        runtime = holder.get()
+        if settings.warmup:
+            runtime.warm_up()
+
+    return app
+
+
+def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
+    settings = holder.settings
+
+    @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.max_retries)
+    def synthesize(self: Any, task_id: str) -> str | None:
+        """Synthesize one task row; unexpected errors retry with backoff, then fail the row."""
+        runtime = holder.get()
+        try:
+            status = runtime.executor.execute(task_id)
+        except Exception as exc:
+            if self.request.retries >= self.max_retries:
+                runtime.executor.fail_unexpected(task_id, exc)
+                return None
+            log.warning("task %s: %s; retrying", task_id, exc)
+            raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
+        return status.value if status else None
+
+    @app.task(name=CLEANUP)
+    def cleanup() -> dict[str, int]:
+        """Delete audio not accessed for ``TTS_AUDIO_TTL_DAYS``."""
+        runtime = holder.get()
+        report = runtime.cache.delete_expired(utcnow(), timedelta(days=settings.audio_ttl_days))
+        log.info("cleanup: %d entries, %d bytes freed", report.entries, report.bytes_freed)
+        return {"entries": report.entries, "bytes_freed": report.bytes_freed}
+
+
+def worker_queues(pool: str) -> list[str]:
+    """Queues a worker of ``pool`` consumes, interactive first."""
+    return [queue_name(pool, INTERACTIVE), queue_name(pool, BULK)]
+
+
+class CeleryDispatcher:
+    """The ``Dispatcher`` seam of ``TaskService``, sending by task name (no task import needed)."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def dispatch(self, task_id: str, queue: str) -> None:
+        """Send ``tts.synthesize(task_id)`` to ``queue``."""
+        self.app.send_task(SYNTHESIZE, args=[task_id], queue=queue, task_id=task_id)
+
+    def ping_workers(self, timeout: float = 1.0) -> list[str]:
+        """Names of workers that answered a broadcast ping."""
+        replies = self.app.control.ping(timeout=timeout) or []
+        return [name for reply in replies for name in reply]

@@ -1,0 +1,68 @@
+"""Everything a worker process builds once: database, cache, voices, batch engine, executor."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+
+from tts_queue.cache import AudioCache
+from tts_queue.db import Database
+from tts_queue.engine import BatchEngine
+from tts_queue.execution import TaskExecutor
+from tts_queue.registry import VoiceRegistry
+from tts_queue.settings import Settings
+from tts_queue.store import AudioStore
+from tts_queue.synthesizer import Synthesizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerRuntime:
+    """The worker's long-lived services."""
+
+    settings: Settings
+    db: Database
+    cache: AudioCache
+    registry: VoiceRegistry
+    engine: BatchEngine
+    executor: TaskExecutor
+
+    @classmethod
+    def build(cls, settings: Settings, name: str | None = None) -> WorkerRuntime:
+        """Wire the services of a worker serving ``settings.worker_pool``."""
+        db = Database(settings.resolved_database_url)
+        cache = AudioCache(db, AudioStore(settings.audio_dir), settings.hot_cache_size)
+        registry = VoiceRegistry.from_settings(settings)
+        engine = BatchEngine(registry, settings.pool(settings.worker_pool)).start()
+        synthesizer = Synthesizer(registry, engine, settings)
+        executor = TaskExecutor(
+            db, cache, synthesizer, name or f"{settings.worker_pool}@{socket.gethostname()}",
+            max_attempts=settings.max_retries + 1,
+        )
+        return cls(settings, db, cache, registry, engine, executor)
+
+    def warm_up(self) -> None:
+        """Load the default voice and run one sentence so the first request is not slow."""
+        voice = self.registry.load(None)
+        ids = voice.sentence_ids("Warm up.", self.settings.max_sentence_phonemes)
+        voice.model.run_batch(ids, voice.scales())
+        log.info("worker warm: voice %s on %s", voice.spec.id, voice.model.provider)
+
+
+class RuntimeHolder:
+    """Builds the runtime on first use, once, from any thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._runtime: WorkerRuntime | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> WorkerRuntime:
+        """The runtime, building it if needed."""
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = WorkerRuntime.build(self.settings)
+            return self._runtime
