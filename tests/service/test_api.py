@@ -1,0 +1,216 @@
+"""API adapter tests: the real Flask app and SQLite, a recording fake dispatcher, no worker.
+
+Every bad request must give a 4xx with ``{"error": {"code", "message"}}``, never a 500.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from api import create_app
+from api.services import Services
+from tts_queue.audio import Audio
+from tts_queue.migrate import upgrade
+from tts_queue.settings import Settings
+
+import numpy as np
+
+
+class FakeQueue:
+    """Records dispatches; can be told to fail like an unreachable broker."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.broken = False
+
+    def dispatch(self, task_id: str, queue: str) -> None:
+        if self.broken:
+            raise ConnectionError("broker down")
+        self.sent.append((task_id, queue))
+
+    def ping_broker(self) -> None:
+        if self.broken:
+            raise ConnectionError("broker down")
+
+    def ping_workers(self, timeout: float = 1.0) -> list[str]:
+        return [] if self.broken else ["fake@worker"]
+
+
+@pytest.fixture()
+def queue() -> FakeQueue:
+    return FakeQueue()
+
+
+@pytest.fixture()
+def services(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> Services:
+    settings = Settings(data_dir=tmp_path, voices_dir=voices_dir, max_text_chars=500,
+                        voice_pools={"tiny": "gpu"})
+    upgrade(settings.resolved_database_url)
+    return Services.build(settings, dispatcher=queue, probe=queue)
+
+
+@pytest.fixture()
+def client(services: Services) -> FlaskClient:
+    return create_app(services.settings, services).test_client()
+
+
+def error_of(response: Any) -> str:
+    """The stable error code, after checking the error shape."""
+    assert response.is_json, response.data[:200]
+    error = response.get_json()["error"]
+    assert set(error) == {"code", "message"} and error["message"]
+    return str(error["code"])
+
+
+BAD_REQUESTS = [
+    ({"data": "{not json", "content_type": "application/json"}, 400, "malformed_json"),
+    ({"data": "text=hello", "content_type": "application/x-www-form-urlencoded"}, 415,
+     "unsupported_media_type"),
+    ({"json": ["a", "list"]}, 400, "invalid_request"),
+    ({"json": {}}, 400, "invalid_request"),
+    ({"json": {"text": ""}}, 400, "empty_text"),
+    ({"json": {"text": " \n\t "}}, 400, "empty_text"),
+    ({"json": {"text": 42}}, 400, "invalid_text"),
+    ({"json": {"text": "x" * 501}}, 413, "text_too_long"),
+    ({"json": {"text": "\U0001F600\U0001F389"}}, 400, "nothing_to_speak"),
+    ({"data": '{"text": "bad \\ud800 surrogate"}', "content_type": "application/json"}, 400,
+     "invalid_text"),
+    ({"json": {"text": "hi", "voice": "nobody"}}, 404, "unknown_voice"),
+    ({"json": {"text": "hi", "voice": "multi", "speaker": "nobody"}}, 400, "unknown_speaker"),
+    ({"json": {"text": "hi", "voice": "multi", "speaker": 7}}, 400, "unknown_speaker"),
+    ({"json": {"text": "hi", "speaker": 1}}, 400, "unknown_speaker"),
+    ({"json": {"text": "hi", "format": "mp3"}}, 400, "unsupported_format"),
+    ({"json": {"text": "hi", "speed": 10}}, 400, "invalid_request"),
+    ({"json": {"text": "hi", "speed": "fast"}}, 400, "invalid_request"),
+    ({"json": {"text": "hi", "language": "fr"}}, 400, "invalid_request"),
+    ({"json": {"text": "hi", "pool": "tpu"}}, 400, "invalid_request"),
+    ({"json": {"text": "hi", "colour": "blue"}}, 400, "invalid_request"),
+    ({"data": "x" * 10_000, "content_type": "application/json"}, 413, "request_too_large"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "status", "code"), BAD_REQUESTS)
+def test_bad_requests_get_a_json_4xx(
+    client: FlaskClient, queue: FakeQueue, kwargs: dict[str, Any], status: int, code: str
+) -> None:
+    # When a client sends a bad request
+    response = client.post("/v1/tts", **kwargs)
+    # Then it gets the documented status and stable code, and nothing is queued
+    assert response.status_code == status
+    assert error_of(response) == code
+    assert queue.sent == []
+
+
+@pytest.mark.parametrize(("method", "path", "status", "code"), [
+    ("get", "/v1/tasks/not-a-uuid", 404, "task_not_found"),
+    ("get", f"/v1/tasks/{uuid.uuid4()}", 404, "task_not_found"),
+    ("get", f"/v1/tasks/{uuid.uuid4()}/audio", 404, "task_not_found"),
+    ("delete", f"/v1/tasks/{uuid.uuid4()}", 404, "task_not_found"),
+    ("get", "/v1/nothing-here", 404, "not_found"),
+    ("put", "/v1/tts", 405, "method_not_allowed"),
+])
+def test_unknown_tasks_and_routes(
+    client: FlaskClient, method: str, path: str, status: int, code: str
+) -> None:
+    response = getattr(client, method)(path)
+    assert response.status_code == status and error_of(response) == code
+
+
+def test_submit_queues_on_the_routed_pool(client: FlaskClient, queue: FakeQueue) -> None:
+    # When requests for the default voice, a voice routed to gpu, and a preference are submitted
+    default = client.post("/v1/tts", json={"text": "Hello."}).get_json()
+    routed = client.post("/v1/tts", json={"text": "Hello.", "voice": "tiny"}).get_json()
+    preferred = client.post("/v1/tts", json={"text": "Hi.", "pool": "gpu"}).get_json()
+    # Then each went to its pool's interactive queue with its own task id
+    assert queue.sent == [(default["task_id"], "tts.cpu"), (routed["task_id"], "tts.gpu"),
+                          (preferred["task_id"], "tts.gpu")]
+    status = client.get(f"/v1/tasks/{default['task_id']}").get_json()
+    assert status["status"] == "queued" and "audio_url" not in status
+
+
+def test_audio_of_a_queued_task_is_a_conflict(client: FlaskClient) -> None:
+    task = client.post("/v1/tts", json={"text": "Not yet."}).get_json()
+    response = client.get(f"/v1/tasks/{task['task_id']}/audio")
+    assert response.status_code == 409 and error_of(response) == "audio_not_ready"
+
+
+def test_cancel_then_cancel_again(client: FlaskClient) -> None:
+    task = client.post("/v1/tts", json={"text": "Cancel me."}).get_json()
+    first = client.delete(f"/v1/tasks/{task['task_id']}")
+    second = client.delete(f"/v1/tasks/{task['task_id']}")
+    assert first.status_code == 200 and first.get_json()["status"] == "cancelled"
+    assert second.status_code == 409 and error_of(second) == "task_not_cancellable"
+
+
+def test_broker_down_is_a_503_and_loses_nothing_silently(
+    client: FlaskClient, queue: FakeQueue, services: Services
+) -> None:
+    # Given an unreachable broker
+    queue.broken = True
+    # When a request comes in
+    response = client.post("/v1/tts", json={"text": "Is anyone there?"})
+    # Then the client is told to retry, and no row pretends to be queued
+    assert response.status_code == 503 and error_of(response) == "service_unavailable"
+    from sqlalchemy import select
+
+    from tts_queue.db import TaskRow
+    from tts_queue.status import TaskStatus
+
+    with services.db.read() as session:
+        statuses = session.scalars(select(TaskRow.status)).all()
+    assert statuses == [TaskStatus.FAILED]
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and ready.get_json()["ready"] is False
+
+
+def test_cache_hit_is_answered_without_the_queue(
+    client: FlaskClient, queue: FakeQueue, services: Services
+) -> None:
+    # Given audio already cached for a request
+    from tts_queue.request import build_request
+
+    request = build_request({"text": "Already made."}, services.registry, services.settings)
+    key = services.tasks.key_of(request)
+    audio = Audio(np.zeros(2205, dtype=np.float32), 22050)
+    services.tasks.cache.put(key, "wav", request.voice, audio.encode("wav"), audio.duration_s)
+
+    # When it is requested
+    response = client.post("/v1/tts", json={"text": "Already made."})
+
+    # Then it is done at once, served, and nothing was dispatched
+    body = response.get_json()
+    assert response.status_code == 200 and body["status"] == "done" and body["cache_hit"]
+    assert queue.sent == []
+    served = client.get(body["audio_url"])
+    assert served.status_code == 200 and served.headers["Content-Length"] == str(len(served.data))
+    assert body["duration_s"] == pytest.approx(0.1)
+
+
+def test_lost_audio_file_is_a_miss_not_a_broken_download(
+    client: FlaskClient, queue: FakeQueue, services: Services
+) -> None:
+    # Given a cache row whose file has disappeared
+    from tts_queue.request import build_request
+
+    request = build_request({"text": "Gone."}, services.registry, services.settings)
+    key = services.tasks.key_of(request)
+    audio = Audio(np.zeros(100, dtype=np.float32), 22050)
+    hit = services.tasks.cache.put(key, "wav", request.voice, audio.encode("wav"), 0.0)
+    services.tasks.cache.store.path(hit.path).unlink()
+    # When the request comes again, it is queued for synthesis instead of served broken
+    response = client.post("/v1/tts", json={"text": "Gone."})
+    assert response.status_code == 202 and len(queue.sent) == 1
+
+
+def test_voices_and_health(client: FlaskClient) -> None:
+    voices = client.get("/v1/voices").get_json()["voices"]
+    by_id = {v["id"]: v for v in voices}
+    assert by_id["en_US-joe-medium"]["default"] is True
+    assert by_id["multi"]["num_speakers"] == 3 and by_id["tiny"]["status"] == "unverified"
+    assert client.get("/healthz").get_json() == {"status": "ok"}
+    assert client.get("/readyz").status_code == 200

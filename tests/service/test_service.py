@@ -1,0 +1,196 @@
+"""The whole service on real parts: Flask app, real Redis, a real worker process, the real voice,
+and SQLite and PostgreSQL in turn (the module runs once per backend)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+import soundfile
+from flask.testing import FlaskClient
+from sqlalchemy import select
+
+from api import create_app
+from tests.service.conftest import WorkerProcess, wait_until
+from tts_queue.broker import client_url
+from tts_queue.db import Database, TaskRow
+from tts_queue.engine import BatchEngine
+from tts_queue.registry import VoiceRegistry
+from tts_queue.request import build_request
+from tts_queue.settings import PoolSettings, Settings
+from tts_queue.synthesizer import Synthesizer
+
+pytestmark = pytest.mark.integration
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "It was a bright cold day in April.",
+    "Call me Ishmael.",
+    "Holmes leaned back in his chair and closed his eyes.",
+    "The train was late again this morning.",
+    "Please send the report before noon on Friday.",
+    "A small boat drifted slowly toward the harbour lights.",
+    "Nobody expected the meeting to last three hours.",
+    "Rain fell softly on the old stone bridge.",
+    "She counted the coins twice before paying.",
+    "The library closes at eight in the evening.",
+    "Two cups of tea, no sugar, thank you.",
+    "Every winter the lake froze solid for weeks.",
+    "He whistled a tune nobody could name.",
+    "The committee approved the new budget yesterday.",
+    "Stars appeared one by one above the quiet valley.",
+]
+
+
+@pytest.fixture(scope="module")
+def client(service_settings: Settings, worker: WorkerProcess) -> FlaskClient:
+    """A test client of the real app (real Celery dispatcher) with a worker running."""
+    return create_app(service_settings).test_client()
+
+
+def wait_done(client: FlaskClient, task_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    """Poll the task until it finishes."""
+    def finished() -> dict[str, Any] | None:
+        body: dict[str, Any] = client.get(f"/v1/tasks/{task_id}").get_json()
+        return body if body["status"] in ("done", "failed", "cancelled") else None
+
+    result: dict[str, Any] = wait_until(finished, timeout=timeout)
+    return result
+
+
+def test_submit_poll_download(client: FlaskClient) -> None:
+    # Given a running service
+    # When a client submits text, polls, and downloads
+    submitted = client.post("/v1/tts", json={"text": "Hello there. The meeting starts at nine."})
+    assert submitted.status_code == 202
+    body = submitted.get_json()
+    assert body["status"] == "queued" and body["status_url"].endswith(body["task_id"])
+    task = wait_done(client, body["task_id"])
+    audio = client.get(f"/v1/tasks/{body['task_id']}/audio")
+
+    # Then the task is done and the audio is a WAV of plausible length
+    assert task["status"] == "done", task
+    assert task["started_at"] and task["finished_at"]
+    assert audio.status_code == 200 and audio.mimetype == "audio/wav"
+    assert int(audio.headers["Content-Length"]) == len(audio.data)
+    samples, rate = soundfile.read(io.BytesIO(audio.data))
+    assert rate == 22050
+    assert 1.5 < len(samples) / rate < 5.0
+    assert abs(task["duration_s"] - len(samples) / rate) < 0.01
+    # And a byte range is served as 206 with exactly those bytes
+    part = client.get(f"/v1/tasks/{body['task_id']}/audio", headers={"Range": "bytes=0-43"})
+    assert part.status_code == 206 and part.data == audio.data[:44]
+
+
+def test_concurrent_requests_are_batched_and_exact(
+    client: FlaskClient, service_settings: Settings
+) -> None:
+    # Given 16 different sentences with noise off, submitted at once
+    ids = []
+    for text in SENTENCES:
+        response = client.post("/v1/tts", json={"text": text, "noise_scale": 0, "noise_w": 0})
+        assert response.status_code == 202
+        ids.append(response.get_json()["task_id"])
+
+    # When they finish
+    for task_id in ids:
+        assert wait_done(client, task_id)["status"] == "done"
+
+    # Then the worker recorded batches larger than one
+    db = Database(service_settings.resolved_database_url)
+    with db.read() as session:
+        rows = session.scalars(select(TaskRow).where(TaskRow.id.in_(ids))).all()
+    sizes = [row.batch_size for row in rows]
+    assert all(size is not None and size >= 1 for size in sizes)
+    assert max(size for size in sizes if size) > 1, sizes
+
+    # And each task's audio equals its sentence synthesized alone
+    registry = VoiceRegistry.from_settings(service_settings)
+    engine = BatchEngine(registry, PoolSettings(max_batch=1)).start()
+    alone = Synthesizer(registry, engine, service_settings)
+    try:
+        for text, task_id in zip(SENTENCES, ids):
+            queued = soundfile.read(io.BytesIO(client.get(f"/v1/tasks/{task_id}/audio").data),
+                                    dtype="int16")[0]
+            request = build_request({"text": text, "noise_scale": 0, "noise_w": 0}, registry,
+                                    service_settings)
+            single = alone.synthesize(request).audio.to_int16()
+            assert len(queued) == len(single), text
+            assert np.max(np.abs(queued.astype(int) - single.astype(int))) <= 64, text
+    finally:
+        engine.stop()
+
+
+def test_resubmission_is_a_cache_hit_that_needs_no_worker(
+    client: FlaskClient, service_settings: Settings
+) -> None:
+    # Given a finished request
+    first = client.post("/v1/tts", json={"text": "Cached words are served at once."})
+    assert wait_done(client, first.get_json()["task_id"])["status"] == "done"
+    broker = redis.Redis.from_url(client_url(str(service_settings.redis_url)))
+    queued_before = broker.llen("tts.cpu")
+
+    # When the same request comes again (text differing only in spacing)
+    again = client.post("/v1/tts", json={"text": "  Cached words are   served at once. "})
+
+    # Then it is done at once, nothing was queued, and no worker touched the new task
+    body = again.get_json()
+    assert again.status_code == 200 and body["status"] == "done" and body["cache_hit"] is True
+    assert broker.llen("tts.cpu") == queued_before
+    db = Database(service_settings.resolved_database_url)
+    with db.read() as session:
+        row = session.get(TaskRow, body["task_id"])
+    assert row is not None and row.worker is None and row.attempts == 0
+    assert client.get(body["audio_url"]).status_code == 200
+
+
+def test_cache_survives_a_restart(client: FlaskClient, service_settings: Settings) -> None:
+    # Given a finished request
+    first = client.post("/v1/tts", json={"text": "This survives a restart."})
+    assert wait_done(client, first.get_json()["task_id"])["status"] == "done"
+
+    # When a new app process starts on the same database and data directory
+    fresh = create_app(service_settings).test_client()
+    again = fresh.post("/v1/tts", json={"text": "This survives a restart."})
+
+    # Then the request is a hit with the same audio
+    assert again.status_code == 200 and again.get_json()["cache_hit"] is True
+    original = client.get(f"/v1/tasks/{first.get_json()['task_id']}/audio").data
+    assert fresh.get(again.get_json()["audio_url"]).data == original
+
+
+def test_sync_endpoint_returns_audio(client: FlaskClient) -> None:
+    # When a client uses the synchronous form
+    response = client.post("/tts", json={"text": "Synchronous speech, please."})
+    # Then the WAV comes back in the response
+    assert response.status_code == 200 and response.mimetype == "audio/wav"
+    samples, rate = soundfile.read(io.BytesIO(response.data))
+    assert rate == 22050 and len(samples) > rate // 2
+
+
+def test_cancel_a_queued_task(client: FlaskClient) -> None:
+    # Given a task routed to the gpu pool, which has no worker here, so it stays queued
+    response = client.post("/v1/tts", json={"text": "Nobody will run this.", "pool": "gpu"})
+    task_id = response.get_json()["task_id"]
+    assert response.status_code == 202
+
+    # When it is cancelled, then again
+    cancelled = client.delete(f"/v1/tasks/{task_id}")
+    again = client.delete(f"/v1/tasks/{task_id}")
+
+    # Then the first cancels it and the second is a clear conflict
+    assert cancelled.status_code == 200 and cancelled.get_json()["status"] == "cancelled"
+    assert again.status_code == 409
+    assert again.get_json()["error"]["code"] == "task_not_cancellable"
+    assert client.get(f"/v1/tasks/{task_id}/audio").status_code == 409
+
+
+def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -> None:
+    response = client.get("/readyz")
+    body = response.get_json()
+    assert response.status_code == 200, body
+    assert body["checks"]["database"] == "ok" and body["checks"]["broker"] == "ok"
+    assert worker.name in body["checks"]["workers"]
