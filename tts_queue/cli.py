@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tts_queue.errors import TTSQueueError
 from tts_queue.settings import Settings
@@ -60,20 +61,21 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
     from tts_queue.registry import VoiceRegistry
 
     registry = VoiceRegistry.from_settings(settings)
-    rows = []
-    for spec in registry.specs():
-        rows.append({
+    rows: list[dict[str, Any]] = [
+        {
             "id": spec.id, "aliases": list(spec.aliases), "language": spec.language,
-            "sample_rate": spec.sample_rate, "speakers": list(spec.speakers) or spec.num_speakers,
-            "status": registry.status(spec), "source": spec.source,
-        })
+            "sample_rate": spec.sample_rate, "speakers": list(spec.speakers),
+            "num_speakers": spec.num_speakers, "status": registry.status(spec), "source": spec.source,
+        }
+        for spec in registry.specs()
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'voice':28} {'language':8} {'rate':>6} {'speakers':10} {'status':10} source")
     for row in rows:
-        speakers = row["speakers"] if isinstance(row["speakers"], int) else len(row["speakers"])
-        print(f"{row['id']:28} {row['language']:8} {row['sample_rate']:>6} {speakers!s:10} "
+        speakers = ", ".join(row["speakers"]) or str(row["num_speakers"])
+        print(f"{row['id']:28} {row['language']:8} {row['sample_rate']:>6} {speakers:10} "
               f"{row['status']:10} {row['source']}")
     return 0
 
@@ -101,7 +103,8 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.redis_url:
         raise TTSQueueError("set TTS_REDIS_URL (and TTS_DATABASE_URL) to run a worker on its own")
     env = dict(os.environ, TTS_WORKER_POOL=args.pool)
-    command = worker_command(args.pool, args.concurrency or settings.worker_concurrency)
+    command = worker_command(args.pool, args.concurrency or settings.worker_concurrency,
+                             prefix=settings.queue_prefix)
     os.execve(command[0], command, env)
     return 0  # not reached
 

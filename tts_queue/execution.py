@@ -45,9 +45,9 @@ class TaskExecutor:
         self.max_attempts = max_attempts
         self.clock = clock
 
-    def execute(self, task_id: str) -> TaskStatus | None:
+    def execute(self, task_id: str, worker_name: str | None = None) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do."""
-        row = self._claim(task_id)
+        row = self._claim(task_id, worker_name or self.worker_name)
         if row is None:
             return None
         if row.attempts > self.max_attempts:
@@ -77,7 +77,7 @@ class TaskExecutor:
         code = exc.code if isinstance(exc, TTSQueueError) else "internal_error"
         return self.fail(task_id, code, f"{type(exc).__name__}: {exc}")
 
-    def _claim(self, task_id: str) -> TaskRow | None:
+    def _claim(self, task_id: str, worker_name: str) -> TaskRow | None:
         """queued|running -> running, counting the attempt; ``None`` if finished or unknown."""
         now = self.clock()
         with self.db.write() as session:
@@ -90,7 +90,7 @@ class TaskExecutor:
             row.status = TaskStatus.RUNNING
             row.started_at = row.started_at or now
             row.attempts += 1
-            row.worker = self.worker_name
+            row.worker = worker_name
             return row
 
     def _done(self, task_id: str, batch_size: int | None) -> TaskStatus:

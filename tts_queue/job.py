@@ -36,9 +36,9 @@ class Dispatcher(Protocol):
         """Enqueue ``task_id`` on ``queue``; raise on failure."""
 
 
-def queue_name(pool: str, lane: str = INTERACTIVE) -> str:
+def queue_name(pool: str, lane: str = INTERACTIVE, prefix: str = "tts") -> str:
     """Broker queue of a pool and lane: ``tts.cpu`` (interactive) or ``tts.cpu.bulk``."""
-    return f"tts.{pool}" if lane == INTERACTIVE else f"tts.{pool}.{lane}"
+    return f"{prefix}.{pool}" if lane == INTERACTIVE else f"{prefix}.{pool}.{lane}"
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,8 @@ class TaskService:
         now = self.clock()
         row = TaskRow(
             id=str(uuid.uuid4()), status=TaskStatus.QUEUED, cache_key=key, request=request.to_dict(),
-            pool=chosen_pool, queue=queue_name(chosen_pool, lane), book_id=book_id, created_at=now,
-            attempts=0,
+            pool=chosen_pool, queue=queue_name(chosen_pool, lane, self.settings.queue_prefix),
+            book_id=book_id, created_at=now, attempts=0,
         )
         hit = self.cache.lookup(key)
         if hit is not None:

@@ -24,9 +24,11 @@ from tts_queue.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def worker_command(pool: str, concurrency: int, name: str | None = None) -> list[str]:
-    """The Celery worker command line for ``pool``."""
-    queues = f"tts.{pool},tts.{pool}.bulk"
+def worker_command(
+    pool: str, concurrency: int, name: str | None = None, prefix: str = "tts"
+) -> list[str]:
+    """The Celery worker command line for ``pool`` (its interactive queue first, then bulk)."""
+    queues = f"{prefix}.{pool},{prefix}.{pool}.bulk"
     return [
         sys.executable, "-m", "celery", "-A", "workers.app", "worker",
         "--pool", "threads", "--concurrency", str(concurrency), "--queues", queues,
@@ -129,7 +131,8 @@ def up(settings: Settings, workers: int = 1) -> int:
         env = child_env(settings, os.environ)
         for index in range(workers):
             supervisor.start(f"worker {index}", worker_command(
-                settings.worker_pool, settings.worker_concurrency, f"{settings.worker_pool}{index}@%h"
+                settings.worker_pool, settings.worker_concurrency, f"{settings.worker_pool}{index}@%h",
+                settings.queue_prefix,
             ), env)
         supervisor.start("scheduler", scheduler_command(settings.data_dir), env)
         supervisor.start("api", api_command(settings.host, settings.port, settings.api_threads), env)

@@ -61,6 +61,7 @@ class Settings:
     gpu_pool: PoolSettings = PoolSettings(policy="window", max_batch=32, max_padded_phonemes=16000)
     default_pool: str = "cpu"
     voice_pools: Mapping[str, str] = field(default_factory=dict)
+    queue_prefix: str = "tts"
     worker_pool: str = "cpu"
     worker_concurrency: int = 16
     warmup: bool = True

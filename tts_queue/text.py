@@ -49,6 +49,7 @@ def clean_text(text: str, max_chars: int) -> str:
         for ch in normalized
     )
     cleaned = _SPACES.sub(" ", kept).strip()
+    # emoji-only text is not empty: it has nothing to speak (NothingToSpeak, below)
     if not cleaned and not any(unicodedata.category(ch) == "So" for ch in normalized):
         raise EmptyText("text is empty (only whitespace or control characters)")
     if not any(ch.isalnum() for ch in cleaned):

@@ -45,9 +45,12 @@ def make_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_s,
+            # Scan for tasks of dead workers every few seconds (kombu's default is ~100 s).
+            "unacked_restore_interval": max(1, min(10, settings.visibility_timeout_s // 3)),
+            "unacked_restore_throttle": 1,
             "queue_order_strategy": "priority",
         },
-        task_default_queue=queue_name(settings.default_pool),
+        task_default_queue=queue_name(settings.default_pool, prefix=settings.queue_prefix),
         task_queues=None,
         beat_schedule={
             "delete-stale-audio": {"task": CLEANUP, "schedule": settings.cleanup_interval_s},
@@ -75,7 +78,7 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
         """Synthesize one task row; unexpected errors retry with backoff, then fail the row."""
         runtime = holder.get()
         try:
-            status = runtime.executor.execute(task_id)
+            status = runtime.executor.execute(task_id, self.request.hostname)
         except Exception as exc:
             if self.request.retries >= self.max_retries:
                 runtime.executor.fail_unexpected(task_id, exc)
@@ -93,9 +96,9 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
         return {"entries": report.entries, "bytes_freed": report.bytes_freed}
 
 
-def worker_queues(pool: str) -> list[str]:
+def worker_queues(pool: str, prefix: str = "tts") -> list[str]:
     """Queues a worker of ``pool`` consumes, interactive first."""
-    return [queue_name(pool, INTERACTIVE), queue_name(pool, BULK)]
+    return [queue_name(pool, INTERACTIVE, prefix), queue_name(pool, BULK, prefix)]
 
 
 class CeleryDispatcher:

@@ -1,7 +1,7 @@
 """initial schema: tasks and cache entries
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-30 04:43:02.157329
 """
 
@@ -34,7 +34,8 @@ def upgrade() -> None:
 
     op.create_table('tasks',
     sa.Column('id', sa.String(length=36), nullable=False),
-    sa.Column('status', sa.Enum('queued', 'running', 'done', 'failed', 'cancelled', name='taskstatus', native_enum=False, length=16), nullable=False),
+    sa.Column('status', sa.Enum('queued', 'running', 'done', 'failed', 'cancelled',
+                                name='taskstatus', native_enum=False, length=16), nullable=False),
     sa.Column('cache_key', sa.String(length=64), nullable=False),
     sa.Column('request', sa.JSON(), nullable=False),
     sa.Column('pool', sa.String(length=16), nullable=False),

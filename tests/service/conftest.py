@@ -26,6 +26,8 @@ from tts_queue.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 ROOT = Path(__file__).resolve().parents[2]
+# Queues unique to this test run, so a stray worker of another run never takes our tasks.
+QUEUE_PREFIX = f"tts-test-{uuid.uuid4().hex[:8]}"
 POSTGRES_URL = os.environ.get(
     "TTS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
@@ -98,7 +100,7 @@ def service_settings(
     flush_queues(redis_url)
     settings = Settings.from_env({
         "TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url, "TTS_DATABASE_URL": db_url,
-        "TTS_CPU_MAX_BATCH": "8", "TTS_SYNC_WAIT_S": "60",
+        "TTS_CPU_MAX_BATCH": "8", "TTS_SYNC_WAIT_S": "60", "TTS_QUEUE_PREFIX": QUEUE_PREFIX,
     })
     upgrade(settings.resolved_database_url)
     return settings
@@ -112,6 +114,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TTS_REDIS_URL": str(settings.redis_url),
         "TTS_DATABASE_URL": settings.resolved_database_url,
         "TTS_CPU_MAX_BATCH": str(settings.cpu_pool.max_batch),
+        "TTS_QUEUE_PREFIX": settings.queue_prefix,
         "PYTHONPATH": str(ROOT),
     })
     env.update(extra)
@@ -128,8 +131,8 @@ class WorkerProcess:
         self.settings = settings
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            worker_command("cpu", 16, name), env=settings_env(settings, **env), cwd=ROOT,
-            stdout=self.log, stderr=subprocess.STDOUT,
+            worker_command("cpu", 16, name, settings.queue_prefix),
+            env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
         )
 
     def wait_ready(self, app: Any, timeout: float = 90.0) -> None:
@@ -158,7 +161,9 @@ class WorkerProcess:
 
 
 @pytest.fixture(scope="module")
-def worker(service_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    service_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     """One running worker for the module's backend."""
     from workers.factory import make_celery
 

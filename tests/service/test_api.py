@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
@@ -17,8 +18,6 @@ from api.services import Services
 from tts_queue.audio import Audio
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
-
-import numpy as np
 
 
 class FakeQueue:

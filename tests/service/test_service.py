@@ -112,7 +112,7 @@ def test_concurrent_requests_are_batched_and_exact(
     engine = BatchEngine(registry, PoolSettings(max_batch=1)).start()
     alone = Synthesizer(registry, engine, service_settings)
     try:
-        for text, task_id in zip(SENTENCES, ids):
+        for text, task_id in zip(SENTENCES, ids, strict=True):
             queued = soundfile.read(io.BytesIO(client.get(f"/v1/tasks/{task_id}/audio").data),
                                     dtype="int16")[0]
             request = build_request({"text": text, "noise_scale": 0, "noise_w": 0}, registry,
@@ -131,7 +131,7 @@ def test_resubmission_is_a_cache_hit_that_needs_no_worker(
     first = client.post("/v1/tts", json={"text": "Cached words are served at once."})
     assert wait_done(client, first.get_json()["task_id"])["status"] == "done"
     broker = redis.Redis.from_url(client_url(str(service_settings.redis_url)))
-    queued_before = broker.llen("tts.cpu")
+    queued_before = broker.llen(f"{service_settings.queue_prefix}.cpu")
 
     # When the same request comes again (text differing only in spacing)
     again = client.post("/v1/tts", json={"text": "  Cached words are   served at once. "})
@@ -139,7 +139,7 @@ def test_resubmission_is_a_cache_hit_that_needs_no_worker(
     # Then it is done at once, nothing was queued, and no worker touched the new task
     body = again.get_json()
     assert again.status_code == 200 and body["status"] == "done" and body["cache_hit"] is True
-    assert broker.llen("tts.cpu") == queued_before
+    assert broker.llen(f"{service_settings.queue_prefix}.cpu") == queued_before
     db = Database(service_settings.resolved_database_url)
     with db.read() as session:
         row = session.get(TaskRow, body["task_id"])
