@@ -1,0 +1,23 @@
+# One image for every role (api, worker, scheduler); the command picks the role.
+FROM python:3.11-slim
+ARG EXTRAS="postgres"
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TTS_DATA_DIR=/data
+RUN apt-get update && apt-get install -y --no-install-recommends libsndfile1 \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY tts_queue ./tts_queue
+COPY workers ./workers
+COPY api ./api
+COPY models ./models
+COPY migrations ./migrations
+RUN pip install --no-cache-dir ".[${EXTRAS}]" \
+    && case ",${EXTRAS}," in *,gpu,*) \
+         pip uninstall -y onnxruntime && pip install --no-cache-dir --force-reinstall --no-deps onnxruntime-gpu ;; \
+       esac
+RUN useradd --create-home --uid 1000 tts && mkdir -p /data && chown tts /data
+USER tts
+VOLUME /data
+EXPOSE 8000
+CMD ["gunicorn", "--bind", "0.0.0.0:8000", "--workers", "1", "--threads", "16", \
+     "--worker-class", "gthread", "api.wsgi:app"]

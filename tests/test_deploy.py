@@ -1,0 +1,58 @@
+"""docker-compose.yml cannot be run here (no Docker engine), so check what can go wrong in it:
+every role is there, commands name real entry points, and queue names match the code's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tts_queue.job import BULK, INTERACTIVE, queue_name
+
+yaml = pytest.importorskip("yaml")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return data
+
+
+def test_every_role_is_defined(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"redis", "api", "worker-cpu", "worker-gpu", "scheduler", "postgres", "migrate"} <= set(services)
+    assert services["worker-gpu"]["profiles"] == ["gpu"]
+    assert services["postgres"]["profiles"] == ["postgres"]
+
+
+def test_workers_consume_the_queues_the_api_sends_to(compose: dict[str, Any]) -> None:
+    for pool in ("cpu", "gpu"):
+        command = compose["services"][f"worker-{pool}"]["command"]
+        queues = command[command.index("--queues") + 1].split(",")
+        assert queues == [queue_name(pool, INTERACTIVE), queue_name(pool, BULK)]
+        assert compose["services"][f"worker-{pool}"]["environment"]["TTS_WORKER_POOL"] == pool
+        # threads pool: CUDA cannot be re-initialized in forked children
+        assert command[command.index("--pool") + 1] == "threads"
+
+
+def test_entry_points_exist(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert "api.wsgi:app" in services["api"]["command"]
+    for name in ("worker-cpu", "worker-gpu", "scheduler"):
+        assert services[name]["command"][:3] == ["celery", "-A", "workers.app"]
+    for module in ("api/wsgi.py", "workers/app.py"):
+        assert (ROOT / module).is_file()
+
+
+def test_broker_never_evicts_and_keeps_an_append_only_file(compose: dict[str, Any]) -> None:
+    command = compose["services"]["redis"]["command"]
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+    assert command[command.index("--appendonly") + 1] == "yes"
+
+
+def test_dockerfile_copies_every_package() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for package in ("tts_queue", "workers", "api", "models", "migrations"):
+        assert f"COPY {package} ./{package}" in dockerfile
