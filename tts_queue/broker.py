@@ -34,8 +34,9 @@ def client_url(url: str) -> str:
 class EmbeddedRedis:
     """A redis-server child process on a unix socket under ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, persist: bool = True) -> None:
         self.directory = directory
+        self.persist = persist
         self.socket = directory / "redis.sock"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -57,7 +58,7 @@ class EmbeddedRedis:
             "--unixsocket", str(self.socket),
             "--unixsocketperm", "700",
             "--dir", str(self.directory),
-            "--appendonly", "yes",
+            "--appendonly", "yes" if self.persist else "no",
             "--save", "",
             "--maxmemory-policy", "noeviction",
             "--logfile", str(self.directory / "redis.log"),

@@ -12,11 +12,13 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+import redis
 from celery import Celery, signals
 
-from tts_queue.broker import kombu_url
-from tts_queue.db import utcnow
+from tts_queue.broker import client_url, kombu_url
+from tts_queue.db import Database, utcnow
 from tts_queue.job import BULK, INTERACTIVE, queue_name
+from tts_queue.recovery import requeue_lost
 from tts_queue.settings import Settings
 from workers.runtime import RuntimeHolder
 
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 
 SYNTHESIZE = "tts.synthesize"
 CLEANUP = "tts.cleanup"
+REQUEUE = "tts.requeue_lost"
+REQUEUE_INTERVAL_S = 30.0
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -54,6 +58,7 @@ def make_celery(settings: Settings) -> Celery:
         task_queues=None,
         beat_schedule={
             "delete-stale-audio": {"task": CLEANUP, "schedule": settings.cleanup_interval_s},
+            "requeue-lost-tasks": {"task": REQUEUE, "schedule": REQUEUE_INTERVAL_S},
         },
         worker_hijack_root_logger=False,
     )
@@ -64,6 +69,7 @@ def make_celery(settings: Settings) -> Celery:
     @signals.worker_ready.connect(weak=False)
     def _warm_up(**_: Any) -> None:
         runtime = holder.get()
+        requeue(app, runtime.db, settings)
         if settings.warmup:
             runtime.warm_up()
 
@@ -87,6 +93,11 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
             raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
         return status.value if status else None
 
+    @app.task(name=REQUEUE)
+    def requeue_lost_tasks() -> int:
+        """Dispatch again the tasks a broker restart lost (runs every 30 s on the scheduler)."""
+        return requeue(app, holder.get().db, settings)
+
     @app.task(name=CLEANUP)
     def cleanup() -> dict[str, int]:
         """Delete audio not accessed for ``TTS_AUDIO_TTL_DAYS``."""
@@ -94,6 +105,29 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
         report = runtime.cache.delete_expired(utcnow(), timedelta(days=settings.audio_ttl_days))
         log.info("cleanup: %d entries, %d bytes freed", report.entries, report.bytes_freed)
         return {"entries": report.entries, "bytes_freed": report.bytes_freed}
+
+
+class RedisMarker:
+    """The ``BrokerMarker`` of ``tts_queue.recovery``: a key with no expiry in the broker's Redis."""
+
+    def __init__(self, settings: Settings) -> None:
+        assert settings.redis_url
+        self.client = redis.Redis.from_url(client_url(settings.redis_url), socket_timeout=5)
+        self.key = f"{settings.queue_prefix}:broker-marker"
+
+    def present(self) -> bool:
+        """Whether the broker still has the data it had at the last sweep."""
+        return bool(self.client.exists(self.key))
+
+    def set(self) -> None:
+        """Mark the broker's current data."""
+        self.client.set(self.key, utcnow().isoformat())
+
+
+def requeue(app: Celery, db: Database, settings: Settings) -> int:
+    """Re-dispatch tasks whose messages the broker lost (see ``tts_queue.recovery``)."""
+    return requeue_lost(db, CeleryDispatcher(app), RedisMarker(settings), utcnow(),
+                        timedelta(seconds=settings.visibility_timeout_s))
 
 
 def worker_queues(pool: str, prefix: str = "tts") -> list[str]:

@@ -122,7 +122,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """A real ``celery worker`` child process serving the cpu pool."""
+    """A real ``celery worker`` child process (cpu pool unless ``TTS_WORKER_POOL`` says gpu)."""
 
     def __init__(self, settings: Settings, name: str, log_path: Path, **env: str) -> None:
         from tts_queue.launcher import worker_command
@@ -131,7 +131,7 @@ class WorkerProcess:
         self.settings = settings
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            worker_command("cpu", 16, name, settings.queue_prefix),
+            worker_command(env.get("TTS_WORKER_POOL", "cpu"), 16, name, settings.queue_prefix),
             env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
         )
 

@@ -1,0 +1,68 @@
+"""A broker restart that loses every queued message loses no accepted job, and workers keep
+consuming after it. Uses its own embedded redis-server without persistence, so it can be
+restarted without touching the machine's Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from api import create_app
+from tests.service.conftest import WorkerProcess, wait_until
+from tts_queue.broker import EmbeddedRedis
+from tts_queue.db import Database, TaskRow
+from tts_queue.migrate import upgrade
+from tts_queue.settings import Settings
+from tts_queue.status import TaskStatus
+from workers.factory import make_celery
+
+pytestmark = pytest.mark.integration
+
+
+def test_restart_of_a_forgetful_broker_loses_no_accepted_job(tmp_path: Path) -> None:
+    # Given a broker that keeps nothing on disk, a cpu worker, and no gpu worker yet
+    broker = EmbeddedRedis(tmp_path / "broker", persist=False)
+    settings = Settings.from_env({
+        "TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": broker.start(),
+    })
+    upgrade(settings.resolved_database_url)
+    app = make_celery(settings)
+    db = Database(settings.resolved_database_url)
+    client = create_app(settings).test_client()
+    cpu = WorkerProcess(settings, "cpu-1@localhost", tmp_path / "cpu.log")
+    gpu: WorkerProcess | None = None
+
+    def status(task_id: str) -> TaskStatus:
+        with db.read() as session:
+            row = session.get(TaskRow, task_id)
+            assert row is not None
+            return row.status
+
+    try:
+        cpu.wait_ready(app)
+        # And a task accepted for the gpu pool, waiting in the broker
+        waiting = client.post("/v1/tts", json={"text": "Waiting for a GPU.", "pool": "gpu"})
+        waiting_id = waiting.get_json()["task_id"]
+        assert waiting.status_code == 202
+
+        # When the broker restarts and forgets every message
+        broker.stop()
+        broker.start()
+        assert redis.Redis.from_url(broker.url).dbsize() == 0
+
+        # Then the running worker reconnects and serves new requests
+        fresh = client.post("/v1/tts", json={"text": "After the restart."}).get_json()["task_id"]
+        wait_until(lambda: status(fresh) is TaskStatus.DONE, timeout=120, interval=0.2)
+
+        # And a starting worker dispatches the lost task again from its row, and it completes
+        # (the "gpu" worker runs on the CPU here: providers fall back when no GPU is present)
+        assert status(waiting_id) is TaskStatus.QUEUED
+        gpu = WorkerProcess(settings, "gpu-1@localhost", tmp_path / "gpu.log", TTS_WORKER_POOL="gpu")
+        wait_until(lambda: status(waiting_id) is TaskStatus.DONE, timeout=120, interval=0.2)
+    finally:
+        cpu.stop()
+        if gpu is not None:
+            gpu.stop()
+        broker.stop()
