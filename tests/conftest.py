@@ -1,0 +1,62 @@
+"""Shared fixtures: the tiny generated voice, a registry over it, and settings in a temp dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
+from tts_queue.inference import SessionConfig, VoiceModel
+from tts_queue.registry import VoiceRegistry, discover_specs
+from tts_queue.settings import Settings
+from tts_queue.voice import Voice, VoiceSpec
+
+CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
+
+
+def load_voice(spec: VoiceSpec) -> Voice:
+    """The registry loader the tests use: CPU only, one thread."""
+    return Voice.load(spec, CPU_SESSION)
+
+
+@pytest.fixture(scope="session")
+def voices_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with the single-speaker ``tiny`` and the three-speaker ``multi`` voice.
+
+    Shared by the whole session: tests that damage files write their own copies instead.
+    """
+    directory = tmp_path_factory.mktemp("voices")
+    write_voice(directory, "tiny")
+    write_voice(directory, "multi", multi_speaker=True)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_files(voices_dir: Path) -> VoiceFiles:
+    """The files of the single-speaker tiny voice."""
+    return VoiceFiles("tiny", voices_dir / "tiny.onnx", voices_dir / "tiny.onnx.json")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_files: VoiceFiles) -> VoiceModel:
+    """The tiny voice's ONNX session."""
+    return VoiceModel.load(tiny_files.model_path, CPU_SESSION, hop_length=HOP_LENGTH)
+
+
+@pytest.fixture(scope="session")
+def multi_model(voices_dir: Path) -> VoiceModel:
+    """The three-speaker tiny voice's ONNX session."""
+    return VoiceModel.load(voices_dir / "multi.onnx", CPU_SESSION, hop_length=HOP_LENGTH)
+
+
+@pytest.fixture
+def registry(voices_dir: Path) -> VoiceRegistry:
+    """A fresh registry of the two tiny voices (discovered, so unverified), default ``tiny``."""
+    return VoiceRegistry(discover_specs(voices_dir), loader=load_voice, default="tiny")
+
+
+@pytest.fixture
+def settings(tmp_path: Path, voices_dir: Path) -> Settings:
+    """Default settings with the data directory in a temp dir."""
+    return Settings(data_dir=tmp_path / "data", voices_dir=voices_dir)

@@ -1,0 +1,138 @@
+"""Audio values: joining sentences, int16 conversion, encoding, and atomic files."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from tts_queue.audio import Audio, check_format, mime_type, write_atomic
+from tts_queue.errors import InvalidRequest, UnsupportedFormat
+
+RATE = 8000
+
+
+def tone(seconds: float = 0.25, rate: int = RATE) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+
+
+def test_join_puts_silence_between_sentences_only() -> None:
+    # Given three sentences and 10 ms of silence at 1 kHz (10 samples)
+    parts = [np.full(3, 0.5, np.float32), np.full(2, -0.5, np.float32),
+             np.full(4, 0.25, np.float32)]
+    # When they are joined
+    audio = Audio.join(parts, 1000, silence_ms=10)
+    # Then there are two gaps of 10 zero samples, none at the ends
+    assert len(audio.samples) == 3 + 10 + 2 + 10 + 4
+    np.testing.assert_array_equal(audio.samples[:3], parts[0])
+    assert not audio.samples[3:13].any()
+    np.testing.assert_array_equal(audio.samples[13:15], parts[1])
+    assert not audio.samples[15:25].any()
+    np.testing.assert_array_equal(audio.samples[25:], parts[2])
+    assert audio.samples.dtype == np.float32
+    assert audio.duration_s == pytest.approx(29 / 1000)
+
+
+def test_join_of_one_part_or_none() -> None:
+    # Given a single sentence, and then no sentences
+    one = Audio.join([np.ones(5, np.float32)], RATE, silence_ms=200)
+    none = Audio.join([], RATE, silence_ms=200)
+    # Then one part is unchanged and no parts is empty audio
+    np.testing.assert_array_equal(one.samples, np.ones(5))
+    assert len(none.samples) == 0 and none.duration_s == 0
+    # And float64 input comes out as float32
+    float64 = [np.ones(3)]
+    assert Audio.join(float64, RATE, 0).samples.dtype == np.float32  # type: ignore[arg-type]
+
+
+def test_to_int16_scales_and_clips() -> None:
+    # Given samples inside and outside [-1, 1]
+    audio = Audio(np.array([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0], np.float32), RATE)
+    # When they become 16-bit PCM
+    pcm = audio.to_int16()
+    # Then they are scaled by 32767 and clipped instead of wrapping around
+    assert pcm.dtype == np.int16
+    assert pcm.tolist() == [-32767, -32767, -16383, 0, 16383, 32767, 32767]
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_lossless_formats_read_back_exactly(fmt: str) -> None:
+    # Given a tone
+    audio = Audio(tone(), RATE)
+    # When it is encoded
+    data = audio.encode(fmt)
+    # Then soundfile reads back the same int16 samples, rate and length
+    samples, rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    assert rate == RATE
+    np.testing.assert_array_equal(samples, audio.to_int16())
+    info = soundfile.info(io.BytesIO(data))
+    assert info.format == fmt.upper()
+    assert info.subtype == "PCM_16"
+
+
+def test_ogg_vorbis_reads_back_with_the_same_rate_and_length() -> None:
+    # Given a tone of 0.25 s
+    audio = Audio(tone(), RATE)
+    # When it is encoded as Ogg Vorbis (lossy)
+    data = audio.encode("OGG")
+    # Then it reads back as Vorbis with the same rate and length and a similar level
+    info = soundfile.info(io.BytesIO(data))
+    assert (info.format, info.subtype) == ("OGG", "VORBIS")
+    samples, rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    assert rate == RATE
+    assert len(samples) == len(audio.samples)
+    rms = float(np.sqrt(np.mean(samples**2)))
+    assert rms == pytest.approx(0.5 / np.sqrt(2), rel=0.2)
+
+
+def test_format_names() -> None:
+    # Given format names in any case, or none
+    # Then they normalize to the supported lower-case names with their MIME types
+    assert check_format("WAV") == "wav"
+    assert check_format(None) == "wav"
+    assert check_format(None, default="flac") == "flac"
+    assert mime_type("ogg") == "audio/ogg"
+    assert mime_type("Flac") == "audio/flac"
+    # And an unsupported one is a 400 error listing the choices
+    with pytest.raises(UnsupportedFormat, match="wav") as info:
+        check_format("mp3")
+    assert isinstance(info.value, InvalidRequest)
+    with pytest.raises(UnsupportedFormat):
+        Audio(tone(), RATE).encode("mp3")
+
+
+def test_write_atomic_creates_directories_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    # Given a path in a directory that does not exist yet
+    path = tmp_path / "ab" / "cd" / "key.wav"
+    # When bytes are written atomically
+    write_atomic(path, b"first")
+    # Then the file holds them and nothing else is in the directory
+    assert path.read_bytes() == b"first"
+    assert list(path.parent.iterdir()) == [path]
+
+
+def test_write_atomic_replaces_an_existing_file(tmp_path: Path) -> None:
+    # Given an existing file
+    path = tmp_path / "key.wav"
+    write_atomic(path, b"old contents that are longer")
+    # When it is written again
+    write_atomic(path, b"new")
+    # Then it holds only the new bytes and no temp file is left
+    assert path.read_bytes() == b"new"
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_write_atomic_failure_keeps_the_old_file_and_removes_the_temp(tmp_path: Path) -> None:
+    # Given an existing file
+    path = tmp_path / "key.wav"
+    write_atomic(path, b"old")
+    # When a write fails midway (here: data that is not bytes)
+    with pytest.raises(TypeError):
+        write_atomic(path, "not bytes")  # type: ignore[arg-type]
+    # Then the old file is intact and the temporary file is gone
+    assert path.read_bytes() == b"old"
+    assert list(tmp_path.iterdir()) == [path]

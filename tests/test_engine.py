@@ -1,0 +1,295 @@
+"""The batch engine (runner thread + policy) and the synthesizer, on the tiny voice."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+from tests.conftest import load_voice
+from tests.tiny_voice import HOP_LENGTH, SAMPLE_RATE, reference_audio
+from tts_queue.engine import BatchEngine, BatchKey, SentenceResult
+from tts_queue.errors import SynthesisError, UnknownVoice
+from tts_queue.inference import Scales, VoiceModel
+from tts_queue.registry import VoiceRegistry, discover_specs
+from tts_queue.request import build_request
+from tts_queue.settings import PoolSettings, Settings
+from tts_queue.synthesizer import Synthesizer
+from tts_queue.voice import Voice, VoiceSpec
+
+T = TypeVar("T")
+TIMEOUT = 20.0
+SCALES = Scales(noise_scale=0.667, length_scale=1.0, noise_w=0.8)
+KEY = BatchKey(voice="tiny", scales=SCALES, speaker=None)
+
+
+def sentence(seed: int, length: int) -> list[int]:
+    """Piper-shaped ids: BOS, PAD, then ``length`` (id, PAD) pairs, EOS."""
+    body = [(seed * 7 + i * 3) % 150 + 14 for i in range(length)]
+    return [1, 0, *sum(([i, 0] for i in body), []), 2]
+
+
+def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking call on another thread so a hang fails the test instead of freezing it."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn, *args, **kwargs).result(timeout=TIMEOUT)
+
+
+@pytest.fixture
+def make_engine(registry: VoiceRegistry) -> Iterator[Callable[..., BatchEngine]]:
+    """Engines on the tiny voices, stopped after the test."""
+    engines: list[BatchEngine] = []
+
+    def make(policy: str = "eager", max_batch: int = 8, window_ms: float = 60_000.0,
+             clock: Callable[[], float] | None = None, reg: VoiceRegistry | None = None
+             ) -> BatchEngine:
+        pool = PoolSettings(policy=policy, max_batch=max_batch, max_padded_phonemes=100_000,
+                            window_ms=window_ms)
+        kwargs = {} if clock is None else {"clock": clock}
+        engine = BatchEngine(reg or registry, pool, **kwargs)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.stop()
+
+
+def frozen_clock() -> float:
+    """A clock that never advances: a window batch runs only when it is full."""
+    return 0.0
+
+
+def test_concurrent_requests_share_one_batch_and_get_their_own_audio(
+    make_engine: Callable[..., BatchEngine],
+) -> None:
+    # Given a window engine that runs only full batches of four
+    engine = make_engine(policy="window", max_batch=4, clock=frozen_clock)
+    inputs = [sentence(seed, length) for seed, length in ((1, 3), (2, 17), (3, 8), (4, 30))]
+    # When four threads each submit one sentence of a different length
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(engine.run_sentences, KEY, [ids], f"r{i}")
+                   for i, ids in enumerate(inputs)]
+        results = [f.result(timeout=TIMEOUT) for f in futures]
+    # Then they ran as one batch of four
+    assert engine.batch_sizes == [4]
+    # And each thread got exactly its own sentence's audio, cut out of the padded batch
+    for ids, [result] in zip(inputs, results, strict=True):
+        assert result.batch_size == 4
+        np.testing.assert_array_equal(result.audio.samples, reference_audio(ids))
+        assert int(result.audio.phoneme_samples.sum()) == len(result.audio.samples)
+
+
+def test_many_threads_under_eager_policy_all_get_correct_audio(
+    make_engine: Callable[..., BatchEngine],
+) -> None:
+    # Given an eager engine with room for four per batch
+    engine = make_engine(policy="eager", max_batch=4)
+    inputs = [[sentence(seed, 2 + seed % 9), sentence(seed + 100, 5)] for seed in range(24)]
+    # When 24 requests of two sentences arrive from 8 threads
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(engine.run_sentences, KEY, sentences, f"r{i}")
+                   for i, sentences in enumerate(inputs)]
+        results = [f.result(timeout=TIMEOUT) for f in futures]
+    # Then every sentence has its own exact audio, in order
+    for sentences, result in zip(inputs, results, strict=True):
+        assert len(result) == 2
+        for ids, item in zip(sentences, result, strict=True):
+            np.testing.assert_array_equal(item.audio.samples, reference_audio(ids))
+    # And the batches respected the budget and covered all 48 distinct sentences
+    assert all(1 <= size <= 4 for size in engine.batch_sizes)
+    assert sum(engine.batch_sizes) == 48
+
+
+def test_a_lone_request_runs_at_once_in_a_batch_of_one(
+    make_engine: Callable[..., BatchEngine],
+) -> None:
+    # Given an idle eager engine
+    engine = make_engine(policy="eager")
+    ids = sentence(5, 6)
+    # When one sentence arrives
+    [result] = call(engine.run_sentences, KEY, [ids])
+    # Then it ran alone and is correct
+    assert engine.batch_sizes == [1]
+    assert result.batch_size == 1
+    np.testing.assert_array_equal(result.audio.samples, reference_audio(ids))
+
+
+def test_a_requests_sentences_come_back_in_order_and_duplicates_run_once(
+    make_engine: Callable[..., BatchEngine],
+) -> None:
+    # Given one request whose first and third sentences are the same
+    engine = make_engine(policy="eager")
+    first, second = sentence(1, 4), sentence(2, 12)
+    # When it runs
+    results = call(engine.run_sentences, KEY, [first, second, first])
+    # Then the results follow the sentences, and the repeat was synthesized once
+    assert engine.batch_sizes == [2]
+    np.testing.assert_array_equal(results[0].audio.samples, reference_audio(first))
+    np.testing.assert_array_equal(results[1].audio.samples, reference_audio(second))
+    np.testing.assert_array_equal(results[2].audio.samples, results[0].audio.samples)
+
+
+def test_the_batch_key_scales_and_speaker_reach_the_model(
+    make_engine: Callable[..., BatchEngine],
+) -> None:
+    # Given an engine, the three-speaker voice, and a slow speed
+    engine = make_engine()
+    key = BatchKey(voice="multi", scales=Scales(0.667, 2.0, 0.8), speaker=2)
+    ids = sentence(9, 7)
+    # When a sentence runs with that key
+    [result] = call(engine.run_sentences, key, [ids])
+    # Then it is that speaker's audio at that length scale
+    np.testing.assert_array_equal(result.audio.samples,
+                                  reference_audio(ids, length_scale=2.0, speaker=2))
+
+
+def test_errors_reach_every_waiting_caller_and_the_engine_survives(
+    make_engine: Callable[..., BatchEngine],
+) -> None:
+    # Given a window engine of three and a key naming a voice that does not exist
+    engine = make_engine(policy="window", max_batch=3, clock=frozen_clock)
+    bad_key = BatchKey(voice="nobody", scales=SCALES, speaker=None)
+    # When three threads submit to it
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = [pool.submit(engine.run_sentences, bad_key, [sentence(i, 4)]) for i in range(3)]
+        errors = [f.exception(timeout=TIMEOUT) for f in futures]
+    # Then each caller gets the registry's error
+    assert all(isinstance(error, UnknownVoice) for error in errors)
+    assert engine.batch_sizes == []
+    # And the engine still serves the next requests
+    ids = [sentence(i, 5) for i in range(3)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = [pool.submit(engine.run_sentences, KEY, [s]) for s in ids]
+        results = [f.result(timeout=TIMEOUT) for f in futures]
+    assert engine.batch_sizes == [3]
+    np.testing.assert_array_equal(results[0][0].audio.samples, reference_audio(ids[0]))
+
+
+class _FailingSession:
+    def run(self, outputs: Any, feeds: dict[str, Any]) -> Any:
+        raise RuntimeError("device lost")
+
+
+def test_model_failure_is_a_synthesis_error_for_the_caller(
+    make_engine: Callable[..., BatchEngine], voices_dir: Path
+) -> None:
+    # Given a registry whose voice's model fails at run time
+    def broken_loader(spec: VoiceSpec) -> Voice:
+        voice = load_voice(spec)
+        voice.model = VoiceModel(_FailingSession(), "CPUExecutionProvider", HOP_LENGTH, False)
+        return voice
+
+    registry = VoiceRegistry(discover_specs(voices_dir), loader=broken_loader, default="tiny")
+    engine = make_engine(reg=registry)
+    # When a sentence runs
+    # Then the caller gets SynthesisError with the cause
+    with pytest.raises(SynthesisError, match="device lost"):
+        call(engine.run_sentences, KEY, [sentence(1, 3)])
+
+
+def test_stop_ends_the_runner_and_a_new_request_restarts_it(
+    make_engine: Callable[..., BatchEngine],
+) -> None:
+    engine = make_engine().start()
+    runner = engine._thread
+    assert runner is not None and runner.is_alive()
+    # When it is stopped
+    engine.stop()
+    # Then its thread has ended
+    assert not runner.is_alive()
+    # And a later request starts a new runner and is served
+    [result] = call(engine.run_sentences, KEY, [sentence(3, 3)])
+    assert len(result.audio.samples) == len(reference_audio(sentence(3, 3)))
+    assert engine._thread is not None and engine._thread is not runner
+
+
+# --- Synthesizer ----------------------------------------------------------------------------------
+
+
+class RecordingEngine:
+    """An engine stand-in that records its calls and runs the model directly."""
+
+    def __init__(self, registry: VoiceRegistry) -> None:
+        self.registry = registry
+        self.keys: list[BatchKey] = []
+
+    def run_sentences(self, key: BatchKey, sentences: Sequence[Sequence[int]],
+                      group: Hashable = None) -> list[SentenceResult]:
+        self.keys.append(key)
+        model = self.registry.load(key.voice).model
+        items = model.run_batch(sentences, key.scales, key.speaker)
+        return [SentenceResult(audio=item, batch_size=len(items)) for item in items]
+
+
+def test_synthesizer_joins_exact_sentence_audio_with_silences(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry, settings: Settings
+) -> None:
+    # Given a synthesizer over the tiny voice and a two-sentence request
+    engine = make_engine()
+    synthesizer = Synthesizer(registry, engine, settings)
+    request = build_request({"text": "Hello world. How are you today?"}, registry, settings)
+    # When it is synthesized
+    result = call(synthesizer.synthesize, request)
+    # Then both sentences ran in one batch
+    assert result.sentences == 2
+    assert result.batch_size == 2 and engine.batch_sizes == [2]
+    # And the audio is each sentence's exact audio, joined by the configured silence
+    sentences = registry.load("tiny").sentence_ids(request.text, settings.max_sentence_phonemes)
+    expected = [reference_audio(ids) for ids in sentences]
+    gap = SAMPLE_RATE * settings.sentence_silence_ms // 1000
+    assert result.audio.sample_rate == SAMPLE_RATE
+    np.testing.assert_array_equal(
+        result.audio.samples, np.concatenate([expected[0], np.zeros(gap), expected[1]])
+    )
+    # And the alignment says where each sentence starts and how long each phoneme id is
+    assert result.alignment.sentence_starts == (0, len(expected[0]) + gap)
+    assert [sum(p) for p in result.alignment.phoneme_samples] == [len(e) for e in expected]
+    assert result.alignment.to_dict()["sentence_starts"] == [0, len(expected[0]) + gap]
+
+
+def test_synthesizer_builds_scales_from_speed_and_noise_overrides(
+    registry: VoiceRegistry, settings: Settings
+) -> None:
+    # Given a recording engine and a request at double speed with noise_scale 0
+    engine = RecordingEngine(registry)
+    synthesizer = Synthesizer(registry, engine, settings)  # type: ignore[arg-type]
+    body = {"text": "Quick test.", "voice": "multi", "speaker": "bob", "speed": 2.0,
+            "noise_scale": 0.0}
+    request = build_request(body, registry, settings)
+    # When it is synthesized
+    result = synthesizer.synthesize(request)
+    # Then the batch key has the voice's scales with speed and the override applied
+    [key] = engine.keys
+    assert key == BatchKey(voice="multi", scales=Scales(0.0, 0.5, 0.8), speaker=1)
+    # And the audio was made with them
+    ids = registry.load("multi").sentence_ids(request.text, settings.max_sentence_phonemes)[0]
+    np.testing.assert_array_equal(result.audio.samples,
+                                  reference_audio(ids, length_scale=0.5, speaker=1))
+
+
+def test_engine_runner_is_the_only_thread_calling_the_model(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given a model whose run_batch records the calling thread
+    voice = registry.load("tiny")
+    seen: set[str] = set()
+    original = voice.model.run_batch
+
+    def recording_run_batch(*args: Any, **kwargs: Any) -> Any:
+        seen.add(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    voice.model.run_batch = recording_run_batch  # type: ignore[method-assign]
+    engine = make_engine()
+    # When requests arrive from several threads
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for f in [pool.submit(engine.run_sentences, KEY, [sentence(i, 3)]) for i in range(8)]:
+            f.result(timeout=TIMEOUT)
+    # Then only the runner thread ran the model
+    assert seen == {"tts-batch-runner"}

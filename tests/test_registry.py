@@ -1,0 +1,344 @@
+"""The voice registry (manifest, discovery, aliases, digests, LRU) and speaker resolution."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import load_voice
+from tests.tiny_voice import HOP_LENGTH, SAMPLE_RATE, SPEAKERS, VoiceFiles, write_voice
+from tts_queue.errors import (
+    DigestMismatch,
+    UnknownSpeaker,
+    UnknownVoice,
+    VoiceError,
+    VoiceFilesMissing,
+)
+from tts_queue.registry import VoiceRegistry, discover_specs, file_sha256, manifest_specs
+from tts_queue.settings import Settings
+from tts_queue.voice import Voice, VoiceSpec, resolve_speaker
+
+
+def write_manifest(directory: Path, entries: list[dict[str, Any]]) -> Path:
+    """A ``voices.json`` in ``directory`` (files without a package live beside it)."""
+    path = directory / "voices.json"
+    path.write_text(json.dumps({"voices": entries}), encoding="utf-8")
+    return path
+
+
+def manifest_entry(files: VoiceFiles, **extra: Any) -> dict[str, Any]:
+    entry = {
+        "id": files.name,
+        "model": files.model_path.name,
+        "config": files.config_path.name,
+        "language": "en_US",
+        "sample_rate": SAMPLE_RATE,
+    }
+    entry.update(extra)
+    return entry
+
+
+@pytest.fixture
+def own_voice(tmp_path: Path) -> VoiceFiles:
+    """A tiny voice in this test's own directory, free to damage."""
+    return write_voice(tmp_path, "tiny")
+
+
+class CountingLoader:
+    """A registry loader that records which voices it loaded."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, spec: VoiceSpec) -> Voice:
+        self.calls.append(spec.id)
+        return load_voice(spec)
+
+
+# --- manifest and discovery ---------------------------------------------------------------------
+
+
+def test_manifest_lists_voices_with_files_beside_it(own_voice: VoiceFiles) -> None:
+    # Given a manifest with the tiny voice, its digest and aliases
+    digest = file_sha256(own_voice.model_path)
+    manifest = write_manifest(
+        own_voice.model_path.parent,
+        [manifest_entry(own_voice, sha256=digest, aliases=["small", "Wee"])],
+    )
+    # When it is read
+    [spec] = manifest_specs(manifest)
+    # Then the spec points at the files beside the manifest and carries the metadata
+    assert spec.id == "tiny"
+    assert spec.model_path == own_voice.model_path
+    assert spec.config_path == own_voice.config_path
+    assert spec.sha256 == digest
+    assert spec.aliases == ("small", "Wee")
+    assert spec.language == "en_US"
+    assert spec.sample_rate == SAMPLE_RATE
+    assert spec.num_speakers == 1
+    assert spec.present
+
+
+def test_manifest_voice_of_a_missing_package_is_listed_but_missing(tmp_path: Path) -> None:
+    # Given a manifest entry whose package is not installed
+    manifest = write_manifest(
+        tmp_path,
+        [{"id": "ghost", "package": "no_such_voice_package_xyz", "model": "g.onnx",
+          "config": "g.onnx.json"}],
+    )
+    # When the registry is built from it
+    registry = VoiceRegistry(manifest_specs(manifest), loader=load_voice, default="ghost")
+    # Then the voice is known but missing, and loading it says which files are missing
+    spec = registry.get("ghost")
+    assert not spec.present
+    assert registry.status(spec) == "missing"
+    with pytest.raises(VoiceFilesMissing):
+        registry.load("ghost")
+
+
+def test_discovery_finds_piper_voices_in_a_directory(voices_dir: Path) -> None:
+    # Given a directory with the tiny and the three-speaker voice
+    # When it is scanned
+    specs = {spec.id: spec for spec in discover_specs(voices_dir)}
+    # Then both are found with metadata from their configs and no digest
+    assert set(specs) == {"tiny", "multi"}
+    assert specs["tiny"].language == "en_US"
+    assert specs["tiny"].sample_rate == SAMPLE_RATE
+    assert specs["tiny"].speakers == ()
+    assert specs["tiny"].sha256 is None
+    assert specs["multi"].speakers == SPEAKERS
+    assert specs["multi"].num_speakers == 3
+
+
+def test_discovery_skips_models_without_a_readable_config(tmp_path: Path) -> None:
+    # Given a model without a config, one with a broken config, and a good voice
+    write_voice(tmp_path, "good")
+    (tmp_path / "lonely.onnx").write_bytes(b"x")
+    (tmp_path / "broken.onnx").write_bytes(b"x")
+    (tmp_path / "broken.onnx.json").write_text("{not json", encoding="utf-8")
+    # When the directory is scanned
+    # Then only the good voice is listed
+    assert [spec.id for spec in discover_specs(tmp_path)] == ["good"]
+    # And a directory that does not exist has no voices
+    assert discover_specs(tmp_path / "nope") == []
+
+
+def test_from_settings_merges_the_manifest_and_the_voices_directory(
+    tmp_path: Path, voices_dir: Path
+) -> None:
+    # Given settings with the project's manifest and a voices directory
+    settings = Settings(data_dir=tmp_path, voices_dir=voices_dir, default_voice="tiny")
+    # When the registry is built
+    registry = VoiceRegistry.from_settings(settings)
+    # Then it knows the shipped default voice by its aliases and the dropped-in ones
+    ids = [spec.id for spec in registry.specs()]
+    assert ids[0] == "en_US-joe-medium"
+    assert set(ids[1:]) == {"tiny", "multi"}
+    assert registry.get("joe").id == "en_US-joe-medium"
+    assert registry.get(None).id == "tiny"
+    assert registry.get("en_US-joe-medium").sha256 is not None
+
+
+# --- names --------------------------------------------------------------------------------------
+
+
+def test_names_are_ids_or_aliases_in_any_case(own_voice: VoiceFiles) -> None:
+    # Given a registry with an aliased voice
+    manifest = write_manifest(own_voice.model_path.parent,
+                              [manifest_entry(own_voice, aliases=["Small"])])
+    registry = VoiceRegistry(manifest_specs(manifest), loader=load_voice, default="TINY")
+    # When it is looked up by id, alias, any case, or no name
+    # Then each finds the same voice
+    for name in ("tiny", "TINY", "small", "sMaLl", " tiny ", None, ""):
+        assert registry.get(name).id == "tiny"
+
+
+def test_unknown_voice_lists_the_known_ones(registry: VoiceRegistry) -> None:
+    # Given the registry of the tiny voices
+    # When an unknown name is asked for
+    with pytest.raises(UnknownVoice) as info:
+        registry.get("nobody")
+    # Then UnknownVoice (404) says which voices exist
+    assert info.value.http_status == 404
+    assert "multi" in info.value.message and "tiny" in info.value.message
+
+
+# --- loading, digests, status -------------------------------------------------------------------
+
+
+def test_load_builds_a_voice_from_config_and_model(registry: VoiceRegistry) -> None:
+    # Given a registry
+    # When the default voice is loaded
+    voice = registry.load(None)
+    # Then it has the config's sample rate, hop length and espeak voice
+    assert voice.spec.id == "tiny"
+    assert voice.sample_rate == SAMPLE_RATE
+    assert voice.model.hop_length == HOP_LENGTH
+    assert voice.phonemizer.espeak_voice == "en-us"
+    # And loading it again returns the same object
+    assert registry.load("TINY") is voice
+
+
+def test_wrong_manifest_digest_refuses_to_load(own_voice: VoiceFiles) -> None:
+    # Given a manifest whose sha256 does not match the model file
+    manifest = write_manifest(own_voice.model_path.parent,
+                              [manifest_entry(own_voice, sha256="0" * 64)])
+    loader = CountingLoader()
+    registry = VoiceRegistry(manifest_specs(manifest), loader=loader, default="tiny")
+    # When the voice is loaded
+    with pytest.raises(DigestMismatch) as info:
+        registry.load("tiny")
+    # Then DigestMismatch (a 503 VoiceError) is raised before the model is even read
+    assert isinstance(info.value, VoiceError)
+    assert "000000000000" in info.value.message
+    assert loader.calls == []
+    assert registry.loaded() == []
+    assert registry.status(registry.get("tiny")) == "mismatch"
+
+
+def test_a_model_changed_after_registration_is_caught(own_voice: VoiceFiles) -> None:
+    # Given a verified voice
+    digest = file_sha256(own_voice.model_path)
+    manifest = write_manifest(own_voice.model_path.parent,
+                              [manifest_entry(own_voice, sha256=digest)])
+    registry = VoiceRegistry(manifest_specs(manifest), loader=load_voice, default="tiny")
+    spec = registry.get("tiny")
+    assert registry.status(spec) == "verified"
+    # When the file is replaced by a different one
+    own_voice.model_path.write_bytes(own_voice.model_path.read_bytes()[:-10])
+    # Then the digest is computed afresh and the voice is a mismatch
+    assert registry.digest(spec) != digest
+    assert registry.status(spec) == "mismatch"
+    with pytest.raises(DigestMismatch):
+        registry.load("tiny")
+
+
+@pytest.mark.parametrize("missing", ["model", "config"])
+def test_missing_files_are_voice_files_missing(own_voice: VoiceFiles, missing: str) -> None:
+    # Given a discovered voice whose model or config file is then deleted
+    registry = VoiceRegistry(discover_specs(own_voice.model_path.parent), loader=load_voice,
+                             default="tiny")
+    spec = registry.get("tiny")
+    (own_voice.model_path if missing == "model" else own_voice.config_path).unlink()
+    # When it is loaded, hashed or checked
+    # Then each says the files are missing
+    with pytest.raises(VoiceFilesMissing):
+        registry.load("tiny")
+    with pytest.raises(VoiceFilesMissing):
+        spec.require_files()
+    if missing == "model":
+        with pytest.raises(VoiceFilesMissing):
+            registry.digest(spec)
+    assert registry.status(spec) == "missing"
+
+
+def test_status_and_model_digest(own_voice: VoiceFiles, voices_dir: Path) -> None:
+    # Given a manifest voice with the right digest and a discovered one without a digest
+    digest = file_sha256(own_voice.model_path)
+    manifest = write_manifest(own_voice.model_path.parent,
+                              [manifest_entry(own_voice, sha256=digest)])
+    specs = manifest_specs(manifest) + [s for s in discover_specs(voices_dir) if s.id == "multi"]
+    registry = VoiceRegistry(specs, loader=load_voice, default="tiny")
+    tiny, multi = registry.get("tiny"), registry.get("multi")
+    # Then their statuses are verified and unverified
+    assert registry.status(tiny) == "verified"
+    assert registry.status(multi) == "unverified"
+    # And the digest that keys their audio is the manifest's, else the file's own
+    assert registry.model_digest(tiny) == digest
+    assert registry.model_digest(multi) == file_sha256(voices_dir / "multi.onnx")
+    assert registry.model_digest(tiny) != registry.model_digest(multi)
+
+
+def test_at_most_max_loaded_voices_stay_loaded(voices_dir: Path) -> None:
+    # Given a registry that keeps one voice loaded
+    loader = CountingLoader()
+    registry = VoiceRegistry(discover_specs(voices_dir), loader=loader, default="tiny",
+                             max_loaded=1)
+    # When two voices are used in turn
+    registry.load("tiny")
+    registry.load("tiny")
+    registry.load("multi")
+    # Then only the last one stays loaded, and going back loads the first again
+    assert registry.loaded() == ["multi"]
+    registry.load("tiny")
+    assert registry.loaded() == ["tiny"]
+    assert loader.calls == ["tiny", "multi", "tiny"]
+
+
+def test_the_least_recently_used_voice_is_unloaded_first(tmp_path: Path) -> None:
+    # Given three voices and room for two
+    for name in ("a", "b", "c"):
+        write_voice(tmp_path, name)
+    loader = CountingLoader()
+    registry = VoiceRegistry(discover_specs(tmp_path), loader=loader, default="a", max_loaded=2)
+    # When a and b are loaded, a is used again, then c is loaded
+    registry.load("a")
+    registry.load("b")
+    registry.load("a")
+    assert registry.loaded() == ["b", "a"]  # least recently used first
+    registry.load("c")
+    # Then b, the least recently used, was unloaded and a stayed
+    assert registry.loaded() == ["a", "c"]
+    registry.load("a")
+    assert loader.calls == ["a", "b", "c"]
+
+
+# --- speakers -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def multi_spec(voices_dir: Path) -> VoiceSpec:
+    return next(s for s in discover_specs(voices_dir) if s.id == "multi")
+
+
+@pytest.fixture
+def single_spec(voices_dir: Path) -> VoiceSpec:
+    return next(s for s in discover_specs(voices_dir) if s.id == "tiny")
+
+
+@pytest.mark.parametrize(
+    ("speaker", "number"),
+    [("alice", 0), ("bob", 1), ("carol", 2), (0, 0), (2, 2), ("1", 1), (None, 0), ("", 0)],
+)
+def test_multi_speaker_voice_resolves_names_and_numbers(
+    multi_spec: VoiceSpec, speaker: str | int | None, number: int
+) -> None:
+    # Given the three-speaker voice
+    # When a speaker is named, numbered or left out
+    # Then it maps to the model's speaker id (the first speaker by default)
+    assert resolve_speaker(multi_spec, speaker) == number
+
+
+@pytest.mark.parametrize("speaker", ["dave", "Alice", 3, -1, "7", "1.5"])
+def test_multi_speaker_voice_rejects_unknown_speakers(
+    multi_spec: VoiceSpec, speaker: str | int
+) -> None:
+    # Given the three-speaker voice
+    # When an unknown name or an out-of-range number is asked for
+    # Then UnknownSpeaker is raised
+    with pytest.raises(UnknownSpeaker):
+        resolve_speaker(multi_spec, speaker)
+
+
+def test_single_speaker_voice_takes_no_speaker(single_spec: VoiceSpec) -> None:
+    # Given a one-speaker voice
+    # Then no speaker, or speaker 0, means no speaker id at all
+    for speaker in (None, "", 0, "0"):
+        assert resolve_speaker(single_spec, speaker) is None
+    # And any other speaker is an error
+    for speaker in (1, "alice"):
+        with pytest.raises(UnknownSpeaker):
+            resolve_speaker(single_spec, speaker)
+
+
+def test_loaded_voice_resolves_speakers_like_its_spec(registry: VoiceRegistry) -> None:
+    # Given the loaded three-speaker voice
+    # Then it resolves speakers as its spec does
+    voice = registry.load("multi")
+    assert voice.model.multi_speaker is True
+    assert voice.speaker_id("carol") == 2
+    with pytest.raises(UnknownSpeaker):
+        voice.speaker_id("zed")

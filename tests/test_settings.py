@@ -1,0 +1,153 @@
+"""Settings parsed from an injected environment mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tts_queue.errors import ConfigError
+from tts_queue.settings import PoolSettings, Settings
+
+
+def test_empty_environment_gives_the_documented_defaults() -> None:
+    # Given no TTS_ variables at all
+    settings = Settings.from_env({})
+    # Then every field has its default
+    assert settings == Settings()
+    assert settings.default_voice == "en_US-joe-medium"
+    assert settings.cpu_pool == PoolSettings(policy="eager", max_batch=4)
+    assert settings.gpu_pool.policy == "window" and settings.gpu_pool.max_batch == 32
+    assert settings.voice_pools == {}
+
+
+def test_values_are_parsed_to_their_field_types() -> None:
+    # Given variables for a string, ints, a float, a bool and paths
+    env = {
+        "TTS_DEFAULT_VOICE": "joe",
+        "TTS_PORT": "9000",
+        "TTS_MAX_TEXT_CHARS": "200",
+        "TTS_SYNC_WAIT_S": "1.5",
+        "TTS_WARMUP": "no",
+        "TTS_DATA_DIR": "~/tts-data",
+        "TTS_VOICES_DIR": "/srv/voices",
+        "TTS_REDIS_URL": "redis://127.0.0.1:6379/3",
+        "TTS_PROVIDERS": "cuda,cpu",
+    }
+    # When they are parsed
+    settings = Settings.from_env(env)
+    # Then each has the right type and value
+    assert settings.default_voice == "joe"
+    assert settings.port == 9000
+    assert settings.max_text_chars == 200
+    assert settings.sync_wait_s == 1.5
+    assert settings.warmup is False
+    assert settings.data_dir == Path.home() / "tts-data"
+    assert settings.voices_dir == Path("/srv/voices")
+    assert settings.redis_url == "redis://127.0.0.1:6379/3"
+    assert settings.providers == "cuda,cpu"
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("1", True), ("true", True), ("YES", True), ("on", True),
+     ("0", False), ("False", False), ("no", False), ("off", False)],
+)
+def test_boolean_spellings(raw: str, value: bool) -> None:
+    # Given a boolean variable spelled in one of the accepted ways
+    # Then it parses to the right bool
+    assert Settings.from_env({"TTS_WARMUP": raw}).warmup is value
+
+
+def test_unknown_foreign_and_empty_variables_are_ignored() -> None:
+    # Given a typo'd TTS_ variable, an unrelated variable and an empty value
+    env = {"TTS_PROT": "1", "PORT": "1", "HOME": "/x", "TTS_PORT": ""}
+    # Then nothing changes
+    assert Settings.from_env(env) == Settings()
+
+
+def test_pool_variables_change_only_their_pool() -> None:
+    # Given CPU pool variables and one GPU variable
+    env = {
+        "TTS_CPU_MAX_BATCH": "8",
+        "TTS_CPU_POLICY": "window",
+        "TTS_CPU_WINDOW_MS": "25",
+        "TTS_CPU_MAX_PADDED_PHONEMES": "999",
+        "TTS_GPU_MAX_BATCH": "64",
+        "TTS_DEFAULT_POOL": "gpu",
+    }
+    # When they are parsed
+    settings = Settings.from_env(env)
+    # Then the CPU pool has the new values and the GPU pool keeps its other defaults
+    assert settings.cpu_pool == PoolSettings(policy="window", max_batch=8, max_padded_phonemes=999,
+                                             window_ms=25.0)
+    assert settings.gpu_pool == dataclasses.replace(Settings().gpu_pool, max_batch=64)
+    assert settings.pool("cpu") is settings.cpu_pool
+    assert settings.pool("gpu") is settings.gpu_pool
+    assert settings.default_pool == "gpu"
+
+
+def test_voice_pools_map_voices_to_pools() -> None:
+    # Given voice=pool pairs with stray spaces and a trailing comma
+    # Then each voice maps to its pool
+    settings = Settings.from_env({"TTS_VOICE_POOLS": " joe=gpu, tiny = cpu ,"})
+    assert settings.voice_pools == {"joe": "gpu", "tiny": "cpu"}
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("TTS_PORT", "eighty"),
+        ("TTS_SYNC_WAIT_S", "soon"),
+        ("TTS_WARMUP", "maybe"),
+        ("TTS_CPU_MAX_BATCH", "four"),
+        ("TTS_CPU_MAX_BATCH", "0"),
+        ("TTS_GPU_WINDOW_MS", "fast"),
+        ("TTS_CPU_POLICY", "greedy"),
+        ("TTS_GPU_POLICY", "fifo"),
+        ("TTS_DEFAULT_POOL", "tpu"),
+        ("TTS_VOICE_POOLS", "joe=tpu"),
+        ("TTS_VOICE_POOLS", "joe"),
+        ("TTS_MAX_TEXT_CHARS", "0"),
+        ("TTS_MAX_SENTENCE_PHONEMES", "8"),
+    ],
+)
+def test_bad_values_are_config_errors(name: str, raw: str) -> None:
+    # Given one variable with a value that cannot work
+    # When the environment is parsed
+    # Then ConfigError is raised, naming the variable
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({name: raw})
+    assert name.removeprefix("TTS_").split("_")[0] in info.value.message.upper()
+
+
+def test_unknown_pool_name_is_a_config_error() -> None:
+    # Given a pool name other than cpu or gpu
+    # Then asking for its budget is a ConfigError
+    with pytest.raises(ConfigError, match="unknown pool"):
+        Settings().pool("tpu")
+
+
+def test_derived_paths_and_database_url(tmp_path: Path) -> None:
+    # Given a data directory and no other paths
+    settings = Settings(data_dir=tmp_path)
+    # Then audio, voices and the SQLite database live under it
+    assert settings.audio_dir == tmp_path / "audio"
+    assert settings.resolved_voices_dir == tmp_path / "voices"
+    assert settings.resolved_database_url == f"sqlite:///{tmp_path / 'tts-queue.db'}"
+    # And explicit values win
+    explicit = settings.replace(voices_dir=Path("/v"), database_url="postgresql://h/db")
+    assert explicit.resolved_voices_dir == Path("/v")
+    assert explicit.resolved_database_url == "postgresql://h/db"
+
+
+def test_settings_are_frozen_and_replace_makes_a_copy() -> None:
+    # Given settings
+    # When a field is replaced
+    # Then the copy changes and the original is untouched and cannot be assigned to
+    settings = Settings()
+    changed = settings.replace(port=1234)
+    assert changed.port == 1234 and settings.port == 8000
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.port = 1  # type: ignore[misc]
