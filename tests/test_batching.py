@@ -265,3 +265,25 @@ def test_max_batch_below_one_is_treated_as_one() -> None:
     batch = policy.next_batch(now=0.0)
     # Then it still makes progress, one slot at a time
     assert batch is not None and len(batch.slots) == 1
+
+
+def test_a_waiting_key_does_not_hold_up_a_full_batch_of_another() -> None:
+    # Given a window policy with one early entry of key a and, later, a full batch of key b
+    policy = BatchPolicy("window", max_batch=2, window_s=1.0)
+    policy.append(entry(4, 0.0, key="a", first=1))
+    policy.append(entry(4, 0.1, key="b", first=20))
+    policy.append(entry(4, 0.2, key="b", first=40))
+    # When asked before a's window ends
+    batch = policy.next_batch(now=0.5)
+    # Then b's full batch runs and a keeps waiting
+    assert batch is not None and batch.key == "b" and len(batch.slots) == 2
+    assert len(policy) == 1 and policy.next_batch(now=0.5) is None
+
+
+def test_cancelled_entries_are_handed_back_for_their_waiters() -> None:
+    policy = BatchPolicy("eager")
+    dropped = entry(4, 0.0, group="g")
+    policy.append(dropped)
+    policy.cancel("g")
+    assert policy.next_batch(now=0.0) is None
+    assert policy.take_dropped() == [dropped] and policy.take_dropped() == []

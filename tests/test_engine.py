@@ -293,3 +293,26 @@ def test_engine_runner_is_the_only_thread_calling_the_model(
             f.result(timeout=TIMEOUT)
     # Then only the runner thread ran the model
     assert seen == {"tts-batch-runner"}
+
+
+def test_cancel_and_stop_release_every_waiting_caller(make_engine: Callable[..., BatchEngine]) -> None:
+    # Given a window engine whose clock never moves, so nothing runs until the batch is full
+    from concurrent.futures import CancelledError
+
+    from tts_queue.errors import ServiceUnavailable
+
+    engine = make_engine(policy="window", max_batch=8, clock=frozen_clock).start()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        cancelled = pool.submit(engine.run_sentences, KEY, [sentence(1, 5)], "cancel-me")
+        stopped = pool.submit(engine.run_sentences, KEY, [sentence(2, 5)], "stop-me")
+        wait = threading.Event()
+        while len(engine.policy) < 2:
+            wait.wait(0.001)
+        # When one request is cancelled and then the engine stops
+        engine.cancel("cancel-me")
+        with pytest.raises(CancelledError):
+            cancelled.result(timeout=TIMEOUT)
+        engine.stop()
+        # Then the other caller gets a clear error instead of hanging
+        with pytest.raises(ServiceUnavailable):
+            stopped.result(timeout=TIMEOUT)

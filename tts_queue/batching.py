@@ -62,6 +62,7 @@ class BatchPolicy:
         self.window_s = window_s
         self._waiting: list[Entry] = []
         self._cancelled: set[Hashable] = set()
+        self._dropped: list[Entry] = []
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -81,18 +82,33 @@ class BatchPolicy:
         return min(e.arrived for e in self._waiting) + self.window_s
 
     def next_batch(self, now: float) -> Batch | None:
-        """The batch to run now, removing its entries, or ``None`` if nothing is due."""
+        """The batch to run now, removing its entries, or ``None`` if nothing is due.
+
+        Keys are tried oldest first; under ``window`` a key is due once its batch is full or its
+        oldest entry has waited the window, so one waiting key never holds up another.
+        """
         self._drop_cancelled()
-        if not self._waiting:
-            return None
-        oldest = self._waiting[0]
-        batch = self._fill(oldest.key)
-        full = len(batch.slots) >= self.max_batch or len(batch.members) < self._count(oldest.key)
-        if self.policy == "window" and not full and now < oldest.arrived + self.window_s:
-            return None
-        taken = {id(entry) for entry, _ in batch.members}
-        self._waiting = [e for e in self._waiting if id(e) not in taken]
-        return batch
+        keys = list(dict.fromkeys(e.key for e in self._waiting))
+        for key in keys:
+            batch = self._fill(key)
+            oldest = batch.members[0][0]
+            full = len(batch.slots) >= self.max_batch or len(batch.members) < self._count(key)
+            if self.policy == "window" and not full and now < oldest.arrived + self.window_s:
+                continue
+            taken = {id(entry) for entry, _ in batch.members}
+            self._waiting = [e for e in self._waiting if id(e) not in taken]
+            return batch
+        return None
+
+    def take_dropped(self) -> list[Entry]:
+        """Entries removed by ``cancel`` since the last call (so their waiters can be told)."""
+        dropped, self._dropped = self._dropped, []
+        return dropped
+
+    def drain(self) -> list[Entry]:
+        """Remove and return every waiting entry (shutdown)."""
+        waiting, self._waiting = self._waiting, []
+        return waiting
 
     def _count(self, key: Hashable) -> int:
         return sum(1 for e in self._waiting if e.key == key)
@@ -125,5 +141,6 @@ class BatchPolicy:
 
     def _drop_cancelled(self) -> None:
         if self._cancelled:
+            self._dropped += [e for e in self._waiting if e.group in self._cancelled]
             self._waiting = [e for e in self._waiting if e.group not in self._cancelled]
             self._cancelled.clear()

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from tts_queue.batching import Batch, BatchPolicy, Entry
+from tts_queue.errors import ServiceUnavailable
 from tts_queue.inference import ItemAudio, Scales
 from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import PoolSettings
@@ -93,17 +94,27 @@ class BatchEngine:
             self.start()
         return [future.result() for future in futures]
 
+    def cancel(self, group: Hashable) -> None:
+        """Drop the waiting sentences of ``group``; their callers get ``CancelledError``."""
+        with self._cond:
+            self.policy.cancel(group)
+            self._cond.notify_all()
+
     def _loop(self) -> None:
         while True:
             with self._cond:
                 batch = None
                 while not self._stopping:
                     batch = self.policy.next_batch(self.clock())
+                    for entry in self.policy.take_dropped():
+                        entry.ticket.cancel()
                     if batch is not None:
                         break
                     deadline = self.policy.deadline()
                     self._cond.wait(None if deadline is None else max(0.0, deadline - self.clock()))
                 if self._stopping:
+                    for entry in self.policy.drain():
+                        entry.ticket.set_exception(ServiceUnavailable("the worker is stopping"))
                     return
             assert batch is not None
             self._run(batch)
