@@ -2,12 +2,14 @@
 
 Safe to run more than once for the same task id (at-least-once delivery): finished tasks are
 skipped, a cancelled task is never started, and attempts are counted in the row so a task that
-keeps killing workers is failed instead of redelivered forever.
+keeps killing workers is failed instead of redelivered forever. Identical requests (same cache
+key) that reach one worker together are synthesized once: followers wait for the leader's audio.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import datetime
 
@@ -44,6 +46,8 @@ class TaskExecutor:
         self.worker_name = worker_name
         self.max_attempts = max_attempts
         self.clock = clock
+        self._inflight: dict[str, threading.Event] = {}
+        self._inflight_lock = threading.Lock()
 
     def execute(self, task_id: str, worker_name: str | None = None) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do."""
@@ -54,16 +58,40 @@ class TaskExecutor:
             return self.fail(task_id, "too_many_attempts",
                              f"gave up after {self.max_attempts} attempts (worker crashes or errors)")
         request = SynthesisRequest.from_dict(row.request)
+        with self._inflight_lock:
+            leader = self._inflight.get(row.cache_key)
+            if leader is None:
+                self._inflight[row.cache_key] = threading.Event()
+        if leader is not None:
+            # An identical request is being synthesized in this process: wait for its audio.
+            leader.wait()
         if self.cache.lookup(row.cache_key) is not None:
+            if leader is None:
+                self._release(row.cache_key)
             return self._done(task_id, batch_size=None)
+        if leader is not None:  # the leader failed; do the work ourselves
+            return self.execute_uncached(task_id, row.cache_key, request)
+        try:
+            return self.execute_uncached(task_id, row.cache_key, request)
+        finally:
+            self._release(row.cache_key)
+
+    def execute_uncached(self, task_id: str, key: str, request: SynthesisRequest) -> TaskStatus:
+        """Synthesize, store atomically, and finish the row."""
         try:
             result = self.synthesizer.synthesize(request, group=task_id)
         except PERMANENT as exc:
             return self.fail(task_id, exc.code, exc.message)
         data = result.audio.encode(request.format)
-        self.cache.put(row.cache_key, request.format, request.voice, data,
+        self.cache.put(key, request.format, request.voice, data,
                        result.audio.duration_s, result.alignment.to_dict())
         return self._done(task_id, batch_size=result.batch_size)
+
+    def _release(self, key: str) -> None:
+        with self._inflight_lock:
+            event = self._inflight.pop(key, None)
+        if event is not None:
+            event.set()
 
     def fail(self, task_id: str, code: str, message: str) -> TaskStatus:
         """Mark a task failed (unless it already finished)."""

@@ -1,0 +1,160 @@
+"""The worker side of a task (``TaskExecutor``) on SQLite and the tiny voice: idempotent under
+redelivery, cancellation respected, attempts capped, identical requests synthesized once, and a
+full disk never leaves a file or a finished row behind."""
+
+from __future__ import annotations
+
+import errno
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tts_queue.cache import AudioCache
+from tts_queue.db import Database, TaskRow, utcnow
+from tts_queue.engine import BatchEngine
+from tts_queue.execution import TaskExecutor
+from tts_queue.registry import VoiceRegistry
+from tts_queue.request import build_request, cache_key
+from tts_queue.settings import PoolSettings, Settings
+from tts_queue.status import TaskStatus
+from tts_queue.store import AudioStore
+from tts_queue.synthesizer import Synthesizer
+
+
+class Counting(Synthesizer):
+    """A real synthesizer that counts its calls and can be held at a gate."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.calls = 0
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def synthesize(self, request: Any, group: object = None) -> Any:
+        self.calls += 1
+        assert self.gate.wait(20)
+        return super().synthesize(request, group)
+
+
+@pytest.fixture
+def world(tmp_path: Path, registry: VoiceRegistry, settings: Settings) -> Iterator[dict[str, Any]]:
+    db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
+    db.create_all()
+    cache = AudioCache(db, AudioStore(tmp_path / "audio"))
+    engine = BatchEngine(registry, PoolSettings(max_batch=4)).start()
+    synth = Counting(registry, engine, settings)
+    executor = TaskExecutor(db, cache, synth, "test-worker", max_attempts=2)
+    yield {"db": db, "cache": cache, "synth": synth, "executor": executor, "registry": registry,
+           "settings": settings, "root": tmp_path / "audio"}
+    engine.stop()
+
+
+def add_task(world: dict[str, Any], text: str, status: TaskStatus = TaskStatus.QUEUED,
+             voice: str = "tiny") -> str:
+    request = build_request({"text": text, "voice": voice}, world["registry"], world["settings"])
+    key = cache_key(request, world["registry"].model_digest(world["registry"].get(voice)))
+    task_id = str(uuid.uuid4())
+    with world["db"].write() as session:
+        session.add(TaskRow(id=task_id, status=status, cache_key=key, request=request.to_dict(),
+                            pool="cpu", queue="tts.cpu", created_at=utcnow(), attempts=0))
+    return task_id
+
+
+def row(world: dict[str, Any], task_id: str) -> TaskRow:
+    with world["db"].read() as session:
+        found = session.get(TaskRow, task_id)
+    assert found is not None
+    return found
+
+
+def test_a_task_runs_once_and_a_redelivery_is_skipped(world: dict[str, Any]) -> None:
+    task_id = add_task(world, "Hello there.")
+    assert world["executor"].execute(task_id) is TaskStatus.DONE
+    # When the same message is delivered again
+    assert world["executor"].execute(task_id) is None
+    # Then nothing ran twice and the row shows one attempt by this worker
+    done = row(world, task_id)
+    assert world["synth"].calls == 1
+    assert done.status is TaskStatus.DONE and done.attempts == 1 and done.worker == "test-worker"
+    assert done.batch_size == 1 and done.finished_at is not None
+    assert world["cache"].peek(done.cache_key) is not None
+
+
+def test_a_cancelled_task_is_never_started(world: dict[str, Any]) -> None:
+    task_id = add_task(world, "Never mind.", status=TaskStatus.CANCELLED)
+    assert world["executor"].execute(task_id) is None
+    assert world["synth"].calls == 0 and row(world, task_id).status is TaskStatus.CANCELLED
+
+
+def test_an_unknown_task_id_is_dropped(world: dict[str, Any]) -> None:
+    assert world["executor"].execute(str(uuid.uuid4())) is None
+
+
+def test_a_task_that_keeps_coming_back_fails_after_the_attempts_cap(world: dict[str, Any]) -> None:
+    # Given a task already claimed twice (its workers died), with a cap of two attempts
+    task_id = add_task(world, "Poison.", status=TaskStatus.RUNNING)
+    with world["db"].write() as session:
+        session.get(TaskRow, task_id).attempts = 2  # type: ignore[union-attr]
+    # When it is delivered a third time
+    status = world["executor"].execute(task_id)
+    # Then it fails with a clear code instead of running again
+    assert status is TaskStatus.FAILED and world["synth"].calls == 0
+    assert row(world, task_id).error_code == "too_many_attempts"
+
+
+def test_a_voice_that_disappeared_fails_the_task_with_its_code(world: dict[str, Any]) -> None:
+    task_id = add_task(world, "Who speaks?")
+    with world["db"].write() as session:
+        found = session.get(TaskRow, task_id)
+        assert found is not None
+        found.request = {**found.request, "voice": "gone"}
+    assert world["executor"].execute(task_id) is TaskStatus.FAILED
+    assert row(world, task_id).error_code == "unknown_voice"
+
+
+def test_identical_requests_in_one_worker_are_synthesized_once(world: dict[str, Any]) -> None:
+    # Given two tasks with the same request, and the first held inside synthesis
+    first, second = add_task(world, "Same words."), add_task(world, "Same words.")
+    world["synth"].gate.clear()
+    results: dict[str, Any] = {}
+    leader = threading.Thread(target=lambda: results.update(a=world["executor"].execute(first)))
+    follower = threading.Thread(target=lambda: results.update(b=world["executor"].execute(second)))
+    leader.start()
+    while world["synth"].calls == 0:
+        threading.Event().wait(0.001)
+    follower.start()
+    # When the leader finishes
+    world["synth"].gate.set()
+    leader.join(20)
+    follower.join(20)
+    # Then both are done and the model ran once
+    assert results == {"a": TaskStatus.DONE, "b": TaskStatus.DONE}
+    assert world["synth"].calls == 1
+
+
+def test_a_full_disk_leaves_no_file_and_no_finished_row(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a disk that fills up while the audio is written
+    import tts_queue.audio as audio_module
+
+    real_fsync = audio_module.os.fsync
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(audio_module.os, "fsync", full)
+    task_id = add_task(world, "Too big for the disk.")
+    # When the task runs, the error reaches the caller (Celery retries it)
+    with pytest.raises(OSError):
+        world["executor"].execute(task_id)
+    monkeypatch.setattr(audio_module.os, "fsync", real_fsync)
+    # Then no file (not even a temp file) is left, nothing is cached, and the row is not done
+    assert [p for p in world["root"].rglob("*") if p.is_file()] == []
+    assert row(world, task_id).status is TaskStatus.RUNNING
+    # And the retry succeeds
+    assert world["executor"].execute(task_id) is TaskStatus.DONE
