@@ -17,8 +17,8 @@ def test_empty_environment_gives_the_documented_defaults() -> None:
     # Then every field has its default
     assert settings == Settings()
     assert settings.default_voice == "en_US-joe-medium"
-    assert settings.cpu_pool == PoolSettings(policy="eager", max_batch=4)
-    assert settings.gpu_pool.policy == "window" and settings.gpu_pool.max_batch == 32
+    assert settings.cpu_pool == PoolSettings(policy="eager", max_batch=1)
+    assert settings.gpu_pool.policy == "eager" and settings.gpu_pool.max_batch == 32
     assert settings.voice_pools == {}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -55,7 +56,8 @@ class BatchEngine:
             pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000
         )
         self.clock = clock
-        self.batch_sizes: list[int] = []
+        # The most recent batch sizes (bounded: a worker runs for months).
+        self.batch_sizes: deque[int] = deque(maxlen=10_000)
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -117,7 +119,13 @@ class BatchEngine:
                         entry.ticket.set_exception(ServiceUnavailable("the worker is stopping"))
                     return
             assert batch is not None
-            self._run(batch)
+            try:
+                self._run(batch)
+            except Exception as exc:  # never let the runner die: fail this batch, go on
+                log.exception("batch runner error")
+                for entry, _ in batch.members:
+                    if not entry.ticket.done():
+                        entry.ticket.set_exception(exc)
 
     def _run(self, batch: Batch) -> None:
         key = batch.key
