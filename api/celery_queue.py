@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from tts_queue.broker import client_url
+from tts_queue.broker import Completions, client_url
 from tts_queue.settings import Settings
 from workers.factory import CeleryDispatcher, make_celery
 
@@ -16,6 +16,11 @@ class CeleryQueue(CeleryDispatcher):
         super().__init__(make_celery(settings))
         assert settings.redis_url
         self.redis = redis.Redis.from_url(client_url(settings.redis_url), socket_timeout=2)
+        self.completions = Completions.from_url(settings.redis_url, settings.queue_prefix)
+
+    def wait_finished(self, task_id: str, timeout: float) -> None:
+        """Block until the worker signals ``task_id`` finished, or ``timeout`` passes."""
+        self.completions.wait(task_id, timeout)
 
     def ping_broker(self) -> None:
         """Raise if Redis does not answer."""

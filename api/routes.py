@@ -86,10 +86,38 @@ def create_task() -> tuple[Response, int, dict[str, str]]:
     return jsonify(task_json(view)), status, {"Location": location}
 
 
+def wait_seconds() -> float:
+    """The ``?wait=`` query parameter, capped by ``TTS_SYNC_WAIT_S``."""
+    settings = services().settings
+    try:
+        wait = float(request.args.get("wait", 0))
+    except ValueError:
+        raise InvalidRequest("wait must be a number of seconds") from None
+    return max(0.0, min(wait, settings.sync_wait_s))
+
+
+def wait_for(view: TaskView, seconds: float) -> TaskView:
+    """Block until the task finishes or ``seconds`` pass (the worker's signal wakes us early)."""
+    svc = services()
+    wait_finished = getattr(svc.probe, "wait_finished", None)
+    deadline = time.monotonic() + seconds
+    while not view.status.finished:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if wait_finished is not None:
+            wait_finished(view.id, min(left, 1.0))  # re-read the row at least once a second
+        else:
+            time.sleep(min(left, POLL_INTERVAL_S))
+        view = svc.tasks.get(view.id)
+    return view
+
+
 @bp.get("/v1/tasks/<task_id>")
 def get_task(task_id: str) -> Response:
-    """A task's status, timestamps, error, and audio URL once done."""
-    return jsonify(task_json(services().tasks.get(task_id)))
+    """A task's status, timestamps, error, and audio URL once done; ``?wait=S`` long-polls."""
+    view = services().tasks.get(task_id)
+    return jsonify(task_json(wait_for(view, wait_seconds())))
 
 
 @bp.delete("/v1/tasks/<task_id>")
@@ -113,17 +141,8 @@ def get_audio(task_id: str) -> Response:
 @bp.post("/tts")
 def synthesize_sync() -> Any:
     """Submit and wait: the audio if ready within ``wait`` seconds, else 202 with the task id."""
-    svc = services()
-    try:
-        wait = float(request.args.get("wait", svc.settings.sync_wait_s))
-    except ValueError:
-        raise InvalidRequest("wait must be a number of seconds") from None
-    wait = max(0.0, min(wait, svc.settings.sync_wait_s))
-    view = _submit()
-    deadline = time.monotonic() + wait
-    while not view.status.finished and time.monotonic() < deadline:
-        time.sleep(POLL_INTERVAL_S)
-        view = svc.tasks.get(view.id)
+    wait = wait_seconds() if "wait" in request.args else services().settings.sync_wait_s
+    view = wait_for(_submit(), wait)
     if view.status is TaskStatus.DONE:
         return get_audio(view.id)
     if view.status is TaskStatus.FAILED:

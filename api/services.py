@@ -22,6 +22,9 @@ class QueueProbe(Protocol):
     def ping_workers(self, timeout: float = 1.0) -> list[str]:
         """Names of live workers."""
 
+    def wait_finished(self, task_id: str, timeout: float) -> None:
+        """Block until ``task_id`` may have finished (or ``timeout``)."""
+
 
 @dataclass
 class Services:

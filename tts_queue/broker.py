@@ -11,6 +11,7 @@ import logging
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from tts_queue.errors import ServiceUnavailable
 
@@ -87,3 +88,44 @@ class EmbeddedRedis:
             except subprocess.TimeoutExpired:
                 self.process.kill()
         self.process = None
+
+
+class Completions:
+    """Finished-task signals through Redis, so waiters block instead of polling the database.
+
+    The worker pushes the final status onto a short-lived list per task; a waiter blocks on it
+    with ``BLMOVE`` from the list to itself, which leaves the value for every other waiter.
+    A lost signal costs only latency: waiters always re-read the task row afterwards.
+    """
+
+    TTL_S = 600
+
+    def __init__(self, client: Any, prefix: str = "tts") -> None:
+        self.client = client
+        self.prefix = prefix
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "tts") -> Completions:
+        """Completions over the Redis at ``url``."""
+        import redis
+
+        return cls(redis.Redis.from_url(client_url(url), socket_timeout=None), prefix)
+
+    def key(self, task_id: str) -> str:
+        """The list that signals ``task_id``."""
+        return f"{self.prefix}:finished:{task_id}"
+
+    def notify(self, task_id: str, status: str) -> None:
+        """Signal that ``task_id`` finished with ``status``."""
+        pipe = self.client.pipeline()
+        pipe.lpush(self.key(task_id), status)
+        pipe.expire(self.key(task_id), self.TTL_S)
+        pipe.execute()
+
+    def wait(self, task_id: str, timeout: float) -> str | None:
+        """Block up to ``timeout`` seconds for the signal; the status, or ``None``."""
+        if timeout <= 0:
+            return None
+        key = self.key(task_id)
+        value = self.client.blmove(key, key, timeout, "RIGHT", "LEFT")
+        return value.decode() if isinstance(value, bytes) else value

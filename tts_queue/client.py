@@ -50,18 +50,19 @@ class Client:
         data: dict[str, Any] = self._call("POST", "/v1/tts", json=body).json()
         return data
 
-    def status(self, task_id: str) -> dict[str, Any]:
-        """GET /v1/tasks/<id>."""
-        data: dict[str, Any] = self._call("GET", f"/v1/tasks/{task_id}").json()
+    def status(self, task_id: str, wait: float = 0.0) -> dict[str, Any]:
+        """GET /v1/tasks/<id>; with ``wait``, the server holds the answer until it finishes."""
+        params = {"wait": wait} if wait else None
+        data: dict[str, Any] = self._call("GET", f"/v1/tasks/{task_id}", params=params).json()
         return data
 
     def wait(self, task_id: str, timeout: float = 600.0, progress: bool = True) -> dict[str, Any]:
-        """Poll until the task finishes, drawing a spinner on stderr."""
+        """Long-poll until the task finishes, drawing a spinner on stderr."""
         deadline = time.monotonic() + timeout
         spinner = "|/-\\"
         tick = 0
         while True:
-            task = self.status(task_id)
+            task = self.status(task_id, wait=0.0 if tick == 0 else 1.0)
             if task["status"] in ("done", "failed", "cancelled"):
                 if progress:
                     sys.stderr.write("\r" + " " * 40 + "\r")
@@ -72,7 +73,6 @@ class Client:
                 sys.stderr.write(f"\r{spinner[tick % 4]} {task['status']}...")
                 sys.stderr.flush()
             tick += 1
-            time.sleep(0.1)
 
     def fetch(self, task_id: str, output: Path) -> int:
         """Download a task's audio to ``output``; return the bytes written."""

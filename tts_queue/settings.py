@@ -55,7 +55,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_url: str = "http://127.0.0.1:8000"
-    api_threads: int = 16
+    api_threads: int = 64
 
     # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
     # throughput of one sentence per call, so the CPU pool batches nothing by default.

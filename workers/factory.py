@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from celery import Celery, signals
 
-from tts_queue.broker import client_url, kombu_url
+from tts_queue.broker import Completions, client_url, kombu_url
 from tts_queue.db import Database, utcnow
 from tts_queue.job import BULK, INTERACTIVE, queue_name
 from tts_queue.recovery import requeue_lost
@@ -78,6 +78,8 @@ def make_celery(settings: Settings) -> Celery:
 
 def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
     settings = holder.settings
+    assert settings.redis_url
+    completions = Completions.from_url(settings.redis_url, settings.queue_prefix)
 
     @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.max_retries)
     def synthesize(self: Any, task_id: str) -> str | None:
@@ -87,10 +89,13 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
             status = runtime.executor.execute(task_id, self.request.hostname)
         except Exception as exc:
             if self.request.retries >= self.max_retries:
-                runtime.executor.fail_unexpected(task_id, exc)
-                return None
+                status = runtime.executor.fail_unexpected(task_id, exc)
+                completions.notify(task_id, status.value)
+                return status.value
             log.warning("task %s: %s; retrying", task_id, exc)
             raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
+        if status is not None:
+            completions.notify(task_id, status.value)
         return status.value if status else None
 
     @app.task(name=REQUEUE)

@@ -213,3 +213,11 @@ def test_voices_and_health(client: FlaskClient) -> None:
     assert by_id["multi"]["num_speakers"] == 3 and by_id["tiny"]["status"] == "unverified"
     assert client.get("/healthz").get_json() == {"status": "ok"}
     assert client.get("/readyz").status_code == 200
+
+
+def test_long_poll_of_a_queued_task_returns_after_the_wait(client: FlaskClient) -> None:
+    task = client.post("/v1/tts", json={"text": "Still queued."}).get_json()
+    body = client.get(f"/v1/tasks/{task['task_id']}?wait=0.05").get_json()
+    assert body["status"] == "queued"
+    bad = client.get(f"/v1/tasks/{task['task_id']}?wait=soon")
+    assert bad.status_code == 400 and error_of(bad) == "invalid_request"

@@ -194,3 +194,12 @@ def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -
     assert response.status_code == 200, body
     assert body["checks"]["database"] == "ok" and body["checks"]["broker"] == "ok"
     assert worker.name in body["checks"]["workers"]
+
+
+def test_long_poll_answers_when_the_task_finishes(client: FlaskClient) -> None:
+    # Given a submitted task
+    task_id = client.post("/v1/tts", json={"text": "Wake me when it is done."}).get_json()["task_id"]
+    # When the client long-polls once
+    body = client.get(f"/v1/tasks/{task_id}?wait=60").get_json()
+    # Then the single answer already says done (the worker's signal woke the request)
+    assert body["status"] == "done" and body["audio_url"]
