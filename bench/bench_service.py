@@ -57,9 +57,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_service(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    """``tts-queue up`` on embedded defaults; returns once /readyz answers 200."""
+def start_service(data_dir: Path, port: int, overrides: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``tts-queue up`` on embedded defaults (plus ``--set``); returns once /readyz answers 200."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
+    env.update(overrides)
     process = subprocess.Popen(
         [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir), "--port", str(port)],
         cwd=ROOT, env=env, stdout=open(data_dir / "up.log", "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
@@ -143,9 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/service.json")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--set", action="append", default=[], metavar="TTS_NAME=VALUE",
+                        help="a setting for both the service and the in-process core")
     args = parser.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.set)
 
-    settings = Settings.from_env({})
+    settings = Settings.from_env(overrides)
     registry = VoiceRegistry.from_settings(settings)
     engine = BatchEngine(registry, settings.cpu_pool).start()
     synth = Synthesizer(registry, engine, settings)
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tts-bench-") as tmp:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        service = start_service(Path(tmp), port)
+        service = start_service(Path(tmp), port, overrides)
         try:
             for round_no in range(args.rounds):
                 # a fresh suffix per round, so the service never answers from its cache
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
-        "settings": {"clients": args.clients, "cpu_pool": vars(settings.cpu_pool),
+        "settings": {"clients": args.clients, "cpu_pool": vars(settings.cpu_pool), "overrides": overrides,
                      "sentences": len(SENTENCES)},
         "headline": {"service_over_core": statistics.median(ratios),
                      "lone_extra_p50_ms": results["lone"]["extra_p50_ms"],

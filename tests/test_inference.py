@@ -297,3 +297,12 @@ def test_model_failure_is_a_synthesis_error() -> None:
     with pytest.raises(SynthesisError, match="batch of 2") as info:
         model.run_batch(SENTENCES[:2], SCALES)
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_spinning_can_be_turned_off_for_shared_machines() -> None:
+    from tts_queue.inference import session_options
+
+    quiet = session_options(SessionConfig(allow_spinning=False))
+    assert quiet.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    default = session_options(SessionConfig())
+    assert not default.has_session_config_entry("session.intra_op.allow_spinning")

@@ -65,7 +65,7 @@ class TaskExecutor:
         if leader is not None:
             # An identical request is being synthesized in this process: wait for its audio.
             leader.wait()
-        if self.cache.lookup(row.cache_key) is not None:
+        if self.cache.peek(row.cache_key) is not None:
             if leader is None:
                 self._release(row.cache_key)
             return self._done(task_id, batch_size=None)

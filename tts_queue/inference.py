@@ -39,6 +39,7 @@ class SessionConfig:
     intra_op_threads: int = 0
     inter_op_threads: int = 1
     graph_optimization: str = "all"
+    allow_spinning: bool = True
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,11 @@ def session_options(config: SessionConfig) -> Any:
     )
     options.intra_op_num_threads = config.intra_op_threads
     options.inter_op_num_threads = config.inter_op_threads
+    if not config.allow_spinning:
+        # Idle ONNX threads otherwise busy-wait after each run, taking CPU from the API and
+        # the other processes sharing the machine.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options
 
 

@@ -130,6 +130,7 @@ class VoiceRegistry:
             intra_op_threads=settings.intra_op_threads,
             inter_op_threads=settings.inter_op_threads,
             graph_optimization=settings.graph_optimization,
+            allow_spinning=settings.allow_spinning,
         )
         return cls(
             specs,

@@ -49,6 +49,7 @@ class Settings:
     intra_op_threads: int = 0
     inter_op_threads: int = 1
     graph_optimization: str = "all"
+    allow_spinning: bool = True
 
     redis_url: str | None = None
     database_url: str | None = None
