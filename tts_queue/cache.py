@@ -54,25 +54,24 @@ class AudioCache:
         self._hot: LRUCache[str, CachedAudio] = LRUCache(maxsize=max(1, hot_size))
         self._lock = threading.Lock()
 
-    def peek(self, key: str) -> CachedAudio | None:
-        """The cached audio for ``key`` if its file is there, without recording a hit."""
+    def _find(self, key: str) -> CachedAudio | None:
+        """The entry for ``key`` from memory or the database, file not checked."""
         with self._lock:
             hit = self._hot.get(key)
         if hit is None:
             with self.db.read() as session:
                 row = session.get(CacheEntry, key)
                 hit = _cached(row) if row is not None else None
+        return hit
+
+    def peek(self, key: str) -> CachedAudio | None:
+        """The cached audio for ``key`` if its file is there, without recording a hit."""
+        hit = self._find(key)
         return hit if hit is not None and self.store.exists(hit.path) else None
 
     def lookup(self, key: str) -> CachedAudio | None:
         """The cached audio for ``key`` (recording the hit), or ``None``."""
-        with self._lock:
-            hit = self._hot.get(key)
-        if hit is None:
-            with self.db.read() as session:
-                row = session.get(CacheEntry, key)
-                if row is not None:
-                    hit = _cached(row)
+        hit = self._find(key)
         if hit is None:
             return None
         if not self.store.exists(hit.path):

@@ -167,16 +167,21 @@ def test_broker_down_is_a_503_and_loses_nothing_silently(
     assert ready.status_code == 503 and ready.get_json()["ready"] is False
 
 
+def cache_audio(services: Services, text: str, samples: int) -> Any:
+    """Put silent audio in the cache for the request ``{"text": text}``; return the entry."""
+    from tts_queue.request import build_request
+
+    request = build_request({"text": text}, services.registry, services.settings)
+    key = services.tasks.key_of(request)
+    audio = Audio(np.zeros(samples, dtype=np.float32), 22050)
+    return services.tasks.cache.put(key, "wav", request.voice, audio.encode("wav"), audio.duration_s)
+
+
 def test_cache_hit_is_answered_without_the_queue(
     client: FlaskClient, queue: FakeQueue, services: Services
 ) -> None:
     # Given audio already cached for a request
-    from tts_queue.request import build_request
-
-    request = build_request({"text": "Already made."}, services.registry, services.settings)
-    key = services.tasks.key_of(request)
-    audio = Audio(np.zeros(2205, dtype=np.float32), 22050)
-    services.tasks.cache.put(key, "wav", request.voice, audio.encode("wav"), audio.duration_s)
+    cache_audio(services, "Already made.", 2205)
 
     # When it is requested
     response = client.post("/v1/tts", json={"text": "Already made."})
@@ -194,12 +199,7 @@ def test_lost_audio_file_is_a_miss_not_a_broken_download(
     client: FlaskClient, queue: FakeQueue, services: Services
 ) -> None:
     # Given a cache row whose file has disappeared
-    from tts_queue.request import build_request
-
-    request = build_request({"text": "Gone."}, services.registry, services.settings)
-    key = services.tasks.key_of(request)
-    audio = Audio(np.zeros(100, dtype=np.float32), 22050)
-    hit = services.tasks.cache.put(key, "wav", request.voice, audio.encode("wav"), 0.0)
+    hit = cache_audio(services, "Gone.", 100)
     services.tasks.cache.store.path(hit.path).unlink()
     # When the request comes again, it is queued for synthesis instead of served broken
     response = client.post("/v1/tts", json={"text": "Gone."})
