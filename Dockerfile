@@ -19,5 +19,5 @@ RUN useradd --create-home --uid 1000 tts && mkdir -p /data && chown tts /data
 USER tts
 VOLUME /data
 EXPOSE 8000
-CMD ["gunicorn", "--bind", "0.0.0.0:8000", "--workers", "1", "--threads", "16", \
+CMD ["gunicorn", "--bind", "0.0.0.0:8000", "--workers", "1", "--threads", "64", \
      "--worker-class", "gthread", "api.wsgi:app"]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import redis
+import sqlalchemy.exc
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from tts_queue.errors import TTSQueueError
+from tts_queue.errors import ServiceUnavailable, TTSQueueError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,15 @@ def register_error_handlers(app: Flask) -> None:
     def _http_error(exc: HTTPException) -> tuple[Response, int]:
         status = exc.code or 500
         return error_response(HTTP_CODES.get(status, "http_error"), exc.description or "", status)
+
+    @app.errorhandler(sqlalchemy.exc.OperationalError)
+    @app.errorhandler(sqlalchemy.exc.InterfaceError)
+    @app.errorhandler(redis.exceptions.ConnectionError)
+    @app.errorhandler(redis.exceptions.TimeoutError)
+    def _outage(exc: Exception) -> tuple[Response, int]:
+        log.warning("service outage: %s", exc)
+        return error_response(ServiceUnavailable.code,
+                              f"a backing service is unreachable ({type(exc).__name__}); retry later", 503)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> tuple[Response, int]:

@@ -9,7 +9,13 @@ from flask import Blueprint, Response, current_app, jsonify, request, send_file,
 
 from api.errors import error_response
 from api.services import Services
-from tts_queue.errors import InvalidRequest, TTSQueueError
+from tts_queue.errors import (
+    AudioNotReady,
+    InvalidRequest,
+    MalformedJSON,
+    TTSQueueError,
+    UnsupportedMediaType,
+)
 from tts_queue.job import TaskView
 from tts_queue.status import TaskStatus
 
@@ -33,19 +39,6 @@ def json_body() -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
     return body
-
-
-class UnsupportedMediaType(InvalidRequest):
-    """The body is not JSON."""
-
-    code = "unsupported_media_type"
-    http_status = 415
-
-
-class MalformedJSON(InvalidRequest):
-    """The body does not parse as JSON."""
-
-    code = "malformed_json"
 
 
 def task_json(view: TaskView) -> dict[str, Any]:
@@ -130,10 +123,13 @@ def cancel_task(task_id: str) -> Response:
 def get_audio(task_id: str) -> Response:
     """The finished audio, with Content-Length and Range support."""
     audio = services().tasks.audio(task_id)
-    response = send_file(
-        audio.path, mimetype=audio.mime_type, conditional=True,
-        download_name=f"{task_id}{audio.path.suffix}", max_age=86400,
-    )
+    try:
+        response = send_file(
+            audio.path, mimetype=audio.mime_type, conditional=True,
+            download_name=f"{task_id}{audio.path.suffix}", max_age=86400,
+        )
+    except FileNotFoundError:  # removed by cleanup since the lookup
+        raise AudioNotReady(f"the audio of task {task_id} has expired from the cache; resubmit") from None
     response.headers["X-Audio-Duration"] = f"{audio.duration_s:.3f}"
     return response
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tts_queue.job import BULK, INTERACTIVE, queue_name
+from tts_queue.job import BULK, INTERACTIVE, MAINTENANCE, queue_name
+from tts_queue.launcher import worker_command
 
 yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +30,13 @@ def test_every_role_is_defined(compose: dict[str, Any]) -> None:
 
 def test_workers_consume_the_queues_the_api_sends_to(compose: dict[str, Any]) -> None:
     for pool in ("cpu", "gpu"):
-        command = compose["services"][f"worker-{pool}"]["command"]
-        queues = command[command.index("--queues") + 1].split(",")
-        assert queues == [queue_name(pool, INTERACTIVE), queue_name(pool, BULK)]
+        # compose runs `tts-queue worker`, which builds the celery command line below
+        assert compose["services"][f"worker-{pool}"]["command"] == ["tts-queue", "worker", "--pool", pool]
         assert compose["services"][f"worker-{pool}"]["environment"]["TTS_WORKER_POOL"] == pool
+        command = worker_command(pool, 16, prefix="tts")
+        queues = command[command.index("--queues") + 1].split(",")
+        assert queues == [queue_name(pool, INTERACTIVE), queue_name(pool, MAINTENANCE),
+                          queue_name(pool, BULK)]
         # threads pool: CUDA cannot be re-initialized in forked children
         assert command[command.index("--pool") + 1] == "threads"
 
@@ -41,7 +45,8 @@ def test_entry_points_exist(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert "api.wsgi:app" in services["api"]["command"]
     for name in ("worker-cpu", "worker-gpu", "scheduler"):
-        assert services[name]["command"][:3] == ["celery", "-A", "workers.app"]
+        assert services[name]["command"][0] == "tts-queue"
+    assert worker_command("cpu", 1)[1:5] == ["-m", "celery", "-A", "workers.app"]
     for module in ("api/wsgi.py", "workers/app.py"):
         assert (ROOT / module).is_file()
 

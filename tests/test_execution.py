@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,7 +57,7 @@ def world(tmp_path: Path, registry: VoiceRegistry, settings: Settings) -> Iterat
 def add_task(world: dict[str, Any], text: str, status: TaskStatus = TaskStatus.QUEUED,
              voice: str = "tiny") -> str:
     request = build_request({"text": text, "voice": voice}, world["registry"], world["settings"])
-    key = cache_key(request, world["registry"].model_digest(world["registry"].get(voice)))
+    key = cache_key(request, world["registry"].voice_digest(world["registry"].get(voice)))
     task_id = str(uuid.uuid4())
     with world["db"].write() as session:
         session.add(TaskRow(id=task_id, status=status, cache_key=key, request=request.to_dict(),
@@ -124,7 +125,9 @@ def test_identical_requests_in_one_worker_are_synthesized_once(world: dict[str, 
     leader = threading.Thread(target=lambda: results.update(a=world["executor"].execute(first)))
     follower = threading.Thread(target=lambda: results.update(b=world["executor"].execute(second)))
     leader.start()
+    deadline = time.monotonic() + 20
     while world["synth"].calls == 0:
+        assert time.monotonic() < deadline, "the leader never started synthesizing"
         threading.Event().wait(0.001)
     follower.start()
     # When the leader finishes

@@ -342,3 +342,21 @@ def test_loaded_voice_resolves_speakers_like_its_spec(registry: VoiceRegistry) -
     assert voice.speaker_id("carol") == 2
     with pytest.raises(UnknownSpeaker):
         voice.speaker_id("zed")
+
+
+def test_a_voice_changed_on_disk_is_reloaded_and_changes_the_digest(tmp_path: Path) -> None:
+    # Given a drop-in voice that is loaded
+    from tests.conftest import load_voice
+    from tests.tiny_voice import write_voice
+
+    write_voice(tmp_path, "swap")
+    registry = VoiceRegistry(discover_specs(tmp_path), loader=load_voice, default="swap")
+    spec = registry.get("swap")
+    first, digest = registry.load("swap"), registry.voice_digest(spec)
+    assert registry.load("swap") is first
+    # When its config is replaced on disk (a new version of the voice)
+    config = spec.config_path.read_text().replace('"noise_scale"', '"noise_scale_old"', 1)
+    spec.config_path.write_text(config + " ")
+    # Then the next load reloads it, and its digest (part of every cache key) changes
+    assert registry.load("swap") is not first
+    assert registry.voice_digest(spec) != digest

@@ -153,6 +153,7 @@ CHANGES: dict[str, Any] = {
     "noise_scale": 0.5,
     "noise_w": 0.5,
     "sentence_silence_ms": 300,
+    "max_sentence_phonemes": 120,
 }
 
 

@@ -99,6 +99,7 @@ class Completions:
     """
 
     TTL_S = 600
+    MAX_BLOCK_S = 5.0
 
     def __init__(self, client: Any, prefix: str = "tts") -> None:
         self.client = client
@@ -109,7 +110,9 @@ class Completions:
         """Completions over the Redis at ``url``."""
         import redis
 
-        return cls(redis.Redis.from_url(client_url(url), socket_timeout=None), prefix)
+        # socket_timeout above the longest block, so a dead connection cannot hang a waiter
+        client = redis.Redis.from_url(client_url(url), socket_timeout=cls.MAX_BLOCK_S + 5)
+        return cls(client, prefix)
 
     def key(self, task_id: str) -> str:
         """The list that signals ``task_id``."""
@@ -123,9 +126,9 @@ class Completions:
         pipe.execute()
 
     def wait(self, task_id: str, timeout: float) -> str | None:
-        """Block up to ``timeout`` seconds for the signal; the status, or ``None``."""
+        """Block up to ``timeout`` (at most ``MAX_BLOCK_S``) seconds; the status, or ``None``."""
         if timeout <= 0:
             return None
         key = self.key(task_id)
-        value = self.client.blmove(key, key, timeout, "RIGHT", "LEFT")
+        value = self.client.blmove(key, key, min(timeout, self.MAX_BLOCK_S), "RIGHT", "LEFT")
         return value.decode() if isinstance(value, bytes) else value

@@ -14,9 +14,12 @@ from datetime import datetime, timedelta
 
 from cachetools import LRUCache
 from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
 
 from tts_queue.db import CacheEntry, Database, utcnow
 from tts_queue.store import AudioStore
+
+CLEANUP_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -92,13 +95,14 @@ class AudioCache:
         """Store audio for ``key`` atomically and record it (idempotent)."""
         relative = self.store.write(key, fmt, data, alignment)
         now = self.clock()
-        with self.db.write() as session:
-            row = session.get(CacheEntry, key)
-            if row is None:
-                row = CacheEntry(key=key, hits=0, created_at=now)
-                session.add(row)
-            row.path, row.format, row.voice = relative, fmt, voice
-            row.size_bytes, row.duration_s, row.last_access_at = len(data), duration_s, now
+        values = {"path": relative, "format": fmt, "voice": voice, "size_bytes": len(data),
+                  "duration_s": duration_s, "last_access_at": now}
+        try:
+            with self.db.write() as session:
+                session.add(CacheEntry(key=key, hits=0, created_at=now, **values))
+        except IntegrityError:  # another worker stored the same key first: same audio
+            with self.db.write() as session:
+                session.execute(update(CacheEntry).where(CacheEntry.key == key).values(**values))
         hit = CachedAudio(key, relative, fmt, duration_s, len(data))
         with self._lock:
             self._hot[key] = hit
@@ -115,25 +119,31 @@ class AudioCache:
                 session.delete(row)
 
     def delete_expired(self, now: datetime, max_age: timedelta) -> CleanupReport:
-        """Delete entries not accessed since ``now - max_age``, files first, then rows."""
+        """Delete entries not accessed since ``now - max_age``: rows first, then their files.
+
+        Works in chunks (bounded statements); a row touched since it was selected is kept, and
+        its file with it. A request that misses because its row just went is synthesized again.
+        """
         cutoff = now - max_age
-        with self.db.read() as session:
-            stale = session.execute(
-                select(CacheEntry.key, CacheEntry.path).where(CacheEntry.last_access_at < cutoff)
-            ).all()
-        freed = 0
-        for key, path in stale:
-            with self._lock:
-                self._hot.pop(key, None)
-            freed += self.store.delete(path)
-        if stale:
+        entries = freed = 0
+        while True:
             with self.db.write() as session:
-                session.execute(
-                    delete(CacheEntry).where(
-                        CacheEntry.key.in_([k for k, _ in stale]), CacheEntry.last_access_at < cutoff
-                    )
-                )
-        return CleanupReport(entries=len(stale), bytes_freed=freed)
+                keys = session.scalars(
+                    select(CacheEntry.key).where(CacheEntry.last_access_at < cutoff).limit(CLEANUP_CHUNK)
+                ).all()
+                if not keys:
+                    break
+                gone = session.execute(
+                    delete(CacheEntry)
+                    .where(CacheEntry.key.in_(keys), CacheEntry.last_access_at < cutoff)
+                    .returning(CacheEntry.key, CacheEntry.path)
+                ).all()
+            for key, path in gone:
+                with self._lock:
+                    self._hot.pop(key, None)
+                freed += self.store.delete(path)
+            entries += len(gone)
+        return CleanupReport(entries=entries, bytes_freed=freed)
 
 
 def _cached(row: CacheEntry) -> CachedAudio:

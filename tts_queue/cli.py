@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tts_queue.errors import TTSQueueError
+from tts_queue.errors import ConfigError, TTSQueueError
 from tts_queue.settings import Settings
 
 
@@ -100,10 +100,13 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     """Run one worker process for a pool against the configured Redis and database."""
     from tts_queue.launcher import worker_command
 
-    if not settings.redis_url:
-        raise TTSQueueError("set TTS_REDIS_URL (and TTS_DATABASE_URL) to run a worker on its own")
-    env = dict(os.environ, TTS_WORKER_POOL=args.pool)
-    command = worker_command(args.pool, args.concurrency or settings.worker_concurrency,
+    if not settings.redis_url or not settings.database_url:
+        # A worker with its own SQLite file would find none of the API's tasks.
+        raise ConfigError("set TTS_REDIS_URL and TTS_DATABASE_URL (the ones the API uses) to run "
+                          "a worker on its own; `tts-queue up` runs one for you")
+    pool = args.pool or settings.worker_pool
+    env = dict(os.environ, TTS_WORKER_POOL=pool)
+    command = worker_command(pool, args.concurrency or settings.worker_concurrency,
                              prefix=settings.queue_prefix)
     os.execve(command[0], command, env)
     return 0  # not reached
@@ -191,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(func=cmd_up)
 
     worker = sub.add_parser("worker", help="run one worker against TTS_REDIS_URL")
-    worker.add_argument("--pool", choices=["cpu", "gpu"], default="cpu")
+    worker.add_argument("--pool", choices=["cpu", "gpu"], help="default: TTS_WORKER_POOL, else cpu")
     worker.add_argument("--concurrency", type=int, help="requests in flight (TTS_WORKER_CONCURRENCY)")
     worker.set_defaults(func=cmd_worker)
 

@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy import Enum as SAEnum
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.types import TypeDecorator
 
 from tts_queue.status import TaskStatus
 
@@ -50,24 +51,21 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-class UTCDateTime(DateTime):
-    """Timezone-aware datetimes that come back aware from SQLite too."""
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out, on SQLite (which drops zones) too."""
 
+    impl = DateTime(timezone=True)
     cache_ok = True
 
-    def __init__(self) -> None:
-        super().__init__(timezone=True)
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc)
+        return value
 
-    def result_processor(self, dialect: Any, coltype: Any) -> Any:
-        parent = super().result_processor(dialect, coltype)
-
-        def process(value: Any) -> Any:
-            value = parent(value) if parent else value
-            if isinstance(value, datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=timezone.utc)
-            return value
-
-        return process
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
 
 
 class TaskRow(Base):
@@ -87,6 +85,9 @@ class TaskRow(Base):
     book_id: Mapped[str | None] = mapped_column(String(36), index=True, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # Last claim by a worker (or re-dispatch by the recovery sweep): a running row whose claim
+    # is older than the visibility timeout has lost its worker.
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)

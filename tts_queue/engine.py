@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from tts_queue.batching import Batch, BatchPolicy, Entry
@@ -50,8 +51,10 @@ class BatchEngine:
         registry: VoiceRegistry,
         pool: PoolSettings,
         clock: Callable[[], float] = time.monotonic,
+        timeout_s: float = 600.0,
     ) -> None:
         self.registry = registry
+        self.timeout_s = timeout_s
         self.policy = BatchPolicy(
             pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000
         )
@@ -94,7 +97,13 @@ class BatchEngine:
             self._cond.notify_all()
         if self._thread is None:
             self.start()
-        return [future.result() for future in futures]
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            return [future.result(timeout=max(0.0, deadline - time.monotonic())) for future in futures]
+        except FutureTimeout:
+            raise ServiceUnavailable(
+                f"synthesis did not finish within {self.timeout_s:.0f} s; the model may be stuck"
+            ) from None
 
     def cancel(self, group: Hashable) -> None:
         """Drop the waiting sentences of ``group``; their callers get ``CancelledError``."""

@@ -28,6 +28,19 @@ class InvalidRequest(TTSQueueError):
     http_status = 400
 
 
+class UnsupportedMediaType(InvalidRequest):
+    """The request body is not JSON."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class MalformedJSON(InvalidRequest):
+    """The request body does not parse as JSON."""
+
+    code = "malformed_json"
+
+
 class InvalidText(InvalidRequest):
     """The text is empty, too long, not valid Unicode or has nothing to speak."""
 

@@ -46,6 +46,7 @@ class TaskExecutor:
         self.worker_name = worker_name
         self.max_attempts = max_attempts
         self.clock = clock
+        self.leader_timeout_s = 600.0
         self._inflight: dict[str, threading.Event] = {}
         self._inflight_lock = threading.Lock()
 
@@ -64,7 +65,7 @@ class TaskExecutor:
                 self._inflight[row.cache_key] = threading.Event()
         if leader is not None:
             # An identical request is being synthesized in this process: wait for its audio.
-            leader.wait()
+            leader.wait(timeout=self.leader_timeout_s)
         if self.cache.peek(row.cache_key) is not None:
             if leader is None:
                 self._release(row.cache_key)
@@ -109,7 +110,9 @@ class TaskExecutor:
         """queued|running -> running, counting the attempt; ``None`` if finished or unknown."""
         now = self.clock()
         with self.db.write() as session:
-            row = session.get(TaskRow, task_id)
+            # FOR UPDATE: a cancel or a second delivery waits for this claim (PostgreSQL);
+            # SQLite's BEGIN IMMEDIATE already serializes writers.
+            row = session.get(TaskRow, task_id, with_for_update=True)
             if row is None:
                 log.warning("task %s is not in the database; dropping the message", task_id)
                 return None
@@ -117,6 +120,7 @@ class TaskExecutor:
                 return None
             row.status = TaskStatus.RUNNING
             row.started_at = row.started_at or now
+            row.claimed_at = now
             row.attempts += 1
             row.worker = worker_name
             return row

@@ -27,6 +27,7 @@ from tts_queue.status import TaskStatus
 
 INTERACTIVE = "interactive"
 BULK = "bulk"
+MAINTENANCE = "maintenance"
 
 
 class Dispatcher(Protocol):
@@ -37,7 +38,12 @@ class Dispatcher(Protocol):
 
 
 def queue_name(pool: str, lane: str = INTERACTIVE, prefix: str = "tts") -> str:
-    """Broker queue of a pool and lane: ``tts.cpu`` (interactive) or ``tts.cpu.bulk``."""
+    """Broker queue of a pool and lane: ``tts.cpu`` (interactive), ``tts.cpu.bulk``, ...
+
+    The maintenance lane (cleanup, recovery sweeps) is shared by all pools: ``tts.maintenance``.
+    """
+    if lane == MAINTENANCE:
+        return f"{prefix}.{MAINTENANCE}"
     return f"{prefix}.{pool}" if lane == INTERACTIVE else f"{prefix}.{pool}.{lane}"
 
 
@@ -99,7 +105,7 @@ class TaskService:
 
     def key_of(self, request: SynthesisRequest) -> str:
         """The cache key of a validated request."""
-        return cache_key(request, self.registry.model_digest(self.registry.get(request.voice)))
+        return cache_key(request, self.registry.voice_digest(self.registry.get(request.voice)))
 
     def pool_for(self, request: SynthesisRequest, preferred: str | None = None) -> str:
         """The worker pool that serves a request: the caller's choice, the voice's, or the default."""

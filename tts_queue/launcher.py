@@ -18,6 +18,7 @@ from pathlib import Path
 import requests
 
 from tts_queue.broker import EmbeddedRedis
+from tts_queue.job import BULK, INTERACTIVE, MAINTENANCE, queue_name
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 
@@ -27,8 +28,9 @@ log = logging.getLogger(__name__)
 def worker_command(
     pool: str, concurrency: int, name: str | None = None, prefix: str = "tts"
 ) -> list[str]:
-    """The Celery worker command line for ``pool`` (its interactive queue first, then bulk)."""
-    queues = f"{prefix}.{pool},{prefix}.{pool}.bulk"
+    """The Celery worker command line for ``pool``: interactive queue first, then maintenance,
+    then bulk (the broker is read in that order)."""
+    queues = ",".join(queue_name(pool, lane, prefix) for lane in (INTERACTIVE, MAINTENANCE, BULK))
     return [
         sys.executable, "-m", "celery", "-A", "workers.app", "worker",
         "--pool", "threads", "--concurrency", str(concurrency), "--queues", queues,

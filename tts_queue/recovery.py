@@ -1,10 +1,15 @@
-"""Repair at-least-once delivery from the task rows after the broker lost its messages.
+"""Repair at-least-once delivery from the task rows when the broker lost messages.
 
-Redis without persistence (or after a flush or failover) forgets queued messages while the
-database still says ``queued``. A marker key in Redis tells whether it is the same broker data
-as at the last sweep: if the marker is gone, every ``queued`` row (and every ``running`` row older
-than the visibility timeout) is dispatched again, then the marker is set. Duplicates are safe:
-``TaskExecutor`` skips finished tasks and a repeated synthesis writes the same file.
+Two cases, checked every 30 s by the scheduler and when a worker starts:
+
+- The broker lost its data (Redis without persistence restarted, a flush, a failover): a marker
+  key in Redis is then missing, and every ``queued`` row is dispatched again.
+- A worker died (or its retries ran out while the database was down) and the broker will not
+  redeliver: a ``running`` row whose last claim is older than the visibility timeout plus a
+  margin is dispatched again, and its claim time is bumped so it is not re-sent every sweep.
+
+Duplicates are safe: ``TaskExecutor`` skips finished tasks and a repeated synthesis writes the
+same file.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ import logging
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select, update
 
 from tts_queue.db import Database, TaskRow
 from tts_queue.job import Dispatcher
 from tts_queue.status import TaskStatus
 
 log = logging.getLogger(__name__)
+
+MARGIN = timedelta(seconds=60)
 
 
 class BrokerMarker(Protocol):
@@ -34,22 +41,29 @@ class BrokerMarker(Protocol):
 
 def requeue_lost(
     db: Database, dispatcher: Dispatcher, marker: BrokerMarker, now: datetime,
-    stale_running_after: timedelta,
+    visibility_timeout: timedelta,
 ) -> int:
-    """Dispatch again every task whose message the broker may have lost; return how many."""
-    if marker.present():
-        return 0
-    cutoff = now - stale_running_after
-    with db.read() as session:
-        lost = session.execute(
-            select(TaskRow.id, TaskRow.queue).where(or_(
-                TaskRow.status == TaskStatus.QUEUED,
-                and_(TaskRow.status == TaskStatus.RUNNING, TaskRow.started_at < cutoff),
-            )).order_by(TaskRow.created_at)
+    """Dispatch again every task whose message may be lost; return how many."""
+    lost: list[tuple[str, str]] = []
+    if not marker.present():
+        with db.read() as session:
+            lost += [(task_id, queue) for task_id, queue in session.execute(
+                select(TaskRow.id, TaskRow.queue).where(TaskRow.status == TaskStatus.QUEUED)
+                .order_by(TaskRow.created_at)
+            )]
+    stale = now - visibility_timeout - MARGIN
+    with db.write() as session:
+        orphans = session.execute(
+            update(TaskRow)
+            .where(TaskRow.status == TaskStatus.RUNNING, TaskRow.claimed_at < stale)
+            .values(claimed_at=now)
+            .returning(TaskRow.id, TaskRow.queue)
         ).all()
+    lost += [(task_id, queue) for task_id, queue in orphans]
     for task_id, queue in lost:
         dispatcher.dispatch(task_id, queue)
     marker.set()
     if lost:
-        log.warning("broker data was lost; dispatched %d task(s) again from the database", len(lost))
+        log.warning("dispatched %d task(s) again from the database (%d of dead workers)",
+                    len(lost), len(orphans))
     return len(lost)

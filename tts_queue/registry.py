@@ -33,6 +33,21 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _stat_key(path: Path) -> tuple[Path, int, int]:
+    """A file version: path, size and modification time (ns)."""
+    stat = path.stat()
+    return (path, stat.st_size, stat.st_mtime_ns)
+
+
+def _piper_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("piper-tts")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _package_dir(package: str) -> Path:
     module = import_module(package)
     data_dir = getattr(module, "data_dir", None)
@@ -114,7 +129,8 @@ class VoiceRegistry:
                 self._names[name.lower()] = spec.id
         self._loader = loader
         self._loaded: LRUCache[str, Voice] = LRUCache(maxsize=max_loaded)
-        self._digests: dict[tuple[Path, int, float], str] = {}
+        self._digests: dict[tuple[Path, int, int], str] = {}
+        self._loaded_files: dict[str, tuple[tuple[Path, int, int], ...]] = {}
         self._lock = threading.RLock()
         self.default = default
 
@@ -155,16 +171,25 @@ class VoiceRegistry:
     def digest(self, spec: VoiceSpec) -> str:
         """The model file's sha256, computed once per file version."""
         spec.require_files()
-        stat = spec.model_path.stat()
-        key = (spec.model_path, stat.st_size, stat.st_mtime)
+        key = _stat_key(spec.model_path)
         with self._lock:
             if key not in self._digests:
                 self._digests[key] = file_sha256(spec.model_path)
             return self._digests[key]
 
     def model_digest(self, spec: VoiceSpec) -> str:
-        """The digest that identifies this voice's audio: the manifest's, else the file's."""
+        """The model's digest: the manifest's, else the file's."""
         return spec.sha256 or self.digest(spec)
+
+    def voice_digest(self, spec: VoiceSpec) -> str:
+        """What identifies this voice's audio: model, config and phonemizer (piper) version."""
+        config_key = _stat_key(spec.config_path)
+        with self._lock:
+            if config_key not in self._digests:
+                self._digests[config_key] = file_sha256(spec.config_path)
+            config = self._digests[config_key]
+        material = f"{self.model_digest(spec)}:{config}:piper-{_piper_version()}"
+        return hashlib.sha256(material.encode()).hexdigest()
 
     def verify(self, spec: VoiceSpec) -> None:
         """Raise ``DigestMismatch`` when the file differs from the manifest's digest."""
@@ -183,13 +208,25 @@ class VoiceRegistry:
         with self._lock:
             # pop and re-insert, so the cache's iteration order is its LRU order (``loaded()``)
             voice = self._loaded.pop(spec.id, None)
+            if voice is not None and self._files_changed(spec):
+                log.info("voice %s changed on disk; reloading it", spec.id)
+                voice = None
             if voice is None:
                 if not spec.present:
                     raise VoiceFilesMissing(f"voice {spec.id!r}: files not found at {spec.model_path}")
                 self.verify(spec)
+                files = (_stat_key(spec.model_path), _stat_key(spec.config_path))
                 voice = self._loader(spec)
+                self._loaded_files[spec.id] = files
             self._loaded[spec.id] = voice
             return voice
+
+    def _files_changed(self, spec: VoiceSpec) -> bool:
+        try:
+            now = (_stat_key(spec.model_path), _stat_key(spec.config_path))
+        except OSError:
+            return True
+        return self._loaded_files.get(spec.id) != now
 
     def loaded(self) -> list[str]:
         """Ids of the voices loaded now, least recently used first."""

@@ -15,7 +15,7 @@ from tts_queue.settings import Settings
 from tts_queue.text import clean_text
 from tts_queue.voice import resolve_speaker
 
-KEY_VERSION = 1
+KEY_VERSION = 2
 FIELDS = ("text", "voice", "speaker", "language", "format", "speed", "noise_scale", "noise_w")
 
 
@@ -31,6 +31,7 @@ class SynthesisRequest:
     noise_scale: float | None = None
     noise_w: float | None = None
     sentence_silence_ms: int = 200
+    max_sentence_phonemes: int = 400
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form."""
@@ -47,9 +48,10 @@ class SynthesisRequest:
         return (self.voice, self.speaker, self.speed, self.noise_scale, self.noise_w)
 
 
-def cache_key(request: SynthesisRequest, model_digest: str) -> str:
-    """sha256 over the normalized request and the model's digest: a new model, a new key."""
-    material = {"v": KEY_VERSION, "model": model_digest, **request.to_dict()}
+def cache_key(request: SynthesisRequest, voice_digest: str) -> str:
+    """sha256 over the normalized request and the voice's digest (model, config, frontend):
+    a new model, config or phonemizer version gives new keys."""
+    material = {"v": KEY_VERSION, "voice_digest": voice_digest, **request.to_dict()}
     blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -60,9 +62,13 @@ def _number(payload: Mapping[str, Any], name: str, low: float, high: float) -> f
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidRequest(f"{name} must be a number")
-    if not low <= float(value) <= high:
+    try:
+        number = float(value)
+    except OverflowError:
+        raise InvalidRequest(f"{name} must be between {low} and {high}") from None
+    if not low <= number <= high:
         raise InvalidRequest(f"{name} must be between {low} and {high}; got {value}")
-    return float(value)
+    return number
 
 
 def build_request(
@@ -94,6 +100,7 @@ def build_request(
         noise_scale=_number(payload, "noise_scale", 0.0, 2.0),
         noise_w=_number(payload, "noise_w", 0.0, 2.0),
         sentence_silence_ms=settings.sentence_silence_ms,
+        max_sentence_phonemes=settings.max_sentence_phonemes,
     )
 
 

@@ -52,7 +52,7 @@ class Synthesizer:
     def synthesize(self, request: SynthesisRequest, group: object = None) -> SynthesisResult:
         """Synthesize one request (blocking)."""
         voice = self.registry.load(request.voice)
-        sentences = voice.sentence_ids(request.text, self.settings.max_sentence_phonemes)
+        sentences = voice.sentence_ids(request.text, request.max_sentence_phonemes)
         scales = voice.scales(request.speed)
         if request.noise_scale is not None or request.noise_w is not None:
             scales = type(scales)(

@@ -49,6 +49,8 @@ def clean_text(text: str, max_chars: int) -> str:
         for ch in normalized
     )
     cleaned = _SPACES.sub(" ", kept).strip()
+    if len(cleaned) > max_chars:  # NFKC can expand one character into many
+        raise TextTooLong(f"text has {len(cleaned)} characters once normalized; the limit is {max_chars}")
     # emoji-only text is not empty: it has nothing to speak (NothingToSpeak, below)
     if not cleaned and not any(unicodedata.category(ch) == "So" for ch in normalized):
         raise EmptyText("text is empty (only whitespace or control characters)")

@@ -17,7 +17,7 @@ from celery import Celery, signals
 
 from tts_queue.broker import Completions, client_url, kombu_url
 from tts_queue.db import Database, utcnow
-from tts_queue.job import BULK, INTERACTIVE, queue_name
+from tts_queue.job import MAINTENANCE, queue_name
 from tts_queue.recovery import requeue_lost
 from tts_queue.settings import Settings
 from workers.runtime import RuntimeHolder
@@ -35,6 +35,7 @@ def make_celery(settings: Settings) -> Celery:
     if not settings.redis_url:
         raise RuntimeError("TTS_REDIS_URL is not set: start with `tts-queue up` or set it")
     app = Celery("tts_queue", broker=kombu_url(settings.redis_url))
+    maintenance = queue_name("", MAINTENANCE, settings.queue_prefix)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -45,7 +46,9 @@ def make_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         worker_concurrency=settings.worker_concurrency,
         worker_pool="threads",
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # The threads pool cannot terminate a running job; asking it to on a broker reconnect
+        # crashes the worker (celery#7185). Running tasks finish; late acks cover the rest.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_s,
@@ -57,8 +60,14 @@ def make_celery(settings: Settings) -> Celery:
         task_default_queue=queue_name(settings.default_pool, prefix=settings.queue_prefix),
         task_queues=None,
         beat_schedule={
-            "delete-stale-audio": {"task": CLEANUP, "schedule": settings.cleanup_interval_s},
-            "requeue-lost-tasks": {"task": REQUEUE, "schedule": REQUEUE_INTERVAL_S},
+            "delete-stale-audio": {
+                "task": CLEANUP, "schedule": settings.cleanup_interval_s,
+                "options": {"queue": maintenance, "expires": settings.cleanup_interval_s},
+            },
+            "requeue-lost-tasks": {
+                "task": REQUEUE, "schedule": REQUEUE_INTERVAL_S,
+                "options": {"queue": maintenance, "expires": REQUEUE_INTERVAL_S},
+            },
         },
         worker_hijack_root_logger=False,
     )
@@ -84,11 +93,12 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
     @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.max_retries)
     def synthesize(self: Any, task_id: str) -> str | None:
         """Synthesize one task row; unexpected errors retry with backoff, then fail the row."""
-        runtime = holder.get()
         try:
+            runtime = holder.get()
             status = runtime.executor.execute(task_id, self.request.hostname)
         except Exception as exc:
             if self.request.retries >= self.max_retries:
+                runtime = holder.get()
                 status = runtime.executor.fail_unexpected(task_id, exc)
                 completions.notify(task_id, status.value)
                 return status.value
@@ -133,11 +143,6 @@ def requeue(app: Celery, db: Database, settings: Settings) -> int:
     """Re-dispatch tasks whose messages the broker lost (see ``tts_queue.recovery``)."""
     return requeue_lost(db, CeleryDispatcher(app), RedisMarker(settings), utcnow(),
                         timedelta(seconds=settings.visibility_timeout_s))
-
-
-def worker_queues(pool: str, prefix: str = "tts") -> list[str]:
-    """Queues a worker of ``pool`` consumes, interactive first."""
-    return [queue_name(pool, INTERACTIVE, prefix), queue_name(pool, BULK, prefix)]
 
 
 class CeleryDispatcher:

@@ -86,6 +86,9 @@ BAD_REQUESTS = [
     ({"json": {"text": "hi", "format": "mp3"}}, 400, "unsupported_format"),
     ({"json": {"text": "hi", "speed": 10}}, 400, "invalid_request"),
     ({"json": {"text": "hi", "speed": "fast"}}, 400, "invalid_request"),
+    ({"data": '{"text": "hi", "speed": 1' + "0" * 400 + "}", "content_type": "application/json"}, 400,
+     "invalid_request"),
+    ({"json": {"text": "\ufdfa" * 40}}, 413, "text_too_long"),
     ({"json": {"text": "hi", "language": "fr"}}, 400, "invalid_request"),
     ({"json": {"text": "hi", "pool": "tpu"}}, 400, "invalid_request"),
     ({"json": {"text": "hi", "colour": "blue"}}, 400, "invalid_request"),
@@ -221,3 +224,17 @@ def test_long_poll_of_a_queued_task_returns_after_the_wait(client: FlaskClient) 
     assert body["status"] == "queued"
     bad = client.get(f"/v1/tasks/{task['task_id']}?wait=soon")
     assert bad.status_code == 400 and error_of(bad) == "invalid_request"
+
+
+def test_a_database_outage_is_a_503_not_a_500(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> None:
+    # Given an API whose database cannot be reached
+    settings = Settings(data_dir=tmp_path, voices_dir=voices_dir,
+                        database_url="postgresql+psycopg://nobody@127.0.0.1:1/none")
+    client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+    # When a client submits or polls
+    submitted = client.post("/v1/tts", json={"text": "Anyone home?"})
+    polled = client.get(f"/v1/tasks/{uuid.uuid4()}")
+    # Then both are told the service is unavailable, in JSON
+    assert submitted.status_code == 503 and error_of(submitted) == "service_unavailable"
+    assert polled.status_code == 503 and error_of(polled) == "service_unavailable"
+    assert queue.sent == []

@@ -47,12 +47,21 @@ def test_restart_of_a_forgetful_broker_loses_no_accepted_job(tmp_path: Path) -> 
         waiting_id = waiting.get_json()["task_id"]
         assert waiting.status_code == 202
 
+        # And a long task running on the cpu worker
+        long_text = " ".join(f"Sentence number {n} keeps the worker busy." for n in range(1, 13))
+        running = client.post("/v1/tts", json={"text": long_text}).get_json()["task_id"]
+        wait_until(lambda: status(running) is TaskStatus.RUNNING, timeout=60, interval=0.02)
+
         # When the broker restarts and forgets every message
         broker.stop()
         broker.start()
         assert redis.Redis.from_url(broker.url).dbsize() == 0
 
-        # Then the running worker reconnects and serves new requests
+        # Then the worker survives the lost connection and finishes the running task
+        wait_until(lambda: status(running) is TaskStatus.DONE, timeout=120, interval=0.2)
+        assert cpu.process.poll() is None
+
+        # And it reconnects and serves new requests
         fresh = client.post("/v1/tts", json={"text": "After the restart."}).get_json()["task_id"]
         wait_until(lambda: status(fresh) is TaskStatus.DONE, timeout=120, interval=0.2)
 
