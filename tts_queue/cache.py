@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from cachetools import LRUCache
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from tts_queue.db import CacheEntry, Database, utcnow
 from tts_queue.store import AudioStore
@@ -72,20 +73,27 @@ class AudioCache:
         hit = self._find(key)
         return hit if hit is not None and self.store.exists(hit.path) else None
 
-    def lookup(self, key: str) -> CachedAudio | None:
-        """The cached audio for ``key`` (recording the hit), or ``None``."""
+    def lookup(self, key: str, session: Session | None = None) -> CachedAudio | None:
+        """The cached audio for ``key`` (recording the hit), or ``None``.
+
+        With ``session`` (a write session), the hit is recorded in the caller's transaction, so
+        a cache-hit request costs one database commit.
+        """
         hit = self._find(key)
         if hit is None:
             return None
         if not self.store.exists(hit.path):
-            self.forget(key)
+            self.forget(key, session)
             return None
-        with self.db.write() as session:
-            session.execute(
-                update(CacheEntry)
-                .where(CacheEntry.key == key)
-                .values(hits=CacheEntry.hits + 1, last_access_at=self.clock())
-            )
+        record = (
+            update(CacheEntry).where(CacheEntry.key == key)
+            .values(hits=CacheEntry.hits + 1, last_access_at=self.clock())
+        )
+        if session is not None:
+            session.execute(record)
+        else:
+            with self.db.write() as own:
+                own.execute(record)
         with self._lock:
             self._hot[key] = hit
         return hit
@@ -108,15 +116,18 @@ class AudioCache:
             self._hot[key] = hit
         return hit
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: str, session: Session | None = None) -> None:
         """Drop ``key`` from memory and the database (its file is deleted too)."""
         with self._lock:
             self._hot.pop(key, None)
-        with self.db.write() as session:
-            row = session.get(CacheEntry, key)
-            if row is not None:
-                self.store.delete(row.path)
-                session.delete(row)
+        if session is None:
+            with self.db.write() as own:
+                self.forget(key, own)
+            return
+        row = session.get(CacheEntry, key)
+        if row is not None:
+            self.store.delete(row.path)
+            session.delete(row)
 
     def delete_expired(self, now: datetime, max_age: timedelta) -> CleanupReport:
         """Delete entries not accessed since ``now - max_age``: rows first, then their files.

@@ -36,7 +36,7 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
 
     text = sys.stdin.read() if args.text == "-" else args.text
     output = Path(args.output)
-    fmt = args.format or output.suffix.lstrip(".") or "wav"
+    fmt = args.format or output.suffix.lstrip(".") or "wav"  # default: from -o's suffix
     payload = {"text": text, "voice": args.voice, "speaker": args.speaker,
                "format": check_format(fmt), "speed": args.speed}
     registry = VoiceRegistry.from_settings(settings)
@@ -164,62 +164,68 @@ def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every sub-command."""
-    parser = argparse.ArgumentParser(prog="tts-queue", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_voice_options(parser: argparse.ArgumentParser) -> None:
+    """The request options shared by ``say`` and ``submit``."""
+    parser.add_argument("text", help="the text, or - to read standard input")
+    parser.add_argument("--voice", help="voice id or alias (default: the default voice)")
+    parser.add_argument("--speaker", help="speaker name or number (multi-speaker voices)")
+    parser.add_argument("--format", choices=["wav", "flac", "ogg"], help="default: wav")
+    parser.add_argument("--speed", type=float, help="1.0 is normal; 1.5 is faster")
 
+
+def _add_local_commands(sub: Any) -> None:
+    """Commands that need no running service."""
     say = sub.add_parser("say", help="synthesize text to an audio file locally")
-    say.add_argument("text", help="the text, or - to read standard input")
+    _add_voice_options(say)
     say.add_argument("-o", "--output", default="out.wav", help="output file (default out.wav)")
-    for p in (say,):
-        p.add_argument("--voice", help="voice id or alias (default: the default voice)")
-        p.add_argument("--speaker", help="speaker name or number (multi-speaker voices)")
-        p.add_argument("--format", choices=["wav", "flac", "ogg"], help="default: from -o's suffix")
-        p.add_argument("--speed", type=float, help="1.0 is normal; 1.5 is faster")
     say.set_defaults(func=cmd_say)
-
     voices = sub.add_parser("voices", help="list known voices and their state")
     voices.add_argument("--json", action="store_true")
     voices.set_defaults(func=cmd_voices)
-
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
 
+
+def _add_service_commands(sub: Any) -> None:
+    """Commands that run parts of the service."""
     up = sub.add_parser("up", help="run API, worker, scheduler (and embedded Redis) here")
     up.add_argument("--host", help="bind address (TTS_HOST, default 127.0.0.1)")
     up.add_argument("--port", type=int, help="port (TTS_PORT, default 8000)")
     up.add_argument("--data-dir", dest="data_dir", help="audio, SQLite and broker files (TTS_DATA_DIR)")
     up.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     up.set_defaults(func=cmd_up)
-
     worker = sub.add_parser("worker", help="run one worker against TTS_REDIS_URL")
     worker.add_argument("--pool", choices=["cpu", "gpu"], help="default: TTS_WORKER_POOL, else cpu")
     worker.add_argument("--concurrency", type=int, help="requests in flight (TTS_WORKER_CONCURRENCY)")
     worker.set_defaults(func=cmd_worker)
-
     sub.add_parser("scheduler", help="run the periodic cleanup scheduler").set_defaults(
         func=cmd_scheduler)
 
-    for name, func, help_text in (("submit", cmd_submit, "submit text to a running service"),
-                                  ("status", cmd_status, "show a task's status"),
-                                  ("fetch", cmd_fetch, "wait for a task and download its audio")):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--api", help="API URL (TTS_API_URL, default http://127.0.0.1:8000)")
-        if name == "submit":
-            p.add_argument("text", help="the text, or - to read standard input")
-            p.add_argument("-o", "--output", help="wait and write the audio here")
-            p.add_argument("--voice")
-            p.add_argument("--speaker")
-            p.add_argument("--format", choices=["wav", "flac", "ogg"])
-            p.add_argument("--speed", type=float)
-        else:
-            p.add_argument("task_id")
-        if name == "status":
-            p.add_argument("--wait", action="store_true", help="wait until it finishes")
-        if name == "fetch":
-            p.add_argument("-o", "--output", required=True)
-        p.set_defaults(func=func)
+
+def _add_client_commands(sub: Any) -> None:
+    """Commands that talk to a running service over HTTP."""
+    api_help = "API URL (TTS_API_URL, default http://127.0.0.1:8000)"
+    submit = sub.add_parser("submit", help="submit text to a running service")
+    _add_voice_options(submit)
+    submit.add_argument("-o", "--output", help="wait and write the audio here")
+    status = sub.add_parser("status", help="show a task's status")
+    status.add_argument("--wait", action="store_true", help="wait until it finishes")
+    fetch = sub.add_parser("fetch", help="wait for a task and download its audio")
+    fetch.add_argument("-o", "--output", required=True)
+    for parser, func in ((submit, cmd_submit), (status, cmd_status), (fetch, cmd_fetch)):
+        parser.add_argument("--api", help=api_help)
+        if parser is not submit:
+            parser.add_argument("task_id")
+        parser.set_defaults(func=func)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = argparse.ArgumentParser(prog="tts-queue", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_local_commands(sub)
+    _add_service_commands(sub)
+    _add_client_commands(sub)
     return parser
 
 

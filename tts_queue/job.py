@@ -125,10 +125,10 @@ class TaskService:
             pool=chosen_pool, queue=queue_name(chosen_pool, lane, self.settings.queue_prefix),
             book_id=book_id, created_at=now, attempts=0,
         )
-        hit = self.cache.lookup(key)
-        if hit is not None:
-            row.status, row.started_at, row.finished_at = TaskStatus.DONE, now, now
         with self.db.write() as session:
+            hit = self.cache.lookup(key, session)
+            if hit is not None:
+                row.status, row.started_at, row.finished_at = TaskStatus.DONE, now, now
             session.add(row)
         if hit is not None:
             return TaskView.of(row, hit.duration_s, hit=True)

@@ -71,7 +71,13 @@ class Supervisor:
 
     def __init__(self) -> None:
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.watched: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.stopping = False
+
+    def watch(self, name: str, process: subprocess.Popen[bytes] | None) -> None:
+        """Also stop everything if ``process`` (started elsewhere) exits."""
+        if process is not None:
+            self.watched.append((name, process))
 
     def start(self, name: str, command: Sequence[str], env: Mapping[str, str]) -> None:
         """Start one child."""
@@ -86,7 +92,7 @@ class Supervisor:
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGTERM, _stop)
         while not self.stopping:
-            for name, child in self.children:
+            for name, child in self.children + self.watched:
                 if child.poll() is not None:
                     log.error("%s exited with code %s; stopping everything", name, child.returncode)
                     return 1
@@ -128,6 +134,8 @@ def up(settings: Settings, workers: int = 1) -> int:
         settings = settings.replace(redis_url=embedded.start())
         print(f"embedded Redis on {embedded.socket}", file=sys.stderr)
     supervisor = Supervisor()
+    if embedded is not None:
+        supervisor.watch("embedded redis-server", embedded.process)
     try:
         upgrade(settings.resolved_database_url)
         env = child_env(settings, os.environ)

@@ -149,6 +149,11 @@ class Settings:
                 raise ConfigError(f"TTS_{name.upper()}_MAX_BATCH must be at least 1")
         if self.max_text_chars < 1 or self.max_sentence_phonemes < 16:
             raise ConfigError("TTS_MAX_TEXT_CHARS and TTS_MAX_SENTENCE_PHONEMES are too small")
+        if self.max_loaded_voices < 1 or self.worker_concurrency < 1 or self.api_threads < 1:
+            raise ConfigError("TTS_MAX_LOADED_VOICES, TTS_WORKER_CONCURRENCY and TTS_API_THREADS "
+                              "must be at least 1")
+        if self.sync_wait_s < 0 or not 0 < self.min_speed <= 1 <= self.max_speed:
+            raise ConfigError("TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
 
 
 def _parse(name: str, raw: str, type_name: str) -> Any:

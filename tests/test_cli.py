@@ -1,0 +1,50 @@
+"""The ``tts-queue`` command, called in-process with an injected environment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import soundfile
+
+from tts_queue.cli import main
+
+
+@pytest.mark.integration
+def test_say_writes_speech_with_the_default_voice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "hello.flac"
+    code = main(["say", "Hello there. The meeting starts at nine.", "-o", str(out)],
+                env={"TTS_DATA_DIR": str(tmp_path)})
+    assert code == 0
+    samples, rate = soundfile.read(out)
+    assert rate == 22050 and 1.5 < len(samples) / rate < 5
+    assert "2 sentence(s)" in capsys.readouterr().err
+
+
+def test_voices_lists_the_verified_default_voice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["voices", "--json"], env={"TTS_DATA_DIR": str(tmp_path)}) == 0
+    voices = json.loads(capsys.readouterr().out)
+    joe = next(v for v in voices if v["id"] == "en_US-joe-medium")
+    assert joe["status"] == "verified" and joe["language"] == "en_US" and "joe" in joe["aliases"]
+
+
+@pytest.mark.parametrize(("argv", "env", "message"), [
+    (["say", "   ", "-o", "x.wav"], {}, "empty_text"),
+    (["say", "hi", "--voice", "nobody", "-o", "x.wav"], {}, "unknown_voice"),
+    (["worker"], {"TTS_REDIS_URL": "redis://127.0.0.1:6379/15"}, "config_error"),
+    (["status", "00000000-0000-0000-0000-000000000000", "--api", "http://127.0.0.1:9"], {},
+     "service_unavailable"),
+    (["up"], {"TTS_CPU_MAX_BATCH": "0"}, "config_error"),
+])
+def test_errors_are_one_clear_line_and_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], env: dict[str, str],
+    message: str,
+) -> None:
+    code = main(argv, env={"TTS_DATA_DIR": str(tmp_path), **env})
+    err = capsys.readouterr().err
+    assert code == 2 and f"[{message}]" in err and "Traceback" not in err
