@@ -9,7 +9,8 @@ modes run interleaved in ``--repeats`` rounds; figures are medians over rounds, 
 add each call's fastest round (robust to other processes sharing the CPU).
 ``bare``: one ``session.run`` per sentence, unpatched model, batch 1 (the raw model limit).
 ``core_single``: ``VoiceModel.run_batch`` per sentence (patched model, trimming).
-``synth_<policy>``: the full ``Synthesizer`` path, lone requests one at a time.
+``synth_<policy>``: the full ``Synthesizer`` path, lone requests one at a time (window: max batch 4,
+so a lone request waits out the window).
 ``batch<N>_arrival|policy``: ``run_batch`` on batches of N cut in arrival order or picked by
 ``BatchPolicy`` (oldest + closest-length neighbours). ``load_<policy>_mb<N>``: a ``BatchEngine``
 fed by ``--threads`` concurrent senders, one sentence per call, each from a disjoint share.
@@ -233,7 +234,7 @@ def build_modes(
         "bare": bare_mode(bare),
         "core_single": batch_mode(voice, 1, False),
         "synth_eager": synth_mode(registry, settings, replace(cpu, policy="eager")),
-        "synth_window": synth_mode(registry, settings, replace(cpu, policy="window")),
+        "synth_window": synth_mode(registry, settings, replace(cpu, policy="window", max_batch=4)),
     }
     for size in BATCH_SIZES:
         modes[f"batch{size}_arrival"] = batch_mode(voice, size, False)

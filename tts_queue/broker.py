@@ -64,7 +64,10 @@ class EmbeddedRedis:
             "--maxmemory-policy", "noeviction",
             "--logfile", str(self.directory / "redis.log"),
         ]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        from tts_queue.launcher import die_with_parent
+
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

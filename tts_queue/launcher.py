@@ -66,13 +66,31 @@ def child_env(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def die_with_parent() -> None:
+    """In a child before exec: get SIGTERM when the parent dies, even by SIGKILL (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Supervisor:
-    """Starts child processes and stops them all on Ctrl-C, SIGTERM or any child's exit."""
+    """Starts child processes and stops them all on Ctrl-C, SIGTERM or any child's exit.
+
+    Signal handlers are installed before the first child starts, so a signal that arrives while
+    the system is still starting stops it cleanly too; children die with the supervisor.
+    """
 
     def __init__(self) -> None:
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.watched: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.stopping = False
+
+        def _stop(signum: int, _frame: object) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
 
     def watch(self, name: str, process: subprocess.Popen[bytes] | None) -> None:
         """Also stop everything if ``process`` (started elsewhere) exits."""
@@ -82,15 +100,11 @@ class Supervisor:
     def start(self, name: str, command: Sequence[str], env: Mapping[str, str]) -> None:
         """Start one child."""
         log.info("starting %s", name)
-        self.children.append((name, subprocess.Popen(list(command), env=dict(env))))
+        child = subprocess.Popen(list(command), env=dict(env), preexec_fn=die_with_parent)
+        self.children.append((name, child))
 
     def wait(self) -> int:
         """Block until a signal or a child exits; return the exit code to use."""
-        def _stop(signum: int, _frame: object) -> None:
-            self.stopping = True
-
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
         while not self.stopping:
             for name, child in self.children + self.watched:
                 if child.poll() is not None:
@@ -112,10 +126,10 @@ class Supervisor:
                 child.kill()
 
 
-def wait_ready(url: str, timeout: float = 120.0) -> bool:
-    """Poll ``/readyz`` until it answers 200."""
+def wait_ready(url: str, supervisor: Supervisor, timeout: float = 120.0) -> bool:
+    """Poll ``/readyz`` until it answers 200 (or the supervisor is told to stop)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not supervisor.stopping:
         try:
             if requests.get(url + "/readyz", timeout=3).status_code == 200:
                 return True
@@ -128,14 +142,13 @@ def wait_ready(url: str, timeout: float = 120.0) -> bool:
 def up(settings: Settings, workers: int = 1) -> int:
     """Run the whole system on this machine until interrupted."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor()
     embedded = None
     if not settings.redis_url:
         embedded = EmbeddedRedis(settings.broker_dir)
         settings = settings.replace(redis_url=embedded.start())
-        print(f"embedded Redis on {embedded.socket}", file=sys.stderr)
-    supervisor = Supervisor()
-    if embedded is not None:
         supervisor.watch("embedded redis-server", embedded.process)
+        print(f"embedded Redis on {embedded.socket}", file=sys.stderr)
     try:
         upgrade(settings.resolved_database_url)
         env = child_env(settings, os.environ)
@@ -147,7 +160,7 @@ def up(settings: Settings, workers: int = 1) -> int:
         supervisor.start("scheduler", scheduler_command(settings.data_dir), env)
         supervisor.start("api", api_command(settings.host, settings.port, settings.api_threads), env)
         url = f"http://{settings.host}:{settings.port}"
-        if wait_ready(url):
+        if wait_ready(url, supervisor):
             print(f"tts-queue is up at {url}  (data in {settings.data_dir}; Ctrl-C stops)",
                   file=sys.stderr)
         else:

@@ -89,3 +89,30 @@ def test_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
         assert again.status_code == 200 and again.json()["cache_hit"] is True
     finally:
         assert stop(up) == 0
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line or environment contains ``text`` (children inherit TTS_DATA_DIR)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                blob = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in blob:
+                found.append(int(proc.name))
+    return found
+
+
+def test_a_signal_while_starting_stops_everything(tmp_path: Path) -> None:
+    # Given `tts-queue up` that has started its children but is not ready yet
+    data_dir, port = tmp_path / "data", free_port()
+    up = start_up(data_dir, port, tmp_path / "up.log")
+    wait_until(lambda: len(processes_mentioning(str(data_dir))) >= 5, timeout=60)
+    # When it gets SIGTERM during start-up
+    code = stop(up)
+    # Then it exits cleanly and leaves no process behind
+    assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
+    wait_until(lambda: processes_mentioning(str(data_dir)) == [] and not processes_mentioning(f":{port}"),
+               timeout=30)
