@@ -57,12 +57,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_service(data_dir: Path, port: int, overrides: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_service(
+    data_dir: Path, port: int, overrides: dict[str, str], workers: int = 1
+) -> subprocess.Popen[bytes]:
     """``tts-queue up`` on embedded defaults (plus ``--set``); returns once /readyz answers 200."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
     env.update(overrides)
     process = subprocess.Popen(
-        [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir), "--port", str(port)],
+        [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir), "--port", str(port),
+         "--workers", str(workers)],
         cwd=ROOT, env=env, stdout=open(data_dir / "up.log", "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
     )
     deadline = time.monotonic() + 180
@@ -146,8 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--set", action="append", default=[], metavar="TTS_NAME=VALUE",
                         help="a setting for both the service and the in-process core")
+    parser.add_argument("--service-set", action="append", default=[], metavar="TTS_NAME=VALUE",
+                        help="a setting for the service only (the core keeps its defaults)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes of the service")
     args = parser.parse_args(argv)
     overrides = dict(item.split("=", 1) for item in args.set)
+    service_overrides = overrides | dict(item.split("=", 1) for item in args.service_set)
 
     settings = Settings.from_env(overrides)
     registry = VoiceRegistry.from_settings(settings)
@@ -159,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tts-bench-") as tmp:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        service = start_service(Path(tmp), port, overrides)
+        service = start_service(Path(tmp), port, service_overrides, args.workers)
         try:
             for round_no in range(args.rounds):
                 # a fresh suffix per round, so the service never answers from its cache
@@ -184,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
         "settings": {"clients": args.clients, "cpu_pool": vars(settings.cpu_pool), "overrides": overrides,
+                     "service_overrides": service_overrides, "workers": args.workers,
                      "sentences": len(SENTENCES)},
         "headline": {"service_over_core": statistics.median(ratios),
                      "lone_extra_p50_ms": results["lone"]["extra_p50_ms"],
