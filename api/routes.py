@@ -186,6 +186,10 @@ def readyz() -> tuple[Response, int]:
     try:
         workers = svc.probe.ping_workers(timeout=1.0) if svc.probe else []
         checks["workers"] = workers or "error: no worker answered"
+        consuming = getattr(svc.probe, "consuming", None)
+        if consuming is not None:
+            checks["consuming"] = "ok" if consuming() else (
+                "error: no worker took a task off a queue in the last 90 s (is the scheduler running?)")
     except Exception as exc:
         checks["workers"] = f"error: {exc}"
     ready = all(not (isinstance(v, str) and v.startswith("error")) for v in checks.values())

@@ -25,6 +25,9 @@ class QueueProbe(Protocol):
     def wait_finished(self, task_id: str, timeout: float) -> None:
         """Block until ``task_id`` may have finished (or ``timeout``)."""
 
+    def consuming(self) -> bool:
+        """Whether a worker consumed a task recently."""
+
 
 @dataclass
 class Services:

@@ -28,6 +28,14 @@ SYNTHESIZE = "tts.synthesize"
 CLEANUP = "tts.cleanup"
 REQUEUE = "tts.requeue_lost"
 REQUEUE_INTERVAL_S = 30.0
+# A worker that consumed nothing from the maintenance queue for this long is not ready: it may be
+# alive but stuck after a broker restart (celery#9054, #10205).
+CONSUMED_TTL_S = int(REQUEUE_INTERVAL_S * 3)
+
+
+def consumed_key(prefix: str) -> str:
+    """The Redis key that says a worker consumed a task recently."""
+    return f"{prefix}:consumed"
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -128,6 +136,7 @@ class RedisMarker:
     def __init__(self, settings: Settings) -> None:
         assert settings.redis_url
         self.client = redis.Redis.from_url(client_url(settings.redis_url), socket_timeout=5)
+        self.prefix = settings.queue_prefix
         self.key = f"{settings.queue_prefix}:broker-marker"
 
     def present(self) -> bool:
@@ -138,10 +147,16 @@ class RedisMarker:
         """Mark the broker's current data."""
         self.client.set(self.key, utcnow().isoformat())
 
+    def mark_consumed(self) -> None:
+        """Record that a worker just took a task off a queue (read by ``/readyz``)."""
+        self.client.set(consumed_key(self.prefix), utcnow().isoformat(), ex=CONSUMED_TTL_S)
+
 
 def requeue(app: Celery, db: Database, settings: Settings) -> int:
     """Re-dispatch tasks whose messages the broker lost (see ``tts_queue.recovery``)."""
-    return requeue_lost(db, CeleryDispatcher(app), RedisMarker(settings), utcnow(),
+    marker = RedisMarker(settings)
+    marker.mark_consumed()
+    return requeue_lost(db, CeleryDispatcher(app), marker, utcnow(),
                         timedelta(seconds=settings.visibility_timeout_s))
 
 

@@ -26,6 +26,7 @@ class FakeQueue:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
         self.broken = False
+        self.stalled = False
 
     def dispatch(self, task_id: str, queue: str) -> None:
         if self.broken:
@@ -38,6 +39,9 @@ class FakeQueue:
 
     def ping_workers(self, timeout: float = 1.0) -> list[str]:
         return [] if self.broken else ["fake@worker"]
+
+    def consuming(self) -> bool:
+        return not self.stalled
 
 
 @pytest.fixture()
@@ -238,3 +242,16 @@ def test_a_database_outage_is_a_503_not_a_500(tmp_path: Path, voices_dir: Path, 
     assert submitted.status_code == 503 and error_of(submitted) == "service_unavailable"
     assert polled.status_code == 503 and error_of(polled) == "service_unavailable"
     assert queue.sent == []
+
+
+def test_a_worker_that_answers_pings_but_consumes_nothing_is_not_ready(
+    client: FlaskClient, queue: FakeQueue
+) -> None:
+    # Given workers that answer pings but have taken nothing off a queue lately
+    queue.stalled = True
+    # When readiness is checked
+    response = client.get("/readyz")
+    # Then the service is not ready, and says why
+    body = response.get_json()
+    assert response.status_code == 503 and body["checks"]["workers"] == ["fake@worker"]
+    assert body["checks"]["consuming"].startswith("error")

@@ -193,6 +193,7 @@ def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -
     body = response.get_json()
     assert response.status_code == 200, body
     assert body["checks"]["database"] == "ok" and body["checks"]["broker"] == "ok"
+    assert body["checks"]["consuming"] == "ok"
     assert worker.name in body["checks"]["workers"]
 
 
