@@ -195,12 +195,18 @@ def test_only_entries_with_the_oldest_key_share_a_batch() -> None:
     assert second.key == "b" and [m for m, _ in second.members] == [b1]
 
 
-def test_window_never_mixes_keys() -> None:
-    # Given a window policy with one entry of key a and a full batch's worth of key b
+def one_a_then_two_b() -> BatchPolicy:
+    """A window policy (max batch 2, 1 s) with one entry of key a, then a full batch of key b."""
     policy = BatchPolicy("window", max_batch=2, window_s=1.0)
     policy.append(entry(4, 0.0, key="a", first=1))
     policy.append(entry(4, 0.1, key="b", first=20))
     policy.append(entry(4, 0.2, key="b", first=40))
+    return policy
+
+
+def test_window_never_mixes_keys() -> None:
+    # Given a window policy with one entry of key a and a full batch's worth of key b
+    policy = one_a_then_two_b()
     # When a's window has passed
     first = policy.next_batch(now=1.0)
     second = policy.next_batch(now=1.0)
@@ -269,10 +275,7 @@ def test_max_batch_below_one_is_treated_as_one() -> None:
 
 def test_a_waiting_key_does_not_hold_up_a_full_batch_of_another() -> None:
     # Given a window policy with one early entry of key a and, later, a full batch of key b
-    policy = BatchPolicy("window", max_batch=2, window_s=1.0)
-    policy.append(entry(4, 0.0, key="a", first=1))
-    policy.append(entry(4, 0.1, key="b", first=20))
-    policy.append(entry(4, 0.2, key="b", first=40))
+    policy = one_a_then_two_b()
     # When asked before a's window ends
     batch = policy.next_batch(now=0.5)
     # Then b's full batch runs and a keeps waiting

@@ -28,7 +28,7 @@ def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
 
 def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     """Synthesize text to a file with the core, no service needed."""
-    from tts_queue.audio import check_format
+    from tts_queue.audio import check_format, write_atomic
     from tts_queue.engine import BatchEngine
     from tts_queue.registry import VoiceRegistry
     from tts_queue.request import build_request
@@ -48,8 +48,6 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         engine.stop()
     elapsed = time.perf_counter() - started
-    from tts_queue.audio import write_atomic
-
     write_atomic(output, result.audio.encode(request.format))
     print(f"wrote {output} ({result.audio.duration_s:.2f} s of audio, {result.sentences} sentence(s), "
           f"{elapsed:.2f} s to synthesize)", file=sys.stderr)

@@ -53,13 +53,7 @@ class Synthesizer:
         """Synthesize one request (blocking)."""
         voice = self.registry.load(request.voice)
         sentences = voice.sentence_ids(request.text, request.max_sentence_phonemes)
-        scales = voice.scales(request.speed)
-        if request.noise_scale is not None or request.noise_w is not None:
-            scales = type(scales)(
-                noise_scale=scales.noise_scale if request.noise_scale is None else request.noise_scale,
-                length_scale=scales.length_scale,
-                noise_w=scales.noise_w if request.noise_w is None else request.noise_w,
-            )
+        scales = voice.scales(request.speed, request.noise_scale, request.noise_w)
         key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
         results = self.engine.run_sentences(key, sentences, group=group)
         parts = [r.audio.samples for r in results]

@@ -87,12 +87,14 @@ class Voice:
         """Speaker number for a name or number, ``None`` for single-speaker voices."""
         return resolve_speaker(self.spec, speaker)
 
-    def scales(self, speed: float = 1.0, noise: bool = True) -> Scales:
-        """The voice's default scales, with ``speed`` applied and noise optionally off."""
+    def scales(
+        self, speed: float = 1.0, noise_scale: float | None = None, noise_w: float | None = None
+    ) -> Scales:
+        """The voice's default scales with ``speed`` applied and the noise scales overridden."""
         return Scales(
-            noise_scale=float(self.config.noise_scale) if noise else 0.0,
+            noise_scale=float(self.config.noise_scale) if noise_scale is None else noise_scale,
             length_scale=float(self.config.length_scale) / speed,
-            noise_w=float(self.config.noise_w_scale) if noise else 0.0,
+            noise_w=float(self.config.noise_w_scale) if noise_w is None else noise_w,
         )
 
     def sentence_ids(self, cleaned_text: str, max_phonemes: int) -> list[list[int]]:
