@@ -155,3 +155,44 @@ class ConfigError(TTSQueueError):
     """A setting has a value that cannot be used."""
 
     code = "config_error"
+
+
+# --- books ------------------------------------------------------------------------------------
+
+
+class BookError(InvalidRequest):
+    """A book upload cannot be rendered."""
+
+    code = "invalid_book"
+
+
+class InvalidBook(BookError):
+    """The file is not a readable EPUB, text or Markdown book (corrupt, wrong type, bad pattern)."""
+
+    code = "invalid_book"
+
+
+class EmptyBook(BookError):
+    """The book has no prose to read (no chapters, or only images)."""
+
+    code = "empty_book"
+
+
+class BookTooLarge(BookError):
+    """The uploaded book is larger than ``TTS_MAX_BOOK_BYTES``."""
+
+    code = "book_too_large"
+    http_status = 413
+
+
+class UnknownChapters(BookError):
+    """The chapter range names chapters the book does not have, or does not parse."""
+
+    code = "unknown_chapters"
+
+
+class BookNotFound(TTSQueueError):
+    """No book has that id."""
+
+    code = "book_not_found"
+    http_status = 404
