@@ -17,7 +17,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     settings = settings or Settings.from_env(os.environ)
     app = Flask(__name__)
     # Text limit plus JSON overhead; larger bodies get a JSON 413 before parsing.
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_text_chars * 8 + 4096
+    app.config["MAX_CONTENT_LENGTH"] = settings.request.max_text_chars * 8 + 4096
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["tts"] = services or Services.build(settings)
     register_error_handlers(app)

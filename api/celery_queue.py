@@ -1,31 +1,33 @@
-"""The API's view of the queue: dispatch through Celery, readiness through Redis and a ping."""
+"""The API's view of the queue: a bare Celery client to send and ping, Redis for signals and readiness.
+
+It builds no worker app: no tasks, no runtime, no signal handlers (``workers.dispatch``).
+"""
 
 from __future__ import annotations
 
-import redis
-
-from tts_queue.broker import Completions, client_url
+from tts_queue.broker import RedisKeys, redis_client
+from tts_queue.finish_signal import FinishSignals
 from tts_queue.settings import Settings
-from workers.factory import CeleryDispatcher, consumed_key, make_celery
+from workers.dispatch import CeleryDispatcher, make_client
 
 
 class CeleryQueue(CeleryDispatcher):
     """Dispatcher plus broker and worker probes."""
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__(make_celery(settings))
-        assert settings.redis_url
-        self.redis = redis.Redis.from_url(client_url(settings.redis_url), socket_timeout=2)
-        self.completions = Completions.from_url(settings.redis_url, settings.queue_prefix)
-        self.prefix = settings.queue_prefix
+        super().__init__(make_client(settings))
+        assert settings.services.redis_url
+        self.redis = redis_client(settings.services.redis_url, socket_timeout=2)
+        self.signals = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix)
+        self.keys = RedisKeys(settings.services.queue_prefix)
 
     def wait_finished(self, task_id: str, timeout: float) -> None:
         """Block until the worker signals ``task_id`` finished, or ``timeout`` passes."""
-        self.completions.wait(task_id, timeout)
+        self.signals.wait(task_id, timeout)
 
     def consuming(self) -> bool:
-        """Whether some worker took a task off a queue in the last 90 s (the scheduler's sweep)."""
-        return bool(self.redis.exists(consumed_key(self.prefix)))
+        """Whether some worker took a task off a queue within ``TTS_CONSUMED_WINDOW_S``."""
+        return bool(self.redis.exists(self.keys.consumed))
 
     def ping_broker(self) -> None:
         """Raise if Redis does not answer."""

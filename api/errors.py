@@ -1,8 +1,15 @@
-"""The one place that maps errors to HTTP: ``{"error": {"code", "message"}}`` with a 4xx/5xx."""
+"""The one place that maps errors to HTTP: ``{"error": {"code", "message"}}`` with a 4xx/5xx.
+
+Every route raises; nothing else builds an error response. ``register_error_handlers`` takes an
+optional body shape, so a later blueprint with a different error format (an OpenAI-compatible one)
+reuses the same mapping of exceptions to statuses and codes.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import redis
 import sqlalchemy.exc
@@ -21,35 +28,46 @@ HTTP_CODES = {
     413: "request_too_large",
     415: "unsupported_media_type",
 }
+# Outages of a backing service: 503 with Retry-After, never a 500.
+OUTAGES = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+           redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+BodyShape = Callable[[TTSQueueError], dict[str, Any]]
 
 
-def error_response(code: str, message: str, status: int) -> tuple[Response, int]:
-    """The JSON error body and status."""
-    return jsonify(error={"code": code, "message": message}), status
+def default_body(exc: TTSQueueError) -> dict[str, Any]:
+    """``{"error": {"code", "message"}, **details}``."""
+    return {"error": {"code": exc.code, "message": exc.message}, **exc.details}
 
 
-def register_error_handlers(app: Flask) -> None:
+def as_error(exc: Exception) -> TTSQueueError:
+    """Any exception as a ``TTSQueueError`` with the status and code clients see."""
+    if isinstance(exc, TTSQueueError):
+        return exc
+    if isinstance(exc, HTTPException):
+        status = exc.code or 500
+        error = TTSQueueError(exc.description or "", HTTP_CODES.get(status, "http_error"))
+        error.http_status = status
+        return error
+    if isinstance(exc, OUTAGES):
+        log.warning("service outage: %s", exc)
+        return ServiceUnavailable(f"a backing service is unreachable ({type(exc).__name__}); retry later")
+    log.exception("unhandled error", exc_info=exc)
+    return TTSQueueError("an unexpected error occurred; it was logged", "internal_error")
+
+
+def to_response(exc: Exception, body: BodyShape = default_body) -> tuple[Response, int]:
+    """The JSON response and status of ``exc``, with ``Retry-After`` where it has one."""
+    error = as_error(exc)
+    response = jsonify(body(error))
+    if error.retry_after_s is not None:
+        response.headers["Retry-After"] = str(error.retry_after_s)
+    return response, error.http_status
+
+
+def register_error_handlers(app: Flask, body: BodyShape = default_body) -> None:
     """Turn every exception into a JSON error; never a traceback page."""
 
-    @app.errorhandler(TTSQueueError)
-    def _tts_error(exc: TTSQueueError) -> tuple[Response, int]:
-        return error_response(exc.code, exc.message, exc.http_status)
-
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException) -> tuple[Response, int]:
-        status = exc.code or 500
-        return error_response(HTTP_CODES.get(status, "http_error"), exc.description or "", status)
-
-    @app.errorhandler(sqlalchemy.exc.OperationalError)
-    @app.errorhandler(sqlalchemy.exc.InterfaceError)
-    @app.errorhandler(redis.exceptions.ConnectionError)
-    @app.errorhandler(redis.exceptions.TimeoutError)
-    def _outage(exc: Exception) -> tuple[Response, int]:
-        log.warning("service outage: %s", exc)
-        return error_response(ServiceUnavailable.code,
-                              f"a backing service is unreachable ({type(exc).__name__}); retry later", 503)
-
     @app.errorhandler(Exception)
-    def _unexpected(exc: Exception) -> tuple[Response, int]:
-        log.exception("unhandled error")
-        return error_response("internal_error", "an unexpected error occurred; it was logged", 500)
+    def _any(exc: Exception) -> tuple[Response, int]:
+        return to_response(exc, body)

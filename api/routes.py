@@ -7,17 +7,17 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request, send_file, url_for
 
-from api.errors import error_response
 from api.services import Services
 from tts_queue.errors import (
     AudioNotReady,
     InvalidRequest,
     MalformedJSON,
-    TTSQueueError,
+    NotReady,
+    TaskFailed,
     UnsupportedMediaType,
 )
-from tts_queue.job import TaskView
 from tts_queue.status import TaskStatus
+from tts_queue.task_service import TaskView
 
 bp = Blueprint("tts", __name__)
 POLL_INTERVAL_S = 0.02
@@ -86,20 +86,24 @@ def wait_seconds() -> float:
         wait = float(request.args.get("wait", 0))
     except ValueError:
         raise InvalidRequest("wait must be a number of seconds") from None
-    return max(0.0, min(wait, settings.sync_wait_s))
+    return max(0.0, min(wait, settings.api.sync_wait_s))
 
 
 def wait_for(view: TaskView, seconds: float) -> TaskView:
-    """Block until the task finishes or ``seconds`` pass (the worker's signal wakes us early)."""
+    """Block until the task finishes or ``seconds`` pass (the worker's signal wakes us early).
+
+    The row is also re-read every ``TTS_WAIT_RECHECK_S`` in case a signal was lost.
+    """
     svc = services()
     wait_finished = getattr(svc.probe, "wait_finished", None)
+    recheck = svc.settings.api.wait_recheck_s
     deadline = time.monotonic() + seconds
     while not view.status.finished:
         left = deadline - time.monotonic()
         if left <= 0:
             break
         if wait_finished is not None:
-            wait_finished(view.id, min(left, 1.0))  # re-read the row at least once a second
+            wait_finished(view.id, min(left, recheck))
         else:
             time.sleep(min(left, POLL_INTERVAL_S))
         view = svc.tasks.get(view.id)
@@ -137,12 +141,12 @@ def get_audio(task_id: str) -> Response:
 @bp.post("/tts")
 def synthesize_sync() -> Any:
     """Submit and wait: the audio if ready within ``wait`` seconds, else 202 with the task id."""
-    wait = wait_seconds() if "wait" in request.args else services().settings.sync_wait_s
+    wait = wait_seconds() if "wait" in request.args else services().settings.api.sync_wait_s
     view = wait_for(_submit(), wait)
     if view.status is TaskStatus.DONE:
         return get_audio(view.id)
     if view.status is TaskStatus.FAILED:
-        return error_response(view.error_code or "synthesis_failed", view.error_message or "", 422)
+        raise TaskFailed(view.error_message or "synthesis failed", view.error_code)
     return jsonify(task_json(view)), 202, {"Location": task_json(view)["status_url"]}
 
 
@@ -173,15 +177,15 @@ def healthz() -> Response:
 
 
 @bp.get("/readyz")
-def readyz() -> tuple[Response, int]:
-    """Broker, database and at least one worker reachable."""
+def readyz() -> Response:
+    """Broker, database and at least one worker reachable and consuming; else 503 ``not_ready``."""
     svc = services()
     checks: dict[str, Any] = {}
     for name, check in (("database", svc.db.ping), ("broker", _ping_broker)):
         try:
             check()
             checks[name] = "ok"
-        except (TTSQueueError, Exception) as exc:  # noqa: B014 - report any failure
+        except Exception as exc:  # report any failure
             checks[name] = f"error: {exc}"
     try:
         workers = svc.probe.ping_workers(timeout=1.0) if svc.probe else []
@@ -189,11 +193,14 @@ def readyz() -> tuple[Response, int]:
         consuming = getattr(svc.probe, "consuming", None)
         if consuming is not None:
             checks["consuming"] = "ok" if consuming() else (
-                "error: no worker took a task off a queue in the last 90 s (is the scheduler running?)")
+                f"error: no worker took a task off a queue in the last "
+                f"{svc.settings.worker.consumed_window_s:.0f} s (is the scheduler running?)")
     except Exception as exc:
         checks["workers"] = f"error: {exc}"
-    ready = all(not (isinstance(v, str) and v.startswith("error")) for v in checks.values())
-    return jsonify(ready=ready, checks=checks), 200 if ready else 503
+    failed = [name for name, v in checks.items() if isinstance(v, str) and v.startswith("error")]
+    if failed:
+        raise NotReady(f"not ready: {', '.join(failed)}", details={"ready": False, "checks": checks})
+    return jsonify(ready=True, checks=checks)
 
 
 def _ping_broker() -> None:

@@ -7,10 +7,10 @@ from typing import Any, Protocol
 
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database
-from tts_queue.job import Dispatcher, TaskService
 from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings
 from tts_queue.store import AudioStore
+from tts_queue.task_service import Dispatcher, TaskService
 
 
 class QueueProbe(Protocol):
@@ -48,8 +48,8 @@ class Services:
             from api.celery_queue import CeleryQueue
 
             dispatcher = probe = CeleryQueue(settings)
-        db = Database(settings.resolved_database_url)
+        db = Database(settings.database_url)
         registry = VoiceRegistry.from_settings(settings)
-        cache = AudioCache(db, AudioStore(settings.audio_dir), settings.hot_cache_size)
+        cache = AudioCache(db, AudioStore(settings.audio_dir), settings.cache.hot_size)
         tasks = TaskService(settings, db, cache, registry, dispatcher)
         return cls(settings, db, registry, tasks, probe)

@@ -41,10 +41,10 @@ import onnxruntime as ort
 
 from tts_queue.batching import BatchPolicy, Entry
 from tts_queue.engine import BatchEngine, BatchKey
-from tts_queue.inference import Scales, SessionConfig, session_options
+from tts_queue.inference import Scales, session_options
 from tts_queue.registry import VoiceRegistry
 from tts_queue.request import SynthesisRequest
-from tts_queue.settings import PoolSettings, Settings
+from tts_queue.settings import PoolSettings, SessionConfig, Settings
 from tts_queue.synthesizer import Synthesizer
 from tts_queue.voice import Voice
 
@@ -160,7 +160,7 @@ def synth_mode(registry: VoiceRegistry, settings: Settings, pool: PoolSettings) 
 
     def run(work: Work) -> Run:
         engine = BatchEngine(registry, pool).start()
-        synth = Synthesizer(registry, engine, settings)
+        synth = Synthesizer(registry, engine)
         voice = registry.get(None).id
         requests = [SynthesisRequest(text=text, voice=voice) for text in work.texts]
         result = timed(lambda r: len(synth.synthesize(r).audio.samples), requests)
@@ -229,7 +229,7 @@ def build_modes(
     registry: VoiceRegistry, settings: Settings, bare: Any, args: Any
 ) -> dict[str, Mode]:
     """Every mode, in the order they run in a round."""
-    voice, cpu = registry.load(None), settings.cpu_pool
+    voice, cpu = registry.load(None), settings.routing.cpu
     modes: dict[str, Mode] = {
         "bare": bare_mode(bare),
         "core_single": batch_mode(voice, 1, False),
@@ -276,12 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     registry = VoiceRegistry.from_settings(settings)
     voice = registry.load(None)
     texts = SENTENCES[:8] if args.quick else SENTENCES
-    ids = [voice.sentence_ids(text, settings.max_sentence_phonemes) for text in texts]
+    ids = [voice.sentence_ids(text, settings.request.max_sentence_phonemes) for text in texts]
     if any(len(seqs) != 1 for seqs in ids):
         raise SystemExit("every benchmark text must phonemize to exactly one sentence")
     work = Work(texts, [seqs[0] for seqs in ids], voice.scales())
-    config = SessionConfig(settings.providers, settings.intra_op_threads,
-                           settings.inter_op_threads, settings.graph_optimization)
+    config = SessionConfig(settings.onnx.providers, settings.onnx.intra_op_threads,
+                           settings.onnx.inter_op_threads, settings.onnx.graph_optimization)
     bare = ort.InferenceSession(str(voice.spec.model_path), sess_options=session_options(config),
                                 providers=[voice.model.provider])
     modes = build_modes(registry, settings, bare, args)
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                "platform": platform.platform(), "python": platform.python_version(),
                "provider": voice.model.provider,
                "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
-    used = {"session": asdict(config), "cpu_pool": asdict(settings.cpu_pool),
+    used = {"session": asdict(config), "cpu_pool": asdict(settings.routing.cpu),
             "scales": asdict(work.scales), "voice": voice.spec.id,
             "ids_per_sentence": [len(s) for s in work.ids]} | vars(args) | {"out": str(args.out)}
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine,

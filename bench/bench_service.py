@@ -158,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.from_env(overrides)
     registry = VoiceRegistry.from_settings(settings)
-    engine = BatchEngine(registry, settings.cpu_pool).start()
-    synth = Synthesizer(registry, engine, settings)
+    engine = BatchEngine(registry, settings.routing.cpu).start()
+    synth = Synthesizer(registry, engine)
     synth.synthesize(build_request({"text": "Warm up."}, registry, settings))
 
     results: dict[str, Any] = {"rounds": []}
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
-        "settings": {"clients": args.clients, "cpu_pool": vars(settings.cpu_pool), "overrides": overrides,
+        "settings": {"clients": args.clients, "cpu_pool": vars(settings.routing.cpu), "overrides": overrides,
                      "service_overrides": service_overrides, "workers": args.workers,
                      "sentences": len(SENTENCES)},
         "headline": {"service_over_core": statistics.median(ratios),

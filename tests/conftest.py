@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
-from tts_queue.inference import SessionConfig, VoiceModel
+from tts_queue.inference import VoiceModel
 from tts_queue.registry import VoiceRegistry, discover_specs
-from tts_queue.settings import Settings
+from tts_queue.settings import SessionConfig, Settings
 from tts_queue.voice import Voice, VoiceSpec
 
 CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
@@ -59,4 +59,4 @@ def registry(voices_dir: Path) -> VoiceRegistry:
 @pytest.fixture
 def settings(tmp_path: Path, voices_dir: Path) -> Settings:
     """Default settings with the data directory in a temp dir."""
-    return Settings(data_dir=tmp_path / "data", voices_dir=voices_dir)
+    return Settings.from_env({"TTS_DATA_DIR": str(tmp_path / "data"), "TTS_VOICES_DIR": str(voices_dir)})

@@ -215,37 +215,6 @@ def test_window_never_mixes_keys() -> None:
     assert second is not None and second.key == "b" and len(second.slots) == 2
 
 
-def test_cancel_drops_a_groups_waiting_entries() -> None:
-    # Given entries of two requests
-    policy = BatchPolicy("eager", max_batch=8)
-    kept = [entry(4, 0.0, group="keep", first=1), entry(4, 0.2, group="keep", first=20)]
-    policy.append(entry(4, 0.1, group="drop", first=40))
-    for e in kept:
-        policy.append(e)
-    policy.append(entry(4, 0.3, group="drop", first=60))
-    # When one request is cancelled before batching
-    policy.cancel("drop")
-    batch = policy.next_batch(now=1.0)
-    # Then only the other request's entries run
-    assert batch is not None
-    assert [m for m, _ in batch.members] == kept
-    assert len(policy) == 0
-
-
-def test_cancel_does_not_affect_entries_queued_after_batching() -> None:
-    # Given a cancelled group whose entries were dropped at the last batching
-    policy = BatchPolicy("eager")
-    policy.append(entry(4, 0.0, group="g"))
-    policy.cancel("g")
-    assert policy.next_batch(now=0.0) is None
-    # When the same group queues again (a retry)
-    retry = entry(4, 1.0, group="g")
-    policy.append(retry)
-    # Then the new entry runs
-    batch = policy.next_batch(now=1.0)
-    assert batch is not None and batch.members == [(retry, 0)]
-
-
 def test_deadline_follows_the_oldest_remaining_entry() -> None:
     # Given a window policy with entries at 0.0 and 0.5 and room for one per batch
     policy = BatchPolicy("window", max_batch=1, window_s=1.0)
@@ -281,12 +250,3 @@ def test_a_waiting_key_does_not_hold_up_a_full_batch_of_another() -> None:
     # Then b's full batch runs and a keeps waiting
     assert batch is not None and batch.key == "b" and len(batch.slots) == 2
     assert len(policy) == 1 and policy.next_batch(now=0.5) is None
-
-
-def test_cancelled_entries_are_handed_back_for_their_waiters() -> None:
-    policy = BatchPolicy("eager")
-    dropped = entry(4, 0.0, group="g")
-    policy.append(dropped)
-    policy.cancel("g")
-    assert policy.next_batch(now=0.0) is None
-    assert policy.take_dropped() == [dropped] and policy.take_dropped() == []

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tts_queue.job import BULK, INTERACTIVE, MAINTENANCE, queue_name
-from tts_queue.launcher import worker_command
+from tts_queue.broker import BULK, INTERACTIVE, MAINTENANCE, queue_name
+from tts_queue.cli.launcher import worker_command
 
 yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[1]

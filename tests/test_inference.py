@@ -12,15 +12,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.conftest import CPU_SESSION
-from tests.tiny_voice import HOP_LENGTH, JUNK, build_model, frames_per_id, reference_audio
+from tests.tiny_voice import HOP_LENGTH, JUNK, VoiceFiles, build_model, frames_per_id, reference_audio
 from tts_queue.errors import ConfigError, ModelLoadError, SynthesisError
-from tts_queue.inference import (
-    Scales,
-    SessionConfig,
-    VoiceModel,
-    choose_providers,
-    session_options,
-)
+from tts_queue.inference import Scales, VoiceModel, choose_providers, session_options
+from tts_queue.settings import SessionConfig
 
 TRT, CUDA, CPU = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
 SCALES = Scales(noise_scale=0.667, length_scale=1.0, noise_w=0.8)
@@ -58,31 +53,67 @@ def test_auto_prefers_tensorrt_then_cuda_then_cpu(available: list[str], chosen: 
 @pytest.mark.parametrize(
     ("requested", "chosen"),
     [
-        ("cuda", [CUDA, CPU]),
-        ("trt,cuda", [TRT, CUDA, CPU]),
-        ("tensorrt", [TRT, CPU]),
+        ("cuda", [CUDA]),
+        ("trt,cuda", [TRT, CUDA]),
+        ("tensorrt", [TRT]),
         ("cpu", [CPU]),
         ("CPU,cuda", [CUDA, CPU]),  # CPU never fails, so it cannot stand before CUDA
-        ("CUDAExecutionProvider,,", [CUDA, CPU]),
+        ("CUDAExecutionProvider,,", [CUDA]),
     ],
 )
 def test_named_providers_keep_their_order_with_cpu_last(requested: str, chosen: list[str]) -> None:
     # Given a machine with every provider
     # When providers are named (aliases, full names, any case)
-    # Then they are used in the given order and CPU is last
+    # Then they are used in the given order, CPU last, and CPU only when named
     assert choose_providers(requested, [CPU, CUDA, TRT]) == chosen
 
 
-def test_named_provider_that_is_missing_is_dropped_with_a_warning(
+def test_a_missing_provider_in_a_list_with_cpu_is_dropped_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Given a CPU-only machine
-    # When CUDA is asked for
+    # When CUDA is asked for with CPU as the fallback
     with caplog.at_level(logging.WARNING, logger="tts_queue.inference"):
-        chosen = choose_providers("cuda", [CPU])
+        chosen = choose_providers("cuda,cpu", [CPU])
     # Then CPU alone is used and the missing provider is named in a warning
     assert chosen == [CPU]
     assert CUDA in caplog.text
+
+
+def test_a_demanded_provider_that_is_missing_is_a_config_error() -> None:
+    # Given a CPU-only machine
+    # When CUDA is demanded (a list without cpu)
+    # Then it fails loudly instead of running on CPU
+    with pytest.raises(ConfigError, match="demands CUDAExecutionProvider"):
+        choose_providers("cuda", [CPU])
+
+
+def test_load_reports_the_provider_the_session_really_uses(
+    tiny_files: VoiceFiles, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given an onnxruntime that claims CUDA (as onnxruntime-gpu does without working CUDA libraries)
+    import onnxruntime as ort
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
+    # When the voice loads with auto
+    with caplog.at_level(logging.WARNING, logger="tts_queue.inference"):
+        model = VoiceModel.load(tiny_files.model_path, SessionConfig(providers="auto"), HOP_LENGTH)
+    # Then the session was asked for CUDA first, but the model reports CPU, where it really runs
+    assert model.provider == CPU
+    assert "asked for CUDAExecutionProvider, running on CPUExecutionProvider" in caplog.text
+
+
+def test_load_fails_when_a_demanded_provider_falls_back(
+    tiny_files: VoiceFiles, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an onnxruntime that claims CUDA but cannot run it
+    import onnxruntime as ort
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
+    # When CUDA is demanded
+    # Then loading fails loudly instead of running on CPU
+    with pytest.raises(ModelLoadError, match="fell back to CPUExecutionProvider"):
+        VoiceModel.load(tiny_files.model_path, SessionConfig(providers="cuda"), HOP_LENGTH)
 
 
 @pytest.mark.parametrize("requested", ["rocm", "cuda,openvino", "gpu"])
@@ -291,7 +322,7 @@ class _FailingSession:
 
 def test_model_failure_is_a_synthesis_error() -> None:
     # Given a session that fails at run time
-    model = VoiceModel(_FailingSession(), CPU, HOP_LENGTH, multi_speaker=False)
+    model = VoiceModel(_FailingSession(), [CPU], HOP_LENGTH, multi_speaker=False)
     # When a batch runs
     # Then SynthesisError names the batch size and keeps the cause
     with pytest.raises(SynthesisError, match="batch of 2") as info:

@@ -190,7 +190,7 @@ def test_synthesizer_end_to_end(registry: VoiceRegistry, engine: BatchEngine,
                                 tmp_path: Path) -> None:
     # Given the default settings and a request of two sentences
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path)})
-    synthesizer = Synthesizer(registry, engine, settings)
+    synthesizer = Synthesizer(registry, engine)
     text = "Good evening, Watson. The train to London leaves at half past seven, so we must hurry."
     request = build_request({"text": text, "format": "wav"}, registry, settings)
     # When it is synthesized
@@ -198,13 +198,13 @@ def test_synthesizer_end_to_end(registry: VoiceRegistry, engine: BatchEngine,
     # Then the audio lasts a plausible time for the text (about 0.06 s a character when spoken)
     expected = 0.06 * len(text)
     assert 0.5 * expected < result.audio.duration_s < 3 * expected
-    assert result.sentences == 2 and result.batch_size == settings.cpu_pool.max_batch == 1
+    assert result.sentences == 2 and result.batch_size == settings.routing.cpu.max_batch == 1
     # And it is speech-like: not silent, within range, no NaNs
     samples = result.audio.samples
     assert np.isfinite(samples).all()
     assert 0.01 < float(np.sqrt(np.mean(samples**2))) and float(np.abs(samples).max()) <= 1.5
     # And its alignment covers the audio exactly (sentences + one silence between)
-    gap = 22050 * settings.sentence_silence_ms // 1000
+    gap = 22050 * settings.request.sentence_silence_ms // 1000
     total = sum(sum(p) for p in result.alignment.phoneme_samples) + gap
     assert total == len(samples)
     # And it encodes to a WAV that reads back at 22,050 Hz

@@ -11,6 +11,7 @@ import pytest
 from tts_queue.db import Database, TaskRow
 from tts_queue.recovery import MARGIN, requeue_lost
 from tts_queue.status import TaskStatus
+from tts_queue.task_rows import TaskRows
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 VISIBILITY = timedelta(hours=1)
@@ -59,7 +60,7 @@ def test_a_broker_that_lost_its_data_gets_every_queued_task_again(db: Database) 
     add(db, TaskStatus.CANCELLED)
     marker, recorder = Marker(present=False), Recorder()
     # When the sweep runs
-    count = requeue_lost(db, recorder, marker, NOW, VISIBILITY)
+    count = requeue_lost(TaskRows(db, lambda: NOW), recorder, marker, NOW, VISIBILITY)
     # Then exactly the queued tasks are sent again, to their own queues, and the marker is set
     assert count == 2 and sorted(recorder.sent) == sorted(zip(queued, ["tts.cpu", "tts.gpu"],
                                                                strict=True))
@@ -69,7 +70,7 @@ def test_a_broker_that_lost_its_data_gets_every_queued_task_again(db: Database) 
 def test_queued_tasks_are_left_alone_while_the_broker_kept_its_data(db: Database) -> None:
     add(db, TaskStatus.QUEUED)
     recorder = Recorder()
-    assert requeue_lost(db, recorder, Marker(present=True), NOW, VISIBILITY) == 0
+    assert requeue_lost(TaskRows(db, lambda: NOW), recorder, Marker(present=True), NOW, VISIBILITY) == 0
     assert recorder.sent == []
 
 
@@ -79,8 +80,9 @@ def test_a_running_task_of_a_dead_worker_is_sent_again_once(db: Database) -> Non
     add(db, TaskStatus.RUNNING, claimed_at=NOW - timedelta(minutes=5))
     recorder = Recorder()
     # When the sweep runs twice in a row
-    first = requeue_lost(db, recorder, Marker(present=True), NOW, VISIBILITY)
-    second = requeue_lost(db, recorder, Marker(present=True), NOW + timedelta(seconds=30), VISIBILITY)
+    first = requeue_lost(TaskRows(db, lambda: NOW), recorder, Marker(present=True), NOW, VISIBILITY)
+    later = NOW + timedelta(seconds=30)
+    second = requeue_lost(TaskRows(db, lambda: later), recorder, Marker(present=True), later, VISIBILITY)
     # Then only the orphan was sent, and only once (its claim time was bumped)
     assert (first, second) == (1, 0) and recorder.sent == [(orphan, "tts.cpu")]
     with db.read() as session:

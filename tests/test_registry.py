@@ -130,7 +130,8 @@ def test_from_settings_merges_the_manifest_and_the_voices_directory(
     tmp_path: Path, voices_dir: Path
 ) -> None:
     # Given settings with the project's manifest and a voices directory
-    settings = Settings(data_dir=tmp_path, voices_dir=voices_dir, default_voice="tiny")
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                  "TTS_DEFAULT_VOICE": "tiny"})
     # When the registry is built
     registry = VoiceRegistry.from_settings(settings)
     # Then it knows the shipped default voice by its aliases and the dropped-in ones

@@ -41,7 +41,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> VoiceRegistry:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path, max_text_chars=50, sentence_silence_ms=150)
+    return Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_MAX_TEXT_CHARS": "50",
+                              "TTS_SENTENCE_SILENCE_MS": "150"})
 
 
 def test_minimal_request_gets_the_defaults(registry: VoiceRegistry, settings: Settings) -> None:
@@ -202,13 +203,3 @@ def test_speaker_name_and_number_share_a_key(registry: VoiceRegistry, settings: 
     by_number = build_request({"text": "Hi", "voice": "multi", "speaker": 2}, registry, settings)
     # Then they are one request and one key
     assert cache_key(by_name, DIGEST) == cache_key(by_number, DIGEST)
-
-
-def test_batch_key_ignores_text_and_format_but_not_synthesis_parameters() -> None:
-    # Given requests that differ in text and format only
-    other_text = dataclasses.replace(BASE, text="Other", format="ogg")
-    # Then they may share an ONNX call
-    assert other_text.batch_key == BASE.batch_key
-    # But a different speed, speaker, noise or voice may not
-    for name in ("voice", "speaker", "speed", "noise_scale", "noise_w"):
-        assert dataclasses.replace(BASE, **{name: CHANGES[name]}).batch_key != BASE.batch_key

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tts_queue.errors import ConfigError
-from tts_queue.settings import PoolSettings, Settings
+from tts_queue.settings import PoolSettings, Settings, describe, markdown_table
 
 
 def test_empty_environment_gives_the_documented_defaults() -> None:
@@ -16,10 +16,10 @@ def test_empty_environment_gives_the_documented_defaults() -> None:
     settings = Settings.from_env({})
     # Then every field has its default
     assert settings == Settings()
-    assert settings.default_voice == "en_US-joe-medium"
-    assert settings.cpu_pool == PoolSettings(policy="eager", max_batch=1)
-    assert settings.gpu_pool.policy == "eager" and settings.gpu_pool.max_batch == 32
-    assert settings.voice_pools == {}
+    assert settings.voices.default == "en_US-joe-medium"
+    assert settings.routing.cpu == PoolSettings(policy="eager", max_batch=1)
+    assert settings.routing.gpu.policy == "eager" and settings.routing.gpu.max_batch == 32
+    assert settings.routing.voice_pools == {}
 
 
 def test_values_are_parsed_to_their_field_types() -> None:
@@ -38,15 +38,15 @@ def test_values_are_parsed_to_their_field_types() -> None:
     # When they are parsed
     settings = Settings.from_env(env)
     # Then each has the right type and value
-    assert settings.default_voice == "joe"
-    assert settings.port == 9000
-    assert settings.max_text_chars == 200
-    assert settings.sync_wait_s == 1.5
-    assert settings.warmup is False
+    assert settings.voices.default == "joe"
+    assert settings.api.port == 9000
+    assert settings.request.max_text_chars == 200
+    assert settings.api.sync_wait_s == 1.5
+    assert settings.worker.warmup is False
     assert settings.data_dir == Path.home() / "tts-data"
-    assert settings.voices_dir == Path("/srv/voices")
-    assert settings.redis_url == "redis://127.0.0.1:6379/3"
-    assert settings.providers == "cuda,cpu"
+    assert settings.voices.dir == Path("/srv/voices")
+    assert settings.services.redis_url == "redis://127.0.0.1:6379/3"
+    assert settings.onnx.providers == "cuda,cpu"
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_values_are_parsed_to_their_field_types() -> None:
 def test_boolean_spellings(raw: str, value: bool) -> None:
     # Given a boolean variable spelled in one of the accepted ways
     # Then it parses to the right bool
-    assert Settings.from_env({"TTS_WARMUP": raw}).warmup is value
+    assert Settings.from_env({"TTS_WARMUP": raw}).worker.warmup is value
 
 
 def test_unknown_foreign_and_empty_variables_are_ignored() -> None:
@@ -80,19 +80,19 @@ def test_pool_variables_change_only_their_pool() -> None:
     # When they are parsed
     settings = Settings.from_env(env)
     # Then the CPU pool has the new values and the GPU pool keeps its other defaults
-    assert settings.cpu_pool == PoolSettings(policy="window", max_batch=8, max_padded_phonemes=999,
+    assert settings.routing.cpu == PoolSettings(policy="window", max_batch=8, max_padded_phonemes=999,
                                              window_ms=25.0)
-    assert settings.gpu_pool == dataclasses.replace(Settings().gpu_pool, max_batch=64)
-    assert settings.pool("cpu") is settings.cpu_pool
-    assert settings.pool("gpu") is settings.gpu_pool
-    assert settings.default_pool == "gpu"
+    assert settings.routing.gpu == dataclasses.replace(Settings().routing.gpu, max_batch=64)
+    assert settings.pool("cpu") is settings.routing.cpu
+    assert settings.pool("gpu") is settings.routing.gpu
+    assert settings.routing.default_pool == "gpu"
 
 
 def test_voice_pools_map_voices_to_pools() -> None:
     # Given voice=pool pairs with stray spaces and a trailing comma
     # Then each voice maps to its pool
     settings = Settings.from_env({"TTS_VOICE_POOLS": " joe=gpu, tiny = cpu ,"})
-    assert settings.voice_pools == {"joe": "gpu", "tiny": "cpu"}
+    assert settings.routing.voice_pools == {"joe": "gpu", "tiny": "cpu"}
 
 
 @pytest.mark.parametrize(
@@ -111,6 +111,12 @@ def test_voice_pools_map_voices_to_pools() -> None:
         ("TTS_VOICE_POOLS", "joe"),
         ("TTS_MAX_TEXT_CHARS", "0"),
         ("TTS_MAX_SENTENCE_PHONEMES", "8"),
+        ("TTS_DEFAULT_FORMAT", "mp4"),
+        ("TTS_PROVIDERS", "rocm"),
+        ("TTS_PROVIDERS", "auto,cpu"),
+        ("TTS_PROVIDERS", ","),
+        ("TTS_GRAPH_OPTIMIZATION", "max"),
+        ("TTS_WORKER_POOL", "tpu"),
     ],
 )
 def test_bad_values_are_config_errors(name: str, raw: str) -> None:
@@ -131,15 +137,15 @@ def test_unknown_pool_name_is_a_config_error() -> None:
 
 def test_derived_paths_and_database_url(tmp_path: Path) -> None:
     # Given a data directory and no other paths
-    settings = Settings(data_dir=tmp_path)
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path)})
     # Then audio, voices and the SQLite database live under it
     assert settings.audio_dir == tmp_path / "audio"
-    assert settings.resolved_voices_dir == tmp_path / "voices"
-    assert settings.resolved_database_url == f"sqlite:///{tmp_path / 'tts-queue.db'}"
+    assert settings.voices_dir == tmp_path / "voices"
+    assert settings.database_url == f"sqlite:///{tmp_path / 'tts-queue.db'}"
     # And explicit values win
-    explicit = settings.replace(voices_dir=Path("/v"), database_url="postgresql://h/db")
-    assert explicit.resolved_voices_dir == Path("/v")
-    assert explicit.resolved_database_url == "postgresql://h/db"
+    explicit = settings.replace(**{"voices.dir": Path("/v"), "services.database_url": "postgresql://h/db"})
+    assert explicit.voices_dir == Path("/v")
+    assert explicit.database_url == "postgresql://h/db"
 
 
 def test_settings_are_frozen_and_replace_makes_a_copy() -> None:
@@ -147,7 +153,53 @@ def test_settings_are_frozen_and_replace_makes_a_copy() -> None:
     # When a field is replaced
     # Then the copy changes and the original is untouched and cannot be assigned to
     settings = Settings()
-    changed = settings.replace(port=1234)
-    assert changed.port == 1234 and settings.port == 8000
+    changed = settings.replace(**{"api.port": 1234})
+    assert changed.api.port == 1234 and settings.api.port == 8000
     with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.port = 1  # type: ignore[misc]
+        settings.api.port = 1  # type: ignore[misc]
+
+
+def test_replace_validates_and_rejects_unknown_paths() -> None:
+    # Given settings
+    # When a replaced value cannot work, or names no setting
+    # Then ConfigError says so
+    with pytest.raises(ConfigError):
+        Settings().replace(**{"worker.pool": "tpu"})
+    with pytest.raises(ConfigError, match="no setting"):
+        Settings().replace(**{"api.prot": 1})
+
+
+def test_every_variable_is_documented_once() -> None:
+    # Given the declared settings
+    infos = describe()
+    # Then each variable has documentation and a unique name, and every group is covered
+    names = [info.variable for info in infos]
+    assert len(names) == len(set(names)) > 40
+    assert all(info.doc for info in infos), [i.variable for i in infos if not i.doc]
+    assert {"TTS_PORT", "TTS_CPU_MAX_BATCH", "TTS_GPU_WINDOW_MS", "TTS_PROVIDERS", "TTS_VOICES_DIR",
+            "TTS_HOT_CACHE_SIZE", "TTS_WORKER_POOL", "TTS_API_URL"} <= set(names)
+
+
+def test_the_readme_table_is_generated_from_the_declarations() -> None:
+    # Given the README's configuration table
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    # Then it is exactly what `tts-queue settings --markdown` prints
+    assert markdown_table() in readme, "regenerate it: .venv/bin/tts-queue settings --markdown"
+
+
+def test_a_flag_and_its_variable_are_one_setting() -> None:
+    # Given a parser with the flags of two settings
+    import argparse
+
+    from tts_queue.cli.flags import add_flags, apply_flags
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser, "api.port", "worker.pool")
+    # When the variable says one thing and the flag another
+    settings = Settings.from_env({"TTS_PORT": "9000", "TTS_WORKER_POOL": "gpu"})
+    flagged = apply_flags(settings, parser.parse_args(["--port", "9100"]))
+    # Then the flag wins, an absent flag keeps the variable, and the help names the variable
+    assert flagged.api.port == 9100 and flagged.worker.pool == "gpu"
+    assert "TTS_PORT" in parser.format_help()
+    with pytest.raises(SystemExit):  # choices come from the declaration too
+        parser.parse_args(["--pool", "tpu"])

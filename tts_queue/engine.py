@@ -105,20 +105,12 @@ class BatchEngine:
                 f"synthesis did not finish within {self.timeout_s:.0f} s; the model may be stuck"
             ) from None
 
-    def cancel(self, group: Hashable) -> None:
-        """Drop the waiting sentences of ``group``; their callers get ``CancelledError``."""
-        with self._cond:
-            self.policy.cancel(group)
-            self._cond.notify_all()
-
     def _loop(self) -> None:
         while True:
             with self._cond:
                 batch = None
                 while not self._stopping:
                     batch = self.policy.next_batch(self.clock())
-                    for entry in self.policy.take_dropped():
-                        entry.ticket.cancel()
                     if batch is not None:
                         break
                     deadline = self.policy.deadline()

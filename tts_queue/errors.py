@@ -8,14 +8,24 @@ from __future__ import annotations
 
 
 class TTSQueueError(Exception):
-    """Root of every error tts-queue raises on purpose."""
+    """Root of every error tts-queue raises on purpose.
+
+    ``code`` is stable (clients branch on it); ``details`` are extra JSON fields of the error
+    response; ``retry_after_s`` (for 503s) becomes a ``Retry-After`` header.
+    """
 
     code = "tts_error"
     http_status = 500
+    retry_after_s: int | None = None
 
-    def __init__(self, message: str) -> None:
+    def __init__(
+        self, message: str, code: str | None = None, details: dict[str, object] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
+        if code:
+            self.code = code
+        self.details = details or {}
 
 
 # --- bad input (4xx) --------------------------------------------------------------------------
@@ -141,6 +151,13 @@ class SynthesisError(TTSQueueError):
     http_status = 422
 
 
+class TaskFailed(TTSQueueError):
+    """A task waited on synchronously failed; ``code`` is the task's own error code."""
+
+    code = "synthesis_failed"
+    http_status = 422
+
+
 # --- services ---------------------------------------------------------------------------------
 
 
@@ -149,6 +166,13 @@ class ServiceUnavailable(TTSQueueError):
 
     code = "service_unavailable"
     http_status = 503
+    retry_after_s = 5
+
+
+class NotReady(ServiceUnavailable):
+    """Readiness failed: a dependency or every worker is missing (``details`` has the checks)."""
+
+    code = "not_ready"
 
 
 class ConfigError(TTSQueueError):

@@ -18,10 +18,12 @@ import numpy as np
 import numpy.typing as npt
 
 from tts_queue.errors import ConfigError, ModelLoadError, SynthesisError
+from tts_queue.settings import SessionConfig
 
 log = logging.getLogger(__name__)
 
-PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+CPU = "CPUExecutionProvider"
+PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", CPU)
 _ALIASES = {
     "tensorrt": "TensorrtExecutionProvider",
     "trt": "TensorrtExecutionProvider",
@@ -29,17 +31,6 @@ _ALIASES = {
     "cpu": "CPUExecutionProvider",
 }
 _OPT_LEVELS = {"disable": 0, "basic": 1, "extended": 2, "all": 99}
-
-
-@dataclass(frozen=True)
-class SessionConfig:
-    """How to build an ONNX Runtime session: providers, thread counts and graph optimization."""
-
-    providers: str = "auto"
-    intra_op_threads: int = 0
-    inter_op_threads: int = 1
-    graph_optimization: str = "all"
-    allow_spinning: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,29 +55,32 @@ class ItemAudio:
 
 
 def choose_providers(requested: str, available: Sequence[str]) -> list[str]:
-    """Execution providers to try, best first, from ``auto`` or a comma list like ``cuda,cpu``.
+    """Execution providers to pass to ONNX Runtime, best first, from ``auto`` or a list like ``cuda,cpu``.
 
-    ``auto`` prefers TensorRT, then CUDA, then CPU among those ONNX Runtime reports available;
-    named providers that are not available are dropped with a warning, and CPU is always last.
+    ``auto`` takes TensorRT, then CUDA, among those ONNX Runtime reports available, then CPU. A
+    list is taken in its order with CPU moved last (CPU never fails, so nothing after it would be
+    tried). A list that names ``cpu`` drops unavailable providers with a warning; a list without
+    ``cpu`` is a demand: a provider it names that is not available raises ``ConfigError``.
     """
     if requested.strip().lower() == "auto":
-        wanted = list(PREFERENCE)
-    else:
-        wanted = []
-        for name in requested.split(","):
-            key = name.strip()
-            if not key:
-                continue
-            full = _ALIASES.get(key.lower(), key)
-            if full not in PREFERENCE:
-                raise ConfigError(f"unknown execution provider {key!r}: use auto, tensorrt, cuda or cpu")
-            wanted.append(full)
-    chosen = [p for p in wanted if p in available]
-    for missing in (p for p in wanted if p not in available):
-        if requested.strip().lower() != "auto":
-            log.warning("execution provider %s is not available here; skipping it", missing)
-    # CPU never fails to load, so anything after it would never be tried: it goes last.
-    return [p for p in chosen if p != "CPUExecutionProvider"] + ["CPUExecutionProvider"]
+        return [p for p in PREFERENCE[:-1] if p in available] + [CPU]
+    wanted: list[str] = []
+    for name in requested.split(","):
+        key = name.strip()
+        if not key:
+            continue
+        full = _ALIASES.get(key.lower(), key)
+        if full not in PREFERENCE:
+            raise ConfigError(f"unknown execution provider {key!r}: use auto, tensorrt, cuda or cpu")
+        wanted.append(full)
+    missing = [p for p in wanted if p not in available and p != CPU]
+    if missing and CPU not in wanted:
+        raise ConfigError(f"TTS_PROVIDERS={requested!r} demands {', '.join(missing)}, which this "
+                          f"onnxruntime does not have (available: {', '.join(available) or 'none'})")
+    for name in missing:
+        log.warning("execution provider %s is not available here; skipping it", name)
+    chosen = [p for p in wanted if p not in missing and p != CPU]
+    return chosen + [CPU] if CPU in wanted else chosen
 
 
 def session_options(config: SessionConfig) -> Any:
@@ -131,35 +125,48 @@ def _patched_model_bytes(model_path: Path) -> bytes:
 class VoiceModel:
     """An ONNX voice session that synthesizes padded batches and trims them exactly."""
 
-    def __init__(self, session: Any, provider: str, hop_length: int, multi_speaker: bool) -> None:
+    def __init__(self, session: Any, providers: Sequence[str], hop_length: int, multi_speaker: bool) -> None:
         self.session = session
-        self.provider = provider
+        self.providers = list(providers)
         self.hop_length = hop_length
         self.multi_speaker = multi_speaker
+
+    @property
+    def provider(self) -> str:
+        """The execution provider the session actually runs on (read back from the session)."""
+        return self.providers[0]
 
     @classmethod
     def load(
         cls, model_path: Path, config: SessionConfig, hop_length: int = 256
     ) -> VoiceModel:
-        """Build the session, falling back provider by provider down to CPU."""
+        """Build the session with the ordered provider list and report where it really landed.
+
+        ONNX Runtime does not raise when a GPU provider fails to initialize: it logs and runs on
+        CPU. So the providers are read back from the session; a demanded provider (a list without
+        ``cpu``) that did not load raises ``ModelLoadError``, and ``auto`` says where it landed.
+        """
         import onnxruntime as ort
 
         model_bytes = _patched_model_bytes(model_path)
-        options = session_options(config)
-        last_error: Exception | None = None
-        for provider in choose_providers(config.providers, ort.get_available_providers()):
-            try:
-                session = ort.InferenceSession(model_bytes, sess_options=options, providers=[provider])
-            except Exception as exc:  # a GPU provider can fail at session creation
-                log.warning("provider %s failed for %s: %s", provider, model_path.name, exc)
-                last_error = exc
-                continue
-            inputs = {i.name for i in session.get_inputs()}
-            if not {"input", "input_lengths", "scales"} <= inputs or len(session.get_outputs()) < 2:
-                raise ModelLoadError(f"{model_path.name} does not have a Piper voice's signature")
-            log.info("loaded %s with %s", model_path.name, provider)
-            return cls(session, provider, hop_length, "sid" in inputs)
-        raise ModelLoadError(f"no execution provider could load {model_path.name}: {last_error}")
+        wanted = choose_providers(config.providers, ort.get_available_providers())
+        try:
+            session = ort.InferenceSession(model_bytes, sess_options=session_options(config),
+                                           providers=wanted)
+        except Exception as exc:
+            raise ModelLoadError(f"ONNX Runtime could not load {model_path.name} with "
+                                 f"{', '.join(wanted)}: {exc}") from exc
+        actual = [p for p in session.get_providers() if p in PREFERENCE] or [CPU]
+        if actual[0] != wanted[0]:
+            if CPU not in wanted:
+                raise ModelLoadError(f"{model_path.name}: {wanted[0]} was demanded (TTS_PROVIDERS="
+                                     f"{config.providers}) but the session fell back to {actual[0]}")
+            log.warning("%s: asked for %s, running on %s", model_path.name, wanted[0], actual[0])
+        inputs = {i.name for i in session.get_inputs()}
+        if not {"input", "input_lengths", "scales"} <= inputs or len(session.get_outputs()) < 2:
+            raise ModelLoadError(f"{model_path.name} does not have a Piper voice's signature")
+        log.info("loaded %s on %s (asked for %s)", model_path.name, actual[0], ", ".join(wanted))
+        return cls(session, actual, hop_length, "sid" in inputs)
 
     def run_batch(
         self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None

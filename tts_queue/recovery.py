@@ -18,11 +18,8 @@ import logging
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import select, update
-
-from tts_queue.db import Database, TaskRow
-from tts_queue.job import Dispatcher
-from tts_queue.status import TaskStatus
+from tts_queue.task_rows import TaskRows
+from tts_queue.task_service import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -40,26 +37,13 @@ class BrokerMarker(Protocol):
 
 
 def requeue_lost(
-    db: Database, dispatcher: Dispatcher, marker: BrokerMarker, now: datetime,
+    rows: TaskRows, dispatcher: Dispatcher, marker: BrokerMarker, now: datetime,
     visibility_timeout: timedelta,
 ) -> int:
     """Dispatch again every task whose message may be lost; return how many."""
-    lost: list[tuple[str, str]] = []
-    if not marker.present():
-        with db.read() as session:
-            lost += [(task_id, queue) for task_id, queue in session.execute(
-                select(TaskRow.id, TaskRow.queue).where(TaskRow.status == TaskStatus.QUEUED)
-                .order_by(TaskRow.created_at)
-            )]
-    stale = now - visibility_timeout - MARGIN
-    with db.write() as session:
-        orphans = session.execute(
-            update(TaskRow)
-            .where(TaskRow.status == TaskStatus.RUNNING, TaskRow.claimed_at < stale)
-            .values(claimed_at=now)
-            .returning(TaskRow.id, TaskRow.queue)
-        ).all()
-    lost += [(task_id, queue) for task_id, queue in orphans]
+    lost = [] if marker.present() else rows.queued()
+    orphans = rows.reclaim_stale(now - visibility_timeout - MARGIN)
+    lost += orphans
     for task_id, queue in lost:
         dispatcher.dispatch(task_id, queue)
     marker.set()

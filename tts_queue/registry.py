@@ -15,7 +15,6 @@ from typing import Any
 from cachetools import LRUCache
 
 from tts_queue.errors import DigestMismatch, UnknownVoice, VoiceFilesMissing
-from tts_queue.inference import SessionConfig
 from tts_queue.settings import Settings
 from tts_queue.voice import Voice, VoiceSpec, read_config, speaker_names
 
@@ -139,20 +138,14 @@ class VoiceRegistry:
         """The manifest's voices plus those in the voices directory, loaded with the settings."""
         from models import MANIFEST_PATH
 
-        specs = manifest_specs(settings.manifest or MANIFEST_PATH)
-        specs += discover_specs(settings.resolved_voices_dir)
-        session = SessionConfig(
-            providers=settings.providers,
-            intra_op_threads=settings.intra_op_threads,
-            inter_op_threads=settings.inter_op_threads,
-            graph_optimization=settings.graph_optimization,
-            allow_spinning=settings.allow_spinning,
-        )
+        specs = manifest_specs(settings.voices.manifest or MANIFEST_PATH)
+        specs += discover_specs(settings.voices_dir)
+        session = settings.onnx
         return cls(
             specs,
             loader=lambda spec: Voice.load(spec, session),
-            default=settings.default_voice,
-            max_loaded=settings.max_loaded_voices,
+            default=settings.voices.default,
+            max_loaded=settings.voices.max_loaded,
         )
 
     def specs(self) -> list[VoiceSpec]:

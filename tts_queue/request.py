@@ -42,11 +42,6 @@ class SynthesisRequest:
         """Inverse of ``to_dict``."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
-    @property
-    def batch_key(self) -> tuple[Any, ...]:
-        """Requests with equal batch keys may share one ONNX call (one ``scales`` per batch)."""
-        return (self.voice, self.speaker, self.speed, self.noise_scale, self.noise_w)
-
 
 def cache_key(request: SynthesisRequest, voice_digest: str) -> str:
     """sha256 over the normalized request and the voice's digest (model, config, frontend):
@@ -82,7 +77,7 @@ def build_request(
         raise InvalidRequest(f"unknown field(s): {', '.join(unknown)}; known: {', '.join(FIELDS)}")
     if "text" not in payload:
         raise InvalidRequest("the field 'text' is required")
-    text = clean_text(payload["text"], settings.max_text_chars)
+    text = clean_text(payload["text"], settings.request.max_text_chars)
     for name in ("voice", "language", "format"):
         if payload.get(name) is not None and not isinstance(payload[name], str):
             raise InvalidRequest(f"{name} must be a string")
@@ -90,17 +85,17 @@ def build_request(
     speaker = payload.get("speaker")
     if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (str, int))):
         raise InvalidRequest("speaker must be a name or a number")
-    speed = _number(payload, "speed", settings.min_speed, settings.max_speed)
+    speed = _number(payload, "speed", settings.request.min_speed, settings.request.max_speed)
     return SynthesisRequest(
         text=text,
         voice=spec.id,
         speaker=resolve_speaker(spec, speaker),
-        format=check_format(payload.get("format"), settings.default_format),
+        format=check_format(payload.get("format"), settings.request.default_format),
         speed=1.0 if speed is None else speed,
         noise_scale=_number(payload, "noise_scale", 0.0, 2.0),
         noise_w=_number(payload, "noise_w", 0.0, 2.0),
-        sentence_silence_ms=settings.sentence_silence_ms,
-        max_sentence_phonemes=settings.max_sentence_phonemes,
+        sentence_silence_ms=settings.request.sentence_silence_ms,
+        max_sentence_phonemes=settings.request.max_sentence_phonemes,
     )
 
 

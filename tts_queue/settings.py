@@ -1,14 +1,17 @@
-"""One frozen settings object, parsed once at the edge from an environment mapping.
+"""One frozen settings object in documented groups, parsed once at the edge from an environment map.
 
-Every setting is an environment variable with the ``TTS_`` prefix; ``Settings.from_env(os.environ)``
-is called by the entry points (CLI, WSGI module, Celery app module) and nothing deeper reads the
-environment. The table in the README lists every variable and its default.
+Every setting is a ``TTS_*`` environment variable declared once, with ``setting(...)``: its
+default, its variable, its documentation, its allowed values and (for some) a command-line flag.
+``Settings.from_env(os.environ)`` is called by the entry points (CLI, WSGI module, Celery app
+module) and nothing deeper reads the environment. ``describe()`` lists every variable; the
+README's table is generated from it (``tts-queue settings --markdown``) and a test keeps them equal.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import typing
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,66 +19,157 @@ from typing import Any
 from tts_queue.errors import ConfigError
 
 PREFIX = "TTS_"
+POOLS = ("cpu", "gpu")
+FORMATS = ("wav", "flac", "ogg")
+PROVIDER_NAMES = ("auto", "tensorrt", "trt", "cuda", "cpu")
+
+
+def setting(default: Any = None, doc: str = "", *, env: str | None = None, choices: tuple[str, ...] = (),
+            flag: str | None = None, shown: str | None = None, factory: Any = None) -> Any:
+    """Declare one setting: its default, documentation, variable name, allowed values and flag."""
+    meta = {"doc": doc, "env": env, "choices": choices, "flag": flag, "shown": shown}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """Batching budget of one worker pool (``cpu`` or ``gpu``)."""
+    """Batching budget of one worker pool (variables ``TTS_CPU_*`` and ``TTS_GPU_*``)."""
 
-    policy: str = "eager"
-    max_batch: int = 4
-    max_padded_phonemes: int = 2400
-    window_ms: float = 200.0
+    policy: str = setting("eager", "`eager` (an idle worker starts at once) or `window` (wait for a "
+                          "fuller batch)", choices=("eager", "window"))
+    max_batch: int = setting(4, "most sentences per ONNX call")
+    max_padded_phonemes: int = setting(2400, "rows x longest ids per call")
+    window_ms: float = setting(200.0, "the `window` policy's longest wait")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """ONNX Runtime session: execution providers, threads and graph optimization."""
+
+    providers: str = setting("auto", "`auto` (TensorRT, CUDA, CPU: whichever load) or a list such as "
+                             "`cuda,cpu`; without `cpu` a missing provider is an error")
+    intra_op_threads: int = setting(0, "ONNX Runtime threads per operator (0: all cores)")
+    inter_op_threads: int = setting(1, "ONNX Runtime threads across operators")
+    graph_optimization: str = setting("all", "graph optimization level",
+                                      choices=("disable", "basic", "extended", "all"))
+    allow_spinning: bool = setting(True, "`false` stops idle ONNX threads busy-waiting (shared machines)")
+
+
+@dataclass(frozen=True)
+class VoiceSettings:
+    """Where voices come from and how many stay loaded."""
+
+    dir: Path | None = setting(None, "drop-in Piper voices (scanned at start)", env="TTS_VOICES_DIR",
+                               shown="<data dir>/voices")
+    manifest: Path | None = setting(None, "the voice manifest", env="TTS_MANIFEST",
+                                    shown="models/voices.json")
+    default: str = setting("en_US-joe-medium", "voice used when a request names none",
+                           env="TTS_DEFAULT_VOICE")
+    max_loaded: int = setting(2, "voices kept loaded per process (least recently used out first)",
+                              env="TTS_MAX_LOADED_VOICES")
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """Limits and defaults of a synthesis request."""
+
+    max_text_chars: int = setting(5000, "longest accepted text (before and after Unicode normalization)")
+    max_sentence_phonemes: int = setting(400, "longer sentences are cut at word boundaries")
+    sentence_silence_ms: int = setting(200, "silence between sentences")
+    default_format: str = setting("wav", "format when a request names none", choices=FORMATS)
+    min_speed: float = setting(0.25, "slowest accepted `speed`")
+    max_speed: float = setting(4.0, "fastest accepted `speed`")
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """The shared services every process of one deployment points at."""
+
+    redis_url: str | None = setting(None, "broker, e.g. `redis://host:6379/0`",
+                                    shown="embedded (with `up`)")
+    database_url: str | None = setting(None, "e.g. `postgresql+psycopg://user@host/db`",
+                                       shown="`sqlite:///<data dir>/tts-queue.db`")
+    queue_prefix: str = setting("tts", "queue names `<prefix>.<pool>[.bulk]` and Redis keys; "
+                                "separates deployments")
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """The HTTP API: where ``up`` serves it and how long it waits."""
+
+    host: str = setting("127.0.0.1", "where `up` serves the API", flag="--host")
+    port: int = setting(8000, "where `up` serves the API", flag="--port")
+    threads: int = setting(64, "gunicorn threads of `up`'s API (long-polls hold one each)",
+                           env="TTS_API_THREADS")
+    sync_wait_s: float = setting(30.0, "longest wait of `POST /tts` and of `?wait=` long-polls")
+    wait_recheck_s: float = setting(1.0, "while a long-poll waits for the worker's signal, the row "
+                                    "is also re-read this often")
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """The command-line client of a running service."""
+
+    api_url: str = setting("http://127.0.0.1:8000", "where `submit`, `status` and `fetch` look",
+                           flag="--api")
+
+
+@dataclass(frozen=True)
+class RoutingSettings:
+    """Which pool serves a request, and each pool's batching budget."""
+
+    default_pool: str = setting("cpu", "pool for requests with no routing", choices=POOLS)
+    voice_pools: Mapping[str, str] = setting(
+        None, "routing per voice, e.g. `en_US-joe-medium=gpu,other=cpu`", factory=dict, shown="empty")
+    # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
+    # throughput of one sentence per call, so the CPU pool batches nothing by default.
+    cpu: PoolSettings = setting(PoolSettings(max_batch=1), "", env="TTS_CPU_")
+    # Eager on GPUs too: an idle worker never waits; under load batches form while one runs.
+    gpu: PoolSettings = setting(PoolSettings(max_batch=32, max_padded_phonemes=16000), "", env="TTS_GPU_")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """One worker process: its pool, threads and retry budget."""
+
+    pool: str = setting("cpu", "which pool a worker serves", env="TTS_WORKER_POOL", choices=POOLS,
+                        flag="--pool")
+    concurrency: int = setting(16, "requests in flight per worker (threads)",
+                               env="TTS_WORKER_CONCURRENCY", flag="--concurrency")
+    warmup: bool = setting(True, "load the default voice when a worker starts")
+    max_retries: int = setting(3, "retries of unexpected errors; the attempts cap is this + 1")
+    visibility_timeout_s: int = setting(3600, "unacked tasks of a dead worker return after this; must "
+                                        "exceed the longest task")
+    consumed_window_s: float = setting(90.0, "`/readyz` fails when no worker took a task off a queue "
+                                       "for this long")
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """The content-hash cache and its cleanup."""
+
+    hot_size: int = setting(4096, "in-process LRU of cache keys", env="TTS_HOT_CACHE_SIZE")
+    audio_ttl_days: float = setting(30.0, "audio unused this long is deleted by the cleanup")
+    cleanup_interval_s: float = setting(3600.0, "how often the scheduler runs the cleanup")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Every knob of tts-queue, with its documented default."""
+    """Every knob of tts-queue, in groups, with its documented default."""
 
-    data_dir: Path = field(default_factory=lambda: Path.home() / ".tts-queue")
-    voices_dir: Path | None = None
-    manifest: Path | None = None
-    default_voice: str = "en_US-joe-medium"
-    max_loaded_voices: int = 2
-
-    max_text_chars: int = 5000
-    max_sentence_phonemes: int = 400
-    sentence_silence_ms: int = 200
-    default_format: str = "wav"
-    min_speed: float = 0.25
-    max_speed: float = 4.0
-
-    providers: str = "auto"
-    intra_op_threads: int = 0
-    inter_op_threads: int = 1
-    graph_optimization: str = "all"
-    allow_spinning: bool = True
-
-    redis_url: str | None = None
-    database_url: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_url: str = "http://127.0.0.1:8000"
-    api_threads: int = 64
-
-    # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
-    # throughput of one sentence per call, so the CPU pool batches nothing by default.
-    cpu_pool: PoolSettings = PoolSettings(max_batch=1)
-    # Eager on GPUs too: an idle worker never waits; under load batches form while one runs.
-    gpu_pool: PoolSettings = PoolSettings(max_batch=32, max_padded_phonemes=16000)
-    default_pool: str = "cpu"
-    voice_pools: Mapping[str, str] = field(default_factory=dict)
-    queue_prefix: str = "tts"
-    worker_pool: str = "cpu"
-    worker_concurrency: int = 16
-    warmup: bool = True
-    max_retries: int = 3
-    visibility_timeout_s: int = 3600
-
-    sync_wait_s: float = 30.0
-    hot_cache_size: int = 4096
-    audio_ttl_days: float = 30.0
-    cleanup_interval_s: float = 3600.0
+    data_dir: Path = setting(None, "audio files, SQLite database, embedded broker", flag="--data-dir",
+                             factory=lambda: Path.home() / ".tts-queue", shown="~/.tts-queue")
+    voices: VoiceSettings = VoiceSettings()
+    request: RequestSettings = RequestSettings()
+    onnx: SessionConfig = SessionConfig()
+    services: ServiceSettings = ServiceSettings()
+    api: ApiSettings = ApiSettings()
+    client: ClientSettings = ClientSettings()
+    routing: RoutingSettings = RoutingSettings()
+    worker: WorkerSettings = WorkerSettings()
+    cache: CacheSettings = CacheSettings()
 
     @property
     def broker_dir(self) -> Path:
@@ -88,101 +182,190 @@ class Settings:
         return self.data_dir / "audio"
 
     @property
-    def resolved_voices_dir(self) -> Path:
+    def voices_dir(self) -> Path:
         """The directory scanned for drop-in Piper voices."""
-        return self.voices_dir if self.voices_dir is not None else self.data_dir / "voices"
+        return self.voices.dir if self.voices.dir is not None else self.data_dir / "voices"
 
     @property
-    def resolved_database_url(self) -> str:
+    def database_url(self) -> str:
         """The database URL, defaulting to a SQLite file in the data directory."""
-        if self.database_url:
-            return self.database_url
+        if self.services.database_url:
+            return self.services.database_url
         return f"sqlite:///{self.data_dir / 'tts-queue.db'}"
 
     def pool(self, name: str) -> PoolSettings:
         """The batching budget of pool ``name``."""
-        if name == "cpu":
-            return self.cpu_pool
-        if name == "gpu":
-            return self.gpu_pool
-        raise ConfigError(f"unknown pool {name!r}: use 'cpu' or 'gpu'")
+        if name not in POOLS:
+            raise ConfigError(f"unknown pool {name!r}: use 'cpu' or 'gpu'")
+        pool: PoolSettings = getattr(self.routing, name)
+        return pool
 
     def replace(self, **changes: Any) -> Settings:
-        """A copy with some fields changed."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some settings changed, by dotted path: ``replace(**{"api.port": 9000})``."""
+        settings = self
+        for path, value in changes.items():
+            settings = _replace_path(settings, path.split("."), value)
+        settings.validate()
+        return settings
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Parse ``TTS_*`` variables; unknown ones are ignored, bad values raise ``ConfigError``."""
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name in ("cpu_pool", "gpu_pool", "voice_pools"):
-                continue
-            raw = env.get(PREFIX + f.name.upper())
-            if raw is None or raw == "":
-                continue
-            values[f.name] = _parse(f.name, raw, str(f.type))
-        for pool in ("cpu", "gpu"):
-            base: PoolSettings = getattr(cls(), f"{pool}_pool")
-            pool_values: dict[str, Any] = {}
-            for f in dataclasses.fields(PoolSettings):
-                raw = env.get(f"{PREFIX}{pool.upper()}_{f.name.upper()}")
-                if raw:
-                    pool_values[f.name] = _parse(f"{pool}_{f.name}", raw, str(f.type))
-            values[f"{pool}_pool"] = dataclasses.replace(base, **pool_values)
-        if env.get(PREFIX + "VOICE_POOLS"):
-            values["voice_pools"] = _parse_pairs(env[PREFIX + "VOICE_POOLS"])
-        settings = cls(**values)
+        settings: Settings = _parse_group(cls(), env, PREFIX)
         settings.validate()
         return settings
 
     def validate(self) -> None:
-        """Raise ``ConfigError`` for values that cannot work."""
-        if self.worker_pool not in ("cpu", "gpu"):
-            raise ConfigError(f"TTS_WORKER_POOL must be 'cpu' or 'gpu', not {self.worker_pool!r}")
-        if self.default_pool not in ("cpu", "gpu"):
-            raise ConfigError(f"TTS_DEFAULT_POOL must be 'cpu' or 'gpu', not {self.default_pool!r}")
-        for name, pool in (("cpu", self.cpu_pool), ("gpu", self.gpu_pool)):
-            if pool.policy not in ("eager", "window"):
-                raise ConfigError(f"TTS_{name.upper()}_POLICY must be 'eager' or 'window'")
-            if pool.max_batch < 1:
+        """Raise ``ConfigError`` for values that cannot work (enumerations are checked while parsing)."""
+        for variable, value, _ in _walk(self, PREFIX):
+            _check_choices(variable, value)
+        for name in POOLS:
+            if self.pool(name).max_batch < 1:
                 raise ConfigError(f"TTS_{name.upper()}_MAX_BATCH must be at least 1")
-        if self.max_text_chars < 1 or self.max_sentence_phonemes < 16:
+        if self.request.max_text_chars < 1 or self.request.max_sentence_phonemes < 16:
             raise ConfigError("TTS_MAX_TEXT_CHARS and TTS_MAX_SENTENCE_PHONEMES are too small")
-        if self.max_loaded_voices < 1 or self.worker_concurrency < 1 or self.api_threads < 1:
+        if self.voices.max_loaded < 1 or self.worker.concurrency < 1 or self.api.threads < 1:
             raise ConfigError("TTS_MAX_LOADED_VOICES, TTS_WORKER_CONCURRENCY and TTS_API_THREADS "
                               "must be at least 1")
-        if self.sync_wait_s < 0 or not 0 < self.min_speed <= 1 <= self.max_speed:
+        if self.api.sync_wait_s < 0 or not 0 < self.request.min_speed <= 1 <= self.request.max_speed:
             raise ConfigError("TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
+        if self.api.wait_recheck_s <= 0 or self.worker.consumed_window_s <= 0:
+            raise ConfigError("TTS_WAIT_RECHECK_S and TTS_CONSUMED_WINDOW_S must be positive")
 
 
-def _parse(name: str, raw: str, type_name: str) -> Any:
+@dataclass(frozen=True)
+class SettingInfo:
+    """One documented variable: name, default as shown, documentation, allowed values, flag."""
+
+    variable: str
+    default: str
+    doc: str
+    choices: tuple[str, ...]
+    flag: str | None
+    path: str
+
+
+def describe() -> list[SettingInfo]:
+    """Every ``TTS_*`` variable with its default and documentation, in declaration order."""
+    rows = []
+    for variable, value, (f, path) in _walk(Settings(), PREFIX):
+        shown = f.metadata.get("shown") or _show(value)
+        rows.append(SettingInfo(variable, shown, f.metadata.get("doc", ""), f.metadata.get("choices", ()),
+                                f.metadata.get("flag"), path))
+    return rows
+
+
+def current_values(settings: Settings) -> dict[str, str]:
+    """The value of every variable in ``settings``, as text."""
+    return {variable: _show(value) for variable, value, _ in _walk(settings, PREFIX)}
+
+
+def markdown_table() -> str:
+    """The README's configuration table, generated from the declarations."""
+    lines = ["| variable | default | what it does |", "| --- | --- | --- |"]
+    for info in describe():
+        doc = info.doc + (f" ({', '.join(info.choices)})" if info.choices else "")
+        lines.append(f"| `{info.variable}` | {_code(info.default)} | {doc} |")
+    return "\n".join(lines)
+
+
+def _code(value: str) -> str:
+    return value if value.startswith(("`", "<", "~", "embedded", "empty")) else f"`{value}`"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "" if value is None else str(value)
+
+
+def _variable(f: dataclasses.Field[Any], prefix: str) -> str:
+    return str(f.metadata.get("env") or prefix + f.name.upper())
+
+
+Leaf = tuple[str, Any, tuple["dataclasses.Field[Any]", str]]
+
+
+def _walk(group: Any, prefix: str, path: str = "") -> Iterator[Leaf]:
+    """``(variable, value, (field, dotted path))`` of every leaf setting under ``group``."""
+    for f in dataclasses.fields(group):
+        value = getattr(group, f.name)
+        dotted = f"{path}{f.name}"
+        if dataclasses.is_dataclass(value):
+            yield from _walk(value, f.metadata.get("env") or prefix, dotted + ".")
+        else:
+            yield _variable(f, prefix), value, (f, dotted)
+
+
+def _parse_group(group: Any, env: Mapping[str, str], prefix: str) -> Any:
+    hints = typing.get_type_hints(type(group))
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(group):
+        value = getattr(group, f.name)
+        if dataclasses.is_dataclass(value):
+            changes[f.name] = _parse_group(value, env, f.metadata.get("env") or prefix)
+            continue
+        variable = _variable(f, prefix)
+        raw = env.get(variable)
+        if raw is not None and raw.strip() != "":
+            changes[f.name] = _parse(variable, raw.strip(), hints[f.name])
+            _check_choices(variable, changes[f.name], f.metadata.get("choices", ()))
+    return dataclasses.replace(group, **changes)
+
+
+def _parse(variable: str, raw: str, kind: Any) -> Any:
+    """``raw`` as a value of type ``kind`` (``X | None`` parses as ``X``)."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    base = args[0] if args and typing.get_origin(kind) is not Mapping else kind
     try:
-        if "bool" in type_name:
+        if base is bool:
             if raw.lower() in ("1", "true", "yes", "on"):
                 return True
             if raw.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError(raw)
-        if "Path" in type_name:
+        if base is Path:
             return Path(raw).expanduser()
-        if "int" in type_name:
-            return int(raw)
-        if "float" in type_name:
-            return float(raw)
+        if base in (int, float):
+            return base(raw)
+        if typing.get_origin(base) is Mapping:
+            return _parse_pairs(variable, raw)
         return raw
     except ValueError as exc:
-        raise ConfigError(f"{PREFIX}{name.upper()}={raw!r} is not a valid {type_name}") from exc
+        raise ConfigError(f"{variable}={raw!r} is not a valid {getattr(base, '__name__', base)}") from exc
 
 
-def _parse_pairs(raw: str) -> dict[str, str]:
+def _check_choices(variable: str, value: Any, choices: tuple[str, ...] = ()) -> None:
+    """Raise ``ConfigError`` unless ``value`` is one of the allowed values of ``variable``."""
+    allowed = choices or next((i.choices for i in _CHOICES if i.variable == variable), ())
+    if variable == "TTS_PROVIDERS":
+        names = [part.strip().lower() for part in str(value).split(",") if part.strip()]
+        if not names or any(n not in PROVIDER_NAMES for n in names) or ("auto" in names and len(names) > 1):
+            raise ConfigError(f"TTS_PROVIDERS={value!r}: use auto, or a list of tensorrt, cuda, cpu")
+    elif allowed and value not in allowed:
+        raise ConfigError(f"{variable}={value!r}: use one of {', '.join(allowed)}")
+
+
+def _parse_pairs(variable: str, raw: str) -> dict[str, str]:
     """``"voice=pool,voice2=pool"`` to a dict."""
     pairs: dict[str, str] = {}
     for item in raw.split(","):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
-        if not sep or value.strip() not in ("cpu", "gpu"):
-            raise ConfigError(f"TTS_VOICE_POOLS item {item!r} must look like 'voice=cpu'")
+        if not sep or value.strip() not in POOLS:
+            raise ConfigError(f"{variable} item {item!r} must look like 'voice=cpu'")
         pairs[key.strip()] = value.strip()
     return pairs
+
+
+def _replace_path(group: Any, path: list[str], value: Any) -> Any:
+    name = path[0]
+    if not any(f.name == name for f in dataclasses.fields(group)):
+        raise ConfigError(f"no setting {name!r} in {type(group).__name__}")
+    if len(path) > 1:
+        value = _replace_path(getattr(group, name), path[1:], value)
+    return dataclasses.replace(group, **{name: value})
+
+
+_CHOICES = [info for info in describe() if info.choices]

@@ -13,7 +13,6 @@ from tts_queue.audio import Audio
 from tts_queue.engine import BatchEngine, BatchKey
 from tts_queue.registry import VoiceRegistry
 from tts_queue.request import SynthesisRequest
-from tts_queue.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,9 @@ class SynthesisResult:
 class Synthesizer:
     """Turns validated requests into audio with a registry and a batch engine."""
 
-    def __init__(self, registry: VoiceRegistry, engine: BatchEngine, settings: Settings) -> None:
+    def __init__(self, registry: VoiceRegistry, engine: BatchEngine) -> None:
         self.registry = registry
         self.engine = engine
-        self.settings = settings
 
     def synthesize(self, request: SynthesisRequest, group: object = None) -> SynthesisResult:
         """Synthesize one request (blocking)."""

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tts_queue.errors import UnknownSpeaker, VoiceFilesMissing
-from tts_queue.inference import Scales, SessionConfig, VoiceModel
+from tts_queue.inference import Scales, VoiceModel
+from tts_queue.settings import SessionConfig
 from tts_queue.text import Phonemizer, to_ids
 
 

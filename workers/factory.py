@@ -1,104 +1,85 @@
-"""``make_celery(settings)``: the Celery app, its tasks, routing and schedule.
+"""``make_celery(settings)``: the worker's Celery app, its tasks, schedule and signal handlers.
 
-JSON only (pickle would let anyone who can write to the broker run code here), late acks with
-rejection on worker loss (a crashed worker's tasks are redelivered), no result backend (task
-status lives in the database rows), and one queue per pool and lane: ``tts.cpu``,
-``tts.cpu.bulk``, ``tts.gpu``, ``tts.gpu.bulk``; a worker reads its interactive queue first.
+It shares the message settings of ``workers.dispatch`` (JSON only, late acks with rejection on
+worker loss, no result backend: task status lives in the database rows) and adds the tasks, the
+threads pool, the beat schedule and the worker's runtime. Queue and task names come from
+``tts_queue.broker``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
-import redis
 from celery import Celery, signals
 
-from tts_queue.broker import Completions, client_url, kombu_url
-from tts_queue.db import Database, utcnow
-from tts_queue.job import MAINTENANCE, queue_name
+from tts_queue.broker import CLEANUP, MAINTENANCE, REQUEUE, SYNTHESIZE, RedisKeys, queue_name, redis_client
+from tts_queue.db import utcnow
+from tts_queue.finish_signal import FinishSignals
 from tts_queue.recovery import requeue_lost
 from tts_queue.settings import Settings
+from tts_queue.task_rows import TaskRows
+from workers.dispatch import CeleryDispatcher, make_client
 from workers.runtime import RuntimeHolder
 
 log = logging.getLogger(__name__)
 
-SYNTHESIZE = "tts.synthesize"
-CLEANUP = "tts.cleanup"
-REQUEUE = "tts.requeue_lost"
 REQUEUE_INTERVAL_S = 30.0
-# A worker that consumed nothing from the maintenance queue for this long is not ready: it may be
-# alive but stuck after a broker restart (celery#9054, #10205).
-CONSUMED_TTL_S = int(REQUEUE_INTERVAL_S * 3)
-
-
-def consumed_key(prefix: str) -> str:
-    """The Redis key that says a worker consumed a task recently."""
-    return f"{prefix}:consumed"
 
 
 def make_celery(settings: Settings) -> Celery:
-    """A configured Celery app with the synthesis and cleanup tasks registered."""
-    if not settings.redis_url:
-        raise RuntimeError("TTS_REDIS_URL is not set: start with `tts-queue up` or set it")
-    app = Celery("tts_queue", broker=kombu_url(settings.redis_url))
-    maintenance = queue_name("", MAINTENANCE, settings.queue_prefix)
+    """A configured worker app with the synthesis, recovery and cleanup tasks registered."""
+    app = make_client(settings)
+    maintenance = queue_name("", MAINTENANCE, settings.services.queue_prefix)
     app.conf.update(
-        task_serializer="json",
-        accept_content=["json"],
-        result_serializer="json",
-        task_ignore_result=True,
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_concurrency=settings.worker_concurrency,
+        worker_concurrency=settings.worker.concurrency,
         worker_pool="threads",
-        # The threads pool cannot terminate a running job; asking it to on a broker reconnect
-        # crashes the worker (celery#7185). Running tasks finish; late acks cover the rest.
-        worker_cancel_long_running_tasks_on_connection_loss=False,
-        broker_connection_retry_on_startup=True,
-        broker_transport_options={
-            "visibility_timeout": settings.visibility_timeout_s,
-            # Scan for tasks of dead workers every few seconds (kombu's default is ~100 s).
-            "unacked_restore_interval": max(1, min(10, settings.visibility_timeout_s // 3)),
-            "unacked_restore_throttle": 1,
-            "queue_order_strategy": "priority",
-        },
-        task_default_queue=queue_name(settings.default_pool, prefix=settings.queue_prefix),
-        task_queues=None,
         beat_schedule={
             "delete-stale-audio": {
-                "task": CLEANUP, "schedule": settings.cleanup_interval_s,
-                "options": {"queue": maintenance, "expires": settings.cleanup_interval_s},
+                "task": CLEANUP, "schedule": settings.cache.cleanup_interval_s,
+                "options": {"queue": maintenance, "expires": settings.cache.cleanup_interval_s},
             },
             "requeue-lost-tasks": {
                 "task": REQUEUE, "schedule": REQUEUE_INTERVAL_S,
                 "options": {"queue": maintenance, "expires": REQUEUE_INTERVAL_S},
             },
         },
-        worker_hijack_root_logger=False,
     )
     holder = RuntimeHolder(settings)
     app.tts_runtime = holder  # type: ignore[attr-defined]
     _register_tasks(app, holder)
+    _connect_signals(app, holder)
+    return app
+
+
+def _connect_signals(app: Celery, holder: RuntimeHolder) -> None:
+    settings = holder.settings
+    marker = RedisMarker(settings)
 
     @signals.worker_ready.connect(weak=False)
     def _warm_up(**_: Any) -> None:
         runtime = holder.get()
-        requeue(app, runtime.db, settings)
-        if settings.warmup:
+        requeue(app, runtime.rows, marker)
+        if settings.worker.warmup:
             runtime.warm_up()
 
-    return app
+    @signals.task_prerun.connect(weak=False)
+    def _consumed(**_: Any) -> None:
+        # Readiness proves consumption: marked whenever this worker really takes a task off a
+        # queue (not at start-up), so a worker alive but no longer consuming makes /readyz fail.
+        marker.mark_consumed()
 
 
 def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
     settings = holder.settings
-    assert settings.redis_url
-    completions = Completions.from_url(settings.redis_url, settings.queue_prefix)
+    assert settings.services.redis_url
+    signals_ = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix)
+    marker = RedisMarker(settings)
 
-    @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.max_retries)
+    @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries)
     def synthesize(self: Any, task_id: str) -> str | None:
         """Synthesize one task row; unexpected errors retry with backoff, then fail the row."""
         try:
@@ -106,71 +87,58 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
             status = runtime.executor.execute(task_id, self.request.hostname)
         except Exception as exc:
             if self.request.retries >= self.max_retries:
-                runtime = holder.get()
-                status = runtime.executor.fail_unexpected(task_id, exc)
-                completions.notify(task_id, status.value)
+                status = holder.get().executor.fail_unexpected(task_id, exc)
+                signals_.notify(task_id, status.value)
                 return status.value
             log.warning("task %s: %s; retrying", task_id, exc)
             raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
         if status is not None:
-            completions.notify(task_id, status.value)
+            signals_.notify(task_id, status.value)
         return status.value if status else None
 
     @app.task(name=REQUEUE)
     def requeue_lost_tasks() -> int:
-        """Dispatch again the tasks a broker restart lost (runs every 30 s on the scheduler)."""
-        return requeue(app, holder.get().db, settings)
+        """Dispatch again the tasks a broker restart or a dead worker lost (every 30 s)."""
+        return requeue(app, holder.get().rows, marker)
 
     @app.task(name=CLEANUP)
     def cleanup() -> dict[str, int]:
         """Delete audio not accessed for ``TTS_AUDIO_TTL_DAYS``."""
         runtime = holder.get()
-        report = runtime.cache.delete_expired(utcnow(), timedelta(days=settings.audio_ttl_days))
+        report = runtime.cache.delete_expired(utcnow(), timedelta(days=settings.cache.audio_ttl_days))
         log.info("cleanup: %d entries, %d bytes freed", report.entries, report.bytes_freed)
         return {"entries": report.entries, "bytes_freed": report.bytes_freed}
 
 
 class RedisMarker:
-    """The ``BrokerMarker`` of ``tts_queue.recovery``: a key with no expiry in the broker's Redis."""
+    """The ``BrokerMarker`` of ``tts_queue.recovery`` (a key with no expiry in the broker's Redis),
+    and the short-lived "a worker consumed a task" key that ``/readyz`` reads."""
 
     def __init__(self, settings: Settings) -> None:
-        assert settings.redis_url
-        self.client = redis.Redis.from_url(client_url(settings.redis_url), socket_timeout=5)
-        self.prefix = settings.queue_prefix
-        self.key = f"{settings.queue_prefix}:broker-marker"
+        assert settings.services.redis_url
+        self.client = redis_client(settings.services.redis_url)
+        self.keys = RedisKeys(settings.services.queue_prefix)
+        self.window_s = settings.worker.consumed_window_s
+        self._last_mark = 0.0
 
     def present(self) -> bool:
         """Whether the broker still has the data it had at the last sweep."""
-        return bool(self.client.exists(self.key))
+        return bool(self.client.exists(self.keys.broker_marker))
 
     def set(self) -> None:
         """Mark the broker's current data."""
-        self.client.set(self.key, utcnow().isoformat())
+        self.client.set(self.keys.broker_marker, utcnow().isoformat())
 
     def mark_consumed(self) -> None:
-        """Record that a worker just took a task off a queue (read by ``/readyz``)."""
-        self.client.set(consumed_key(self.prefix), utcnow().isoformat(), ex=CONSUMED_TTL_S)
+        """Record that this worker just took a task off a queue (at most once a second)."""
+        now = time.monotonic()
+        if now - self._last_mark >= 1.0 or self._last_mark == 0.0:
+            self._last_mark = now
+            self.client.set(self.keys.consumed, utcnow().isoformat(), px=int(self.window_s * 1000))
 
 
-def requeue(app: Celery, db: Database, settings: Settings) -> int:
+def requeue(app: Celery, rows: TaskRows, marker: RedisMarker) -> int:
     """Re-dispatch tasks whose messages the broker lost (see ``tts_queue.recovery``)."""
-    marker = RedisMarker(settings)
-    marker.mark_consumed()
-    return requeue_lost(db, CeleryDispatcher(app), marker, utcnow(),
-                        timedelta(seconds=settings.visibility_timeout_s))
-
-
-class CeleryDispatcher:
-    """The ``Dispatcher`` seam of ``TaskService``, sending by task name (no task import needed)."""
-
-    def __init__(self, app: Celery) -> None:
-        self.app = app
-
-    def dispatch(self, task_id: str, queue: str) -> None:
-        """Send ``tts.synthesize(task_id)`` to ``queue``."""
-        self.app.send_task(SYNTHESIZE, args=[task_id], queue=queue, task_id=task_id)
-
-    def ping_workers(self, timeout: float = 1.0) -> list[str]:
-        """Names of workers that answered a broadcast ping."""
-        replies = self.app.control.ping(timeout=timeout) or []
-        return [name for reply in replies for name in reply]
+    settings: Settings = app.tts_runtime.settings  # type: ignore[attr-defined]
+    return requeue_lost(rows, CeleryDispatcher(app), marker, utcnow(),
+                        timedelta(seconds=settings.worker.visibility_timeout_s))

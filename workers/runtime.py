@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database
 from tts_queue.engine import BatchEngine
-from tts_queue.execution import TaskExecutor
+from tts_queue.executor import TaskExecutor
 from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings
 from tts_queue.store import AudioStore
 from tts_queue.synthesizer import Synthesizer
+from tts_queue.task_rows import TaskRows
 
 log = logging.getLogger(__name__)
 
@@ -29,25 +30,26 @@ class WorkerRuntime:
     registry: VoiceRegistry
     engine: BatchEngine
     executor: TaskExecutor
+    rows: TaskRows
 
     @classmethod
     def build(cls, settings: Settings, name: str | None = None) -> WorkerRuntime:
-        """Wire the services of a worker serving ``settings.worker_pool``."""
-        db = Database(settings.resolved_database_url)
-        cache = AudioCache(db, AudioStore(settings.audio_dir), settings.hot_cache_size)
+        """Wire the services of a worker serving ``settings.worker.pool``."""
+        db = Database(settings.database_url)
+        cache = AudioCache(db, AudioStore(settings.audio_dir), settings.cache.hot_size)
         registry = VoiceRegistry.from_settings(settings)
-        engine = BatchEngine(registry, settings.pool(settings.worker_pool)).start()
-        synthesizer = Synthesizer(registry, engine, settings)
+        engine = BatchEngine(registry, settings.pool(settings.worker.pool)).start()
+        synthesizer = Synthesizer(registry, engine)
         executor = TaskExecutor(
-            db, cache, synthesizer, name or f"{settings.worker_pool}@{socket.gethostname()}",
-            max_attempts=settings.max_retries + 1,
+            db, cache, synthesizer, name or f"{settings.worker.pool}@{socket.gethostname()}",
+            max_attempts=settings.worker.max_retries + 1,
         )
-        return cls(settings, db, cache, registry, engine, executor)
+        return cls(settings, db, cache, registry, engine, executor, executor.rows)
 
     def warm_up(self) -> None:
         """Load the default voice and run one sentence so the first request is not slow."""
         voice = self.registry.load(None)
-        ids = voice.sentence_ids("Warm up.", self.settings.max_sentence_phonemes)
+        ids = voice.sentence_ids("Warm up.", self.settings.request.max_sentence_phonemes)
         voice.model.run_batch(ids, voice.scales())
         log.info("worker warm: voice %s on %s", voice.spec.id, voice.model.provider)
 

@@ -20,7 +20,8 @@ import pytest
 import redis
 import sqlalchemy
 
-from tts_queue.broker import EmbeddedRedis, client_url
+from tts_queue.broker import client_url
+from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 
@@ -102,7 +103,7 @@ def service_settings(
         "TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url, "TTS_DATABASE_URL": db_url,
         "TTS_CPU_MAX_BATCH": "8", "TTS_SYNC_WAIT_S": "60", "TTS_QUEUE_PREFIX": QUEUE_PREFIX,
     })
-    upgrade(settings.resolved_database_url)
+    upgrade(settings.database_url)
     return settings
 
 
@@ -111,10 +112,10 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
     env.update({
         "TTS_DATA_DIR": str(settings.data_dir),
-        "TTS_REDIS_URL": str(settings.redis_url),
-        "TTS_DATABASE_URL": settings.resolved_database_url,
-        "TTS_CPU_MAX_BATCH": str(settings.cpu_pool.max_batch),
-        "TTS_QUEUE_PREFIX": settings.queue_prefix,
+        "TTS_REDIS_URL": str(settings.services.redis_url),
+        "TTS_DATABASE_URL": settings.database_url,
+        "TTS_CPU_MAX_BATCH": str(settings.routing.cpu.max_batch),
+        "TTS_QUEUE_PREFIX": settings.services.queue_prefix,
         "PYTHONPATH": str(ROOT),
     })
     env.update(extra)
@@ -125,13 +126,13 @@ class WorkerProcess:
     """A real ``celery worker`` child process (cpu pool unless ``TTS_WORKER_POOL`` says gpu)."""
 
     def __init__(self, settings: Settings, name: str, log_path: Path, **env: str) -> None:
-        from tts_queue.launcher import worker_command
+        from tts_queue.cli.launcher import worker_command
 
         self.name = name
         self.settings = settings
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            worker_command(env.get("TTS_WORKER_POOL", "cpu"), 16, name, settings.queue_prefix),
+            worker_command(env.get("TTS_WORKER_POOL", "cpu"), 16, name, settings.services.queue_prefix),
             env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
         )
 

@@ -51,9 +51,9 @@ def queue() -> FakeQueue:
 
 @pytest.fixture()
 def services(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> Services:
-    settings = Settings(data_dir=tmp_path, voices_dir=voices_dir, max_text_chars=500,
-                        voice_pools={"tiny": "gpu"})
-    upgrade(settings.resolved_database_url)
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                  "TTS_MAX_TEXT_CHARS": "500", "TTS_VOICE_POOLS": "tiny=gpu"})
+    upgrade(settings.database_url)
     return Services.build(settings, dispatcher=queue, probe=queue)
 
 
@@ -232,8 +232,8 @@ def test_long_poll_of_a_queued_task_returns_after_the_wait(client: FlaskClient) 
 
 def test_a_database_outage_is_a_503_not_a_500(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> None:
     # Given an API whose database cannot be reached
-    settings = Settings(data_dir=tmp_path, voices_dir=voices_dir,
-                        database_url="postgresql+psycopg://nobody@127.0.0.1:1/none")
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                  "TTS_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"})
     client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
     # When a client submits or polls
     submitted = client.post("/v1/tts", json={"text": "Anyone home?"})

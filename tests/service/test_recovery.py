@@ -26,9 +26,9 @@ def test_worker_crash_mid_task_is_redelivered(tmp_path: Path, redis_url: str) ->
         "TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": redis_url,
         "TTS_VISIBILITY_TIMEOUT_S": "5", "TTS_CPU_MAX_BATCH": "1", "TTS_QUEUE_PREFIX": QUEUE_PREFIX,
     })
-    upgrade(settings.resolved_database_url)
+    upgrade(settings.database_url)
     app = make_celery(settings)
-    db = Database(settings.resolved_database_url)
+    db = Database(settings.database_url)
     env = {"TTS_VISIBILITY_TIMEOUT_S": "5"}
     first = WorkerProcess(settings, "crash-1@localhost", tmp_path / "w1.log", **env)
     second: WorkerProcess | None = None

@@ -100,7 +100,7 @@ def test_concurrent_requests_are_batched_and_exact(
         assert wait_done(client, task_id)["status"] == "done"
 
     # Then the worker recorded batches larger than one
-    db = Database(service_settings.resolved_database_url)
+    db = Database(service_settings.database_url)
     with db.read() as session:
         rows = session.scalars(select(TaskRow).where(TaskRow.id.in_(ids))).all()
     sizes = [row.batch_size for row in rows]
@@ -110,7 +110,7 @@ def test_concurrent_requests_are_batched_and_exact(
     # And each task's audio equals its sentence synthesized alone
     registry = VoiceRegistry.from_settings(service_settings)
     engine = BatchEngine(registry, PoolSettings(max_batch=1)).start()
-    alone = Synthesizer(registry, engine, service_settings)
+    alone = Synthesizer(registry, engine)
     try:
         for text, task_id in zip(SENTENCES, ids, strict=True):
             queued = soundfile.read(io.BytesIO(client.get(f"/v1/tasks/{task_id}/audio").data),
@@ -130,8 +130,8 @@ def test_resubmission_is_a_cache_hit_that_needs_no_worker(
     # Given a finished request
     first = client.post("/v1/tts", json={"text": "Cached words are served at once."})
     assert wait_done(client, first.get_json()["task_id"])["status"] == "done"
-    broker = redis.Redis.from_url(client_url(str(service_settings.redis_url)))
-    queued_before = broker.llen(f"{service_settings.queue_prefix}.cpu")
+    broker = redis.Redis.from_url(client_url(str(service_settings.services.redis_url)))
+    queued_before = broker.llen(f"{service_settings.services.queue_prefix}.cpu")
 
     # When the same request comes again (text differing only in spacing)
     again = client.post("/v1/tts", json={"text": "  Cached words are   served at once. "})
@@ -139,8 +139,8 @@ def test_resubmission_is_a_cache_hit_that_needs_no_worker(
     # Then it is done at once, nothing was queued, and no worker touched the new task
     body = again.get_json()
     assert again.status_code == 200 and body["status"] == "done" and body["cache_hit"] is True
-    assert broker.llen(f"{service_settings.queue_prefix}.cpu") == queued_before
-    db = Database(service_settings.resolved_database_url)
+    assert broker.llen(f"{service_settings.services.queue_prefix}.cpu") == queued_before
+    db = Database(service_settings.database_url)
     with db.read() as session:
         row = session.get(TaskRow, body["task_id"])
     assert row is not None and row.worker is None and row.attempts == 0

@@ -1,6 +1,6 @@
 """``tts-queue up`` and friends: start the API, workers and scheduler as child processes.
 
-The core never imports Flask or Celery; it starts their entry points (``gunicorn api.wsgi:app``,
+The shell never imports Flask or Celery either; it starts their entry points (``gunicorn api.wsgi:app``,
 ``celery -A workers.app``) with the settings passed down as ``TTS_*`` environment variables.
 """
 
@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import requests
 
-from tts_queue.broker import EmbeddedRedis
-from tts_queue.job import BULK, INTERACTIVE, MAINTENANCE, queue_name
+from tts_queue.broker import worker_queues
+from tts_queue.cli.embedded_redis import EmbeddedRedis
+from tts_queue.cli.supervisor import Supervisor
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 
@@ -30,7 +29,7 @@ def worker_command(
 ) -> list[str]:
     """The Celery worker command line for ``pool``: interactive queue first, then maintenance,
     then bulk (the broker is read in that order)."""
-    queues = ",".join(queue_name(pool, lane, prefix) for lane in (INTERACTIVE, MAINTENANCE, BULK))
+    queues = ",".join(worker_queues(pool, prefix))
     return [
         sys.executable, "-m", "celery", "-A", "workers.app", "worker",
         "--pool", "threads", "--concurrency", str(concurrency), "--queues", queues,
@@ -60,70 +59,10 @@ def child_env(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
     """The environment children get: the parent's plus the resolved service URLs."""
     env = dict(base)
     env["TTS_DATA_DIR"] = str(settings.data_dir)
-    env["TTS_DATABASE_URL"] = settings.resolved_database_url
-    if settings.redis_url:
-        env["TTS_REDIS_URL"] = settings.redis_url
+    env["TTS_DATABASE_URL"] = settings.database_url
+    if settings.services.redis_url:
+        env["TTS_REDIS_URL"] = settings.services.redis_url
     return env
-
-
-def die_with_parent() -> None:
-    """In a child before exec: get SIGTERM when the parent dies, even by SIGKILL (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-class Supervisor:
-    """Starts child processes and stops them all on Ctrl-C, SIGTERM or any child's exit.
-
-    Signal handlers are installed before the first child starts, so a signal that arrives while
-    the system is still starting stops it cleanly too; children die with the supervisor.
-    """
-
-    def __init__(self) -> None:
-        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self.watched: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self.stopping = False
-
-        def _stop(signum: int, _frame: object) -> None:
-            self.stopping = True
-
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
-
-    def watch(self, name: str, process: subprocess.Popen[bytes] | None) -> None:
-        """Also stop everything if ``process`` (started elsewhere) exits."""
-        if process is not None:
-            self.watched.append((name, process))
-
-    def start(self, name: str, command: Sequence[str], env: Mapping[str, str]) -> None:
-        """Start one child."""
-        log.info("starting %s", name)
-        child = subprocess.Popen(list(command), env=dict(env), preexec_fn=die_with_parent)
-        self.children.append((name, child))
-
-    def wait(self) -> int:
-        """Block until a signal or a child exits; return the exit code to use."""
-        while not self.stopping:
-            for name, child in self.children + self.watched:
-                if child.poll() is not None:
-                    log.error("%s exited with code %s; stopping everything", name, child.returncode)
-                    return 1
-            time.sleep(0.2)
-        return 0
-
-    def stop(self) -> None:
-        """SIGTERM every child (workers finish their current batch), then wait."""
-        for _, child in reversed(self.children):
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for name, child in reversed(self.children):
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in 30 s; killing it", name)
-                child.kill()
 
 
 def wait_ready(url: str, supervisor: Supervisor, timeout: float = 120.0) -> bool:
@@ -144,22 +83,22 @@ def up(settings: Settings, workers: int = 1) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     supervisor = Supervisor()
     embedded = None
-    if not settings.redis_url:
+    if not settings.services.redis_url:
         embedded = EmbeddedRedis(settings.broker_dir)
-        settings = settings.replace(redis_url=embedded.start())
+        settings = settings.replace(**{"services.redis_url": embedded.start()})
         supervisor.watch("embedded redis-server", embedded.process)
         print(f"embedded Redis on {embedded.socket}", file=sys.stderr)
     try:
-        upgrade(settings.resolved_database_url)
+        upgrade(settings.database_url)
         env = child_env(settings, os.environ)
         for index in range(workers):
             supervisor.start(f"worker {index}", worker_command(
-                settings.worker_pool, settings.worker_concurrency, f"{settings.worker_pool}{index}@%h",
-                settings.queue_prefix,
+                settings.worker.pool, settings.worker.concurrency, f"{settings.worker.pool}{index}@%h",
+                settings.services.queue_prefix,
             ), env)
         supervisor.start("scheduler", scheduler_command(settings.data_dir), env)
-        supervisor.start("api", api_command(settings.host, settings.port, settings.api_threads), env)
-        url = f"http://{settings.host}:{settings.port}"
+        supervisor.start("api", api_command(settings.api.host, settings.api.port, settings.api.threads), env)
+        url = f"http://{settings.api.host}:{settings.api.port}"
         if wait_ready(url, supervisor):
             print(f"tts-queue is up at {url}  (data in {settings.data_dir}; Ctrl-C stops)",
                   file=sys.stderr)

@@ -14,9 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import update
-
 from tts_queue.audio import mime_type
+from tts_queue.broker import INTERACTIVE, queue_name
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database, TaskRow, utcnow
 from tts_queue.errors import AudioNotReady, ServiceUnavailable, TaskNotCancellable, TaskNotFound
@@ -24,10 +23,7 @@ from tts_queue.registry import VoiceRegistry
 from tts_queue.request import SynthesisRequest, build_request, cache_key
 from tts_queue.settings import Settings
 from tts_queue.status import TaskStatus
-
-INTERACTIVE = "interactive"
-BULK = "bulk"
-MAINTENANCE = "maintenance"
+from tts_queue.task_rows import TaskRows
 
 
 class Dispatcher(Protocol):
@@ -35,16 +31,6 @@ class Dispatcher(Protocol):
 
     def dispatch(self, task_id: str, queue: str) -> None:
         """Enqueue ``task_id`` on ``queue``; raise on failure."""
-
-
-def queue_name(pool: str, lane: str = INTERACTIVE, prefix: str = "tts") -> str:
-    """Broker queue of a pool and lane: ``tts.cpu`` (interactive), ``tts.cpu.bulk``, ...
-
-    The maintenance lane (cleanup, recovery sweeps) is shared by all pools: ``tts.maintenance``.
-    """
-    if lane == MAINTENANCE:
-        return f"{prefix}.{MAINTENANCE}"
-    return f"{prefix}.{pool}" if lane == INTERACTIVE else f"{prefix}.{pool}.{lane}"
 
 
 @dataclass(frozen=True)
@@ -64,13 +50,13 @@ class TaskView:
     cache_hit: bool = False
 
     @classmethod
-    def of(cls, row: TaskRow, duration_s: float | None = None, hit: bool = False) -> TaskView:
+    def of(cls, row: TaskRow, duration_s: float | None = None) -> TaskView:
         """View of a row."""
         return cls(
             id=row.id, status=row.status, created_at=row.created_at, started_at=row.started_at,
             finished_at=row.finished_at, error_code=row.error_code, error_message=row.error_message,
             duration_s=duration_s, format=row.request.get("format", "wav"),
-            voice=row.request.get("voice", ""), cache_hit=hit,
+            voice=row.request.get("voice", ""), cache_hit=bool(row.cache_hit),
         )
 
 
@@ -102,6 +88,7 @@ class TaskService:
         self.registry = registry
         self.dispatcher = dispatcher
         self.clock = clock
+        self.rows = TaskRows(db, clock)
 
     def key_of(self, request: SynthesisRequest) -> str:
         """The cache key of a validated request."""
@@ -109,7 +96,8 @@ class TaskService:
 
     def pool_for(self, request: SynthesisRequest, preferred: str | None = None) -> str:
         """The worker pool that serves a request: the caller's choice, the voice's, or the default."""
-        return preferred or self.settings.voice_pools.get(request.voice, self.settings.default_pool)
+        routing = self.settings.routing
+        return preferred or routing.voice_pools.get(request.voice, routing.default_pool)
 
     def submit(
         self, payload: Mapping[str, Any], lane: str = INTERACTIVE, book_id: str | None = None,
@@ -119,23 +107,20 @@ class TaskService:
         request = build_request(payload, self.registry, self.settings)
         key = self.key_of(request)
         chosen_pool = self.pool_for(request, pool)
-        now = self.clock()
         row = TaskRow(
-            id=str(uuid.uuid4()), status=TaskStatus.QUEUED, cache_key=key, request=request.to_dict(),
-            pool=chosen_pool, queue=queue_name(chosen_pool, lane, self.settings.queue_prefix),
-            book_id=book_id, created_at=now, attempts=0,
+            id=str(uuid.uuid4()), cache_key=key, request=request.to_dict(), pool=chosen_pool,
+            queue=queue_name(chosen_pool, lane, self.settings.services.queue_prefix), book_id=book_id,
+            created_at=self.clock(),
         )
         with self.db.write() as session:
             hit = self.cache.lookup(key, session)
-            if hit is not None:
-                row.status, row.started_at, row.finished_at = TaskStatus.DONE, now, now
-            session.add(row)
+            self.rows.add(session, row, cache_hit=hit is not None)
         if hit is not None:
-            return TaskView.of(row, hit.duration_s, hit=True)
+            return TaskView.of(row, hit.duration_s)
         try:
             self.dispatcher.dispatch(row.id, row.queue)
         except Exception as exc:
-            self._finish(row.id, TaskStatus.FAILED, "service_unavailable", f"broker: {exc}")
+            self.rows.fail(row.id, "service_unavailable", f"broker: {exc}")
             raise ServiceUnavailable(f"the job queue is unreachable; nothing was queued ({exc})") from exc
         return TaskView.of(row)
 
@@ -163,7 +148,7 @@ class TaskService:
     def cancel(self, task_id: str) -> TaskView:
         """Cancel a queued task; running or finished tasks raise ``TaskNotCancellable``."""
         row = self.row(task_id)
-        if not self._transition(task_id, TaskStatus.QUEUED, TaskStatus.CANCELLED):
+        if not self.rows.cancel(task_id):
             current = self.row(task_id).status.value
             raise TaskNotCancellable(f"task {task_id} is {current}; only queued tasks can be cancelled")
         return self.get(row.id)
@@ -178,20 +163,3 @@ class TaskService:
             raise AudioNotReady(f"the audio of task {task_id} has expired from the cache; resubmit")
         path = self.cache.store.path(entry.path)
         return AudioFile(path, mime_type(entry.format), entry.size_bytes, entry.duration_s)
-
-    def _transition(self, task_id: str, old: TaskStatus, new: TaskStatus) -> bool:
-        now = self.clock()
-        with self.db.write() as session:
-            result = session.execute(
-                update(TaskRow).where(TaskRow.id == task_id, TaskRow.status == old)
-                .values(status=new, finished_at=now if new.finished else None)
-            )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
-
-    def _finish(self, task_id: str, status: TaskStatus, code: str | None, message: str | None) -> None:
-        with self.db.write() as session:
-            session.execute(
-                update(TaskRow).where(TaskRow.id == task_id).values(
-                    status=status, finished_at=self.clock(), error_code=code, error_message=message
-                )
-            )

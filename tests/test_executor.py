@@ -17,7 +17,7 @@ import pytest
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database, TaskRow, utcnow
 from tts_queue.engine import BatchEngine
-from tts_queue.execution import TaskExecutor
+from tts_queue.executor import TaskExecutor
 from tts_queue.registry import VoiceRegistry
 from tts_queue.request import build_request, cache_key
 from tts_queue.settings import PoolSettings, Settings
@@ -47,7 +47,7 @@ def world(tmp_path: Path, registry: VoiceRegistry, settings: Settings) -> Iterat
     db.create_all()
     cache = AudioCache(db, AudioStore(tmp_path / "audio"))
     engine = BatchEngine(registry, PoolSettings(max_batch=4)).start()
-    synth = Counting(registry, engine, settings)
+    synth = Counting(registry, engine)
     executor = TaskExecutor(db, cache, synth, "test-worker", max_attempts=2)
     yield {"db": db, "cache": cache, "synth": synth, "executor": executor, "registry": registry,
            "settings": settings, "root": tmp_path / "audio"}

@@ -13,14 +13,13 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
-from sqlalchemy import update
-
 from tts_queue.cache import AudioCache
-from tts_queue.db import Database, TaskRow, utcnow
+from tts_queue.db import Database, utcnow
 from tts_queue.errors import InvalidRequest, SynthesisError, TTSQueueError, VoiceError
 from tts_queue.request import SynthesisRequest
 from tts_queue.status import TaskStatus
 from tts_queue.synthesizer import Synthesizer
+from tts_queue.task_rows import TaskRows
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +39,18 @@ class TaskExecutor:
         max_attempts: int = 4,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.db = db
         self.cache = cache
         self.synthesizer = synthesizer
         self.worker_name = worker_name
         self.max_attempts = max_attempts
-        self.clock = clock
+        self.rows = TaskRows(db, clock)
         self.leader_timeout_s = 600.0
         self._inflight: dict[str, threading.Event] = {}
         self._inflight_lock = threading.Lock()
 
     def execute(self, task_id: str, worker_name: str | None = None) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do."""
-        row = self._claim(task_id, worker_name or self.worker_name)
+        row = self.rows.claim(task_id, worker_name or self.worker_name)
         if row is None:
             return None
         if row.attempts > self.max_attempts:
@@ -69,7 +67,8 @@ class TaskExecutor:
         if self.cache.peek(row.cache_key) is not None:
             if leader is None:
                 self._release(row.cache_key)
-            return self._done(task_id, batch_size=None)
+            self.rows.finish(task_id, batch_size=None, cache_hit=True)
+            return TaskStatus.DONE
         if leader is not None:  # the leader failed; do the work ourselves
             return self.execute_uncached(task_id, row.cache_key, request)
         try:
@@ -86,7 +85,8 @@ class TaskExecutor:
         data = result.audio.encode(request.format)
         self.cache.put(key, request.format, request.voice, data,
                        result.audio.duration_s, result.alignment.to_dict())
-        return self._done(task_id, batch_size=result.batch_size)
+        self.rows.finish(task_id, batch_size=result.batch_size)
+        return TaskStatus.DONE
 
     def _release(self, key: str) -> None:
         with self._inflight_lock:
@@ -96,8 +96,7 @@ class TaskExecutor:
 
     def fail(self, task_id: str, code: str, message: str) -> TaskStatus:
         """Mark a task failed (unless it already finished)."""
-        self._update(task_id, (TaskStatus.QUEUED, TaskStatus.RUNNING), status=TaskStatus.FAILED,
-                     finished_at=self.clock(), error_code=code, error_message=message)
+        self.rows.fail(task_id, code, message)
         log.warning("task %s failed: %s: %s", task_id, code, message)
         return TaskStatus.FAILED
 
@@ -105,33 +104,3 @@ class TaskExecutor:
         """Mark a task failed after retries ran out on an unexpected error."""
         code = exc.code if isinstance(exc, TTSQueueError) else "internal_error"
         return self.fail(task_id, code, f"{type(exc).__name__}: {exc}")
-
-    def _claim(self, task_id: str, worker_name: str) -> TaskRow | None:
-        """queued|running -> running, counting the attempt; ``None`` if finished or unknown."""
-        now = self.clock()
-        with self.db.write() as session:
-            # FOR UPDATE: a cancel or a second delivery waits for this claim (PostgreSQL);
-            # SQLite's BEGIN IMMEDIATE already serializes writers.
-            row = session.get(TaskRow, task_id, with_for_update=True)
-            if row is None:
-                log.warning("task %s is not in the database; dropping the message", task_id)
-                return None
-            if row.status.finished:
-                return None
-            row.status = TaskStatus.RUNNING
-            row.started_at = row.started_at or now
-            row.claimed_at = now
-            row.attempts += 1
-            row.worker = worker_name
-            return row
-
-    def _done(self, task_id: str, batch_size: int | None) -> TaskStatus:
-        self._update(task_id, (TaskStatus.RUNNING,), status=TaskStatus.DONE,
-                     finished_at=self.clock(), batch_size=batch_size)
-        return TaskStatus.DONE
-
-    def _update(self, task_id: str, when: tuple[TaskStatus, ...], **values: object) -> None:
-        with self.db.write() as session:
-            session.execute(
-                update(TaskRow).where(TaskRow.id == task_id, TaskRow.status.in_(when)).values(**values)
-            )

@@ -12,18 +12,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tts_queue.cli.flags import add_flags, apply_flags
 from tts_queue.errors import ConfigError, TTSQueueError
 from tts_queue.settings import Settings
 
 
 def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env(env)
-    changes = {}
-    for name in ("host", "port", "data_dir"):
-        value = getattr(args, name, None)
-        if value is not None:
-            changes[name] = Path(value).expanduser() if name == "data_dir" else value
-    return settings.replace(**changes) if changes else settings
+    return apply_flags(Settings.from_env(env), args)
 
 
 def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
@@ -44,7 +39,7 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     engine = BatchEngine(registry, settings.pool("cpu")).start()
     started = time.perf_counter()
     try:
-        result = Synthesizer(registry, engine, settings).synthesize(request)
+        result = Synthesizer(registry, engine).synthesize(request)
     finally:
         engine.stop()
     elapsed = time.perf_counter() - started
@@ -78,41 +73,57 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
+    """Print every TTS_* variable with its default (or, with --current, its value here)."""
+    from tts_queue.settings import describe, markdown_table
+
+    if args.markdown:
+        print(markdown_table())
+        return 0
+    values = {leaf.variable: leaf.default for leaf in describe()}
+    if args.current:
+        from tts_queue.settings import current_values
+
+        values = current_values(settings)
+    for info in describe():
+        print(f"{info.variable:32} {values[info.variable]:28} {info.doc}")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     """Apply database migrations."""
     from tts_queue.migrate import upgrade
 
-    upgrade(settings.resolved_database_url)
-    print(f"database at {settings.resolved_database_url} is up to date", file=sys.stderr)
+    upgrade(settings.database_url)
+    print(f"database at {settings.database_url} is up to date", file=sys.stderr)
     return 0
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     """Run API, worker(s), scheduler and (if needed) an embedded Redis."""
-    from tts_queue.launcher import up
+    from tts_queue.cli.launcher import up
 
     return up(settings, workers=args.workers)
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     """Run one worker process for a pool against the configured Redis and database."""
-    from tts_queue.launcher import worker_command
+    from tts_queue.cli.launcher import worker_command
 
-    if not settings.redis_url or not settings.database_url:
+    if not settings.services.redis_url or not settings.services.database_url:
         # A worker with its own SQLite file would find none of the API's tasks.
         raise ConfigError("set TTS_REDIS_URL and TTS_DATABASE_URL (the ones the API uses) to run "
                           "a worker on its own; `tts-queue up` runs one for you")
-    pool = args.pool or settings.worker_pool
-    env = dict(os.environ, TTS_WORKER_POOL=pool)
-    command = worker_command(pool, args.concurrency or settings.worker_concurrency,
-                             prefix=settings.queue_prefix)
+    pool = settings.worker.pool
+    env = dict(os.environ, TTS_WORKER_POOL=pool, TTS_WORKER_CONCURRENCY=str(settings.worker.concurrency))
+    command = worker_command(pool, settings.worker.concurrency, prefix=settings.services.queue_prefix)
     os.execve(command[0], command, env)
     return 0  # not reached
 
 
 def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     """Run the periodic scheduler (stale audio cleanup)."""
-    from tts_queue.launcher import scheduler_command
+    from tts_queue.cli.launcher import scheduler_command
 
     command = scheduler_command(settings.data_dir)
     os.execve(command[0], command, dict(os.environ))
@@ -121,9 +132,9 @@ def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     """Submit text to a running service; with --wait, wait and download."""
-    from tts_queue.client import Client
+    from tts_queue.cli.client import Client
 
-    client = Client(args.api or settings.api_url)
+    client = Client(settings.client.api_url)
     text = sys.stdin.read() if args.text == "-" else args.text
     task = client.submit(text, voice=args.voice, speaker=args.speaker, format=args.format,
                          speed=args.speed)
@@ -140,9 +151,9 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     """Show a task; with --wait, wait until it finishes."""
-    from tts_queue.client import Client
+    from tts_queue.cli.client import Client
 
-    client = Client(args.api or settings.api_url)
+    client = Client(settings.client.api_url)
     task = client.wait(args.task_id) if args.wait else client.status(args.task_id)
     print(json.dumps(task, indent=2))
     return 0 if task["status"] != "failed" else 1
@@ -150,9 +161,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
     """Wait for a task and download its audio."""
-    from tts_queue.client import Client
+    from tts_queue.cli.client import Client
 
-    client = Client(args.api or settings.api_url)
+    client = Client(settings.client.api_url)
     task = client.wait(args.task_id)
     if task["status"] != "done":
         print(json.dumps(task, indent=2))
@@ -181,19 +192,20 @@ def _add_local_commands(sub: Any) -> None:
     voices.add_argument("--json", action="store_true")
     voices.set_defaults(func=cmd_voices)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
+    config = sub.add_parser("settings", help="list every TTS_* variable, its default and what it does")
+    config.add_argument("--markdown", action="store_true", help="the README's table")
+    config.add_argument("--current", action="store_true", help="the values in effect here")
+    config.set_defaults(func=cmd_settings)
 
 
 def _add_service_commands(sub: Any) -> None:
     """Commands that run parts of the service."""
     up = sub.add_parser("up", help="run API, worker, scheduler (and embedded Redis) here")
-    up.add_argument("--host", help="bind address (TTS_HOST, default 127.0.0.1)")
-    up.add_argument("--port", type=int, help="port (TTS_PORT, default 8000)")
-    up.add_argument("--data-dir", dest="data_dir", help="audio, SQLite and broker files (TTS_DATA_DIR)")
+    add_flags(up, "api.host", "api.port", "data_dir")
     up.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     up.set_defaults(func=cmd_up)
     worker = sub.add_parser("worker", help="run one worker against TTS_REDIS_URL")
-    worker.add_argument("--pool", choices=["cpu", "gpu"], help="default: TTS_WORKER_POOL, else cpu")
-    worker.add_argument("--concurrency", type=int, help="requests in flight (TTS_WORKER_CONCURRENCY)")
+    add_flags(worker, "worker.pool", "worker.concurrency")
     worker.set_defaults(func=cmd_worker)
     sub.add_parser("scheduler", help="run the periodic cleanup scheduler").set_defaults(
         func=cmd_scheduler)
@@ -201,7 +213,6 @@ def _add_service_commands(sub: Any) -> None:
 
 def _add_client_commands(sub: Any) -> None:
     """Commands that talk to a running service over HTTP."""
-    api_help = "API URL (TTS_API_URL, default http://127.0.0.1:8000)"
     submit = sub.add_parser("submit", help="submit text to a running service")
     _add_voice_options(submit)
     submit.add_argument("-o", "--output", help="wait and write the audio here")
@@ -210,7 +221,7 @@ def _add_client_commands(sub: Any) -> None:
     fetch = sub.add_parser("fetch", help="wait for a task and download its audio")
     fetch.add_argument("-o", "--output", required=True)
     for parser, func in ((submit, cmd_submit), (status, cmd_status), (fetch, cmd_fetch)):
-        parser.add_argument("--api", help=api_help)
+        add_flags(parser, "client.api_url")
         if parser is not submit:
             parser.add_argument("task_id")
         parser.set_defaults(func=func)

@@ -1,0 +1,68 @@
+"""What the API and the workers share on the Celery side: a bare client app and the dispatcher.
+
+``make_client(settings)`` is a Celery app with the broker and the message settings (JSON only,
+late acks, transport options) and no tasks, runtime or signal handlers: the API sends by task name
+with it, and ``workers.factory.make_celery`` builds the worker app on top of the same settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from tts_queue.broker import SYNTHESIZE, kombu_url, queue_name
+from tts_queue.errors import ConfigError
+from tts_queue.settings import Settings
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings both sides must agree on."""
+    visibility = settings.worker.visibility_timeout_s
+    return {
+        # JSON only: pickle would let anyone who can write to the broker run code in a worker.
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "visibility_timeout": visibility,
+            # Scan for tasks of dead workers every few seconds (kombu's default is ~100 s).
+            "unacked_restore_interval": max(1, min(10, visibility // 3)),
+            "unacked_restore_throttle": 1,
+            "queue_order_strategy": "priority",
+        },
+        "task_default_queue": queue_name(
+            settings.routing.default_pool, prefix=settings.services.queue_prefix
+        ),
+        "task_queues": None,
+        "worker_hijack_root_logger": False,
+    }
+
+
+def make_client(settings: Settings) -> Celery:
+    """A Celery app that only sends and pings: no tasks registered, nothing started."""
+    if not settings.services.redis_url:
+        raise ConfigError("TTS_REDIS_URL is not set: start with `tts-queue up` or set it")
+    app = Celery("tts_queue", broker=kombu_url(settings.services.redis_url))
+    app.conf.update(celery_config(settings))
+    return app
+
+
+class CeleryDispatcher:
+    """The ``Dispatcher`` seam of ``TaskService``: sends ``tts.synthesize`` by name."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def dispatch(self, task_id: str, queue: str) -> None:
+        """Send ``tts.synthesize(task_id)`` to ``queue``."""
+        self.app.send_task(SYNTHESIZE, args=[task_id], queue=queue, task_id=task_id)
+
+    def ping_workers(self, timeout: float = 1.0) -> list[str]:
+        """Names of workers that answered a broadcast ping."""
+        replies = self.app.control.ping(timeout=timeout) or []
+        return [name for reply in replies for name in reply]
