@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tts_queue.broker import RedisKeys, redis_client
 from tts_queue.finish_signal import FinishSignals
+from tts_queue.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.settings import Settings
 from workers.dispatch import CeleryDispatcher, make_client
 
@@ -18,8 +19,10 @@ class CeleryQueue(CeleryDispatcher):
         super().__init__(make_client(settings))
         assert settings.services.redis_url
         self.redis = redis_client(settings.services.redis_url, socket_timeout=2)
-        self.signals = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix)
+        self.signals = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix,
+                                              max_block_s=settings.api.wait_recheck_s)
         self.keys = RedisKeys(settings.services.queue_prefix)
+        self.heartbeats = Heartbeats(self.redis, self.keys)
 
     def wait_finished(self, task_id: str, timeout: float) -> None:
         """Block until the worker signals ``task_id`` finished, or ``timeout`` passes."""
@@ -28,6 +31,10 @@ class CeleryQueue(CeleryDispatcher):
     def consuming(self) -> bool:
         """Whether some worker took a task off a queue within ``TTS_CONSUMED_WINDOW_S``."""
         return bool(self.redis.exists(self.keys.consumed))
+
+    def workers(self) -> list[WorkerInfo]:
+        """Workers whose heartbeat is live: name, pool and the provider of each loaded voice."""
+        return self.heartbeats.live()
 
     def ping_broker(self) -> None:
         """Raise if Redis does not answer."""

@@ -154,6 +154,7 @@ def synthesize_sync() -> Any:
 def list_voices() -> Response:
     """Every voice the registry knows, with its state."""
     registry = services().registry
+    workers = _live_workers()
     voices = [
         {
             "id": spec.id,
@@ -164,10 +165,22 @@ def list_voices() -> Response:
             "num_speakers": spec.num_speakers,
             "status": registry.status(spec),
             "default": spec.id == registry.get(None).id,
+            # where the voice really runs, per worker that has it loaded (read back from ONNX Runtime)
+            "providers": {w.name: w.providers[spec.id] for w in workers if spec.id in w.providers},
         }
         for spec in registry.specs()
     ]
     return jsonify(voices=voices)
+
+
+def _live_workers() -> list[Any]:
+    """Live workers from their heartbeats ([] when the queue has no heartbeats or is down)."""
+    probe = services().probe
+    live = getattr(probe, "workers", None)
+    try:
+        return list(live()) if live is not None else []
+    except Exception:  # voices and readiness still answer when Redis is down
+        return []
 
 
 @bp.get("/healthz")
@@ -197,6 +210,9 @@ def readyz() -> Response:
                 f"{svc.settings.worker.consumed_window_s:.0f} s (is the scheduler running?)")
     except Exception as exc:
         checks["workers"] = f"error: {exc}"
+    workers = _live_workers()
+    checks["pools"] = {pool: [w.name for w in workers if w.pool == pool] for pool in ("cpu", "gpu")}
+    checks["providers"] = {w.name: w.providers for w in workers}
     failed = [name for name, v in checks.items() if isinstance(v, str) and v.startswith("error")]
     if failed:
         raise NotReady(f"not ready: {', '.join(failed)}", details={"ready": False, "checks": checks})

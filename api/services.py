@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database
+from tts_queue.heartbeat import WorkerInfo
 from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings
 from tts_queue.store import AudioStore
@@ -27,6 +28,9 @@ class QueueProbe(Protocol):
 
     def consuming(self) -> bool:
         """Whether a worker consumed a task recently."""
+
+    def workers(self) -> list[WorkerInfo]:
+        """Live workers from their heartbeats."""
 
 
 @dataclass

@@ -28,9 +28,36 @@ def test_voices_lists_the_verified_default_voice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["voices", "--json"], env={"TTS_DATA_DIR": str(tmp_path)}) == 0
-    voices = json.loads(capsys.readouterr().out)
-    joe = next(v for v in voices if v["id"] == "en_US-joe-medium")
+    listing = json.loads(capsys.readouterr().out)
+    joe = next(v for v in listing["voices"] if v["id"] == "en_US-joe-medium")
     assert joe["status"] == "verified" and joe["language"] == "en_US" and "joe" in joe["aliases"]
+    # providers: what was asked, what this onnxruntime has, and the order a session would try
+    assert listing["providers"]["requested"] == "auto"
+    assert listing["providers"]["order"][-1] == "CPUExecutionProvider"
+
+
+def test_voices_load_reports_the_provider_read_back_from_the_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a CPU-only machine and the default voice
+    # When the voices are loaded and listed
+    assert main(["voices", "--load", "--json"], env={"TTS_DATA_DIR": str(tmp_path)}) == 0
+    joe = next(v for v in json.loads(capsys.readouterr().out)["voices"] if v["id"] == "en_US-joe-medium")
+    # Then the provider is the one the session runs on
+    assert joe["provider"] == "CPUExecutionProvider"
+
+
+def test_a_demanded_provider_that_is_missing_fails_loudly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a CPU-only machine where the deployment demands CUDA
+    # When synthesis is asked for
+    code = main(["say", "Hello.", "-o", str(tmp_path / "x.wav")],
+                env={"TTS_DATA_DIR": str(tmp_path), "TTS_PROVIDERS": "cuda"})
+    # Then it fails with a config error naming CUDA instead of running on CPU
+    err = capsys.readouterr().err
+    assert code == 2 and "[config_error]" in err and "CUDAExecutionProvider" in err
+    assert not (tmp_path / "x.wav").exists()
 
 
 @pytest.mark.parametrize(("argv", "env", "message"), [

@@ -112,7 +112,7 @@ def test_load_fails_when_a_demanded_provider_falls_back(
     monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
     # When CUDA is demanded
     # Then loading fails loudly instead of running on CPU
-    with pytest.raises(ModelLoadError, match="fell back to CPUExecutionProvider"):
+    with pytest.raises(ConfigError, match="fell back to CPUExecutionProvider"):
         VoiceModel.load(tiny_files.model_path, SessionConfig(providers="cuda"), HOP_LENGTH)
 
 

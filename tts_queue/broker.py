@@ -50,6 +50,10 @@ class RedisKeys:
         """A key with no expiry: missing means the broker lost its data (recovery sweep)."""
         return f"{self.prefix}:broker-marker"
 
+    def worker(self, name: str) -> str:
+        """A worker's heartbeat (``name`` may be ``*`` to match them all)."""
+        return f"{self.prefix}:worker:{name}"
+
     @property
     def consumed(self) -> str:
         """A short-lived key a worker sets whenever it takes a task off a queue (``/readyz``)."""

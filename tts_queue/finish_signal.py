@@ -16,17 +16,17 @@ class FinishSignals:
     """Signals that a task finished (worker side) and waits for them (API side)."""
 
     TTL_S = 600
-    MAX_BLOCK_S = 5.0
 
-    def __init__(self, client: Any, keys: RedisKeys) -> None:
+    def __init__(self, client: Any, keys: RedisKeys, max_block_s: float = 5.0) -> None:
         self.client = client
         self.keys = keys
+        self.max_block_s = max_block_s
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "tts") -> FinishSignals:
-        """Signals over the Redis at ``url``."""
+    def from_url(cls, url: str, prefix: str = "tts", max_block_s: float = 5.0) -> FinishSignals:
+        """Signals over the Redis at ``url``; one wait blocks at most ``max_block_s`` seconds."""
         # socket_timeout above the longest block, so a dead connection cannot hang a waiter
-        return cls(redis_client(url, socket_timeout=cls.MAX_BLOCK_S + 5), RedisKeys(prefix))
+        return cls(redis_client(url, socket_timeout=max_block_s + 5), RedisKeys(prefix), max_block_s)
 
     def notify(self, task_id: str, status: str) -> None:
         """Signal that ``task_id`` finished with ``status``."""
@@ -37,9 +37,9 @@ class FinishSignals:
         pipe.execute()
 
     def wait(self, task_id: str, timeout: float) -> str | None:
-        """Block up to ``timeout`` (at most ``MAX_BLOCK_S``) seconds; the status, or ``None``."""
+        """Block up to ``timeout`` (at most ``max_block_s``) seconds; the status, or ``None``."""
         if timeout <= 0:
             return None
         key = self.keys.finished(task_id)
-        value = self.client.blmove(key, key, min(timeout, self.MAX_BLOCK_S), "RIGHT", "LEFT")
+        value = self.client.blmove(key, key, min(timeout, self.max_block_s), "RIGHT", "LEFT")
         return value.decode() if isinstance(value, bytes) else value

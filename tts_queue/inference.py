@@ -144,7 +144,7 @@ class VoiceModel:
 
         ONNX Runtime does not raise when a GPU provider fails to initialize: it logs and runs on
         CPU. So the providers are read back from the session; a demanded provider (a list without
-        ``cpu``) that did not load raises ``ModelLoadError``, and ``auto`` says where it landed.
+        ``cpu``) that did not load raises ``ConfigError``, and ``auto`` says where it landed.
         """
         import onnxruntime as ort
 
@@ -159,7 +159,7 @@ class VoiceModel:
         actual = [p for p in session.get_providers() if p in PREFERENCE] or [CPU]
         if actual[0] != wanted[0]:
             if CPU not in wanted:
-                raise ModelLoadError(f"{model_path.name}: {wanted[0]} was demanded (TTS_PROVIDERS="
+                raise ConfigError(f"{model_path.name}: {wanted[0]} was demanded (TTS_PROVIDERS="
                                      f"{config.providers}) but the session fell back to {actual[0]}")
             log.warning("%s: asked for %s, running on %s", model_path.name, wanted[0], actual[0])
         inputs = {i.name for i in session.get_inputs()}

@@ -226,6 +226,11 @@ class VoiceRegistry:
         with self._lock:
             return list(self._loaded.keys())
 
+    def providers(self) -> dict[str, str]:
+        """The execution provider each loaded voice really runs on."""
+        with self._lock:
+            return {voice_id: voice.model.provider for voice_id, voice in self._loaded.items()}
+
     def status(self, spec: VoiceSpec) -> str:
         """``verified``, ``unverified`` (no manifest digest), ``mismatch`` or ``missing``."""
         if not spec.present:

@@ -104,8 +104,8 @@ class ApiSettings:
     threads: int = setting(64, "gunicorn threads of `up`'s API (long-polls hold one each)",
                            env="TTS_API_THREADS")
     sync_wait_s: float = setting(30.0, "longest wait of `POST /tts` and of `?wait=` long-polls")
-    wait_recheck_s: float = setting(1.0, "while a long-poll waits for the worker's signal, the row "
-                                    "is also re-read this often")
+    wait_recheck_s: float = setting(5.0, "a long-poll waits for the worker's finished signal and "
+                                    "also re-reads the row this often (in case a signal was lost)")
 
 
 @dataclass(frozen=True)

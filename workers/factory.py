@@ -9,6 +9,8 @@ threads pool, the beat schedule and the worker's runtime. Queue and task names c
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -17,7 +19,9 @@ from celery import Celery, signals
 
 from tts_queue.broker import CLEANUP, MAINTENANCE, REQUEUE, SYNTHESIZE, RedisKeys, queue_name, redis_client
 from tts_queue.db import utcnow
+from tts_queue.errors import ConfigError
 from tts_queue.finish_signal import FinishSignals
+from tts_queue.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.recovery import requeue_lost
 from tts_queue.settings import Settings
 from tts_queue.task_rows import TaskRows
@@ -59,12 +63,25 @@ def _connect_signals(app: Celery, holder: RuntimeHolder) -> None:
     settings = holder.settings
     marker = RedisMarker(settings)
 
+    heartbeats = Heartbeats(marker.client, marker.keys)
+    stop = threading.Event()
+
     @signals.worker_ready.connect(weak=False)
-    def _warm_up(**_: Any) -> None:
+    def _warm_up(sender: Any = None, **_: Any) -> None:
         runtime = holder.get()
         requeue(app, runtime.rows, marker)
         if settings.worker.warmup:
-            runtime.warm_up()
+            try:
+                runtime.warm_up()
+            except ConfigError as exc:  # a demanded provider is missing: fail loudly, do not serve
+                log.critical("worker cannot start: %s", exc.message)
+                os._exit(3)
+        name = getattr(sender, "hostname", None) or runtime.executor.worker_name
+        heartbeats.start(lambda: WorkerInfo(name, settings.worker.pool, runtime.registry.providers()), stop)
+
+    @signals.worker_shutdown.connect(weak=False)
+    def _stop_heartbeat(**_: Any) -> None:
+        stop.set()
 
     @signals.task_prerun.connect(weak=False)
     def _consumed(**_: Any) -> None:
@@ -74,12 +91,14 @@ def _connect_signals(app: Celery, holder: RuntimeHolder) -> None:
 
 
 def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
+    # shared=False: Celery would otherwise register these closures on every app created later in
+    # the process, and a second app (tests) would run the first app's runtime.
     settings = holder.settings
     assert settings.services.redis_url
     signals_ = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix)
     marker = RedisMarker(settings)
 
-    @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries)
+    @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries, shared=False)
     def synthesize(self: Any, task_id: str) -> str | None:
         """Synthesize one task row; unexpected errors retry with backoff, then fail the row."""
         try:
@@ -96,12 +115,12 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
             signals_.notify(task_id, status.value)
         return status.value if status else None
 
-    @app.task(name=REQUEUE)
+    @app.task(name=REQUEUE, shared=False)
     def requeue_lost_tasks() -> int:
         """Dispatch again the tasks a broker restart or a dead worker lost (every 30 s)."""
         return requeue(app, holder.get().rows, marker)
 
-    @app.task(name=CLEANUP)
+    @app.task(name=CLEANUP, shared=False)
     def cleanup() -> dict[str, int]:
         """Delete audio not accessed for ``TTS_AUDIO_TTL_DAYS``."""
         runtime = holder.get()

@@ -4,6 +4,7 @@ and SQLite and PostgreSQL in turn (the module runs once per backend)."""
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 import numpy as np
@@ -51,14 +52,13 @@ def client(service_settings: Settings, worker: WorkerProcess) -> FlaskClient:
     return create_app(service_settings).test_client()
 
 
-def wait_done(client: FlaskClient, task_id: str, timeout: float = 120.0) -> dict[str, Any]:
-    """Poll the task until it finishes."""
-    def finished() -> dict[str, Any] | None:
-        body: dict[str, Any] = client.get(f"/v1/tasks/{task_id}").get_json()
-        return body if body["status"] in ("done", "failed", "cancelled") else None
-
-    result: dict[str, Any] = wait_until(finished, timeout=timeout)
-    return result
+def wait_done(client: FlaskClient, task_id: str, rounds: int = 4) -> dict[str, Any]:
+    """Long-poll the task (the API's own ``?wait=``) until it finishes."""
+    for _ in range(rounds):
+        body: dict[str, Any] = client.get(f"/v1/tasks/{task_id}?wait=60").get_json()
+        if body["status"] in ("done", "failed", "cancelled"):
+            return body
+    pytest.fail(f"task {task_id} still {body['status']} after {rounds} long-polls")
 
 
 def test_submit_poll_download(client: FlaskClient) -> None:
@@ -145,6 +145,9 @@ def test_resubmission_is_a_cache_hit_that_needs_no_worker(
         row = session.get(TaskRow, body["task_id"])
     assert row is not None and row.worker is None and row.attempts == 0
     assert client.get(body["audio_url"]).status_code == 200
+    # And read back later, the task still says it was a cache hit (the first one was not)
+    assert client.get(f"/v1/tasks/{body['task_id']}").get_json()["cache_hit"] is True
+    assert client.get(f"/v1/tasks/{first.get_json()['task_id']}").get_json()["cache_hit"] is False
 
 
 def test_cache_survives_a_restart(client: FlaskClient, service_settings: Settings) -> None:
@@ -197,10 +200,36 @@ def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -
     assert worker.name in body["checks"]["workers"]
 
 
-def test_long_poll_answers_when_the_task_finishes(client: FlaskClient) -> None:
-    # Given a submitted task
-    task_id = client.post("/v1/tts", json={"text": "Wake me when it is done."}).get_json()["task_id"]
+def test_long_poll_is_woken_by_the_workers_signal(service_settings: Settings) -> None:
+    # Given an API that re-reads a waiting task's row only every 60 s, so that within a 30 s
+    # long-poll nothing but the worker's finished signal can wake it before the deadline
+    api = create_app(service_settings.replace(**{"api.wait_recheck_s": 60.0})).test_client()
+    task_id = api.post("/v1/tts", json={"text": "Wake me when it is done."}).get_json()["task_id"]
     # When the client long-polls once
-    body = client.get(f"/v1/tasks/{task_id}?wait=60").get_json()
-    # Then the single answer already says done (the worker's signal woke the request)
+    started = time.monotonic()
+    body = api.get(f"/v1/tasks/{task_id}?wait=30").get_json()
+    waited = time.monotonic() - started
+    # Then the single answer says done, and it came long before the 30 s deadline (without the
+    # signal it would have come only at the deadline's final re-read)
     assert body["status"] == "done" and body["audio_url"]
+    assert waited < 15, f"answered after {waited:.1f} s: the finished signal did not wake the wait"
+
+
+def test_cancelling_a_running_task_is_a_conflict(client: FlaskClient, service_settings: Settings) -> None:
+    # Given a long task that a worker has started
+    text = " ".join(f"Sentence number {n} keeps the worker busy for a while." for n in range(1, 16))
+    task_id = client.post("/v1/tts", json={"text": text}).get_json()["task_id"]
+    db = Database(service_settings.database_url)
+
+    def running() -> bool:
+        with db.read() as session:
+            row = session.get(TaskRow, task_id)
+            return row is not None and row.status.value == "running"
+
+    wait_until(running, timeout=60, interval=0.01)
+    # When a client tries to cancel it
+    response = client.delete(f"/v1/tasks/{task_id}")
+    # Then it is a 409 conflict with a stable code, and the task still finishes
+    assert response.status_code == 409, response.get_json()
+    assert response.get_json()["error"]["code"] == "task_not_cancellable"
+    assert wait_done(client, task_id)["status"] == "done"

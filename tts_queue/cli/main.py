@@ -51,25 +51,37 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
     """List the registry's voices and whether their files are present and verified."""
+    import onnxruntime
+
+    from tts_queue.inference import choose_providers
     from tts_queue.registry import VoiceRegistry
 
     registry = VoiceRegistry.from_settings(settings)
-    rows: list[dict[str, Any]] = [
-        {
+    available = onnxruntime.get_available_providers()
+    order = choose_providers(settings.onnx.providers, available)
+    rows: list[dict[str, Any]] = []
+    for spec in registry.specs():
+        status = registry.status(spec)
+        provider = "(not loaded; --load)"
+        if args.load and status in ("verified", "unverified"):
+            provider = registry.load(spec.id).model.provider  # read back from the session
+        rows.append({
             "id": spec.id, "aliases": list(spec.aliases), "language": spec.language,
             "sample_rate": spec.sample_rate, "speakers": list(spec.speakers),
-            "num_speakers": spec.num_speakers, "status": registry.status(spec), "source": spec.source,
-        }
-        for spec in registry.specs()
-    ]
+            "num_speakers": spec.num_speakers, "status": status, "source": spec.source,
+            "provider": provider if args.load else None,
+        })
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"providers": {"requested": settings.onnx.providers, "available": available,
+                                        "order": order}, "voices": rows}, indent=2))
         return 0
-    print(f"{'voice':28} {'language':8} {'rate':>6} {'speakers':10} {'status':10} source")
+    print(f"execution providers: TTS_PROVIDERS={settings.onnx.providers} -> tries {', '.join(order)} "
+          f"(available here: {', '.join(available)})")
+    print(f"{'voice':28} {'language':8} {'rate':>6} {'speakers':10} {'status':10} {'provider':22} source")
     for row in rows:
         speakers = ", ".join(row["speakers"]) or str(row["num_speakers"])
         print(f"{row['id']:28} {row['language']:8} {row['sample_rate']:>6} {speakers:10} "
-              f"{row['status']:10} {row['source']}")
+              f"{row['status']:10} {row['provider'] or '(--load to see)':22} {row['source']}")
     return 0
 
 
@@ -190,6 +202,8 @@ def _add_local_commands(sub: Any) -> None:
     say.set_defaults(func=cmd_say)
     voices = sub.add_parser("voices", help="list known voices and their state")
     voices.add_argument("--json", action="store_true")
+    voices.add_argument("--load", action="store_true",
+                        help="load each voice and show the execution provider it really runs on")
     voices.set_defaults(func=cmd_voices)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
     config = sub.add_parser("settings", help="list every TTS_* variable, its default and what it does")

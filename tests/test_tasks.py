@@ -1,0 +1,152 @@
+"""The Celery task bodies, called directly (adapter tier): retry, failure after the retry budget,
+the finished signal, the recovery sweep and the cleanup task. The runtime is a fake; the signals
+and the recovery marker go to the real Redis."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.service.conftest import unavailable
+from tts_queue.broker import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, client_url, queue_name
+from tts_queue.cache import CleanupReport
+from tts_queue.db import Database, TaskRow, utcnow
+from tts_queue.settings import Settings
+from tts_queue.status import TaskStatus
+from tts_queue.task_rows import TaskRows
+from workers.factory import make_celery
+
+REDIS_URL = "redis://127.0.0.1:6379/15"
+
+
+@dataclass
+class FakeExecutor:
+    """Fails the first ``failures`` calls, then finishes; records what it was asked."""
+
+    failures: int = 0
+    calls: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    worker_name: str = "fake@worker"
+
+    def execute(self, task_id: str, worker_name: str | None = None) -> TaskStatus:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError(f"transient failure {self.calls}")
+        return TaskStatus.DONE
+
+    def fail_unexpected(self, task_id: str, exc: BaseException) -> TaskStatus:
+        self.failed.append((task_id, str(exc)))
+        return TaskStatus.FAILED
+
+
+@dataclass
+class FakeCache:
+    """Records cleanup calls."""
+
+    calls: list[tuple[datetime, timedelta]] = field(default_factory=list)
+
+    def delete_expired(self, now: datetime, max_age: timedelta) -> CleanupReport:
+        self.calls.append((now, max_age))
+        return CleanupReport(entries=3, bytes_freed=1234)
+
+
+@dataclass
+class FakeRuntime:
+    """Just what the task bodies touch."""
+
+    settings: Settings
+    executor: FakeExecutor
+    cache: FakeCache
+    rows: TaskRows
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> dict[str, Any]:
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_timeout=2).ping()
+    except redis.RedisError as exc:
+        unavailable(f"Redis not reachable at {REDIS_URL}: {exc}")
+    prefix = f"tts-tasks-{uuid.uuid4().hex[:8]}"
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": REDIS_URL,
+                                  "TTS_QUEUE_PREFIX": prefix, "TTS_MAX_RETRIES": "2",
+                                  "TTS_AUDIO_TTL_DAYS": "7"})
+    db = Database(settings.database_url)
+    db.create_all()
+    app = make_celery(settings)
+    app.conf.task_always_eager = True  # retries run in place, no broker round trip
+    runtime = FakeRuntime(settings, FakeExecutor(), FakeCache(), TaskRows(db))
+    app.tts_runtime._runtime = runtime  # type: ignore[attr-defined]
+    client = redis.Redis.from_url(client_url(REDIS_URL))
+    yield {"app": app, "runtime": runtime, "redis": client, "keys": RedisKeys(prefix), "db": db,
+           "prefix": prefix}
+    for key in client.scan_iter(match=f"{prefix}*"):
+        client.delete(key)
+
+
+def finished_signal(world: dict[str, Any], task_id: str) -> list[bytes]:
+    return list(world["redis"].lrange(world["keys"].finished(task_id), 0, -1))
+
+
+def test_a_finished_task_signals_its_waiters(world: dict[str, Any]) -> None:
+    # Given a task that runs fine
+    task_id = str(uuid.uuid4())
+    # When the synthesize task body runs
+    result = world["app"].tasks[SYNTHESIZE].apply(args=[task_id]).get()
+    # Then it reports done and pushed the finished signal long-polls wait on
+    assert result == "done"
+    assert finished_signal(world, task_id) == [b"done"]
+
+
+def test_an_unexpected_error_is_retried_then_succeeds(world: dict[str, Any]) -> None:
+    # Given an executor that fails twice (the retry budget is 2)
+    world["runtime"].executor.failures = 2
+    task_id = str(uuid.uuid4())
+    # When the task runs
+    world["app"].tasks[SYNTHESIZE].apply(args=[task_id])
+    # Then it ran three times, finished, and was never marked failed
+    assert world["runtime"].executor.calls == 3
+    assert world["runtime"].executor.failed == []
+    assert finished_signal(world, task_id) == [b"done"]
+
+
+def test_after_the_retry_budget_the_row_is_failed_and_waiters_told(world: dict[str, Any]) -> None:
+    # Given an executor that always fails
+    world["runtime"].executor.failures = 100
+    task_id = str(uuid.uuid4())
+    # When the task runs
+    world["app"].tasks[SYNTHESIZE].apply(args=[task_id])
+    # Then after 1 + 2 retries the failure is recorded once, with the error, and signalled
+    assert world["runtime"].executor.calls == 3
+    assert world["runtime"].executor.failed == [(task_id, "transient failure 3")]
+    assert finished_signal(world, task_id) == [b"failed"]
+
+
+def test_the_cleanup_task_deletes_with_the_configured_age(world: dict[str, Any]) -> None:
+    # When the cleanup task body runs
+    report = world["app"].tasks[CLEANUP].apply().get()
+    # Then it asked the cache to delete what was unused for TTS_AUDIO_TTL_DAYS and reports it
+    (now, max_age), = world["runtime"].cache.calls
+    assert max_age == timedelta(days=7) and abs((utcnow() - now).total_seconds()) < 60
+    assert report == {"entries": 3, "bytes_freed": 1234}
+
+
+def test_the_recovery_task_resends_queued_rows_when_the_broker_forgot(world: dict[str, Any]) -> None:
+    # Given a queued row and a broker with no marker (it lost its data)
+    task_id = str(uuid.uuid4())
+    queue = queue_name("cpu", prefix=world["prefix"])
+    with world["db"].write() as session:
+        session.add(TaskRow(id=task_id, status=TaskStatus.QUEUED, cache_key="k" * 64, request={},
+                            pool="cpu", queue=queue, created_at=utcnow(), attempts=0))
+    # When the recovery task runs twice
+    first = world["app"].tasks[REQUEUE].apply().get()
+    second = world["app"].tasks[REQUEUE].apply().get()
+    # Then the row was sent to its queue once (the marker is set after the first sweep)
+    assert (first, second) == (1, 0)
+    assert world["redis"].llen(queue) == 1
+    assert world["redis"].exists(world["keys"].broker_marker)
