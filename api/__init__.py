@@ -1,15 +1,42 @@
-"""Flask adapter: ``create_app(settings)`` serves the submit-and-poll API over the core."""
+"""Flask adapter: ``create_app(settings)`` serves the submit-and-poll API over the core.
+
+``JSONErrorWorker`` is the gunicorn worker class that serves it (``tts-queue up`` and the compose
+file): gunicorn's own answers, for requests it rejects before Flask sees them, are JSON too.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+from typing import Any
 
 from flask import Flask
+from gunicorn import util as gunicorn_util
+from gunicorn.workers.gthread import ThreadWorker
 
+from api.books import bp as books_bp
 from api.errors import register_error_handlers
-from api.routes import bp
+from api.routes import WAITERS, bp
 from api.services import Services
 from tts_queue.settings import Settings
+
+# Stable codes for what gunicorn rejects before the app runs (status -> code).
+GUNICORN_CODES = {
+    400: "bad_request",
+    403: "forbidden",
+    414: "request_line_too_long",
+    417: "expectation_failed",
+    431: "headers_too_large",
+    500: "internal_error",
+    501: "not_implemented",
+}
+
+
+def max_waiters(settings: Settings) -> int:
+    """Long-polls that may block at once: half the API threads, so the other half always serves
+    submissions, status reads, downloads and probes."""
+    return settings.api.threads // 2
 
 
 def create_app(settings: Settings | None = None, services: Services | None = None) -> Flask:
@@ -20,8 +47,60 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.config["MAX_CONTENT_LENGTH"] = settings.request.max_text_chars * 8 + 4096
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["tts"] = services or Services.build(settings)
+    app.extensions[WAITERS] = threading.BoundedSemaphore(max_waiters(settings))
     register_error_handlers(app)
     app.register_blueprint(bp)
+    app.register_blueprint(books_bp)
     return app
 
 
+class _CapturedSocket:
+    """Stands in for the client socket while gunicorn writes its error page, keeping the bytes."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.data = b""
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else gunicorn asks of the socket (its address, for the access log)."""
+        return getattr(self.client, name)
+
+    def gettimeout(self) -> float:
+        """Non-blocking, so gunicorn writes at once."""
+        return 0.0
+
+    def sendall(self, data: bytes) -> None:
+        """Keep what gunicorn would have sent."""
+        self.data += data
+
+
+def json_error_response(page: bytes, exc: BaseException) -> bytes:
+    """gunicorn's HTML error response ``page`` rewritten as the API's JSON error, same status."""
+    status_line = page.split(b"\r\n", 1)[0].decode("latin-1")  # "HTTP/1.1 414 URI Too Long"
+    _, status, reason = (status_line.split(" ", 2) + ["", ""])[:3]
+    code = GUNICORN_CODES.get(int(status) if status.isdigit() else 500, "http_error")
+    message = "an unexpected error occurred; it was logged" if code == "internal_error" else (
+        f"{reason}: {exc}"[:300])
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    head = (f"HTTP/1.1 {status or 500} {reason or 'Internal Server Error'}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    return head.encode("latin-1") + body
+
+
+class JSONErrorWorker(ThreadWorker):  # type: ignore[misc]
+    """gunicorn's ``gthread`` worker whose error pages are ``{"error": {"code", "message"}}``.
+
+    gunicorn keeps deciding the status and logging (its own ``handle_error``, written to a
+    captured socket); only the page sent to the client changes from HTML to JSON.
+    """
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """Answer a request gunicorn rejected (or that failed outside Flask) with a JSON error."""
+        captured = _CapturedSocket(client)
+        super().handle_error(req, captured, addr, exc)
+        if not captured.data:
+            return
+        try:
+            gunicorn_util.write_nonblock(client, json_error_response(captured.data, exc))
+        except Exception:  # noqa: BLE001 - the client may have gone; gunicorn does the same
+            self.log.debug("Failed to send error message.")

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request, send_file, url_for
+from flask import (
+    Blueprint,
+    Response,
+    after_this_request,
+    current_app,
+    jsonify,
+    request,
+    send_file,
+    url_for,
+)
 
 from api.services import Services
 from tts_queue.errors import (
@@ -21,6 +33,7 @@ from tts_queue.task_service import TaskView
 
 bp = Blueprint("tts", __name__)
 POLL_INTERVAL_S = 0.02
+WAITERS = "tts.waiters"  # app.extensions key of the long-poll slots (a BoundedSemaphore)
 
 
 def services() -> Services:
@@ -30,10 +43,13 @@ def services() -> Services:
 
 
 def json_body() -> dict[str, Any]:
-    """The request's JSON object, or a 4xx with a stable code."""
+    """The request's JSON object, or a 4xx with a stable code (never a 500, however deep it nests)."""
     if not request.is_json:
         raise UnsupportedMediaType("send the request as JSON with Content-Type: application/json")
-    body = request.get_json(silent=True)
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # the parser recurses once per level: thousands of [[[[ overflow it
+        raise MalformedJSON("the request body nests too deeply") from None
     if body is None:
         raise MalformedJSON("the request body is not valid JSON")
     if not isinstance(body, dict):
@@ -89,11 +105,45 @@ def wait_seconds() -> float:
     return max(0.0, min(wait, settings.api.sync_wait_s))
 
 
+@contextmanager
+def waiter_slot() -> Iterator[bool]:
+    """Whether this request may block in a long-poll: at most half the API threads do at once
+    (``api.max_waiters``), so waiters can never take the threads that serve everything else."""
+    slots: threading.BoundedSemaphore | None = current_app.extensions.get(WAITERS)
+    if slots is None:  # an app not built by create_app: unbounded, as before
+        yield True
+        return
+    if not slots.acquire(blocking=False):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        slots.release()
+
+
+def _retry_after(response: Response) -> Response:
+    response.headers["Retry-After"] = "1"
+    return response
+
+
 def wait_for(view: TaskView, seconds: float) -> TaskView:
     """Block until the task finishes or ``seconds`` pass (the worker's signal wakes us early).
 
-    The row is also re-read every ``TTS_WAIT_RECHECK_S`` in case a signal was lost.
+    The row is also re-read every ``TTS_WAIT_RECHECK_S`` in case a signal was lost. When every
+    waiter slot is taken, the current state is answered at once with ``Retry-After: 1``.
     """
+    if view.status.finished or seconds <= 0:
+        return view
+    with waiter_slot() as waiting:
+        if not waiting:
+            after_this_request(_retry_after)
+            return view
+        return _block_until_finished(view, seconds)
+
+
+def _block_until_finished(view: TaskView, seconds: float) -> TaskView:
+    """The long-poll itself: wait on the finished signal, re-reading the row."""
     svc = services()
     wait_finished = getattr(svc.probe, "wait_finished", None)
     recheck = svc.settings.api.wait_recheck_s

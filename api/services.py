@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tts_queue.book_assembler import ChapterAssembler
+from tts_queue.book_service import BookDispatcher, BookService
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database
 from tts_queue.heartbeat import WorkerInfo
 from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings
 from tts_queue.store import AudioStore
-from tts_queue.task_service import Dispatcher, TaskService
+from tts_queue.task_service import TaskService
 
 
 class QueueProbe(Protocol):
@@ -42,10 +44,12 @@ class Services:
     registry: VoiceRegistry
     tasks: TaskService
     probe: QueueProbe | None
+    books: BookService
+    assembler: ChapterAssembler
 
     @classmethod
     def build(
-        cls, settings: Settings, dispatcher: Dispatcher | None = None, probe: Any = None
+        cls, settings: Settings, dispatcher: BookDispatcher | None = None, probe: Any = None
     ) -> Services:
         """Wire the services; with no dispatcher given, the Celery one is used."""
         if dispatcher is None:
@@ -56,4 +60,6 @@ class Services:
         registry = VoiceRegistry.from_settings(settings)
         cache = AudioCache(db, AudioStore(settings.audio_dir), settings.cache.hot_size)
         tasks = TaskService(settings, db, cache, registry, dispatcher)
-        return cls(settings, db, registry, tasks, probe)
+        books = BookService(tasks, dispatcher)
+        return cls(settings, db, registry, tasks, probe, books,
+                   ChapterAssembler(books, cache, settings.books_dir))

@@ -97,12 +97,31 @@ def test_format_names() -> None:
     assert check_format(None, default="flac") == "flac"
     assert mime_type("ogg") == "audio/ogg"
     assert mime_type("Flac") == "audio/flac"
-    # And an unsupported one is a 400 error listing the choices
+    # And a format soundfile does not write is refused by it (the encoder module sends those to PyAV)
     with pytest.raises(UnsupportedFormat, match="wav") as info:
         check_format("mp3")
     assert isinstance(info.value, InvalidRequest)
     with pytest.raises(UnsupportedFormat):
         Audio(tone(), RATE).encode("mp3")
+
+
+def test_requests_may_ask_for_compressed_formats_through_the_one_encoder() -> None:
+    # Given the encoder's request formats
+    from tts_queue import encoder
+    from tts_queue.settings import FORMATS as SETTING_CHOICES
+
+    # Then they include mp3, opus and aac with their MIME types, the setting's choices match,
+    # and an unknown name is a 400 listing them
+    assert SETTING_CHOICES == encoder.REQUEST_FORMATS
+    assert encoder.check_format("MP3") == "mp3" and encoder.mime_type("opus") == "audio/ogg"
+    assert encoder.mime_type("ogg") == "audio/ogg" and encoder.mime_type("aac") == "audio/aac"
+    with pytest.raises(UnsupportedFormat, match="opus"):
+        encoder.check_format("mp4")
+    # And each encodes a tone into a file of the right kind
+    audio = Audio(tone(), RATE)
+    assert encoder.encode_request(audio, "mp3")[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
+    assert encoder.encode_request(audio, "opus")[:4] == b"OggS"
+    assert encoder.encode_request(audio, "wav")[:4] == b"RIFF"
 
 
 def test_write_atomic_creates_directories_and_leaves_no_temp_files(tmp_path: Path) -> None:

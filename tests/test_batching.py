@@ -9,11 +9,11 @@ from tts_queue.batching import Batch, BatchPolicy, Entry
 KEY = "voice-a"
 
 
-def entry(length: int, arrived: float = 0.0, key: str = KEY, group: str | None = None,
+def entry(length: int, arrived: float = 0.0, key: str = KEY, priority: int = 0,
           first: int = 1) -> Entry:
     """An entry of ``length`` ids; ``first`` makes its ids distinct from other entries'."""
     ids = tuple(range(first, first + length))
-    return Entry(key=key, ids=ids, arrived=arrived, ticket=object(), group=group)
+    return Entry(key=key, ids=ids, arrived=arrived, ticket=object(), priority=priority)
 
 
 def lengths(batch: Batch) -> list[int]:
@@ -162,7 +162,7 @@ def test_the_oldest_is_always_in_the_batch_with_its_closest_lengths() -> None:
 def test_identical_ids_share_one_slot() -> None:
     # Given three requests for the same sentence and one for another
     policy = BatchPolicy("eager", max_batch=1)
-    same = [entry(6, arrived=float(i), group=f"r{i}") for i in range(3)]
+    same = [entry(6, arrived=float(i)) for i in range(3)]
     for e in same:
         policy.append(e)
     other = entry(6, arrived=3.0, first=50)
@@ -250,3 +250,28 @@ def test_a_waiting_key_does_not_hold_up_a_full_batch_of_another() -> None:
     # Then b's full batch runs and a keeps waiting
     assert batch is not None and batch.key == "b" and len(batch.slots) == 2
     assert len(policy) == 1 and policy.next_batch(now=0.5) is None
+
+
+def test_an_interactive_sentence_overtakes_waiting_bulk_sentences() -> None:
+    # Given a backlog of bulk (book) sentences, then one interactive sentence arriving last
+    policy = BatchPolicy("eager", max_batch=1)
+    for i in range(5):
+        policy.append(entry(6, arrived=float(i), priority=1, first=10 * i + 1))
+    interactive = entry(6, arrived=9.0, priority=0, first=100)
+    policy.append(interactive)
+    # When the next batch is formed
+    batch = policy.next_batch(now=10.0)
+    # Then the interactive sentence runs first, and the bulk ones follow in arrival order
+    assert batch is not None and batch.members == [(interactive, 0)]
+    following = [policy.next_batch(now=10.0) for _ in range(5)]
+    assert [b.members[0][0].arrived for b in following if b] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_bulk_keys_wait_while_another_key_has_interactive_work() -> None:
+    # Given an old bulk sentence of key b and a newer interactive one of key a
+    policy = BatchPolicy("eager", max_batch=4)
+    policy.append(entry(5, arrived=0.0, key="b", priority=1))
+    policy.append(entry(5, arrived=1.0, key="a", priority=0, first=20))
+    # Then key a is served first
+    first = policy.next_batch(now=2.0)
+    assert first is not None and first.key == "a"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -220,7 +220,7 @@ class RecordingEngine:
         self.keys: list[BatchKey] = []
 
     def run_sentences(self, key: BatchKey, sentences: Sequence[Sequence[int]],
-                      group: Hashable = None) -> list[SentenceResult]:
+                      priority: int = 0) -> list[SentenceResult]:
         self.keys.append(key)
         model = self.registry.load(key.voice).model
         items = model.run_batch(sentences, key.scales, key.speaker)

@@ -35,10 +35,10 @@ class Counting(Synthesizer):
         self.gate = threading.Event()
         self.gate.set()
 
-    def synthesize(self, request: Any, group: object = None) -> Any:
+    def synthesize(self, request: Any, priority: int = 0) -> Any:
         self.calls += 1
         assert self.gate.wait(20)
-        return super().synthesize(request, group)
+        return super().synthesize(request, priority)
 
 
 @pytest.fixture
@@ -161,3 +161,15 @@ def test_a_full_disk_leaves_no_file_and_no_finished_row(
     assert row(world, task_id).status is TaskStatus.RUNNING
     # And the retry succeeds
     assert world["executor"].execute(task_id) is TaskStatus.DONE
+
+
+def test_bulk_queues_run_at_low_priority() -> None:
+    # Given the queues of each lane
+    from tts_queue.broker import BULK, MAINTENANCE, queue_name
+    from tts_queue.executor import lane_priority
+
+    # Then book work (the bulk lane) yields to interactive requests inside the worker
+    assert lane_priority(queue_name("cpu")) == 0
+    assert lane_priority(queue_name("gpu", prefix="tts-x")) == 0
+    assert lane_priority(queue_name("cpu", BULK)) == 1
+    assert lane_priority(queue_name("cpu", MAINTENANCE)) == 0

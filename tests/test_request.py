@@ -103,7 +103,7 @@ def test_language_alone_picks_a_voice_that_speaks_it(
         ({"text": "Hi", "language": "fr"}, InvalidRequest, "no voice speaks"),
         ({"text": "Hi", "voice": "deutsch", "language": "en"}, InvalidRequest, "speaks de_DE"),
         ({"text": "Hi", "format": 1}, InvalidRequest, "format must be a string"),
-        ({"text": "Hi", "format": "mp3"}, UnsupportedFormat, "mp3"),
+        ({"text": "Hi", "format": "mp4"}, UnsupportedFormat, "mp4"),
         ({"text": "Hi", "speaker": 1}, UnknownSpeaker, "one speaker"),
         ({"text": "Hi", "voice": "multi", "speaker": "dave"}, UnknownSpeaker, "dave"),
         ({"text": "Hi", "voice": "multi", "speaker": 3}, UnknownSpeaker, "0..2"),

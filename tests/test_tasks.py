@@ -57,6 +57,20 @@ class FakeCache:
 
 
 @dataclass
+class FakeBooks:
+    """No books: every task is an ordinary request."""
+
+    finished: list[tuple[str, TaskStatus]] = field(default_factory=list)
+
+    def after_task(self, task_id: str, status: TaskStatus) -> list[Any]:
+        self.finished.append((task_id, status))
+        return []
+
+    def due_assemblies(self) -> list[tuple[str, int]]:
+        return []
+
+
+@dataclass
 class FakeRuntime:
     """Just what the task bodies touch."""
 
@@ -64,6 +78,7 @@ class FakeRuntime:
     executor: FakeExecutor
     cache: FakeCache
     rows: TaskRows
+    books: FakeBooks = field(default_factory=FakeBooks)
 
 
 @pytest.fixture
@@ -101,6 +116,8 @@ def test_a_finished_task_signals_its_waiters(world: dict[str, Any]) -> None:
     # Then it reports done and pushed the finished signal long-polls wait on
     assert result == "done"
     assert finished_signal(world, task_id) == [b"done"]
+    # And the book hook was told (a book's sentence may complete its chapter)
+    assert world["runtime"].books.finished == [(task_id, TaskStatus.DONE)]
 
 
 def test_an_unexpected_error_is_retried_then_succeeds(world: dict[str, Any]) -> None:

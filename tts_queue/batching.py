@@ -25,13 +25,14 @@ POLICIES = ("eager", "window")
 
 @dataclass(frozen=True)
 class Entry:
-    """One waiting sentence: its batch key, model ids, arrival time and an opaque ticket."""
+    """One waiting sentence: its batch key, model ids, arrival time, an opaque ticket and its
+    priority (0 interactive, 1 bulk: a lower number is served first)."""
 
     key: Hashable
     ids: tuple[int, ...]
     arrived: float
     ticket: Any = None
-    group: Hashable = None
+    priority: int = 0
 
 
 @dataclass
@@ -78,10 +79,11 @@ class BatchPolicy:
     def next_batch(self, now: float) -> Batch | None:
         """The batch to run now, removing its entries, or ``None`` if nothing is due.
 
-        Keys are tried oldest first; under ``window`` a key is due once its batch is full or its
-        oldest entry has waited the window, so one waiting key never holds up another.
+        Keys are tried by their most urgent entry (priority, then age): an interactive sentence
+        overtakes every waiting bulk sentence. Under ``window`` a key is due once its batch is
+        full or its first entry has waited the window, so one waiting key never holds up another.
         """
-        keys = list(dict.fromkeys(e.key for e in self._waiting))
+        keys = list(dict.fromkeys(e.key for e in sorted(self._waiting, key=_urgency)))
         for key in keys:
             batch = self._fill(key)
             oldest = batch.members[0][0]
@@ -107,9 +109,9 @@ class BatchPolicy:
         Picking neighbours by length keeps padding (wasted compute on a CPU) small; the oldest
         entry is always in the batch, so nothing starves.
         """
-        same = [e for e in self._waiting if e.key == key]
+        same = sorted((e for e in self._waiting if e.key == key), key=_urgency)
         anchor = same[0]
-        others = sorted(same[1:], key=lambda e: (abs(len(e.ids) - len(anchor.ids)), e.arrived))
+        others = sorted(same[1:], key=lambda e: (e.priority, abs(len(e.ids) - len(anchor.ids)), e.arrived))
         batch = Batch(key=key)
         slot_of: dict[tuple[int, ...], int] = {}
         longest = 0
@@ -126,3 +128,8 @@ class BatchPolicy:
             batch.members.append((entry, slot_of[entry.ids]))
             longest = new_longest
         return batch
+
+
+def _urgency(entry: Entry) -> tuple[int, float]:
+    """Sort key: priority first, then arrival."""
+    return (entry.priority, entry.arrived)

@@ -18,6 +18,7 @@ MAINTENANCE = "maintenance"
 SYNTHESIZE = "tts.synthesize"
 CLEANUP = "tts.cleanup"
 REQUEUE = "tts.requeue_lost"
+ASSEMBLE = "tts.assemble_chapter"
 
 
 def queue_name(pool: str, lane: str = INTERACTIVE, prefix: str = "tts") -> str:

@@ -18,10 +18,12 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Float,
+    ForeignKey,
     Integer,
     MetaData,
     String,
     Text,
+    UniqueConstraint,
     create_engine,
     event,
 )
@@ -174,3 +176,64 @@ class Database:
 
         with self.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
+
+
+class BookRow(Base):
+    """One audiobook a client submitted: its options, totals and final state."""
+
+    __tablename__ = "books"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    title: Mapped[str] = mapped_column(String(512))
+    author: Mapped[str | None] = mapped_column(String(512), default=None)
+    status: Mapped[TaskStatus] = mapped_column(
+        SAEnum(TaskStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
+        index=True,
+    )
+    # voice, speaker, speed, format, chapters (the selection as given)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON)
+    pool: Mapped[str] = mapped_column(String(16), default="cpu")
+    chapters_total: Mapped[int] = mapped_column(Integer)
+    sentences_total: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+    m4b_path: Mapped[str | None] = mapped_column(String(512), default=None)
+
+
+class ChapterRow(Base):
+    """One chapter of a book: its title, and once assembled, its files and duration."""
+
+    __tablename__ = "book_chapters"
+
+    book_id: Mapped[str] = mapped_column(String(36), ForeignKey("books.id", ondelete="CASCADE"),
+                                         primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    title: Mapped[str] = mapped_column(String(512))
+    status: Mapped[TaskStatus] = mapped_column(
+        SAEnum(TaskStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
+    )
+    sentences_total: Mapped[int] = mapped_column(Integer)
+    # content address of the assembled chapter (its chunks' cache keys, format and stitch settings)
+    digest: Mapped[str | None] = mapped_column(String(64), default=None)
+    duration_s: Mapped[float | None] = mapped_column(Float, default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class ChunkRow(Base):
+    """One sentence of a book, unique by book and index: its text, pause, and the task that
+    synthesizes it (an ordinary cached task on the bulk lane)."""
+
+    __tablename__ = "book_chunks"
+    __table_args__ = (UniqueConstraint("book_id", "index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    book_id: Mapped[str] = mapped_column(String(36), ForeignKey("books.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    chapter: Mapped[int] = mapped_column(Integer)
+    paragraph: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    pause_after: Mapped[str] = mapped_column(String(16))
+    task_id: Mapped[str] = mapped_column(String(36), index=True)
+    cache_key: Mapped[str] = mapped_column(String(64))

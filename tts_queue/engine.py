@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -84,7 +84,7 @@ class BatchEngine:
             self._thread = None
 
     def run_sentences(
-        self, key: BatchKey, sentences: Sequence[Sequence[int]], group: Hashable = None
+        self, key: BatchKey, sentences: Sequence[Sequence[int]], priority: int = 0
     ) -> list[SentenceResult]:
         """Synthesize ``sentences`` (model ids) in shared batches; blocks until all are done."""
         futures: list[Future[SentenceResult]] = []
@@ -92,7 +92,8 @@ class BatchEngine:
             now = self.clock()
             for ids in sentences:
                 future: Future[SentenceResult] = Future()
-                self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future, group=group))
+                self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
+                                         priority=priority))
                 futures.append(future)
             self._cond.notify_all()
         if self._thread is None:

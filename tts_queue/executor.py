@@ -13,8 +13,10 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
+from tts_queue.broker import BULK
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database, utcnow
+from tts_queue.encoder import encode_request
 from tts_queue.errors import InvalidRequest, SynthesisError, TTSQueueError, VoiceError
 from tts_queue.request import SynthesisRequest
 from tts_queue.status import TaskStatus
@@ -70,19 +72,21 @@ class TaskExecutor:
             self.rows.finish(task_id, batch_size=None, cache_hit=True)
             return TaskStatus.DONE
         if leader is not None:  # the leader failed; do the work ourselves
-            return self.execute_uncached(task_id, row.cache_key, request)
+            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue))
         try:
-            return self.execute_uncached(task_id, row.cache_key, request)
+            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue))
         finally:
             self._release(row.cache_key)
 
-    def execute_uncached(self, task_id: str, key: str, request: SynthesisRequest) -> TaskStatus:
+    def execute_uncached(
+        self, task_id: str, key: str, request: SynthesisRequest, priority: int = 0
+    ) -> TaskStatus:
         """Synthesize, store atomically, and finish the row."""
         try:
-            result = self.synthesizer.synthesize(request, group=task_id)
+            result = self.synthesizer.synthesize(request, priority=priority)
         except PERMANENT as exc:
             return self.fail(task_id, exc.code, exc.message)
-        data = result.audio.encode(request.format)
+        data = encode_request(result.audio, request.format)
         self.cache.put(key, request.format, request.voice, data,
                        result.audio.duration_s, result.alignment.to_dict())
         self.rows.finish(task_id, batch_size=result.batch_size)
@@ -104,3 +108,8 @@ class TaskExecutor:
         """Mark a task failed after retries ran out on an unexpected error."""
         code = exc.code if isinstance(exc, TTSQueueError) else "internal_error"
         return self.fail(task_id, code, f"{type(exc).__name__}: {exc}")
+
+
+def lane_priority(queue: str) -> int:
+    """Engine priority of a task from its queue: bulk (book) work yields to interactive requests."""
+    return 1 if queue.endswith("." + BULK) else 0

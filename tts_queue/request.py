@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tts_queue.audio import check_format
+from tts_queue.encoder import check_format
 from tts_queue.errors import InvalidRequest
 from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings

@@ -20,7 +20,7 @@ from tts_queue.errors import ConfigError
 
 PREFIX = "TTS_"
 POOLS = ("cpu", "gpu")
-FORMATS = ("wav", "flac", "ogg")
+FORMATS = ("wav", "flac", "ogg", "mp3", "opus", "aac")  # tts_queue.encoder.REQUEST_FORMATS
 PROVIDER_NAMES = ("auto", "tensorrt", "trt", "cuda", "cpu")
 
 
@@ -156,6 +156,16 @@ class CacheSettings:
 
 
 @dataclass(frozen=True)
+class BookSettings:
+    """Audiobook uploads and rendering."""
+
+    max_bytes: int = setting(50 * 1024 * 1024, "largest accepted book upload, in bytes (50 MB)",
+                             env="TTS_MAX_BOOK_BYTES")
+    default_format: str = setting("mp3", "chapter audio format when a book names none",
+                                  env="TTS_BOOK_FORMAT", choices=("mp3", "opus", "aac", "flac", "wav"))
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every knob of tts-queue, in groups, with its documented default."""
 
@@ -170,6 +180,7 @@ class Settings:
     routing: RoutingSettings = RoutingSettings()
     worker: WorkerSettings = WorkerSettings()
     cache: CacheSettings = CacheSettings()
+    books: BookSettings = BookSettings()
 
     @property
     def broker_dir(self) -> Path:
@@ -180,6 +191,11 @@ class Settings:
     def audio_dir(self) -> Path:
         """Where finished audio files live (content-addressed)."""
         return self.data_dir / "audio"
+
+    @property
+    def books_dir(self) -> Path:
+        """Where assembled chapters, captions and M4B files live."""
+        return self.data_dir / "books"
 
     @property
     def voices_dir(self) -> Path:

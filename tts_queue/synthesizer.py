@@ -47,13 +47,13 @@ class Synthesizer:
         self.registry = registry
         self.engine = engine
 
-    def synthesize(self, request: SynthesisRequest, group: object = None) -> SynthesisResult:
-        """Synthesize one request (blocking)."""
+    def synthesize(self, request: SynthesisRequest, priority: int = 0) -> SynthesisResult:
+        """Synthesize one request (blocking); ``priority`` 1 (bulk) lets interactive work overtake."""
         voice = self.registry.load(request.voice)
         sentences = voice.sentence_ids(request.text, request.max_sentence_phonemes)
         scales = voice.scales(request.speed, request.noise_scale, request.noise_w)
         key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
-        results = self.engine.run_sentences(key, sentences, group=group)
+        results = self.engine.run_sentences(key, sentences, priority=priority)
         parts = [r.audio.samples for r in results]
         audio = Audio.join(parts, voice.sample_rate, request.sentence_silence_ms)
         gap = int(voice.sample_rate * request.sentence_silence_ms / 1000)

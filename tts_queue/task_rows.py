@@ -73,6 +73,16 @@ class TaskRows:
         """``queued -> cancelled``; whether the row moved."""
         return self._move(task_id, TaskStatus.CANCELLED, finished_at=self.clock())
 
+    def cancel_book(self, book_id: str) -> int:
+        """``queued -> cancelled`` for every queued task of a book; how many moved."""
+        with self.db.write() as session:
+            result = session.execute(
+                update(TaskRow).where(TaskRow.book_id == book_id,
+                                      TaskRow.status.in_(sources(TaskStatus.CANCELLED)))
+                .values(status=TaskStatus.CANCELLED, finished_at=self.clock())
+            )
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
     def reclaim_stale(self, claimed_before: datetime) -> list[tuple[str, str]]:
         """``running -> running`` for rows claimed before ``claimed_before`` (their worker is gone):
         the claim time is bumped so the next sweep does not send them again; ``(id, queue)`` pairs."""

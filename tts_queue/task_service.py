@@ -14,10 +14,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from tts_queue.audio import mime_type
 from tts_queue.broker import INTERACTIVE, queue_name
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database, TaskRow, utcnow
+from tts_queue.encoder import mime_type
 from tts_queue.errors import AudioNotReady, ServiceUnavailable, TaskNotCancellable, TaskNotFound
 from tts_queue.registry import VoiceRegistry
 from tts_queue.request import SynthesisRequest, build_request, cache_key

@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery
 
-from tts_queue.broker import SYNTHESIZE, kombu_url, queue_name
+from tts_queue.broker import ASSEMBLE, SYNTHESIZE, kombu_url, queue_name
 from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
 
@@ -61,6 +61,10 @@ class CeleryDispatcher:
     def dispatch(self, task_id: str, queue: str) -> None:
         """Send ``tts.synthesize(task_id)`` to ``queue``."""
         self.app.send_task(SYNTHESIZE, args=[task_id], queue=queue, task_id=task_id)
+
+    def assemble(self, book_id: str, chapter: int, queue: str) -> None:
+        """Send ``tts.assemble_chapter(book_id, chapter)`` to ``queue``."""
+        self.app.send_task(ASSEMBLE, args=[book_id, chapter], queue=queue)
 
     def ping_workers(self, timeout: float = 1.0) -> list[str]:
         """Names of workers that answered a broadcast ping."""

@@ -17,13 +17,24 @@ from typing import Any
 
 from celery import Celery, signals
 
-from tts_queue.broker import CLEANUP, MAINTENANCE, REQUEUE, SYNTHESIZE, RedisKeys, queue_name, redis_client
+from tts_queue.broker import (
+    ASSEMBLE,
+    BULK,
+    CLEANUP,
+    MAINTENANCE,
+    REQUEUE,
+    SYNTHESIZE,
+    RedisKeys,
+    queue_name,
+    redis_client,
+)
 from tts_queue.db import utcnow
 from tts_queue.errors import ConfigError
 from tts_queue.finish_signal import FinishSignals
 from tts_queue.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.recovery import requeue_lost
 from tts_queue.settings import Settings
+from tts_queue.status import TaskStatus
 from tts_queue.task_rows import TaskRows
 from workers.dispatch import CeleryDispatcher, make_client
 from workers.runtime import RuntimeHolder
@@ -52,7 +63,7 @@ def make_celery(settings: Settings) -> Celery:
             },
         },
     )
-    holder = RuntimeHolder(settings)
+    holder = RuntimeHolder(settings, CeleryDispatcher(app))
     app.tts_runtime = holder  # type: ignore[attr-defined]
     _register_tasks(app, holder)
     _connect_signals(app, holder)
@@ -113,12 +124,32 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
             raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
         if status is not None:
             signals_.notify(task_id, status.value)
+            after_task(holder, task_id, status)
+        return status.value if status else None
+
+    @app.task(name=ASSEMBLE, shared=False, max_retries=settings.worker.max_retries, bind=True)
+    def assemble_chapter(self: Any, book_id: str, number: int) -> str | None:
+        """Stitch, caption and encode a chapter whose sentences are all done (idempotent)."""
+        try:
+            status = holder.get().assembler.assemble(book_id, number)
+        except Exception as exc:
+            if self.request.retries >= self.max_retries:
+                holder.get().books.fail(book_id, "assembly_failed", f"chapter {number}: {exc}")
+                return "failed"
+            raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
         return status.value if status else None
 
     @app.task(name=REQUEUE, shared=False)
     def requeue_lost_tasks() -> int:
-        """Dispatch again the tasks a broker restart or a dead worker lost (every 30 s)."""
-        return requeue(app, holder.get().rows, marker)
+        """Dispatch again the tasks a broker restart or a dead worker lost, and assemble book
+        chapters whose sentences are all done but were not assembled (every 30 s)."""
+        runtime = holder.get()
+        sent = requeue(app, runtime.rows, marker)
+        dispatcher = CeleryDispatcher(app)
+        for book_id, number in runtime.books.due_assemblies():
+            dispatcher.assemble(book_id, number, queue_name(settings.worker.pool, BULK,
+                                                            settings.services.queue_prefix))
+        return sent
 
     @app.task(name=CLEANUP, shared=False)
     def cleanup() -> dict[str, int]:
@@ -154,6 +185,14 @@ class RedisMarker:
         if now - self._last_mark >= 1.0 or self._last_mark == 0.0:
             self._last_mark = now
             self.client.set(self.keys.consumed, utcnow().isoformat(), px=int(self.window_s * 1000))
+
+
+def after_task(holder: RuntimeHolder, task_id: str, status: TaskStatus) -> None:
+    """A book's sentence finished: queue its chapter's assembly once every sentence is done."""
+    runtime = holder.get()
+    for book, number in runtime.books.after_task(task_id, status):
+        holder.dispatcher.assemble(book.id, number, queue_name(book.pool, BULK,
+                                                                runtime.settings.services.queue_prefix))
 
 
 def requeue(app: Celery, rows: TaskRows, marker: RedisMarker) -> int:

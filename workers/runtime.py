@@ -7,6 +7,8 @@ import socket
 import threading
 from dataclasses import dataclass
 
+from tts_queue.book_assembler import ChapterAssembler
+from tts_queue.book_service import BookDispatcher, BookService
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database
 from tts_queue.engine import BatchEngine
@@ -16,6 +18,7 @@ from tts_queue.settings import Settings
 from tts_queue.store import AudioStore
 from tts_queue.synthesizer import Synthesizer
 from tts_queue.task_rows import TaskRows
+from tts_queue.task_service import TaskService
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +34,11 @@ class WorkerRuntime:
     engine: BatchEngine
     executor: TaskExecutor
     rows: TaskRows
+    books: BookService
+    assembler: ChapterAssembler
 
     @classmethod
-    def build(cls, settings: Settings, name: str | None = None) -> WorkerRuntime:
+    def build(cls, settings: Settings, dispatcher: BookDispatcher, name: str | None = None) -> WorkerRuntime:
         """Wire the services of a worker serving ``settings.worker.pool``."""
         db = Database(settings.database_url)
         cache = AudioCache(db, AudioStore(settings.audio_dir), settings.cache.hot_size)
@@ -44,7 +49,10 @@ class WorkerRuntime:
             db, cache, synthesizer, name or f"{settings.worker.pool}@{socket.gethostname()}",
             max_attempts=settings.worker.max_retries + 1,
         )
-        return cls(settings, db, cache, registry, engine, executor, executor.rows)
+        tasks = TaskService(settings, db, cache, registry, dispatcher)
+        books = BookService(tasks, dispatcher)
+        assembler = ChapterAssembler(books, cache, settings.books_dir)
+        return cls(settings, db, cache, registry, engine, executor, executor.rows, books, assembler)
 
     def warm_up(self) -> None:
         """Load the default voice and run one sentence so the first request is not slow."""
@@ -57,8 +65,9 @@ class WorkerRuntime:
 class RuntimeHolder:
     """Builds the runtime on first use, once, from any thread."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, dispatcher: BookDispatcher) -> None:
         self.settings = settings
+        self.dispatcher = dispatcher
         self._runtime: WorkerRuntime | None = None
         self._lock = threading.Lock()
 
@@ -66,5 +75,5 @@ class RuntimeHolder:
         """The runtime, building it if needed."""
         with self._lock:
             if self._runtime is None:
-                self._runtime = WorkerRuntime.build(self.settings)
+                self._runtime = WorkerRuntime.build(self.settings, self.dispatcher)
             return self._runtime

@@ -25,6 +25,7 @@ class FakeQueue:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
+        self.assembled: list[tuple[str, int, str]] = []
         self.broken = False
         self.stalled = False
 
@@ -32,6 +33,11 @@ class FakeQueue:
         if self.broken:
             raise ConnectionError("broker down")
         self.sent.append((task_id, queue))
+
+    def assemble(self, book_id: str, chapter: int, queue: str) -> None:
+        if self.broken:
+            raise ConnectionError("broker down")
+        self.assembled.append((book_id, chapter, queue))
 
     def ping_broker(self) -> None:
         if self.broken:
@@ -87,7 +93,7 @@ BAD_REQUESTS = [
     ({"json": {"text": "hi", "voice": "multi", "speaker": "nobody"}}, 400, "unknown_speaker"),
     ({"json": {"text": "hi", "voice": "multi", "speaker": 7}}, 400, "unknown_speaker"),
     ({"json": {"text": "hi", "speaker": 1}}, 400, "unknown_speaker"),
-    ({"json": {"text": "hi", "format": "mp3"}}, 400, "unsupported_format"),
+    ({"json": {"text": "hi", "format": "mp4"}}, 400, "unsupported_format"),
     ({"json": {"text": "hi", "speed": 10}}, 400, "invalid_request"),
     ({"json": {"text": "hi", "speed": "fast"}}, 400, "invalid_request"),
     ({"data": '{"text": "hi", "speed": 1' + "0" * 400 + "}", "content_type": "application/json"}, 400,

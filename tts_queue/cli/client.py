@@ -62,7 +62,13 @@ class Client:
         spinner = "|/-\\"
         tick = 0
         while True:
-            task = self.status(task_id, wait=0.0 if tick == 0 else 1.0)
+            asked = 0.0 if tick == 0 else 1.0
+            started = time.monotonic()
+            task = self.status(task_id, wait=asked)
+            # A busy API answers a long-poll at once (no waiter slot, Retry-After: 1): wait out
+            # the rest of the second here instead of asking again in a tight loop.
+            time.sleep(max(0.0, asked - (time.monotonic() - started)) if task["status"] in (
+                "queued", "running") else 0.0)
             if task["status"] in ("done", "failed", "cancelled"):
                 if progress:
                     sys.stderr.write("\r" + " " * 40 + "\r")
@@ -78,4 +84,34 @@ class Client:
         """Download a task's audio to ``output``; return the bytes written."""
         response = self._call("GET", f"/v1/tasks/{task_id}/audio")
         output.write_bytes(response.content)
+        return len(response.content)
+
+    def create_book(self, path: Path, options: dict[str, Any]) -> dict[str, Any]:
+        """POST /v1/books with the file as multipart field ``file`` and the options as form fields."""
+        with open(path, "rb") as handle:
+            form = {k: str(v) for k, v in options.items()}
+            data: dict[str, Any] = self._call("POST", "/v1/books", files={"file": (path.name, handle)},
+                                              data=form).json()
+        return data
+
+    def book(self, book_id: str) -> dict[str, Any]:
+        """GET /v1/books/<id>."""
+        return self.get_json(f"/v1/books/{book_id}")
+
+    def cancel_book(self, book_id: str) -> dict[str, Any]:
+        """DELETE /v1/books/<id>."""
+        data: dict[str, Any] = self._call("DELETE", f"/v1/books/{book_id}").json()
+        return data
+
+    def get_json(self, path: str) -> dict[str, Any]:
+        """GET ``path`` as JSON."""
+        data: dict[str, Any] = self._call("GET", path).json()
+        return data
+
+    def download(self, path: str, output: Path) -> int:
+        """GET ``path`` into ``output`` (written atomically); the bytes written."""
+        from tts_queue.audio import write_atomic
+
+        response = self._call("GET", path)
+        write_atomic(output, response.content)
         return len(response.content)

@@ -11,13 +11,14 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 import requests
 
 from tts_queue.broker import worker_queues
 from tts_queue.cli.embedded_redis import EmbeddedRedis
-from tts_queue.cli.supervisor import Supervisor
+from tts_queue.cli.supervisor import Process, RestartPolicy, Supervisor
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 
@@ -47,10 +48,15 @@ def scheduler_command(data_dir: Path) -> list[str]:
 
 
 def api_command(host: str, port: int, threads: int) -> list[str]:
-    """The gunicorn command line serving the API."""
+    """The gunicorn command line serving the API.
+
+    The worker class is gunicorn's ``gthread`` worker whose own error pages (request line or
+    headers too long, malformed HTTP: answered before Flask sees the request) are the API's JSON
+    errors instead of HTML (``api.JSONErrorWorker``); gunicorn's limits stay as they are.
+    """
     return [
         sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "--workers", "1",
-        "--threads", str(threads), "--worker-class", "gthread", "--timeout", "120",
+        "--threads", str(threads), "--worker-class", "api.JSONErrorWorker", "--timeout", "120",
         "--graceful-timeout", "20", "api.wsgi:app",
     ]
 
@@ -66,9 +72,12 @@ def child_env(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
 
 
 def wait_ready(url: str, supervisor: Supervisor, timeout: float = 120.0) -> bool:
-    """Poll ``/readyz`` until it answers 200 (or the supervisor is told to stop)."""
+    """Poll ``/readyz`` until it answers 200, supervising the children meanwhile (a child that
+    dies while the system starts is restarted too); ``False`` on a stop, give-up or timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not supervisor.stopping:
+        if supervisor.step() is not None:
+            return False
         try:
             if requests.get(url + "/readyz", timeout=3).status_code == 200:
                 return True
@@ -78,17 +87,28 @@ def wait_ready(url: str, supervisor: Supervisor, timeout: float = 120.0) -> bool
     return False
 
 
-def up(settings: Settings, workers: int = 1) -> int:
-    """Run the whole system on this machine until interrupted."""
+def start_embedded(embedded: EmbeddedRedis) -> Process:
+    """Start (or restart) the embedded redis-server: same socket, same append-only file."""
+    embedded.start()
+    assert embedded.process is not None
+    return embedded.process
+
+
+def up(settings: Settings, workers: int = 1, policy: RestartPolicy | None = None) -> int:
+    """Run the whole system on this machine until interrupted, restarting children that die.
+
+    Exit code 0 after Ctrl-C or SIGTERM, 1 when a child failed too often (``RestartPolicy``).
+    The pid of every child is kept in ``<data dir>/up.pids`` while it runs.
+    """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    supervisor = Supervisor()
+    supervisor = Supervisor(policy or RestartPolicy(), pids_file=settings.data_dir / "up.pids")
     embedded = None
-    if not settings.services.redis_url:
-        embedded = EmbeddedRedis(settings.broker_dir)
-        settings = settings.replace(**{"services.redis_url": embedded.start()})
-        supervisor.watch("embedded redis-server", embedded.process)
-        print(f"embedded Redis on {embedded.socket}", file=sys.stderr)
     try:
+        if not settings.services.redis_url:
+            embedded = EmbeddedRedis(settings.broker_dir)
+            supervisor.add("redis", partial(start_embedded, embedded), tier=0)
+            settings = settings.replace(**{"services.redis_url": embedded.url})
+            print(f"embedded Redis on {embedded.socket}", file=sys.stderr)
         upgrade(settings.database_url)
         env = child_env(settings, os.environ)
         for index in range(workers):
@@ -102,7 +122,7 @@ def up(settings: Settings, workers: int = 1) -> int:
         if wait_ready(url, supervisor):
             print(f"tts-queue is up at {url}  (data in {settings.data_dir}; Ctrl-C stops)",
                   file=sys.stderr)
-        else:
+        elif supervisor.exit_code is None and not supervisor.stopping:
             print(f"tts-queue started but {url}/readyz is not ready yet", file=sys.stderr)
         return supervisor.wait()
     finally:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tts_queue.cli.book import add_book_commands
 from tts_queue.cli.flags import add_flags, apply_flags
 from tts_queue.errors import ConfigError, TTSQueueError
 from tts_queue.settings import Settings
@@ -23,7 +24,8 @@ def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
 
 def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     """Synthesize text to a file with the core, no service needed."""
-    from tts_queue.audio import check_format, write_atomic
+    from tts_queue.audio import write_atomic
+    from tts_queue.encoder import check_format, encode_request
     from tts_queue.engine import BatchEngine
     from tts_queue.registry import VoiceRegistry
     from tts_queue.request import build_request
@@ -43,7 +45,7 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         engine.stop()
     elapsed = time.perf_counter() - started
-    write_atomic(output, result.audio.encode(request.format))
+    write_atomic(output, encode_request(result.audio, request.format))
     print(f"wrote {output} ({result.audio.duration_s:.2f} s of audio, {result.sentences} sentence(s), "
           f"{elapsed:.2f} s to synthesize)", file=sys.stderr)
     return 0
@@ -109,6 +111,20 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     upgrade(settings.database_url)
     print(f"database at {settings.database_url} is up to date", file=sys.stderr)
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    """Warn about Redis and database settings that risk tasks; exit code 1 with warnings."""
+    from tts_queue.cli.doctor import diagnose, report
+
+    if not args.verbose:
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines are not findings
+    warnings = diagnose(settings)
+    if args.json:
+        print(json.dumps({"ok": not warnings, "warnings": [w.as_json() for w in warnings]}, indent=2))
+    else:
+        print(report(warnings))
+    return 1 if warnings else 0
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
@@ -190,7 +206,7 @@ def _add_voice_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help="the text, or - to read standard input")
     parser.add_argument("--voice", help="voice id or alias (default: the default voice)")
     parser.add_argument("--speaker", help="speaker name or number (multi-speaker voices)")
-    parser.add_argument("--format", choices=["wav", "flac", "ogg"], help="default: wav")
+    parser.add_argument("--format", choices=["wav", "flac", "ogg", "mp3", "opus", "aac"], help="default: wav")
     parser.add_argument("--speed", type=float, help="1.0 is normal; 1.5 is faster")
 
 
@@ -223,6 +239,10 @@ def _add_service_commands(sub: Any) -> None:
     worker.set_defaults(func=cmd_worker)
     sub.add_parser("scheduler", help="run the periodic cleanup scheduler").set_defaults(
         func=cmd_scheduler)
+    doctor = sub.add_parser("doctor", help="warn about Redis and database settings that risk tasks")
+    add_flags(doctor, "data_dir")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(func=cmd_doctor)
 
 
 def _add_client_commands(sub: Any) -> None:
@@ -249,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_local_commands(sub)
     _add_service_commands(sub)
     _add_client_commands(sub)
+    add_book_commands(sub, lambda parser: add_flags(parser, "client.api_url"))
     return parser
 
 

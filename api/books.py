@@ -1,0 +1,177 @@
+"""HTTP views of audiobooks: upload, progress, chapter audio and captions, manifest, M4B, cancel."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request, send_file, url_for
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from api.services import Services
+from tts_queue.book_service import Upload
+from tts_queue.db import ChapterRow
+from tts_queue.encoder import audio_format
+from tts_queue.errors import (
+    AudioNotReady,
+    BookNotFound,
+    BookTooLarge,
+    InvalidRequest,
+    MalformedJSON,
+    UnsupportedMediaType,
+)
+from tts_queue.status import TaskStatus
+
+bp = Blueprint("books", __name__)
+OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool")
+_UNSAFE = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')
+
+
+def services() -> Services:
+    """This app's services."""
+    svc: Services = current_app.extensions["tts"]
+    return svc
+
+
+def chapter_filename(number: int, title: str, suffix: str) -> str:
+    """``NN - Title.ext``, safe on every filesystem."""
+    clean = _UNSAFE.sub(" ", title).strip(" .") or f"Chapter {number}"
+    return f"{number:02d} - {clean[:120]}{suffix}"
+
+
+def _upload() -> Upload:
+    """The book in the request: multipart field ``file`` plus form options, or a JSON body."""
+    limit = services().settings.books.max_bytes
+    if request.content_length is not None and request.content_length > limit + 1024 * 1024:
+        raise BookTooLarge(f"the upload is {request.content_length} bytes; the limit is {limit}")
+    request.max_content_length = limit + 1024 * 1024  # the file plus the form's overhead
+    try:
+        if request.mimetype == "multipart/form-data":
+            file = request.files.get("file")
+            if file is None:
+                raise InvalidRequest("send the book as the multipart field 'file'")
+            form = request.form
+            options = {k: form[k] for k in OPTION_FIELDS if k in form}
+            return Upload(file.read(limit + 1), file.filename, form.get("input_format"), form.get("title"),
+                          form.get("split_pattern"), options)
+        if not request.is_json:
+            raise UnsupportedMediaType("send a book as multipart/form-data (field 'file') or as JSON")
+        body = request.get_json(silent=True)
+    except RequestEntityTooLarge:
+        raise BookTooLarge(f"the upload is larger than the limit of {limit} bytes") from None
+    if body is None:
+        raise MalformedJSON("the request body is not valid JSON")
+    if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+        raise InvalidRequest("a JSON book needs a 'text' string (and optionally 'title', 'input_format')")
+    unknown = set(body) - {"text", "title", "input_format", "split_pattern", *OPTION_FIELDS}
+    if unknown:
+        raise InvalidRequest(f"unknown field(s): {', '.join(sorted(unknown))}")
+    fmt = body.get("input_format", "text")
+    if fmt not in ("text", "markdown"):
+        raise InvalidRequest("input_format must be 'text' or 'markdown' for a JSON book")
+    return Upload(body["text"].encode("utf-8"), None, fmt, body.get("title"), body.get("split_pattern"),
+                  {k: body[k] for k in OPTION_FIELDS if k in body})
+
+
+def book_json(book_id: str) -> dict[str, Any]:
+    """A book's progress with links to what is ready."""
+    progress = services().books.progress(book_id)
+    for chapter in progress["chapters"]:
+        if chapter["status"] == TaskStatus.DONE.value:
+            n = chapter["number"]
+            chapter["audio_url"] = url_for("books.chapter_audio", book_id=book_id, number=n, _external=True)
+            chapter["srt_url"] = url_for("books.chapter_captions", book_id=book_id, number=n, kind="srt",
+                                         _external=True)
+            chapter["vtt_url"] = url_for("books.chapter_captions", book_id=book_id, number=n, kind="vtt",
+                                         _external=True)
+    progress["status_url"] = url_for("books.get_book", book_id=book_id, _external=True)
+    progress["manifest_url"] = url_for("books.manifest", book_id=book_id, _external=True)
+    if progress["status"] == TaskStatus.DONE.value:
+        progress["m4b_url"] = url_for("books.audiobook", book_id=book_id, _external=True)
+    return progress
+
+
+@bp.post("/v1/books")
+def create_book() -> tuple[Response, int, dict[str, str]]:
+    """Upload a book; 202 with its id and status URL."""
+    book_id = services().books.create(_upload())
+    status_url = url_for("books.get_book", book_id=book_id, _external=True)
+    return jsonify(book_id=book_id, status_url=status_url), 202, {"Location": status_url}
+
+
+@bp.get("/v1/books/<book_id>")
+def get_book(book_id: str) -> Response:
+    """Status, counts, audio seconds, ETA and chapters with links once ready."""
+    return jsonify(book_json(book_id))
+
+
+@bp.delete("/v1/books/<book_id>")
+def cancel_book(book_id: str) -> Response:
+    """Cancel a book: queued sentences are dropped, nothing half-written is served."""
+    services().books.cancel(book_id)
+    return jsonify(book_json(book_id))
+
+
+def _chapter(book_id: str, number: int) -> tuple[ChapterRow, Any, str]:
+    books = services().books
+    book = books.book(book_id)
+    chapter = next((c for c in books.chapters(book_id) if c.number == number), None)
+    if chapter is None:
+        raise BookNotFound(f"book {book_id} has no chapter {number}")
+    fmt = str(book.options.get("format", "mp3"))
+    files = services().assembler.files(chapter, fmt)
+    if files is None:
+        raise AudioNotReady(f"chapter {number} of book {book_id} is {chapter.status.value}")
+    return chapter, files, fmt
+
+
+@bp.get("/v1/books/<book_id>/chapters/<int:number>/audio")
+def chapter_audio(book_id: str, number: int) -> Response:
+    """One chapter's audio (Range supported)."""
+    chapter, files, fmt = _chapter(book_id, number)
+    spec = audio_format(fmt)
+    return send_file(files.audio, mimetype=spec.mime_type, conditional=True,
+                     download_name=chapter_filename(number, chapter.title, spec.suffix))
+
+
+@bp.get("/v1/books/<book_id>/chapters/<int:number>/captions.<kind>")
+def chapter_captions(book_id: str, number: int, kind: str) -> Response:
+    """One chapter's captions, SubRip (``captions.srt``) or WebVTT (``captions.vtt``)."""
+    if kind not in ("srt", "vtt"):
+        raise BookNotFound(f"no captions.{kind}: use captions.srt or captions.vtt")
+    chapter, files, _ = _chapter(book_id, number)
+    path = files.srt if kind == "srt" else files.vtt
+    mimetype = "application/x-subrip" if kind == "srt" else "text/vtt"
+    name = chapter_filename(number, chapter.title, f".{kind}")
+    return send_file(path, mimetype=mimetype, download_name=name)
+
+
+@bp.get("/v1/books/<book_id>/manifest")
+def manifest(book_id: str) -> Response:
+    """The book, its chapters and, for assembled chapters, every sentence with its offsets."""
+    books = services().books
+    book = books.book(book_id)
+    fmt = str(book.options.get("format", "mp3"))
+    chapters = []
+    for chapter in books.chapters(book_id):
+        name = chapter_filename(chapter.number, chapter.title, audio_format(fmt).suffix)
+        entry: dict[str, Any] = {"number": chapter.number, "title": chapter.title,
+                                 "status": chapter.status.value, "duration_s": chapter.duration_s,
+                                 "file": name}
+        files = services().assembler.files(chapter, fmt)
+        if files is not None:
+            entry["sentences"] = json.loads(files.manifest.read_text(encoding="utf-8"))["sentences"]
+        chapters.append(entry)
+    return jsonify(book_id=book.id, title=book.title, author=book.author, format=fmt,
+                   status=book.status.value, options=book.options, chapters=chapters)
+
+
+@bp.get("/v1/books/<book_id>/audiobook.m4b")
+def audiobook(book_id: str) -> Response:
+    """The whole book as one M4B with chapter marks, once done."""
+    book = services().books.book(book_id)
+    if book.status is not TaskStatus.DONE or not book.m4b_path:
+        raise AudioNotReady(f"book {book_id} is {book.status.value}; the M4B is made when it is done")
+    safe = _UNSAFE.sub(" ", book.title).strip(" .") or "audiobook"
+    return send_file(book.m4b_path, mimetype="audio/mp4", conditional=True, download_name=f"{safe}.m4b")

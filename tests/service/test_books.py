@@ -1,0 +1,181 @@
+"""Audiobooks on real parts: the real voice, a real worker process, real Redis and SQLite.
+
+The book is built by the test from the real EPUB's text (two chapters of a few paragraphs).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import func, select
+
+from api import create_app
+from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
+from tts_queue.book.source import parse_book
+from tts_queue.book_assembler import decode
+from tts_queue.db import Database, TaskRow
+from tts_queue.migrate import upgrade
+from tts_queue.settings import Settings
+from workers.factory import make_celery
+
+pytestmark = pytest.mark.integration
+EPUB = Path(__file__).resolve().parents[3] / "shared" / "data" / "sherlock-holmes.epub"
+
+
+def small_book() -> str:
+    """Markdown: two chapters of three short paragraphs each, from the real EPUB's first story."""
+    if not EPUB.is_file():
+        pytest.skip(f"{EPUB} is not here")
+    story = parse_book(EPUB.read_bytes()).chapters[0]
+    paragraphs = [p for p in story.paragraphs[1:] if 40 < len(p) < 260][:6]
+    assert len(paragraphs) == 6
+    return (f"# {story.title}\n\n" + "\n\n".join(paragraphs[:3]) + "\n\n# The Second Part\n\n"
+            + "\n\n".join(paragraphs[3:]) + "\n")
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[dict[str, Any]]:
+    """A worker and an API over one SQLite database."""
+    data_dir = tmp_path_factory.mktemp("books")
+    flush_queues(redis_url)
+    settings = Settings.from_env({"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url,
+                                  "TTS_QUEUE_PREFIX": QUEUE_PREFIX, "TTS_SYNC_WAIT_S": "60"})
+    upgrade(settings.database_url)
+    worker = WorkerProcess(settings, f"books-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
+    worker.wait_ready(make_celery(settings))
+    yield {"settings": settings, "client": create_app(settings).test_client(), "worker": worker,
+           "db": Database(settings.database_url)}
+    worker.stop()
+
+
+def wait_book(client: FlaskClient, book_id: str, timeout: float = 240) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        body: dict[str, Any] = client.get(f"/v1/books/{book_id}").get_json()
+        return body if body["status"] in ("done", "failed", "cancelled") else None
+
+    result: dict[str, Any] = wait_until(finished, timeout=timeout, interval=0.5)
+    return result
+
+
+def synthesized(db: Database) -> int:
+    """Task rows that a worker synthesized (not answered from the cache)."""
+    with db.read() as session:
+        return int(session.scalar(select(func.count()).select_from(TaskRow).where(
+            TaskRow.book_id.is_not(None), TaskRow.cache_hit.is_(False), TaskRow.status == "done")) or 0)
+
+
+def test_a_small_book_renders_in_order_with_captions_and_an_m4b(service: dict[str, Any]) -> None:
+    client: FlaskClient = service["client"]
+    # Given a two-chapter book
+    text = small_book()
+    # When it is submitted as JSON and rendered by the worker
+    created = client.post("/v1/books", json={"text": text, "title": "Small Holmes",
+                                             "input_format": "markdown", "format": "mp3"})
+    assert created.status_code == 202, created.get_json()
+    book_id = created.get_json()["book_id"]
+    book = wait_book(client, book_id)
+    # Then it is done, both chapters are there, and every sentence was counted
+    assert book["status"] == "done", book
+    assert book["chapters_total"] == book["chapters_done"] == 2
+    assert book["sentences_done"] == book["sentences_total"] > 6
+    manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
+    for chapter in manifest["chapters"]:
+        sentences = chapter["sentences"]
+        # every sentence present once, in order, without overlap
+        starts = [s["start_s"] for s in sentences]
+        assert starts == sorted(starts) and len(set(starts)) == len(starts)
+        assert all(a["end_s"] <= b["start_s"] for a, b in zip(sentences, sentences[1:], strict=False))
+        audio = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/audio")
+        assert audio.status_code == 200 and audio.mimetype == "audio/mpeg"
+        decoded = decode(audio.data)
+        # the chapter lasts the sum of its sentences plus the pauses (mp3 adds < 0.1 s of padding)
+        assert abs(decoded.duration_s - chapter["duration_s"]) < 0.15
+        assert abs(sentences[-1]["end_s"] - chapter["duration_s"]) < 1e-3
+        # no click at any seam: the sample-to-sample jump stays small around each join
+        rate = decoded.sample_rate
+        for sentence in sentences[1:]:
+            seam = int(sentence["start_s"] * rate)
+            window = decoded.samples[max(0, seam - 64): seam + 64]
+            assert np.abs(np.diff(window)).max() < 0.25
+        # captions are monotonic and cover the audio
+        srt = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/captions.srt")
+        vtt = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/captions.vtt")
+        assert srt.status_code == vtt.status_code == 200 and vtt.data.startswith(b"WEBVTT")
+        assert sentences[0]["text"][:10] in srt.get_data(as_text=True)
+    # And the M4B reads back with a chapter mark per chapter, with the chapters' durations
+    import av
+
+    m4b = client.get(f"/v1/books/{book_id}/audiobook.m4b")
+    assert m4b.status_code == 200
+    with av.open(io.BytesIO(m4b.data)) as container:
+        marks = container.chapters()
+    assert [m["metadata"].get("title") for m in marks] == [c["title"] for c in manifest["chapters"]]
+    lengths = [float((m["end"] - m["start"]) * m["time_base"]) for m in marks]
+    for length, chapter in zip(lengths, manifest["chapters"], strict=True):
+        assert abs(length - chapter["duration_s"]) < 1.2  # chapter gap of 1 s plus codec padding
+
+
+def render(client: FlaskClient, text: str) -> dict[str, Any]:
+    """Submit a Markdown book as WAV and wait for it."""
+    created = client.post("/v1/books", json={"text": text, "format": "wav", "input_format": "markdown"})
+    assert created.status_code == 202, created.get_json()
+    return wait_book(client, created.get_json()["book_id"])
+
+
+def test_rendering_again_synthesizes_nothing_and_an_edit_only_its_sentences(
+    service: dict[str, Any],
+) -> None:
+    client: FlaskClient = service["client"]
+    db: Database = service["db"]
+    text = small_book()
+    first = render(client, text)
+    assert first["status"] == "done"
+    before = synthesized(db)
+    # When the same book is rendered again
+    again_book = render(client, text)
+    # Then nothing is synthesized
+    assert again_book["status"] == "done" and synthesized(db) == before
+    # When one paragraph is edited (a new sentence) and it is rendered again
+    edited = text.replace("\n\n# The Second Part", " Holmes smiled at the quiet fire.\n\n# The Second Part")
+    assert edited != text
+    third = render(client, edited)
+    # Then only the changed sentence is synthesized
+    assert third["status"] == "done"
+    assert synthesized(db) - before == 1
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"text": "   "}, 400, "empty_book"),
+    ({"text": "# One\n\nHello there.", "chapters": "3-4", "input_format": "markdown"}, 400,
+     "unknown_chapters"),
+    ({"text": "Hello there.", "format": "mp4"}, 400, "unsupported_format"),
+    ({"text": "Hello there.", "voice": "nobody"}, 404, "unknown_voice"),
+    ({"title": "no text"}, 400, "invalid_request"),
+])
+def test_bad_books_get_a_clear_error_and_create_nothing(
+    service: dict[str, Any], body: dict[str, Any], status: int, code: str
+) -> None:
+    client: FlaskClient = service["client"]
+    db: Database = service["db"]
+    with db.read() as session:
+        before = session.scalar(select(func.count()).select_from(TaskRow))
+    response = client.post("/v1/books", json=body)
+    assert response.status_code == status and response.get_json()["error"]["code"] == code
+    with db.read() as session:
+        assert session.scalar(select(func.count()).select_from(TaskRow)) == before
+
+
+def test_a_corrupt_epub_upload_is_invalid_book(service: dict[str, Any]) -> None:
+    client: FlaskClient = service["client"]
+    data = {"file": (io.BytesIO(b"PK\x03\x04 not really a zip"), "broken.epub")}
+    response = client.post("/v1/books", data=data, content_type="multipart/form-data")
+    assert response.status_code == 400 and response.get_json()["error"]["code"] == "invalid_book"
+    assert json.loads(response.data)["error"]["message"]

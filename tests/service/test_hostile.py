@@ -1,0 +1,265 @@
+"""Hostile clients against a real gunicorn serving the API (the command ``tts-queue up`` runs):
+every error a client can see is the documented JSON, and long-polls cannot take every thread."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from api import WAITERS, create_app, json_error_response, max_waiters
+from api.services import Services
+from tests.service.conftest import QUEUE_PREFIX, ROOT, settings_env, wait_until
+from tests.service.test_api import FakeQueue
+from tts_queue.cli.launcher import api_command
+from tts_queue.migrate import upgrade
+from tts_queue.settings import Settings
+
+pytestmark = pytest.mark.integration
+THREADS = 64  # TTS_API_THREADS' default: `up` serves the API with this many threads
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def api_url(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[str]:
+    """gunicorn with ``up``'s command line on a free port, a real Redis and SQLite, no worker."""
+    data_dir = tmp_path_factory.mktemp("hostile")
+    settings = Settings.from_env({"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url,
+                                  "TTS_QUEUE_PREFIX": QUEUE_PREFIX})
+    upgrade(settings.database_url)
+    port = free_port()
+    log = open(data_dir / "gunicorn.log", "ab")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(api_command("127.0.0.1", port, THREADS), cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT, env=settings_env(settings))
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert server.poll() is None, (data_dir / "gunicorn.log").read_text()[-3000:]
+        try:
+            return requests.get(url + "/healthz", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_until(healthy, timeout=60, interval=0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def raw_exchange(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send raw bytes (what no polite client library would send); status, headers and body."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(request)
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in header_lines)}
+    return int(status_line.split(" ")[1]), headers, body
+
+
+def error_code(headers: dict[str, str], body: bytes) -> str:
+    """The stable code of a JSON error body, after checking its shape."""
+    assert headers["content-type"].startswith("application/json"), body[:200]
+    error = json.loads(body)["error"]
+    assert set(error) == {"code", "message"} and error["message"]
+    return str(error["code"])
+
+
+NESTED = b'{"text": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+
+
+@pytest.mark.parametrize("path", ["/v1/tts", "/tts"])
+def test_deeply_nested_json_is_a_400_json_error(api_url: str, path: str) -> None:
+    # Given a JSON body nested 5,000 levels deep
+    # When it is submitted to gunicorn
+    response = requests.post(api_url + path, data=NESTED, timeout=10,
+                             headers={"Content-Type": "application/json"})
+    # Then the answer is a 400 with the stable JSON code, not a 500
+    assert response.status_code == 400, response.text[:300]
+    headers = {"content-type": response.headers["Content-Type"]}
+    assert error_code(headers, response.content) == "malformed_json"
+
+
+REJECTED_BY_GUNICORN = [
+    # a request line longer than gunicorn's limit_request_line (4094 bytes)
+    (b"GET /v1/tasks/" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "request_line_too_long"),
+    # one header longer than limit_request_field_size (8190 bytes)
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431, "headers_too_large"),
+    # not HTTP at all
+    (b"THIS IS NOT HTTP\r\n\r\n", 400, "bad_request"),
+    # a request line with a bad HTTP version
+    (b"GET /healthz HTTP/9.x\r\nHost: x\r\n\r\n", 400, "bad_request"),
+]
+
+
+@pytest.mark.parametrize(("request_bytes", "status", "code"), REJECTED_BY_GUNICORN,
+                         ids=["long-request-line", "long-header", "not-http", "bad-version"])
+def test_what_gunicorn_rejects_is_a_json_error(api_url: str, request_bytes: bytes, status: int,
+                                               code: str) -> None:
+    # Given a request gunicorn rejects before Flask sees it
+    # When it is sent raw
+    got_status, headers, body = raw_exchange(api_url, request_bytes)
+    # Then the answer is the API's JSON error with gunicorn's status, not its HTML page
+    assert got_status == status, body[:300]
+    assert error_code(headers, body) == code
+    assert int(headers["content-length"]) == len(body)
+
+
+class LongPolls:
+    """Many clients long-polling one task at once, each on its own connection."""
+
+    def __init__(self, url: str, task_id: str, clients: int, wait_s: float) -> None:
+        self.answers: list[tuple[float, int, dict[str, Any], str | None]] = []
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.threads = [threading.Thread(target=self._poll, args=(url, task_id, wait_s), daemon=True)
+                        for _ in range(clients)]
+        for thread in self.threads:
+            thread.start()
+
+    def _poll(self, url: str, task_id: str, wait_s: float) -> None:
+        response = requests.get(f"{url}/v1/tasks/{task_id}", params={"wait": wait_s}, timeout=wait_s + 30)
+        with self.lock:
+            self.answers.append((time.monotonic() - self.started, response.status_code, response.json(),
+                                 response.headers.get("Retry-After")))
+
+    def answered(self) -> int:
+        with self.lock:
+            return len(self.answers)
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+def timed(call: Any) -> tuple[requests.Response, float]:
+    started = time.monotonic()
+    response = call()
+    return response, time.monotonic() - started
+
+
+def test_long_polls_cannot_take_every_api_thread(api_url: str) -> None:
+    # Given a task for the gpu pool, which no worker serves, so it stays queued
+    submitted = requests.post(api_url + "/v1/tts", json={"text": "Nobody will say this.", "pool": "gpu"},
+                              timeout=10)
+    assert submitted.status_code == 202, submitted.text
+    task_id = submitted.json()["task_id"]
+
+    # When 200 clients long-poll it at once (3x more than the API's 64 threads)
+    slots = THREADS // 2
+    polls = LongPolls(api_url, task_id, clients=200, wait_s=15)
+    # The clients beyond the waiter slots are answered at once, the others hold their slot
+    wait_until(lambda: polls.answered() >= 200 - slots, timeout=30, interval=0.05)
+
+    # Then, while those waiters still hold, the probe, a submission and a status read answer
+    health, health_s = timed(lambda: requests.get(api_url + "/healthz", timeout=10))
+    new, new_s = timed(lambda: requests.post(api_url + "/v1/tts", timeout=10,
+                                             json={"text": "A new one.", "pool": "gpu"}))
+    status, status_s = timed(lambda: requests.get(f"{api_url}/v1/tasks/{task_id}", timeout=10))
+    still_waiting = 200 - polls.answered()
+    print(f"\n200 long-polls, {THREADS} threads: {200 - still_waiting} answered at once, "
+          f"{still_waiting} holding; /healthz {health_s * 1000:.0f} ms, submission {new_s * 1000:.0f} ms, "
+          f"status {status_s * 1000:.0f} ms")
+    assert health.status_code == 200 and new.status_code == 202 and status.status_code == 200
+    assert still_waiting == slots
+
+    # And the answered-at-once clients got the current status and a hint when to ask again
+    polls.join()
+    early = [a for a in polls.answers if a[3] == "1"]
+    held = [a for a in polls.answers if a[3] is None]
+    assert len(early) == 200 - slots and len(held) == slots
+    assert all(status == 200 and body["status"] == "queued" for _, status, body, _ in polls.answers)
+    assert min(elapsed for elapsed, *_ in held) > max(elapsed for elapsed, *_ in early)
+
+
+# --- the same rules in the Flask adapter (test client, fake queue): no server, no threads -----
+
+
+@pytest.fixture()
+def small_api(tmp_path: Path, voices_dir: Path) -> Any:
+    """The app with 2 API threads, so one long-poll slot; a fake queue, no worker."""
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                  "TTS_API_THREADS": "2"})
+    upgrade(settings.database_url)
+    queue = FakeQueue()
+    return create_app(settings, Services.build(settings, dispatcher=queue, probe=queue))
+
+
+def test_waiter_slots_are_half_the_api_threads() -> None:
+    # Given the default 64 API threads, or a single one
+    # Then half of them may long-poll (none when there is only one)
+    assert max_waiters(Settings.from_env({})) == 32
+    assert max_waiters(Settings.from_env({"TTS_API_THREADS": "1"})) == 0
+
+
+def test_a_long_poll_without_a_free_slot_answers_at_once(small_api: Any) -> None:
+    # Given a queued task and its app's only waiter slot taken by another long-poll
+    client = small_api.test_client()
+    task = client.post("/v1/tts", json={"text": "Hello."}).get_json()
+    assert small_api.extensions[WAITERS].acquire(blocking=False)
+    try:
+        # When a client long-polls it for 20 s
+        started = time.monotonic()
+        response = client.get(f"/v1/tasks/{task['task_id']}?wait=20")
+        # Then it gets the current status at once, told when to ask again
+        assert time.monotonic() - started < 5
+        assert response.status_code == 200 and response.get_json()["status"] == "queued"
+        assert response.headers["Retry-After"] == "1"
+        # And the synchronous form answers 202 with the task instead of holding a thread
+        sync = client.post("/tts?wait=20", json={"text": "Hello again."})
+        assert sync.status_code == 202 and sync.headers["Retry-After"] == "1"
+    finally:
+        small_api.extensions[WAITERS].release()
+
+
+def test_a_finished_or_unwaited_read_never_needs_a_slot(small_api: Any) -> None:
+    # Given every waiter slot taken
+    client = small_api.test_client()
+    task = client.post("/v1/tts", json={"text": "Hello."}).get_json()
+    assert small_api.extensions[WAITERS].acquire(blocking=False)
+    try:
+        # When a client reads the task without waiting
+        response = client.get(f"/v1/tasks/{task['task_id']}")
+        # Then nothing tells it to back off
+        assert response.status_code == 200 and "Retry-After" not in response.headers
+    finally:
+        small_api.extensions[WAITERS].release()
+
+
+def test_nested_json_in_the_adapter_is_malformed_json(small_api: Any) -> None:
+    # Given the nested body, sent through the Flask test client
+    response = small_api.test_client().post("/v1/tts", data=NESTED, content_type="application/json")
+    # Then it is the same stable 400
+    assert response.status_code == 400 and response.get_json()["error"]["code"] == "malformed_json"
+
+
+def test_gunicorn_pages_become_json_errors() -> None:
+    # Given gunicorn's own HTML answer to a too-long request line
+    page = (b"HTTP/1.1 414 URI Too Long\r\nConnection: close\r\nContent-Type: text/html\r\n"
+            b"Content-Length: 5\r\n\r\n<html>")
+    # When it is rewritten
+    rewritten = json_error_response(page, ValueError("Request Line is too large (5000 > 4094)"))
+    head, _, body = rewritten.partition(b"\r\n\r\n")
+    # Then the status stays, the body is the API's JSON error, and the length is right
+    assert head.startswith(b"HTTP/1.1 414 URI Too Long\r\n") and b"application/json" in head
+    assert json.loads(body)["error"]["code"] == "request_line_too_long"
+    assert f"Content-Length: {len(body)}".encode() in head

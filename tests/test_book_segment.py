@@ -1,0 +1,130 @@
+"""Sentence segmentation: exact boundaries on tricky text, clause cuts, pauses per segment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tts_queue.book.chapter import Chapter
+from tts_queue.book.segment import segment_book, segment_chapter, split_long, split_sentences
+from tts_queue.book.source import parse_book
+from tts_queue.errors import InvalidRequest
+
+SHERLOCK = Path(__file__).resolve().parents[2] / "shared" / "data" / "sherlock-holmes.epub"
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        ("Mr. Holmes lived in Baker Street. He was a detective.",
+         ["Mr. Holmes lived in Baker Street.", "He was a detective."]),
+        ("We walked to St. James's Hall. It was late.", ["We walked to St. James's Hall.", "It was late."]),
+        ("Bring tools, e.g. a hammer and nails. Then begin.",
+         ["Bring tools, e.g. a hammer and nails.", "Then begin."]),
+        ("It was 3.5 p.m. when Dr. Watson arrived. He was tired...",
+         ["It was 3.5 p.m. when Dr. Watson arrived.", "He was tired..."]),
+        ("“Come in!” said Holmes. “You are welcome.” I sat down.",
+         ["“Come in!” said Holmes.", "“You are welcome.”", "I sat down."]),
+        ("“Why?” he asked. “Because.”", ["“Why?” he asked.", "“Because.”"]),
+        ("He said “Why?” and left. Then—nothing.", ["He said “Why?” and left.", "Then—nothing."]),
+        ("“When I hear you give your reasons,” I remarked, “it is so simple. And yet I believe my eyes "
+         "are as good.”",
+         ["“When I hear you give your reasons,” I remarked, “it is so simple.",
+          "And yet I believe my eyes are as good.”"]),
+        ("  One   sentence\n without an end  ", ["One sentence without an end"]),
+        ("", []),
+    ],
+)
+def test_sentence_boundaries(text: str, sentences: list[str]) -> None:
+    # Given a text with abbreviations, quotations and odd spacing
+    # When it is split
+    # Then the sentences are exactly these (quoted sentences split, titles and "e.g." kept)
+    assert split_sentences(text, 300) == sentences
+
+
+def test_long_sentence_is_cut_at_the_best_clause_boundary() -> None:
+    # Given a 126-character sentence with a semicolon, commas and a dash, and a 80-character limit
+    sentence = ("The night was cold, the wind was high; we walked on through the streets, "
+                "past the river—and the lamps were out along the quay.")
+    # When it is split
+    pieces = split_sentences(sentence, 80)
+    # Then the first cut is after the semicolon (the best boundary), the next at a comma
+    assert pieces == ["The night was cold, the wind was high;", "we walked on through the streets,",
+                      "past the river—and the lamps were out along the quay."]
+    assert all(len(p) <= 80 for p in pieces)
+
+
+def test_without_clause_marks_cuts_at_spaces_never_inside_words() -> None:
+    # Given a long sentence without punctuation
+    words = [f"word{i:03d}" for i in range(60)]
+    sentence = " ".join(words)
+    # When it is cut to at most 50 characters
+    pieces = split_long(sentence, 50)
+    # Then every piece fits, every word is whole, and nothing is lost or reordered
+    assert all(len(p) <= 50 for p in pieces)
+    assert [w for p in pieces for w in p.split()] == words
+    # And the pieces are even: no tiny leftover at the end
+    assert min(len(p) for p in pieces) >= 25
+
+
+def test_dash_cut_keeps_the_dash_and_a_giant_word_is_cut_hard() -> None:
+    # Given a sentence whose only boundary is an em dash, and one word longer than the limit
+    dashed = "aaaaaaaaaa bbbbbbbbbb cccccccccc—dddddddddd eeeeeeeeee ffffffffff"
+    # Then the dash is the cut (kept on the left), and a lone long token is cut at the limit
+    assert split_long(dashed, 40)[0] == "aaaaaaaaaa bbbbbbbbbb cccccccccc—"
+    assert split_long("x" * 45, 20) == ["x" * 20, "x" * 20, "x" * 5]
+
+
+def test_long_paragraph_is_split_in_chunks_with_the_same_boundaries() -> None:
+    # Given a 100,000-character paragraph (pysbd alone is quadratic in its input)
+    unit = ["It was a bright cold day in April, and the clocks were striking thirteen.",
+            "“Mr. Holmes,” said she, “e.g. St. James's Hall.”", "Capt. Smith left."]
+    text = " ".join(unit * 800)
+    # When it is split
+    sentences = split_sentences(text, 300)
+    # Then the sentences are exactly the repeated units: no extra cut at a chunk boundary
+    assert sentences == unit * 800
+
+
+def test_max_chars_below_minimum_is_refused() -> None:
+    # Given a limit too small to hold a clause
+    # Then it is InvalidRequest
+    with pytest.raises(InvalidRequest):
+        split_sentences("Hello there.", 5)
+
+
+def test_segments_carry_paragraph_and_pause_kinds() -> None:
+    # Given a chapter with a heading and two paragraphs
+    chapter = Chapter(3, "The Start", ("The Start", "One. Two.", "Three."), headings=(0,))
+    # When it is segmented
+    segments = segment_chapter(chapter)
+    # Then each sentence knows its chapter, index, paragraph and the pause after it
+    assert [(s.index_in_chapter, s.paragraph, s.text, s.pause_after) for s in segments] == [
+        (0, 0, "The Start", "heading"),
+        (1, 1, "One.", "sentence"),
+        (2, 1, "Two.", "paragraph"),
+        (3, 2, "Three.", "paragraph"),
+    ]
+    assert {s.chapter for s in segments} == {3}
+    assert len(segment_book([chapter, Chapter(4, "x", ("Four.",))])) == 5
+
+
+def test_sherlock_stories_keep_every_character() -> None:
+    # Given two stories of the real EPUB
+    if not SHERLOCK.exists():
+        pytest.skip("the Sherlock Holmes EPUB is not in ../shared/data")
+    chapters = parse_book(SHERLOCK.read_bytes()).chapters[:2]
+    for chapter in chapters:
+        # When each is segmented with the default limit
+        segments = segment_chapter(chapter)
+        # Then no character is lost or added, pieces fit the limit, and sentences are many
+        spoken = "".join("".join(s.text.split()) for s in segments)
+        written = "".join("".join(p.split()) for p in chapter.paragraphs)
+        assert spoken == written
+        assert all(len(s.text) <= 300 for s in segments)
+        assert [s.index_in_chapter for s in segments] == list(range(len(segments)))
+        assert len(segments) > 400
+    # And "Mr." in the first story never ends a segment
+    first = segment_chapter(chapters[0])
+    assert not any(s.text.endswith(("Mr.", "Mrs.", "Dr.", "St.")) for s in first)

@@ -1,0 +1,140 @@
+"""The PyAV encoder: every format decodes back to the same audio, and M4B chapter marks read back."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from tts_queue.audio import Audio
+from tts_queue.encoder import FORMATS, M4B, audio_format, encode, write_m4b
+from tts_queue.errors import InvalidRequest, UnsupportedFormat
+
+RATE = 22050
+# format -> (decoder name, decoded sample rate, allowed length error in output samples)
+EXPECTED = {
+    "mp3": ("mp3float", 22050, 2 * 576),
+    "opus": ("opus", 48000, 2 * 960),
+    "aac": ("aac", 22050, 2 * 1024),
+    "m4a": ("aac", 22050, 2 * 1024),
+    "flac": ("flac", 22050, 0),
+    "wav": ("pcm_s16le", 22050, 0),
+}
+
+
+def tone(seconds: float, freq: float = 440.0, rate: int = RATE) -> Audio:
+    t = np.arange(int(seconds * rate)) / rate
+    return Audio((0.4 * np.sin(2 * np.pi * freq * t)).astype(np.float32), rate)
+
+
+def decode(data: bytes) -> tuple[str, int, np.ndarray]:
+    """Decoder name, sample rate and mono float samples of an encoded file."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        frames = []
+        for frame in container.decode(stream):
+            scale = 32768.0 if frame.format.name.startswith("s16") else 1.0
+            frames.append(frame.to_ndarray().reshape(-1) / scale)
+        return stream.codec_context.name, stream.sample_rate, np.concatenate(frames).astype(np.float32)
+
+
+def dominant_frequency(samples: np.ndarray, rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(samples))
+    return float(np.fft.rfftfreq(len(samples), 1 / rate)[int(np.argmax(spectrum))])
+
+
+def test_the_format_table() -> None:
+    # Given the formats the service writes
+    # Then each has a MIME type and a file suffix, and the M4B is AAC in MP4
+    assert set(FORMATS) == {"mp3", "opus", "aac", "m4a", "flac", "wav"}
+    assert {f.mime_type for f in FORMATS.values()} >= {"audio/mpeg", "audio/ogg", "audio/aac", "audio/wav"}
+    assert all(f.suffix == f".{name}" for name, f in FORMATS.items())
+    assert (M4B.codec, M4B.suffix) == ("aac", ".m4b")
+    assert audio_format("MP3").name == "mp3"
+    with pytest.raises(UnsupportedFormat):
+        audio_format("ogg-vorbis")
+
+
+@pytest.mark.parametrize("fmt", sorted(EXPECTED))
+def test_each_format_decodes_back_to_the_same_sound(fmt: str) -> None:
+    # Given 1.5 s of a 440 Hz tone at 22,050 Hz
+    audio = tone(1.5)
+    # When it is encoded and decoded with PyAV
+    decoder, rate, samples = decode(encode(audio, fmt))
+    name, expected_rate, slack = EXPECTED[fmt]
+    # Then the codec and rate are the expected ones (Opus resampled to 48 kHz)
+    assert (decoder, rate) == (name, expected_rate)
+    # And the duration is within two codec frames of the original
+    assert abs(len(samples) - 1.5 * rate) <= slack
+    # And it is still a 440 Hz tone
+    assert dominant_frequency(samples, rate) == pytest.approx(440, abs=2)
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_lossless_formats_keep_the_samples(fmt: str) -> None:
+    # Given a tone
+    audio = tone(0.5)
+    # Then WAV and FLAC give back the samples to 16-bit precision
+    _, _, samples = decode(encode(audio, fmt))
+    np.testing.assert_allclose(samples, audio.samples, atol=1 / 32767 + 1e-6)
+
+
+def test_clipping_and_bad_input() -> None:
+    # Given samples far outside [-1, 1] and a NaN
+    loud = Audio(np.array([3.0, -3.0, np.nan] * 1000, np.float32), RATE)
+    # Then they are clipped instead of wrapping around
+    _, _, samples = decode(encode(loud, "wav"))
+    assert samples.max() <= 1.0 and samples.min() >= -1.0 and np.isfinite(samples).all()
+    # And no audio, or an unknown format, is refused
+    with pytest.raises(InvalidRequest):
+        encode(Audio(np.zeros(0, np.float32), RATE), "mp3")
+    with pytest.raises(UnsupportedFormat):
+        encode(tone(0.1), "aiff")
+
+
+def test_m4b_has_chapter_marks_that_read_back(tmp_path: Path) -> None:
+    # Given three chapters of 1.0, 2.5 and 0.75 s, produced lazily one at a time
+    lengths = [1.0, 2.5, 0.75]
+
+    def chapters() -> Iterator[tuple[str, Audio]]:
+        for number, seconds in enumerate(lengths, start=1):
+            yield f"Chapter {number}", tone(seconds, 300 + 100 * number)
+
+    # When they are written as an M4B with 500 ms between chapters
+    path = tmp_path / "book.m4b"
+    marks = write_m4b(path, chapters(), title="Tiny Tales", author="A. Writer", chapter_gap_ms=500)
+    # Then the returned marks follow the layout: each chapter plus the gap, the last without
+    assert [m.title for m in marks] == ["Chapter 1", "Chapter 2", "Chapter 3"]
+    assert [t for m in marks for t in (m.start_s, m.end_s)] == pytest.approx(
+        [0.0, 1.5, 1.5, 4.5, 4.5, 5.25], abs=1 / RATE)
+    # And the file reads back with the same chapter marks, titles and book metadata
+    with av.open(str(path)) as container:
+        read = container.chapters()
+        assert [c["metadata"]["title"] for c in read] == ["Chapter 1", "Chapter 2", "Chapter 3"]
+        starts = [float(c["start"] * c["time_base"]) for c in read if c["time_base"] is not None]
+        ends = [float(c["end"] * c["time_base"]) for c in read if c["time_base"] is not None]
+        assert starts == pytest.approx([0.0, 1.5, 4.5], abs=0.002)
+        assert ends == pytest.approx([1.5, 4.5, 5.25], abs=0.002)
+        assert container.metadata["title"] == "Tiny Tales"
+        assert container.metadata["artist"] == "A. Writer"
+        assert container.metadata["major_brand"].strip() == "M4B"
+    # And the audio lasts the whole book, within two AAC frames
+    decoder, rate, samples = decode(path.read_bytes())
+    assert decoder == "aac" and abs(len(samples) - 5.25 * rate) <= 2 * 1024
+    # And no temporary file is left beside it
+    assert [p.name for p in tmp_path.iterdir()] == ["book.m4b"]
+
+
+def test_m4b_refuses_mixed_rates_and_leaves_nothing(tmp_path: Path) -> None:
+    # Given chapters at two sample rates, and then no chapters
+    mixed = [("One", tone(0.2)), ("Two", tone(0.2, rate=16000))]
+    # Then writing fails with InvalidRequest and leaves no file, complete or partial
+    with pytest.raises(InvalidRequest):
+        write_m4b(tmp_path / "x.m4b", mixed)
+    with pytest.raises(InvalidRequest):
+        write_m4b(tmp_path / "y.m4b", [])
+    assert list(tmp_path.iterdir()) == []

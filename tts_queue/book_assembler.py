@@ -1,0 +1,174 @@
+"""Chapter assembly: once every sentence of a chapter is done, stitch, caption, encode and store it.
+
+Files are content-addressed by the chapter's digest (its sentences' cache keys, pauses, format and
+the stitching version), so rendering an unchanged chapter again reuses the file. Every file is
+written atomically; the chapter row turns ``done`` only after its files are all there, so nothing
+half-written is ever served. Assembly is idempotent: the worker that finishes a chapter's last
+sentence and the periodic sweep may both run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import soundfile
+from sqlalchemy import select, update
+
+from tts_queue.audio import Audio, write_atomic
+from tts_queue.book.captions import chapter_cues, to_srt, to_vtt
+from tts_queue.book.segment import PauseKind
+from tts_queue.book.stitch import StitchSettings, stitch
+from tts_queue.book_service import BookService
+from tts_queue.cache import AudioCache
+from tts_queue.db import BookRow, ChapterRow, utcnow
+from tts_queue.encoder import audio_format, encode, write_m4b
+from tts_queue.status import TaskStatus
+
+log = logging.getLogger(__name__)
+
+STITCH_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ChapterFiles:
+    """Where an assembled chapter's files are."""
+
+    audio: Path
+    srt: Path
+    vtt: Path
+    manifest: Path
+
+    @classmethod
+    def of(cls, root: Path, digest: str, fmt: str) -> ChapterFiles:
+        """The files of the chapter with ``digest`` under ``root``."""
+        base = root / "chapters" / digest[:2] / digest
+        return cls(base.with_suffix(audio_format(fmt).suffix), base.with_suffix(".srt"),
+                   base.with_suffix(".vtt"), base.with_suffix(".json"))
+
+    def complete(self) -> bool:
+        """Whether every file is there."""
+        return all(p.is_file() for p in (self.audio, self.srt, self.vtt, self.manifest))
+
+
+class ChapterAssembler:
+    """Assembles chapters of books from the cached sentence audio."""
+
+    def __init__(self, books: BookService, cache: AudioCache, root: Path,
+                 stitching: StitchSettings | None = None, clock: Callable[[], datetime] = utcnow) -> None:
+        self.books = books
+        self.cache = cache
+        self.root = root
+        self.stitching = stitching or StitchSettings()
+        self.clock = clock
+
+    def assemble(self, book_id: str, number: int) -> TaskStatus | None:
+        """Assemble one chapter if all its sentences are done; the chapter's status afterwards."""
+        book = self.books.book(book_id)
+        if book.status in (TaskStatus.CANCELLED, TaskStatus.FAILED):
+            return None
+        chunks = self.books.chunks(book_id, number)
+        failed = [c for c, status in chunks if status in (TaskStatus.FAILED, TaskStatus.CANCELLED)]
+        if failed:
+            self.books.fail(book_id, "sentence_failed",
+                            f"chapter {number}: sentence {failed[0].index} could not be synthesized")
+            return TaskStatus.FAILED
+        if any(status is not TaskStatus.DONE for _, status in chunks):
+            return None
+        fmt = str(book.options.get("format", "mp3"))
+        material = json.dumps([STITCH_VERSION, fmt, [(c.cache_key, c.pause_after) for c, _ in chunks]])
+        digest = hashlib.sha256(material.encode()).hexdigest()
+        files = ChapterFiles.of(self.root, digest, fmt)
+        if not files.complete():
+            self._write(files, [(c.cache_key, c.text, c.pause_after) for c, _ in chunks], fmt)
+        duration = json.loads(files.manifest.read_text(encoding="utf-8"))["duration_s"]
+        with self.books.db.write() as session:
+            session.execute(update(ChapterRow).where(
+                ChapterRow.book_id == book_id, ChapterRow.number == number,
+                ChapterRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)),
+            ).values(status=TaskStatus.DONE, digest=digest, duration_s=duration))
+        self._finish_book(book_id)
+        return TaskStatus.DONE
+
+    def files(self, chapter: ChapterRow, fmt: str) -> ChapterFiles | None:
+        """The files of an assembled chapter, or ``None`` if it is not done."""
+        if chapter.status is not TaskStatus.DONE or chapter.digest is None:
+            return None
+        files = ChapterFiles.of(self.root, chapter.digest, fmt)
+        return files if files.complete() else None
+
+    def _write(self, files: ChapterFiles, sentences: list[tuple[str, str, str]], fmt: str) -> None:
+        parts, rate = [], 22050
+        for key, _, _ in sentences:
+            entry = self.cache.peek(key)
+            if entry is None:
+                raise FileNotFoundError(f"the audio of sentence {key[:12]} is gone from the cache")
+            samples, rate = soundfile.read(self.cache.store.path(entry.path), dtype="float32")
+            parts.append(np.asarray(samples, dtype=np.float32))
+        pauses = [cast(PauseKind, p) for _, _, p in sentences]
+        stitched = stitch(parts, pauses, rate, self.stitching)
+        total = len(stitched.audio.samples)
+        cues = chapter_cues([t for _, t, _ in sentences], stitched.offsets, total, rate)
+        manifest = {
+            "duration_s": stitched.audio.duration_s, "sample_rate": rate,
+            "sentences": [{"text": text, "start_s": start / rate, "end_s": end / rate, "cache_key": key}
+                          for (key, text, _), (start, end) in zip(sentences, stitched.offsets, strict=True)],
+        }
+        write_atomic(files.srt, to_srt(cues).encode("utf-8"))
+        write_atomic(files.vtt, to_vtt(cues).encode("utf-8"))
+        write_atomic(files.audio, encode(stitched.audio, fmt))
+        write_atomic(files.manifest, json.dumps(manifest, ensure_ascii=False).encode("utf-8"))
+
+    def _finish_book(self, book_id: str) -> None:
+        chapters = self.books.chapters(book_id)
+        if any(c.status is not TaskStatus.DONE for c in chapters):
+            return
+        with self.books.db.read() as session:
+            book = session.scalar(select(BookRow).where(BookRow.id == book_id))
+        if book is None or book.status.finished:
+            return
+        path = self.root / "m4b" / f"{book_id}.m4b"
+        if not path.is_file():
+            write_m4b(path, self._chapter_audio(chapters, str(book.options.get("format", "mp3"))),
+                      title=book.title, author=book.author)
+        with self.books.db.write() as session:
+            session.execute(update(BookRow).where(
+                BookRow.id == book_id, BookRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)),
+            ).values(status=TaskStatus.DONE, finished_at=self.clock(), m4b_path=str(path)))
+        log.info("book %s done: %d chapters", book_id, len(chapters))
+
+    def _chapter_audio(self, chapters: list[ChapterRow], fmt: str) -> Iterator[tuple[str, Audio]]:
+        """Each chapter's audio, decoded from its file, one at a time."""
+        for chapter in chapters:
+            files = self.files(chapter, fmt)
+            assert files is not None
+            yield chapter.title, decode(files.audio.read_bytes())
+
+
+def decode(data: bytes) -> Audio:
+    """Any file the encoder writes, decoded to mono float32 (PyAV)."""
+    import av
+
+    frames = []
+    rate = 0
+    container: Any = av.open(io.BytesIO(data))
+    with container:
+        for frame in container.decode(audio=0):
+            rate = frame.sample_rate
+            array = frame.to_ndarray().astype(np.float32)
+            if frame.format.name.startswith("s16"):
+                array /= 32768.0
+            elif frame.format.name.startswith("s32"):
+                array /= 2147483648.0
+            # planar: one row per channel; packed: channels interleaved in one row (mono here)
+            frames.append(array.reshape(-1) if array.shape[0] == 1 else array.mean(axis=0))
+    samples = np.concatenate(frames) if frames else np.zeros(0, np.float32)
+    return Audio(samples=samples.astype(np.float32), sample_rate=rate)

@@ -1,0 +1,152 @@
+"""``tts-queue book``: render a whole book through a running service, with a live progress bar.
+
+``book chapters BOOK`` lists the chapters locally (numbers for ``--chapters``); ``book render``
+uploads, shows progress and downloads chapter audio, captions, ``manifest.json`` and (``--m4b``)
+the M4B into ``--out``; ``book status``, ``book fetch`` and ``book cancel`` work on a book later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tts_queue.cli.client import Client
+from tts_queue.settings import Settings
+
+
+def cmd_chapters(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the chapters of a book file, numbered as ``--chapters`` takes them."""
+    from tts_queue.book.source import parse_book
+
+    path = Path(args.book)
+    book = parse_book(path.read_bytes(), path.name, args.input_format, args.split_pattern,
+                      max_bytes=settings.books.max_bytes)
+    print(f"{book.title}" + (f" by {book.author}" if book.author else ""))
+    for chapter in book.chapters:
+        print(f"{chapter.number:3}  {chapter.title}  ({chapter.word_count} words)")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
+    """Upload a book, follow its progress, download what it made."""
+    client = Client(settings.client.api_url, timeout=600)
+    path = Path(args.book)
+    options = {"voice": args.voice, "speaker": args.speaker, "speed": args.speed, "format": args.format,
+               "chapters": args.chapters, "input_format": args.input_format,
+               "split_pattern": args.split_pattern}
+    created = client.create_book(path, {k: v for k, v in options.items() if v is not None})
+    book_id = created["book_id"]
+    if args.detach:
+        print(book_id)
+        return 0
+    print(f"book {book_id}", file=sys.stderr)
+    book = follow(client, book_id)
+    if book["status"] != "done":
+        print(json.dumps(book, indent=2))
+        return 1
+    download(client, book, Path(args.out), args.m4b)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    """Print a book's status document."""
+    book = Client(settings.client.api_url).book(args.book_id)
+    print(json.dumps(book, indent=2))
+    return 1 if book["status"] == "failed" else 0
+
+
+def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
+    """Wait for a book to finish, then download it."""
+    client = Client(settings.client.api_url, timeout=600)
+    book = follow(client, args.book_id)
+    if book["status"] != "done":
+        print(json.dumps(book, indent=2))
+        return 1
+    download(client, book, Path(args.out), args.m4b)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Cancel a book."""
+    book = Client(settings.client.api_url).cancel_book(args.book_id)
+    print(json.dumps({k: book[k] for k in ("book_id", "status")}, indent=2))
+    return 0
+
+
+def progress_line(book: dict[str, Any], width: int = 30) -> str:
+    """One line: a bar, chapters and sentences done, audio seconds, x real time, ETA."""
+    total = max(1, book["sentences_total"])
+    filled = int(width * book["sentences_done"] / total)
+    speed = f"{book['speed_x_realtime']:.1f}x" if book.get("speed_x_realtime") else "-"
+    eta = book.get("eta_s")
+    eta_text = f"{int(eta // 60)}m{int(eta % 60):02d}s" if eta is not None else "-"
+    return (f"[{'#' * filled}{'.' * (width - filled)}] chapters {book['chapters_done']}/"
+            f"{book['chapters_total']}  sentences {book['sentences_done']}/{book['sentences_total']}  "
+            f"audio {book['audio_seconds']:.0f} s  {speed} real time  ETA {eta_text}")
+
+
+def follow(client: Client, book_id: str, interval: float = 1.0) -> dict[str, Any]:
+    """Poll a book until it finishes, drawing the progress line on stderr."""
+    while True:
+        book = client.book(book_id)
+        sys.stderr.write("\r" + progress_line(book))
+        sys.stderr.flush()
+        if book["status"] in ("done", "failed", "cancelled"):
+            sys.stderr.write("\n")
+            return book
+        time.sleep(interval)
+
+
+def download(client: Client, book: dict[str, Any], out: Path, m4b: bool) -> None:
+    """Chapter audio (``NN - Title.ext``), SRT and WebVTT captions, manifest.json and the M4B."""
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = client.get_json(f"/v1/books/{book['book_id']}/manifest")
+    for chapter in manifest["chapters"]:
+        name = Path(chapter["file"])
+        base = f"/v1/books/{book['book_id']}/chapters/{chapter['number']}"
+        client.download(f"{base}/audio", out / name)
+        client.download(f"{base}/captions.srt", out / name.with_suffix(".srt"))
+        client.download(f"{base}/captions.vtt", out / name.with_suffix(".vtt"))
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
+    if m4b:
+        safe = Path(manifest["chapters"][0]["file"]).stem.split(" - ", 1)[0] if not manifest["title"] else (
+            manifest["title"].replace("/", " "))
+        client.download(f"/v1/books/{book['book_id']}/audiobook.m4b", out / f"{safe}.m4b")
+    print(f"wrote {len(manifest['chapters'])} chapter(s) to {out}", file=sys.stderr)
+
+
+def add_book_commands(sub: Any, add_api_flag: Any) -> None:
+    """The ``book`` command group."""
+    book = sub.add_parser("book", help="render whole books (EPUB, text, Markdown) through a service")
+    books = book.add_subparsers(dest="book_command", required=True)
+    chapters = books.add_parser("chapters", help="list a book's chapters (no service needed)")
+    render = books.add_parser("render", help="upload, render and download a book")
+    for parser in (chapters, render):
+        parser.add_argument("book", help="an .epub, .txt or .md file")
+        parser.add_argument("--input-format", dest="input_format", choices=["epub", "text", "markdown"])
+        parser.add_argument("--split-pattern", dest="split_pattern",
+                            help="regex of chapter heading lines (text and Markdown)")
+    chapters.set_defaults(func=cmd_chapters)
+    render.add_argument("--out", required=True, help="directory for the chapter files")
+    render.add_argument("--voice")
+    render.add_argument("--speaker")
+    render.add_argument("--speed", type=float)
+    render.add_argument("--format", choices=["mp3", "opus", "wav", "flac", "aac"], help="default: mp3")
+    render.add_argument("--chapters", help="e.g. 2-5 or 1,3 (numbers from `book chapters`)")
+    render.add_argument("--m4b", action="store_true", help="also download one M4B with chapter marks")
+    render.add_argument("--detach", action="store_true", help="print the book id and return")
+    render.set_defaults(func=cmd_render)
+    status = books.add_parser("status", help="show a book's progress")
+    fetch = books.add_parser("fetch", help="wait for a book and download it")
+    fetch.add_argument("--out", required=True)
+    fetch.add_argument("--m4b", action="store_true")
+    cancel = books.add_parser("cancel", help="cancel a book")
+    for parser, func in ((status, cmd_status), (fetch, cmd_fetch), (cancel, cmd_cancel)):
+        parser.add_argument("book_id")
+        parser.set_defaults(func=func)
+    for parser in (render, status, fetch, cancel):
+        add_api_flag(parser)
