@@ -5,6 +5,8 @@ It builds no worker app: no tasks, no runtime, no signal handlers (``workers.dis
 
 from __future__ import annotations
 
+import time
+
 from tts_queue.broker import RedisKeys, redis_client
 from tts_queue.finish_signal import FinishSignals
 from tts_queue.heartbeat import Heartbeats, WorkerInfo
@@ -23,6 +25,8 @@ class CeleryQueue(CeleryDispatcher):
                                               max_block_s=settings.api.wait_recheck_s)
         self.keys = RedisKeys(settings.services.queue_prefix)
         self.heartbeats = Heartbeats(self.redis, self.keys)
+        self._live_pools: set[str] = set()
+        self._pools_read_at = -1e9
 
     def wait_finished(self, task_id: str, timeout: float) -> None:
         """Block until the worker signals ``task_id`` finished, or ``timeout`` passes."""
@@ -35,6 +39,14 @@ class CeleryQueue(CeleryDispatcher):
     def workers(self) -> list[WorkerInfo]:
         """Workers whose heartbeat is live: name, pool and the provider of each loaded voice."""
         return self.heartbeats.live()
+
+    def pool_alive(self, pool: str) -> bool:
+        """Whether a live worker serves ``pool`` (heartbeats; a yes is trusted for a second)."""
+        now = time.monotonic()
+        if pool not in self._live_pools or now - self._pools_read_at > 1.0:
+            self._live_pools = {w.pool for w in self.heartbeats.live()}
+            self._pools_read_at = now
+        return pool in self._live_pools
 
     def ping_broker(self) -> None:
         """Raise if Redis does not answer."""

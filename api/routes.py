@@ -20,6 +20,7 @@ from flask import (
 )
 
 from api.services import Services
+from tts_queue.doctor import redis_warnings, schema_warnings
 from tts_queue.errors import (
     AudioNotReady,
     InvalidRequest,
@@ -260,13 +261,25 @@ def readyz() -> Response:
                 f"{svc.settings.worker.consumed_window_s:.0f} s (is the scheduler running?)")
     except Exception as exc:
         checks["workers"] = f"error: {exc}"
-    workers = _live_workers()
-    checks["pools"] = {pool: [w.name for w in workers if w.pool == pool] for pool in ("cpu", "gpu")}
-    checks["providers"] = {w.name: w.providers for w in workers}
+    live = _live_workers()
+    checks["pools"] = {pool: [w.name for w in live if w.pool == pool] for pool in ("cpu", "gpu")}
+    checks["providers"] = {w.name: w.providers for w in live}
     failed = [name for name, v in checks.items() if isinstance(v, str) and v.startswith("error")]
+    warnings = _warnings()
     if failed:
-        raise NotReady(f"not ready: {', '.join(failed)}", details={"ready": False, "checks": checks})
-    return jsonify(ready=True, checks=checks)
+        raise NotReady(f"not ready: {', '.join(failed)}",
+                       details={"ready": False, "checks": checks, "warnings": warnings})
+    return jsonify(ready=True, checks=checks, warnings=warnings)
+
+
+def _warnings() -> list[dict[str, str]]:
+    """``tts-queue doctor``'s findings (eviction, no persistence, schema behind); never a failure."""
+    svc = services()
+    found = schema_warnings(svc.db.engine)
+    client = getattr(svc.probe, "redis", None)
+    if client is not None:
+        found += redis_warnings(client)
+    return [w.as_json() for w in found]
 
 
 def _ping_broker() -> None:

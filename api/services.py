@@ -59,7 +59,8 @@ class Services:
         db = Database(settings.database_url)
         registry = VoiceRegistry.from_settings(settings)
         cache = AudioCache(db, AudioStore(settings.audio_dir), settings.cache.hot_size)
-        tasks = TaskService(settings, db, cache, registry, dispatcher)
+        tasks = TaskService(settings, db, cache, registry, dispatcher,
+                            pool_alive=getattr(probe, "pool_alive", None))
         books = BookService(tasks, dispatcher)
         return cls(settings, db, registry, tasks, probe, books,
                    ChapterAssembler(books, cache, settings.books_dir))

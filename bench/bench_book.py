@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -48,7 +49,7 @@ from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.synthesizer import Synthesizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-EPUB = ROOT.parent / "shared" / "data" / "sherlock-holmes.epub"
+EPUB = Path(os.environ.get("TTS_TEST_EPUB") or ROOT.parent / "shared" / "data" / "sherlock-holmes.epub")
 
 
 def story_text(number: int, limit: int) -> tuple[str, list[str]]:

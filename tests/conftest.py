@@ -60,3 +60,23 @@ def registry(voices_dir: Path) -> VoiceRegistry:
 def settings(tmp_path: Path, voices_dir: Path) -> Settings:
     """Default settings with the data directory in a temp dir."""
     return Settings.from_env({"TTS_DATA_DIR": str(tmp_path / "data"), "TTS_VOICES_DIR": str(voices_dir)})
+
+
+def sherlock_epub() -> Path:
+    """The real public-domain EPUB of the project's shared data (``TTS_TEST_EPUB`` overrides).
+
+    Looked for beside the checkout (``../shared/data``) and at the project machines' shared folder;
+    a laptop without it skips, CI fails (``CI=true``): CI must exercise the real book.
+    """
+    import os
+
+    candidates = [os.environ.get("TTS_TEST_EPUB", ""),
+                  str(Path(__file__).resolve().parents[2] / "shared" / "data" / "sherlock-holmes.epub"),
+                  "/work/shared/data/sherlock-holmes.epub"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    message = "the Sherlock Holmes EPUB is not here; set TTS_TEST_EPUB to its path"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)

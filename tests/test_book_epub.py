@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import io
 import zipfile
-from pathlib import Path
 
 import pytest
 from ebooklib import epub
 
+from tests.conftest import sherlock_epub
 from tts_queue.book.chapter import Book
 from tts_queue.book.source import parse_book
 from tts_queue.errors import BookTooLarge, EmptyBook, InvalidBook
 
-SHERLOCK = Path(__file__).resolve().parents[2] / "shared" / "data" / "sherlock-holmes.epub"
 STORIES = [
     "A Scandal in Bohemia", "The Redheaded League", "A Case of Identity", "The Boscombe Valley Mystery",
     "The Five Orange Pips", "The Man with the Twisted Lip", "The Adventure of the Blue Carbuncle",
@@ -27,9 +26,8 @@ PROSE = ("It was a bright cold day in April, and the clocks were striking thirte
 
 @pytest.fixture(scope="module")
 def sherlock() -> Book:
-    if not SHERLOCK.exists():
-        pytest.skip("the Sherlock Holmes EPUB is not in ../shared/data")
-    return parse_book(SHERLOCK.read_bytes(), "sherlock-holmes.epub")
+    sherlock = sherlock_epub()
+    return parse_book(sherlock.read_bytes(), "sherlock-holmes.epub")
 
 
 def test_sherlock_has_the_twelve_stories_in_order(sherlock: Book) -> None:

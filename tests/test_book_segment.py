@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.conftest import sherlock_epub
 from tts_queue.book.chapter import Chapter
 from tts_queue.book.segment import segment_book, segment_chapter, split_long, split_sentences
 from tts_queue.book.source import parse_book
 from tts_queue.errors import InvalidRequest
-
-SHERLOCK = Path(__file__).resolve().parents[2] / "shared" / "data" / "sherlock-holmes.epub"
 
 
 @pytest.mark.parametrize(
@@ -112,9 +109,8 @@ def test_segments_carry_paragraph_and_pause_kinds() -> None:
 
 def test_sherlock_stories_keep_every_character() -> None:
     # Given two stories of the real EPUB
-    if not SHERLOCK.exists():
-        pytest.skip("the Sherlock Holmes EPUB is not in ../shared/data")
-    chapters = parse_book(SHERLOCK.read_bytes()).chapters[:2]
+    sherlock = sherlock_epub()
+    chapters = parse_book(sherlock.read_bytes()).chapters[:2]
     for chapter in chapters:
         # When each is segmented with the default limit
         segments = segment_chapter(chapter)

@@ -9,8 +9,8 @@ import pytest
 import redis
 import sqlalchemy
 
-from tts_queue.cli.doctor import HealthWarning, redacted, redis_warnings, report, schema_warnings
 from tts_queue.db import make_engine
+from tts_queue.doctor import HealthWarning, redacted, redis_warnings, report, schema_warnings
 from tts_queue.migrate import upgrade
 
 

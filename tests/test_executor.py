@@ -173,3 +173,27 @@ def test_bulk_queues_run_at_low_priority() -> None:
     assert lane_priority(queue_name("gpu", prefix="tts-x")) == 0
     assert lane_priority(queue_name("cpu", BULK)) == 1
     assert lane_priority(queue_name("cpu", MAINTENANCE)) == 0
+
+
+def test_a_second_delivery_is_skipped_while_another_live_worker_holds_the_lease(
+    world: dict[str, Any],
+) -> None:
+    # Given a task running on another worker that renewed its lease 5 s ago
+    from datetime import timedelta
+
+    task_id = add_task(world, "Still busy elsewhere.", status=TaskStatus.RUNNING)
+    with world["db"].write() as session:
+        held = session.get(TaskRow, task_id)
+        assert held is not None
+        held.worker, held.claimed_at, held.attempts = "other@host", utcnow() - timedelta(seconds=5), 1
+    # When a copy of its message reaches this worker
+    # Then it is skipped: nothing runs twice while the holder lives
+    assert world["executor"].execute(task_id) is None
+    assert world["synth"].calls == 0 and row(world, task_id).worker == "other@host"
+    # And once the holder's lease has expired (it died), the task runs here as a new attempt
+    with world["db"].write() as session:
+        stale = session.get(TaskRow, task_id)
+        assert stale is not None
+        stale.claimed_at = utcnow() - timedelta(minutes=5)
+    assert world["executor"].execute(task_id) is TaskStatus.DONE
+    assert row(world, task_id).attempts == 2 and row(world, task_id).worker == "test-worker"

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from tts_queue.db import Database, TaskRow
-from tts_queue.recovery import MARGIN, requeue_lost
+from tts_queue.recovery import requeue_lost
 from tts_queue.status import TaskStatus
 from tts_queue.task_rows import TaskRows
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
-VISIBILITY = timedelta(hours=1)
+LEASE = timedelta(seconds=45)
+GRACE = timedelta(seconds=10)
 
 
 class Marker:
@@ -43,14 +44,20 @@ def db(tmp_path: Path) -> Database:
     return database
 
 
-def add(db: Database, status: TaskStatus, claimed_at: datetime | None = None,
-        queue: str = "tts.cpu") -> str:
+def add(db: Database, status: TaskStatus, claimed_at: datetime | None = None, queue: str = "tts.cpu",
+        worker: str | None = None, dispatched: bool = True, age: timedelta = timedelta(hours=3)) -> str:
     task_id = str(uuid.uuid4())
     with db.write() as session:
         session.add(TaskRow(id=task_id, status=status, cache_key="k" * 64, request={}, pool="cpu",
-                            queue=queue, created_at=NOW - timedelta(hours=3), attempts=1,
-                            claimed_at=claimed_at, started_at=claimed_at))
+                            queue=queue, created_at=NOW - age, attempts=1, worker=worker,
+                            claimed_at=claimed_at, started_at=claimed_at,
+                            dispatched_at=NOW - age if dispatched else None))
     return task_id
+
+
+def sweep(db: Database, recorder: Recorder, marker: Marker, at: datetime = NOW) -> int:
+    """One run of the sweep at ``at``."""
+    return requeue_lost(TaskRows(db, lambda: at, LEASE), recorder, marker, GRACE)
 
 
 def test_a_broker_that_lost_its_data_gets_every_queued_task_again(db: Database) -> None:
@@ -60,31 +67,71 @@ def test_a_broker_that_lost_its_data_gets_every_queued_task_again(db: Database) 
     add(db, TaskStatus.CANCELLED)
     marker, recorder = Marker(present=False), Recorder()
     # When the sweep runs
-    count = requeue_lost(TaskRows(db, lambda: NOW), recorder, marker, NOW, VISIBILITY)
+    count = sweep(db, recorder, marker)
     # Then exactly the queued tasks are sent again, to their own queues, and the marker is set
     assert count == 2 and sorted(recorder.sent) == sorted(zip(queued, ["tts.cpu", "tts.gpu"],
                                                                strict=True))
     assert marker.present()
 
 
-def test_queued_tasks_are_left_alone_while_the_broker_kept_its_data(db: Database) -> None:
-    add(db, TaskStatus.QUEUED)
+def test_a_healthy_backlog_is_left_alone(db: Database) -> None:
+    # Given queued tasks that were sent long ago and wait for a worker, and a broker with its data
+    for _ in range(3):
+        add(db, TaskStatus.QUEUED)
     recorder = Recorder()
-    assert requeue_lost(TaskRows(db, lambda: NOW), recorder, Marker(present=True), NOW, VISIBILITY) == 0
-    assert recorder.sent == []
+    # Then the sweep sends nothing again
+    assert sweep(db, recorder, Marker(present=True)) == 0 and recorder.sent == []
 
 
-def test_a_running_task_of_a_dead_worker_is_sent_again_once(db: Database) -> None:
-    # Given one task claimed long ago (its worker died) and one claimed just now
-    orphan = add(db, TaskStatus.RUNNING, claimed_at=NOW - VISIBILITY - MARGIN - timedelta(seconds=1))
-    add(db, TaskStatus.RUNNING, claimed_at=NOW - timedelta(minutes=5))
+def test_tasks_held_by_a_dead_worker_are_sent_again_once(db: Database) -> None:
+    # Given tasks held by a worker that stopped renewing (running, and received but not started),
+    # and a running task whose worker renewed its lease just now
+    stale = NOW - LEASE - timedelta(seconds=1)
+    running = add(db, TaskStatus.RUNNING, claimed_at=stale, worker="dead@host")
+    reserved = add(db, TaskStatus.QUEUED, claimed_at=stale, worker="dead@host")
+    add(db, TaskStatus.RUNNING, claimed_at=NOW - timedelta(seconds=5), worker="alive@host")
     recorder = Recorder()
     # When the sweep runs twice in a row
-    first = requeue_lost(TaskRows(db, lambda: NOW), recorder, Marker(present=True), NOW, VISIBILITY)
-    later = NOW + timedelta(seconds=30)
-    second = requeue_lost(TaskRows(db, lambda: later), recorder, Marker(present=True), later, VISIBILITY)
-    # Then only the orphan was sent, and only once (its claim time was bumped)
-    assert (first, second) == (1, 0) and recorder.sent == [(orphan, "tts.cpu")]
+    first = sweep(db, recorder, Marker(present=True))
+    second = sweep(db, recorder, Marker(present=True), NOW + timedelta(seconds=15))
+    # Then the dead worker's two were sent once each (released, lease bumped), the live one not
+    assert (first, second) == (2, 0)
+    assert sorted(recorder.sent) == sorted([(running, "tts.cpu"), (reserved, "tts.cpu")])
     with db.read() as session:
-        row = session.get(TaskRow, orphan)
-    assert row is not None and row.claimed_at == NOW and row.status is TaskStatus.RUNNING
+        row = session.get(TaskRow, running)
+    assert row is not None and row.worker is None and row.status is TaskStatus.RUNNING
+
+
+def test_a_row_committed_but_never_sent_is_sent_after_the_grace(db: Database) -> None:
+    # Given a row whose API died between commit and dispatch, and one committed a moment ago
+    lost = add(db, TaskStatus.QUEUED, dispatched=False, age=GRACE + timedelta(seconds=1))
+    add(db, TaskStatus.QUEUED, dispatched=False, age=timedelta(seconds=2))
+    recorder = Recorder()
+    # When the sweep runs twice
+    first = sweep(db, recorder, Marker(present=True))
+    second = sweep(db, recorder, Marker(present=True))
+    # Then only the old one is sent, once (the young one may still be sent by its API)
+    assert (first, second) == (1, 0) and recorder.sent == [(lost, "tts.cpu")]
+
+
+def test_a_message_that_vanished_with_its_receiver_is_sent_again(db: Database) -> None:
+    # Given queued rows held by no worker, all sent 5 minutes ago:
+    # one whose message a receiver took and never recorded (killed at once), one whose message
+    # vanished entirely (popped, then the worker died), one still waiting in its queue, and one
+    # delivered a moment ago (its receiver is recording it now)
+    sent = NOW - timedelta(minutes=5)
+    ids = [add(db, TaskStatus.QUEUED, age=timedelta(minutes=5)) for _ in range(4)]
+    taken_long_ago, vanished, waiting, just_taken = ids
+    messages: dict[str, float | None] = {
+        taken_long_ago: (sent + timedelta(seconds=1)).timestamp(),
+        waiting: None,
+        just_taken: (NOW - timedelta(seconds=2)).timestamp(),
+    }
+    recorder = Recorder()
+    # When the sweep runs twice with the broker's view
+    rows = TaskRows(db, lambda: NOW, LEASE)
+    first = requeue_lost(rows, recorder, Marker(present=True), GRACE, messages=lambda: messages)
+    second = requeue_lost(rows, recorder, Marker(present=True), GRACE, messages=lambda: messages)
+    # Then the two lost ones are sent again, once, and the others are left alone
+    assert (first, second) == (2, 0)
+    assert sorted(recorder.sent) == sorted([(taken_long_ago, "tts.cpu"), (vanished, "tts.cpu")])

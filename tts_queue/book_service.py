@@ -121,6 +121,8 @@ class BookService:
         numbers = sorted({segment.chapter for segment, _ in planned})
         titles = {c.number: c.title for c in chapters}
         pending: list[str] = []
+        if any(self.tasks.cache.peek(self.tasks.key_of(request)) is None for _, request in planned):
+            self.tasks.require_worker(pool)
         with self.db.write() as session:
             session.add(BookRow(id=book_id, title=book.title, author=book.author, status=TaskStatus.QUEUED,
                                 options=options, pool=pool, chapters_total=len(numbers),
@@ -148,6 +150,7 @@ class BookService:
         try:
             for task_id in pending:
                 self.dispatcher.dispatch(task_id, queue)
+            self.tasks.rows.mark_dispatched(pending)
             for number in self.complete_chapters(book_id):
                 self.dispatcher.assemble(book_id, number, queue)
         except Exception as exc:

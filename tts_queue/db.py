@@ -88,9 +88,11 @@ class TaskRow(Base):
     book_id: Mapped[str | None] = mapped_column(String(36), index=True, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
-    # Last claim by a worker (or re-dispatch by the recovery sweep): a running row whose claim
-    # is older than the visibility timeout has lost its worker.
+    # The lease: set when a worker receives or starts the task and renewed while it holds it; a
+    # held row (``worker`` set) whose lease is older than ``TTS_LEASE_S`` has lost its worker.
     claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # The outbox: when the message was last handed to the broker (NULL: committed, never sent).
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)

@@ -169,6 +169,13 @@ class ServiceUnavailable(TTSQueueError):
     retry_after_s = 5
 
 
+class NoWorker(ServiceUnavailable):
+    """No live worker serves the pool the request is routed to, so it would wait for ever."""
+
+    code = "no_worker"
+    retry_after_s = 10
+
+
 class NotReady(ServiceUnavailable):
     """Readiness failed: a dependency or every worker is missing (``details`` has the checks)."""
 

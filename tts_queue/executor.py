@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tts_queue.broker import BULK
 from tts_queue.cache import AudioCache
@@ -39,13 +39,14 @@ class TaskExecutor:
         synthesizer: Synthesizer,
         worker_name: str,
         max_attempts: int = 4,
+        lease: timedelta = timedelta(seconds=45),
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.cache = cache
         self.synthesizer = synthesizer
         self.worker_name = worker_name
         self.max_attempts = max_attempts
-        self.rows = TaskRows(db, clock)
+        self.rows = TaskRows(db, clock, lease)
         self.leader_timeout_s = 600.0
         self._inflight: dict[str, threading.Event] = {}
         self._inflight_lock = threading.Lock()

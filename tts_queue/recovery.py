@@ -1,29 +1,35 @@
-"""Repair at-least-once delivery from the task rows when the broker lost messages.
+"""Repair at-least-once delivery from the task rows: the sweep that runs every few seconds.
 
-Two cases, checked every 30 s by the scheduler and when a worker starts:
+Three cases, checked by the scheduler's sweep (every ``TTS_SWEEP_INTERVAL_S``) and when a worker
+starts; the rows are the truth, Celery's visibility timeout is only a last resort:
 
-- The broker lost its data (Redis without persistence restarted, a flush, a failover): a marker
+- **A worker died** (SIGKILL, OOM, power): the rows it held (received or running) stop having
+  their lease renewed; once a lease is older than ``TTS_LEASE_S`` the row is released and its task
+  dispatched again. A live worker renews its leases, so long tasks are not duplicated.
+- **A row was committed but never sent** (the API died, or the broker was down, between commit
+  and dispatch): a queued row with no dispatch time, older than ``TTS_OUTBOX_GRACE_S``, is sent.
+  A long healthy backlog is never re-sent: its rows have a dispatch time.
+- **A message vanished with a worker that never recorded it** (killed between taking the message
+  and writing the row): a queued row held by nobody, sent more than a lease ago, whose message is
+  neither waiting in a queue nor recently delivered, is dispatched again.
+- **The broker lost its data** (Redis without persistence restarted, a flush, a failover): a marker
   key in Redis is then missing, and every ``queued`` row is dispatched again.
-- A worker died (or its retries ran out while the database was down) and the broker will not
-  redeliver: a ``running`` row whose last claim is older than the visibility timeout plus a
-  margin is dispatched again, and its claim time is bumped so it is not re-sent every sweep.
 
-Duplicates are safe: ``TaskExecutor`` skips finished tasks and a repeated synthesis writes the
-same file.
+Duplicates are safe: ``TaskExecutor`` skips finished tasks and tasks whose lease another live
+worker holds, and a repeated synthesis writes the same file.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Protocol
 
 from tts_queue.task_rows import TaskRows
 from tts_queue.task_service import Dispatcher
 
 log = logging.getLogger(__name__)
-
-MARGIN = timedelta(seconds=60)
 
 
 class BrokerMarker(Protocol):
@@ -37,17 +43,26 @@ class BrokerMarker(Protocol):
 
 
 def requeue_lost(
-    rows: TaskRows, dispatcher: Dispatcher, marker: BrokerMarker, now: datetime,
-    visibility_timeout: timedelta,
+    rows: TaskRows, dispatcher: Dispatcher, marker: BrokerMarker, outbox_grace: timedelta,
+    messages: Callable[[], Mapping[str, float | None]] | None = None,
 ) -> int:
-    """Dispatch again every task whose message may be lost; return how many."""
+    """Dispatch again every task whose message may be lost; return how many.
+
+    ``messages`` (optional) lists what the broker holds (task id -> delivery time, ``None`` while
+    queued), to find queued rows whose message vanished with a worker that never recorded it.
+    """
     lost = [] if marker.present() else rows.queued()
-    orphans = rows.reclaim_stale(now - visibility_timeout - MARGIN)
-    lost += orphans
-    for task_id, queue in lost:
-        dispatcher.dispatch(task_id, queue)
+    orphans = rows.reclaim_stale()
+    unsent = rows.unsent(outbox_grace)
+    if messages is not None:
+        orphans += rows.stranded(messages())
+    seen: set[str] = set()
+    for task_id, queue in lost + orphans + unsent:
+        if task_id not in seen:
+            seen.add(task_id)
+            dispatcher.dispatch(task_id, queue)
     marker.set()
-    if lost:
-        log.warning("dispatched %d task(s) again from the database (%d of dead workers)",
-                    len(lost), len(orphans))
-    return len(lost)
+    if seen:
+        log.warning("dispatched %d task(s) again from the database (%d of dead workers, %d never sent)",
+                    len(seen), len(orphans), len(unsent))
+    return len(seen)

@@ -140,8 +140,14 @@ class WorkerSettings:
                                env="TTS_WORKER_CONCURRENCY", flag="--concurrency")
     warmup: bool = setting(True, "load the default voice when a worker starts")
     max_retries: int = setting(3, "retries of unexpected errors; the attempts cap is this + 1")
-    visibility_timeout_s: int = setting(3600, "unacked tasks of a dead worker return after this; must "
-                                        "exceed the longest task")
+    visibility_timeout_s: int = setting(3600, "last resort: the broker itself returns unacked tasks "
+                                        "after this (the lease below acts first); must exceed the "
+                                        "longest task")
+    lease_s: float = setting(45.0, "a worker renews the lease of the tasks it holds every few "
+                             "seconds; the sweep re-dispatches tasks whose lease is older than this")
+    sweep_interval_s: float = setting(15.0, "how often the scheduler's recovery sweep runs")
+    outbox_grace_s: float = setting(10.0, "a queued task never handed to the broker is sent by the "
+                                    "sweep after this")
     consumed_window_s: float = setting(90.0, "`/readyz` fails when no worker took a task off a queue "
                                        "for this long")
 

@@ -8,8 +8,8 @@ finished row, and two processes racing on one row agree on who won (the one whos
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Collection, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
@@ -24,9 +24,11 @@ log = logging.getLogger(__name__)
 class TaskRows:
     """Creates task rows and moves them between statuses, only along allowed transitions."""
 
-    def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow,
+                 lease: timedelta = timedelta(seconds=45)) -> None:
         self.db = db
         self.clock = clock
+        self.lease = lease
 
     def add(self, session: Session, row: TaskRow, cache_hit: bool) -> None:
         """Insert a new row in the caller's transaction: ``done`` at once on a cache hit, else ``queued``."""
@@ -51,6 +53,10 @@ class TaskRows:
                 log.warning("task %s is not in the database; dropping the message", task_id)
                 return None
             if row.status not in sources(TaskStatus.RUNNING):
+                return None
+            if (row.status is TaskStatus.RUNNING and row.worker not in (None, worker)
+                    and row.claimed_at is not None and row.claimed_at > now - self.lease):
+                log.info("task %s is running on %s (lease held); skipping this delivery", task_id, row.worker)
                 return None
             row.status = TaskStatus.RUNNING
             row.started_at = row.started_at or now
@@ -83,14 +89,92 @@ class TaskRows:
             )
         return int(result.rowcount)  # type: ignore[attr-defined]
 
-    def reclaim_stale(self, claimed_before: datetime) -> list[tuple[str, str]]:
-        """``running -> running`` for rows claimed before ``claimed_before`` (their worker is gone):
-        the claim time is bumped so the next sweep does not send them again; ``(id, queue)`` pairs."""
+    def reserve(self, task_id: str, worker: str) -> bool:
+        """A worker received the task's message: it holds the row (status unchanged) under a lease."""
+        with self.db.write() as session:
+            result = session.execute(
+                update(TaskRow).where(TaskRow.id == task_id, TaskRow.status == TaskStatus.QUEUED)
+                .values(worker=worker, claimed_at=self.clock())
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def renew(self, task_ids: Collection[str], worker: str) -> int:
+        """Renew the lease of the rows ``worker`` holds (received or running); how many."""
+        if not task_ids:
+            return 0
+        with self.db.write() as session:
+            result = session.execute(
+                update(TaskRow).where(TaskRow.id.in_(list(task_ids)), TaskRow.worker == worker,
+                                      TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)))
+                .values(claimed_at=self.clock())
+            )
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
+    def mark_dispatched(self, task_ids: Collection[str]) -> None:
+        """Record that the messages of ``task_ids`` were handed to the broker (the outbox)."""
+        if task_ids:
+            with self.db.write() as session:
+                session.execute(update(TaskRow).where(TaskRow.id.in_(list(task_ids)))
+                                .values(dispatched_at=self.clock()))
+
+    def reclaim_stale(self) -> list[tuple[str, str]]:
+        """Rows a worker held (received or running) whose lease expired: that worker is gone.
+
+        They are released (``worker`` cleared, lease and dispatch time bumped, so the next sweep
+        does not send them again) and returned as ``(id, queue)`` to dispatch again; a running row
+        stays ``running`` (``running -> running``) and its next claim counts another attempt.
+        """
+        now = self.clock()
         with self.db.write() as session:
             rows = session.execute(
                 update(TaskRow)
-                .where(TaskRow.status == TaskStatus.RUNNING, TaskRow.claimed_at < claimed_before)
-                .values(claimed_at=self.clock())
+                .where(TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)),
+                       TaskRow.worker.is_not(None), TaskRow.claimed_at < now - self.lease)
+                .values(worker=None, claimed_at=now, dispatched_at=now)
+                .returning(TaskRow.id, TaskRow.queue)
+            ).all()
+        return [(task_id, queue) for task_id, queue in rows]
+
+    def stranded(self, messages: Mapping[str, float | None]) -> list[tuple[str, str]]:
+        """Queued rows, sent more than a lease ago and held by no worker, whose message is gone:
+        not in the broker at all (a worker popped it and died before the broker recorded the
+        delivery), or delivered more than a lease ago to a receiver that never recorded it (it died
+        at once). ``messages`` maps the task ids the broker holds to their delivery time (epoch
+        seconds; ``None`` while still waiting in a queue). The rows are marked as sent now."""
+        now = self.clock()
+        cutoff = now - self.lease
+        with self.db.read() as session:
+            candidates = session.execute(
+                select(TaskRow.id, TaskRow.queue, TaskRow.dispatched_at)
+                .where(TaskRow.status == TaskStatus.QUEUED, TaskRow.worker.is_(None),
+                       TaskRow.dispatched_at < cutoff)
+            ).all()
+        lost = []
+        for task_id, queue, sent in candidates:
+            if task_id not in messages:
+                lost.append((task_id, queue))
+                continue
+            delivered = messages[task_id]
+            if delivered is not None and sent is not None and (
+                    sent.timestamp() <= delivered < cutoff.timestamp()):
+                lost.append((task_id, queue))
+        if lost:
+            with self.db.write() as session:
+                session.execute(update(TaskRow).where(
+                    TaskRow.id.in_([task_id for task_id, _ in lost]), TaskRow.status == TaskStatus.QUEUED,
+                    TaskRow.worker.is_(None)).values(dispatched_at=now))
+        return lost
+
+    def unsent(self, grace: timedelta) -> list[tuple[str, str]]:
+        """Queued rows committed more than ``grace`` ago whose message was never sent (the API
+        died, or the broker was down, between commit and dispatch); marked as sent now."""
+        now = self.clock()
+        with self.db.write() as session:
+            rows = session.execute(
+                update(TaskRow)
+                .where(TaskRow.status == TaskStatus.QUEUED, TaskRow.worker.is_(None),
+                       TaskRow.dispatched_at.is_(None), TaskRow.created_at < now - grace)
+                .values(dispatched_at=now)
                 .returning(TaskRow.id, TaskRow.queue)
             ).all()
         return [(task_id, queue) for task_id, queue in rows]

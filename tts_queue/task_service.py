@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,7 +18,13 @@ from tts_queue.broker import INTERACTIVE, queue_name
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database, TaskRow, utcnow
 from tts_queue.encoder import mime_type
-from tts_queue.errors import AudioNotReady, ServiceUnavailable, TaskNotCancellable, TaskNotFound
+from tts_queue.errors import (
+    AudioNotReady,
+    NoWorker,
+    ServiceUnavailable,
+    TaskNotCancellable,
+    TaskNotFound,
+)
 from tts_queue.registry import VoiceRegistry
 from tts_queue.request import SynthesisRequest, build_request, cache_key
 from tts_queue.settings import Settings
@@ -81,6 +87,7 @@ class TaskService:
         registry: VoiceRegistry,
         dispatcher: Dispatcher,
         clock: Callable[[], datetime] = utcnow,
+        pool_alive: Callable[[str], bool] | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
@@ -88,7 +95,8 @@ class TaskService:
         self.registry = registry
         self.dispatcher = dispatcher
         self.clock = clock
-        self.rows = TaskRows(db, clock)
+        self.pool_alive = pool_alive
+        self.rows = TaskRows(db, clock, timedelta(seconds=settings.worker.lease_s))
 
     def key_of(self, request: SynthesisRequest) -> str:
         """The cache key of a validated request."""
@@ -98,6 +106,12 @@ class TaskService:
         """The worker pool that serves a request: the caller's choice, the voice's, or the default."""
         routing = self.settings.routing
         return preferred or routing.voice_pools.get(request.voice, routing.default_pool)
+
+    def require_worker(self, pool: str) -> None:
+        """Raise ``NoWorker`` when no live worker serves ``pool`` (cache hits never need one)."""
+        if self.pool_alive is not None and not self.pool_alive(pool):
+            raise NoWorker(f"no live worker serves the {pool!r} pool; start one with "
+                           f"`tts-queue worker --pool {pool}` or retry later")
 
     def submit(
         self, payload: Mapping[str, Any], lane: str = INTERACTIVE, book_id: str | None = None,
@@ -114,6 +128,8 @@ class TaskService:
         )
         with self.db.write() as session:
             hit = self.cache.lookup(key, session)
+            if hit is None:
+                self.require_worker(chosen_pool)  # nothing is written when no worker would run it
             self.rows.add(session, row, cache_hit=hit is not None)
         if hit is not None:
             return TaskView.of(row, hit.duration_s)
@@ -122,6 +138,7 @@ class TaskService:
         except Exception as exc:
             self.rows.fail(row.id, "service_unavailable", f"broker: {exc}")
             raise ServiceUnavailable(f"the job queue is unreachable; nothing was queued ({exc})") from exc
+        self.rows.mark_dispatched([row.id])
         return TaskView.of(row)
 
     def row(self, task_id: str) -> TaskRow:

@@ -8,6 +8,7 @@ threads pool, the beat schedule and the worker's runtime. Queue and task names c
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -21,6 +22,7 @@ from tts_queue.broker import (
     ASSEMBLE,
     BULK,
     CLEANUP,
+    INTERACTIVE,
     MAINTENANCE,
     REQUEUE,
     SYNTHESIZE,
@@ -41,8 +43,6 @@ from workers.runtime import RuntimeHolder
 
 log = logging.getLogger(__name__)
 
-REQUEUE_INTERVAL_S = 30.0
-
 
 def make_celery(settings: Settings) -> Celery:
     """A configured worker app with the synthesis, recovery and cleanup tasks registered."""
@@ -58,8 +58,8 @@ def make_celery(settings: Settings) -> Celery:
                 "options": {"queue": maintenance, "expires": settings.cache.cleanup_interval_s},
             },
             "requeue-lost-tasks": {
-                "task": REQUEUE, "schedule": REQUEUE_INTERVAL_S,
-                "options": {"queue": maintenance, "expires": REQUEUE_INTERVAL_S},
+                "task": REQUEUE, "schedule": settings.worker.sweep_interval_s,
+                "options": {"queue": maintenance, "expires": settings.worker.sweep_interval_s},
             },
         },
     )
@@ -74,8 +74,25 @@ def _connect_signals(app: Celery, holder: RuntimeHolder) -> None:
     settings = holder.settings
     marker = RedisMarker(settings)
 
-    heartbeats = Heartbeats(marker.client, marker.keys)
+    heartbeats = Heartbeats(marker.client, marker.keys, ttl_s=min(20.0, settings.worker.lease_s / 2))
     stop = threading.Event()
+    leases = Leases()
+
+    @signals.task_received.connect(weak=False)
+    def _received(request: Any = None, **_: Any) -> None:
+        # The row says which worker holds the task as soon as its message arrives, so a worker
+        # that dies with tasks reserved or running is found by its expired leases.
+        if request is not None and request.name == SYNTHESIZE:
+            leases.hold(request.id)
+            try:
+                holder.get().rows.reserve(request.id, request.hostname)
+            except Exception as exc:  # the database is down: the lease is renewed once it is back
+                log.warning("could not record task %s as received: %s", request.id, exc)
+
+    @signals.task_postrun.connect(weak=False)
+    def _released(task_id: str | None = None, **_: Any) -> None:
+        if task_id is not None:
+            leases.release(task_id)
 
     @signals.worker_ready.connect(weak=False)
     def _warm_up(sender: Any = None, **_: Any) -> None:
@@ -88,7 +105,15 @@ def _connect_signals(app: Celery, holder: RuntimeHolder) -> None:
                 log.critical("worker cannot start: %s", exc.message)
                 os._exit(3)
         name = getattr(sender, "hostname", None) or runtime.executor.worker_name
-        heartbeats.start(lambda: WorkerInfo(name, settings.worker.pool, runtime.registry.providers()), stop)
+
+        def beat() -> WorkerInfo:
+            try:
+                runtime.rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
+            except Exception as exc:  # database down: keep beating; renew on the next beat
+                log.warning("could not renew leases: %s", exc)
+            return WorkerInfo(name, settings.worker.pool, runtime.registry.providers())
+
+        heartbeats.start(beat, stop)
 
     @signals.worker_shutdown.connect(weak=False)
     def _stop_heartbeat(**_: Any) -> None:
@@ -195,8 +220,61 @@ def after_task(holder: RuntimeHolder, task_id: str, status: TaskStatus) -> None:
                                                                 runtime.settings.services.queue_prefix))
 
 
+class Leases:
+    """The task ids this worker holds (received, not yet finished), for lease renewal."""
+
+    def __init__(self) -> None:
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+
+    def hold(self, task_id: str) -> None:
+        """The worker received ``task_id``."""
+        with self._lock:
+            self._held.add(task_id)
+
+    def release(self, task_id: str) -> None:
+        """The worker finished with ``task_id`` (done, failed, or handed back for a retry)."""
+        with self._lock:
+            self._held.discard(task_id)
+
+    def held(self) -> list[str]:
+        """The ids held now."""
+        with self._lock:
+            return list(self._held)
+
+
+def broker_messages(client: Any, queues: list[str]) -> dict[str, float | None]:
+    """The synthesis task ids the Redis transport holds: waiting in ``queues`` (``None``) or
+    delivered and not yet acknowledged (kombu's ``unacked`` hash, with the delivery time)."""
+    held: dict[str, float | None] = {}
+    for queue in queues:
+        for raw in client.lrange(queue, 0, -1):
+            task_id = _task_id(raw)
+            if task_id:
+                held[task_id] = None
+    delivered = dict(client.zrange("unacked_index", 0, -1, withscores=True))
+    for tag, raw in client.hgetall("unacked").items():
+        task_id = _task_id(raw, wrapped=True)
+        if task_id:
+            held[task_id] = float(delivered.get(tag, 0.0))
+    return held
+
+
+def _task_id(raw: bytes, wrapped: bool = False) -> str | None:
+    """The task id in a raw kombu message (``[message, exchange, routing key]`` when ``wrapped``)."""
+    try:
+        message = json.loads(raw)
+        headers = (message[0] if wrapped else message).get("headers") or {}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    return headers.get("id") if headers.get("task") == SYNTHESIZE else None
+
+
 def requeue(app: Celery, rows: TaskRows, marker: RedisMarker) -> int:
-    """Re-dispatch tasks whose messages the broker lost (see ``tts_queue.recovery``)."""
+    """Re-dispatch tasks whose messages are lost or whose worker died (``tts_queue.recovery``)."""
     settings: Settings = app.tts_runtime.settings  # type: ignore[attr-defined]
-    return requeue_lost(rows, CeleryDispatcher(app), marker, utcnow(),
-                        timedelta(seconds=settings.worker.visibility_timeout_s))
+    grace = timedelta(seconds=settings.worker.outbox_grace_s)
+    prefix = settings.services.queue_prefix
+    queues = [queue_name(pool, lane, prefix) for pool in ("cpu", "gpu") for lane in (INTERACTIVE, BULK)]
+    return requeue_lost(rows, CeleryDispatcher(app), marker, grace,
+                        messages=lambda: broker_messages(marker.client, queues))

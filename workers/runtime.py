@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 
 from tts_queue.book_assembler import ChapterAssembler
 from tts_queue.book_service import BookDispatcher, BookService
@@ -47,7 +48,7 @@ class WorkerRuntime:
         synthesizer = Synthesizer(registry, engine)
         executor = TaskExecutor(
             db, cache, synthesizer, name or f"{settings.worker.pool}@{socket.gethostname()}",
-            max_attempts=settings.worker.max_retries + 1,
+            max_attempts=settings.worker.max_retries + 1, lease=timedelta(seconds=settings.worker.lease_s),
         )
         tasks = TaskService(settings, db, cache, registry, dispatcher)
         books = BookService(tasks, dispatcher)

@@ -178,3 +178,17 @@ def worker(
 def python() -> str:
     """The interpreter running the tests (the project's venv)."""
     return sys.executable
+
+
+def announce_idle_worker(redis_url: str, prefix: str, pool: str = "gpu", ttl_s: int = 600) -> str:
+    """Make a pool look served by a live worker that consumes nothing (a heartbeat, no process):
+    submissions to it are accepted and stay ``queued``. Returns the heartbeat key."""
+    import json
+
+    from tts_queue.broker import RedisKeys
+
+    name = f"idle-{pool}-{uuid.uuid4().hex[:6]}@test"
+    key = RedisKeys(prefix).worker(name)
+    redis.Redis.from_url(client_url(redis_url)).set(
+        key, json.dumps({"name": name, "pool": pool, "providers": {}}), ex=ttl_s)
+    return key

@@ -9,7 +9,6 @@ import io
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
 from api import create_app
+from tests.conftest import sherlock_epub
 from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
 from tts_queue.book.source import parse_book
 from tts_queue.book_assembler import decode
@@ -27,14 +27,11 @@ from tts_queue.settings import Settings
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
-EPUB = Path(__file__).resolve().parents[3] / "shared" / "data" / "sherlock-holmes.epub"
 
 
 def small_book() -> str:
     """Markdown: two chapters of three short paragraphs each, from the real EPUB's first story."""
-    if not EPUB.is_file():
-        pytest.skip(f"{EPUB} is not here")
-    story = parse_book(EPUB.read_bytes()).chapters[0]
+    story = parse_book(sherlock_epub().read_bytes()).chapters[0]
     paragraphs = [p for p in story.paragraphs[1:] if 40 < len(p) < 260][:6]
     assert len(paragraphs) == 6
     return (f"# {story.title}\n\n" + "\n\n".join(paragraphs[:3]) + "\n\n# The Second Part\n\n"

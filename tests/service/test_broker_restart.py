@@ -5,12 +5,13 @@ restarted without touching the machine's Redis."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from api import create_app
-from tests.service.conftest import WorkerProcess, wait_until
+from tests.service.conftest import WorkerProcess, announce_idle_worker, wait_until
 from tts_queue.broker import RedisKeys, queue_name
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.db import Database, TaskRow
@@ -43,7 +44,9 @@ def test_restart_of_a_forgetful_broker_loses_no_accepted_job(tmp_path: Path) -> 
 
     try:
         cpu.wait_ready(app)
-        # And a task accepted for the gpu pool, waiting in the broker
+        # And a task accepted for the gpu pool (whose worker is busy elsewhere: it announces
+        # itself but consumes nothing), waiting in the broker
+        announce_idle_worker(settings.services.redis_url or "", settings.services.queue_prefix)
         waiting = client.post("/v1/tts", json={"text": "Waiting for a GPU.", "pool": "gpu"})
         waiting_id = waiting.get_json()["task_id"]
         assert waiting.status_code == 202
@@ -66,8 +69,14 @@ def test_restart_of_a_forgetful_broker_loses_no_accepted_job(tmp_path: Path) -> 
         wait_until(lambda: status(running) is TaskStatus.DONE, timeout=120, interval=0.2)
         assert cpu.process.poll() is None
 
-        # And it reconnects and serves new requests
-        fresh = client.post("/v1/tts", json={"text": "After the restart."}).get_json()["task_id"]
+        # And it reconnects and serves new requests (once its next heartbeat says it is there, a
+        # few seconds: the broker forgot the old one; meanwhile submissions get 503 no_worker)
+        def accepted() -> Any:
+            response = client.post("/v1/tts", json={"text": "After the restart."})
+            assert response.status_code in (202, 503), response.get_json()
+            return response.get_json()["task_id"] if response.status_code == 202 else None
+
+        fresh = wait_until(accepted, timeout=60, interval=0.5)
         wait_until(lambda: status(fresh) is TaskStatus.DONE, timeout=120, interval=0.2)
 
         # And a starting worker dispatches the lost task again from its row, and it completes

@@ -17,7 +17,7 @@ import requests
 
 from api import WAITERS, create_app, json_error_response, max_waiters
 from api.services import Services
-from tests.service.conftest import QUEUE_PREFIX, ROOT, settings_env, wait_until
+from tests.service.conftest import QUEUE_PREFIX, ROOT, announce_idle_worker, settings_env, wait_until
 from tests.service.test_api import FakeQueue
 from tts_queue.cli.launcher import api_command
 from tts_queue.migrate import upgrade
@@ -40,6 +40,7 @@ def api_url(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     settings = Settings.from_env({"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url,
                                   "TTS_QUEUE_PREFIX": QUEUE_PREFIX})
     upgrade(settings.database_url)
+    announce_idle_worker(redis_url, QUEUE_PREFIX, "gpu")  # gpu looks served; nothing consumes it
     port = free_port()
     log = open(data_dir / "gunicorn.log", "ab")  # noqa: SIM115 - closed below
     server = subprocess.Popen(api_command("127.0.0.1", port, THREADS), cwd=ROOT, stdout=log,
@@ -158,7 +159,7 @@ def timed(call: Any) -> tuple[requests.Response, float]:
 
 
 def test_long_polls_cannot_take_every_api_thread(api_url: str) -> None:
-    # Given a task for the gpu pool, which no worker serves, so it stays queued
+    # Given a task for the gpu pool, whose only worker consumes nothing, so it stays queued
     submitted = requests.post(api_url + "/v1/tts", json={"text": "Nobody will say this.", "pool": "gpu"},
                               timeout=10)
     assert submitted.status_code == 202, submitted.text

@@ -15,7 +15,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from api import create_app
-from tests.service.conftest import WorkerProcess, wait_until
+from tests.service.conftest import WorkerProcess, announce_idle_worker, wait_until
 from tts_queue.broker import client_url
 from tts_queue.db import Database, TaskRow
 from tts_queue.engine import BatchEngine
@@ -174,9 +174,24 @@ def test_sync_endpoint_returns_audio(client: FlaskClient) -> None:
     assert rate == 22050 and len(samples) > rate // 2
 
 
-def test_cancel_a_queued_task(client: FlaskClient) -> None:
-    # Given a task routed to the gpu pool, which has no worker here, so it stays queued
-    response = client.post("/v1/tts", json={"text": "Nobody will run this.", "pool": "gpu"})
+def test_a_pool_without_a_live_worker_is_refused_with_no_worker(client: FlaskClient) -> None:
+    # Given no worker serves the gpu pool here
+    # When a request is routed there
+    response = client.post("/v1/tts", json={"text": "Is anybody there?", "pool": "gpu"})
+    # Then it is refused at once (instead of queueing for ever), with a hint when to retry
+    assert response.status_code == 503, response.get_json()
+    assert response.get_json()["error"]["code"] == "no_worker"
+    assert response.headers["Retry-After"] == "10"
+
+
+def test_cancel_a_queued_task(client: FlaskClient, service_settings: Settings) -> None:
+    # Given a task routed to the gpu pool, whose only worker consumes nothing, so it stays queued
+    url = str(service_settings.services.redis_url)
+    idle = announce_idle_worker(url, service_settings.services.queue_prefix)
+    try:
+        response = client.post("/v1/tts", json={"text": "Nobody will run this.", "pool": "gpu"})
+    finally:
+        redis.Redis.from_url(client_url(url)).delete(idle)
     task_id = response.get_json()["task_id"]
     assert response.status_code == 202
 

@@ -115,7 +115,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     """Warn about Redis and database settings that risk tasks; exit code 1 with warnings."""
-    from tts_queue.cli.doctor import diagnose, report
+    from tts_queue.doctor import diagnose, report
 
     if not args.verbose:
         logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines are not findings
