@@ -24,7 +24,7 @@ from tts_queue.errors import (
 from tts_queue.status import TaskStatus
 
 bp = Blueprint("books", __name__)
-OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool")
+OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep")
 _UNSAFE = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')
 
 

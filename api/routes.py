@@ -22,13 +22,14 @@ from flask import (
 from api.services import Services
 from tts_queue.doctor import redis_warnings, schema_warnings
 from tts_queue.errors import (
-    AudioNotReady,
+    AudioExpired,
     InvalidRequest,
     MalformedJSON,
     NotReady,
     TaskFailed,
     UnsupportedMediaType,
 )
+from tts_queue.retention import cache_stats
 from tts_queue.status import TaskStatus
 from tts_queue.task_service import TaskView
 
@@ -70,6 +71,7 @@ def task_json(view: TaskView) -> dict[str, Any]:
         "started_at": view.started_at.isoformat() if view.started_at else None,
         "finished_at": view.finished_at.isoformat() if view.finished_at else None,
         "cache_hit": view.cache_hit,
+        "keep": view.keep,
     }
     if view.status is TaskStatus.DONE:
         body["audio_url"] = url_for("tts.get_audio", task_id=view.id, _external=True)
@@ -84,7 +86,10 @@ def _submit() -> TaskView:
     pool = body.pop("pool", None)
     if pool is not None and pool not in ("cpu", "gpu"):
         raise InvalidRequest("pool must be 'cpu' or 'gpu'")
-    return services().tasks.submit(body, pool=pool)
+    keep = body.pop("keep", False)
+    if not isinstance(keep, bool):
+        raise InvalidRequest("keep must be true or false")
+    return services().tasks.submit(body, pool=pool, keep=keep)
 
 
 @bp.post("/v1/tts")
@@ -174,6 +179,18 @@ def cancel_task(task_id: str) -> Response:
     return jsonify(task_json(services().tasks.cancel(task_id)))
 
 
+@bp.delete("/v1/tasks/<task_id>/keep")
+def release_task(task_id: str) -> Response:
+    """Release a task's ``keep`` pin: its audio follows the normal retention again."""
+    return jsonify(task_json(services().tasks.release(task_id)))
+
+
+@bp.get("/v1/cache/stats")
+def cache_statistics() -> Response:
+    """Entries, bytes, hits, misses, hit ratio, pinned entries and the last cleanup."""
+    return jsonify(cache_stats(services().db))
+
+
 @bp.get("/v1/tasks/<task_id>/audio")
 def get_audio(task_id: str) -> Response:
     """The finished audio, with Content-Length and Range support."""
@@ -184,7 +201,7 @@ def get_audio(task_id: str) -> Response:
             download_name=f"{task_id}{audio.path.suffix}", max_age=86400,
         )
     except FileNotFoundError:  # removed by cleanup since the lookup
-        raise AudioNotReady(f"the audio of task {task_id} has expired from the cache; resubmit") from None
+        raise AudioExpired(f"the audio of task {task_id} has expired from the cache; resubmit") from None
     response.headers["X-Audio-Duration"] = f"{audio.duration_s:.3f}"
     return response
 

@@ -1,4 +1,4 @@
-"""The content-hash cache on SQLite and a temp directory: hits, lost files, cleanup by age."""
+"""The content-hash cache on SQLite and a temp directory: hits, lost files, expiry seen everywhere."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import tts_queue.cache as cache_module
 from tts_queue.cache import AudioCache
 from tts_queue.db import CacheEntry, Database
 from tts_queue.store import AudioStore
@@ -67,19 +66,16 @@ def test_a_row_whose_file_is_gone_is_a_miss_and_is_forgotten(cache: AudioCache) 
         assert session.get(CacheEntry, key(1)) is None
 
 
-def test_cleanup_deletes_what_was_not_used_for_max_age(
-    cache: AudioCache, clock: Clock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given five entries made at START, two of them used again 20 days later (small chunks)
-    monkeypatch.setattr(cache_module, "CLEANUP_CHUNK", 2)
-    paths = [cache.put(key(n), "wav", "v", b"x" * 10, 0.1).path for n in range(5)]
-    clock.now = START + timedelta(days=20)
-    cache.lookup(key(3))
-    cache.lookup(key(4))
-    # When cleanup runs at day 40 with a 30-day limit
-    report = cache.delete_expired(START + timedelta(days=40), timedelta(days=30))
-    # Then the three unused entries and their files are gone, the used ones stay
-    assert report.entries == 3 and report.bytes_freed == 30
-    assert [cache.store.exists(p) for p in paths] == [False, False, False, True, True]
-    assert [cache.peek(key(n)) is not None for n in range(5)] == [False, False, False, True, True]
-    assert cache.delete_expired(START + timedelta(days=40), timedelta(days=30)).entries == 0
+def test_an_entry_expired_by_another_process_is_no_longer_a_hit_here(cache: AudioCache) -> None:
+    # Given an entry this process has in its hot cache
+    cache.put(key(7), "wav", "v", b"RIFF....", 0.5)
+    assert cache.lookup(key(7)) is not None
+    # When another process's cleanup marks it expired (the file stays for the grace period)
+    from sqlalchemy import update
+
+    with cache.db.write() as session:
+        session.execute(update(CacheEntry).where(CacheEntry.key == key(7)).values(expired_at=START))
+    # Then this process stops serving it at once (the hit's own UPDATE sees the expiry)
+    assert cache.lookup(key(7)) is None
+    assert cache.peek(key(7)) is None
+

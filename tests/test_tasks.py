@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +15,11 @@ import redis
 
 from tests.service.conftest import unavailable
 from tts_queue.broker import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, client_url, queue_name
-from tts_queue.cache import CleanupReport
+from tts_queue.cache import AudioCache
 from tts_queue.db import Database, TaskRow, utcnow
 from tts_queue.settings import Settings
 from tts_queue.status import TaskStatus
+from tts_queue.store import AudioStore
 from tts_queue.task_rows import TaskRows
 from workers.factory import make_celery
 
@@ -46,17 +47,6 @@ class FakeExecutor:
 
 
 @dataclass
-class FakeCache:
-    """Records cleanup calls."""
-
-    calls: list[tuple[datetime, timedelta]] = field(default_factory=list)
-
-    def delete_expired(self, now: datetime, max_age: timedelta) -> CleanupReport:
-        self.calls.append((now, max_age))
-        return CleanupReport(entries=3, bytes_freed=1234)
-
-
-@dataclass
 class FakeBooks:
     """No books: every task is an ordinary request."""
 
@@ -76,7 +66,7 @@ class FakeRuntime:
 
     settings: Settings
     executor: FakeExecutor
-    cache: FakeCache
+    cache: AudioCache
     rows: TaskRows
     books: FakeBooks = field(default_factory=FakeBooks)
 
@@ -90,12 +80,13 @@ def world(tmp_path: Path) -> dict[str, Any]:
     prefix = f"tts-tasks-{uuid.uuid4().hex[:8]}"
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": REDIS_URL,
                                   "TTS_QUEUE_PREFIX": prefix, "TTS_MAX_RETRIES": "2",
-                                  "TTS_AUDIO_TTL_DAYS": "7"})
+                                  "TTS_AUDIO_TTL_DAYS": "7", "TTS_DELETE_GRACE_S": "0"})
     db = Database(settings.database_url)
     db.create_all()
     app = make_celery(settings)
     app.conf.task_always_eager = True  # retries run in place, no broker round trip
-    runtime = FakeRuntime(settings, FakeExecutor(), FakeCache(), TaskRows(db))
+    runtime = FakeRuntime(settings, FakeExecutor(), AudioCache(db, AudioStore(tmp_path / "audio")),
+                          TaskRows(db))
     app.tts_runtime._runtime = runtime  # type: ignore[attr-defined]
     client = redis.Redis.from_url(client_url(REDIS_URL))
     yield {"app": app, "runtime": runtime, "redis": client, "keys": RedisKeys(prefix), "db": db,
@@ -144,13 +135,21 @@ def test_after_the_retry_budget_the_row_is_failed_and_waiters_told(world: dict[s
     assert finished_signal(world, task_id) == [b"failed"]
 
 
-def test_the_cleanup_task_deletes_with_the_configured_age(world: dict[str, Any]) -> None:
+def test_the_cleanup_task_deletes_what_was_unused_for_the_configured_age(world: dict[str, Any]) -> None:
+    # Given one entry last used 8 days ago and one used an hour ago (TTS_AUDIO_TTL_DAYS=7)
+    runtime = world["runtime"]
+    now = utcnow()
+    for key, age in (("a" * 64, timedelta(days=8)), ("b" * 64, timedelta(hours=1))):
+        runtime.cache.clock = lambda age=age: now - age
+        runtime.cache.put(key, "wav", "tiny", b"RIFF....", 1.0)
+    runtime.cache.clock = utcnow
     # When the cleanup task body runs
     report = world["app"].tasks[CLEANUP].apply().get()
-    # Then it asked the cache to delete what was unused for TTS_AUDIO_TTL_DAYS and reports it
-    (now, max_age), = world["runtime"].cache.calls
-    assert max_age == timedelta(days=7) and abs((utcnow() - now).total_seconds()) < 60
-    assert report == {"entries": 3, "bytes_freed": 1234}
+    # Then only the stale entry is gone, file and row, and the report says so
+    assert report["expired_by_age"] == 1 and report["entries"] == 1 and report["bytes"] == 8
+    assert runtime.cache.peek("a" * 64) is None and runtime.cache.peek("b" * 64) is not None
+    assert not runtime.cache.store.path(f"aa/{'a' * 64}.wav").exists()
+
 
 
 def test_the_recovery_task_resends_queued_rows_when_the_broker_forgot(world: dict[str, Any]) -> None:

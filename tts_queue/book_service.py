@@ -37,7 +37,7 @@ from tts_queue.status import TaskStatus
 from tts_queue.task_service import TaskService
 
 BOOK_FORMATS = ("mp3", "opus", "aac", "flac", "wav")
-OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool")
+OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep")
 # Sentences are cached as WAV: lossless for stitching, and shared with interactive WAV requests.
 CHUNK_FORMAT = "wav"
 
@@ -80,6 +80,11 @@ def book_options(raw: Mapping[str, Any], default_format: str = "mp3") -> dict[st
             options["speed"] = float(options["speed"])
         except (TypeError, ValueError):
             raise InvalidRequest("speed must be a number") from None
+    if "keep" in options:
+        keep = options["keep"]
+        if isinstance(keep, str):
+            keep = keep.lower() in ("1", "true", "yes", "on")
+        options["keep"] = bool(keep)
     if "pool" in options and options["pool"] not in ("cpu", "gpu"):
         raise InvalidRequest("pool must be 'cpu' or 'gpu'")
     return options
@@ -126,7 +131,8 @@ class BookService:
         with self.db.write() as session:
             session.add(BookRow(id=book_id, title=book.title, author=book.author, status=TaskStatus.QUEUED,
                                 options=options, pool=pool, chapters_total=len(numbers),
-                                sentences_total=len(planned), created_at=now))
+                                sentences_total=len(planned), created_at=now,
+                                keep=bool(options.get("keep", False))))
             for number in numbers:
                 count = sum(1 for segment, _ in planned if segment.chapter == number)
                 session.add(ChapterRow(book_id=book_id, number=number, title=titles[number],

@@ -2,25 +2,23 @@
 
 A hit needs a row and its file; a row whose file is gone is deleted and counts as a miss, so a
 lost file is re-synthesized instead of served broken. Hits and last access are recorded for the
-cleanup task (``delete_expired``).
+cleanup (``tts_queue.retention``), which expires entries first and deletes them after a grace.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from cachetools import LRUCache
-from sqlalchemy import delete, select, update
+from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tts_queue.db import CacheEntry, Database, utcnow
 from tts_queue.store import AudioStore
-
-CLEANUP_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -32,14 +30,6 @@ class CachedAudio:
     format: str
     duration_s: float
     size_bytes: int
-
-
-@dataclass(frozen=True)
-class CleanupReport:
-    """What ``delete_expired`` removed."""
-
-    entries: int
-    bytes_freed: int
 
 
 class AudioCache:
@@ -65,7 +55,7 @@ class AudioCache:
         if hit is None:
             with self.db.read() as session:
                 row = session.get(CacheEntry, key)
-                hit = _cached(row) if row is not None else None
+                hit = _cached(row) if row is not None and row.expired_at is None else None
         return hit
 
     def peek(self, key: str) -> CachedAudio | None:
@@ -85,18 +75,29 @@ class AudioCache:
         if not self.store.exists(hit.path):
             self.forget(key, session)
             return None
+        # Recording the hit also checks the row is not expired (another process's cleanup), so
+        # every process's hot cache honours expiry at once, in the statement it runs anyway.
         record = (
-            update(CacheEntry).where(CacheEntry.key == key)
+            update(CacheEntry).where(CacheEntry.key == key, CacheEntry.expired_at.is_(None))
             .values(hits=CacheEntry.hits + 1, last_access_at=self.clock())
         )
         if session is not None:
-            session.execute(record)
+            result = session.execute(record)
         else:
             with self.db.write() as own:
-                own.execute(record)
+                result = own.execute(record)
         with self._lock:
+            if not result.rowcount:  # type: ignore[attr-defined]
+                self._hot.pop(key, None)
+                return None
             self._hot[key] = hit
         return hit
+
+    def drop_hot(self, keys: Iterable[str]) -> None:
+        """Forget ``keys`` in this process's hot cache (they were expired)."""
+        with self._lock:
+            for key in keys:
+                self._hot.pop(key, None)
 
     def put(self, key: str, fmt: str, voice: str, data: bytes, duration_s: float,
             alignment: dict[str, object] | None = None) -> CachedAudio:
@@ -104,7 +105,7 @@ class AudioCache:
         relative = self.store.write(key, fmt, data, alignment)
         now = self.clock()
         values = {"path": relative, "format": fmt, "voice": voice, "size_bytes": len(data),
-                  "duration_s": duration_s, "last_access_at": now}
+                  "duration_s": duration_s, "last_access_at": now, "expired_at": None}
         try:
             with self.db.write() as session:
                 session.add(CacheEntry(key=key, hits=0, created_at=now, **values))
@@ -128,33 +129,6 @@ class AudioCache:
         if row is not None:
             self.store.delete(row.path)
             session.delete(row)
-
-    def delete_expired(self, now: datetime, max_age: timedelta) -> CleanupReport:
-        """Delete entries not accessed since ``now - max_age``: rows first, then their files.
-
-        Works in chunks (bounded statements); a row touched since it was selected is kept, and
-        its file with it. A request that misses because its row just went is synthesized again.
-        """
-        cutoff = now - max_age
-        entries = freed = 0
-        while True:
-            with self.db.write() as session:
-                keys = session.scalars(
-                    select(CacheEntry.key).where(CacheEntry.last_access_at < cutoff).limit(CLEANUP_CHUNK)
-                ).all()
-                if not keys:
-                    break
-                gone = session.execute(
-                    delete(CacheEntry)
-                    .where(CacheEntry.key.in_(keys), CacheEntry.last_access_at < cutoff)
-                    .returning(CacheEntry.key, CacheEntry.path)
-                ).all()
-            for key, path in gone:
-                with self._lock:
-                    self._hot.pop(key, None)
-                freed += self.store.delete(path)
-            entries += len(gone)
-        return CleanupReport(entries=entries, bytes_freed=freed)
 
 
 def _cached(row: CacheEntry) -> CachedAudio:

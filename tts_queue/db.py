@@ -100,6 +100,8 @@ class TaskRow(Base):
     batch_size: Mapped[int | None] = mapped_column(Integer, default=None)
     # Answered from the cache (at submission, or by a worker that found another task's audio).
     cache_hit: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The client asked to keep the audio: never evicted by age or pressure until released.
+    keep: Mapped[bool] = mapped_column(Boolean, default=False)
     worker: Mapped[str | None] = mapped_column(String(255), default=None)
 
 
@@ -117,6 +119,9 @@ class CacheEntry(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     last_access_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     hits: Mapped[int] = mapped_column(Integer, default=0)
+    # Two-phase deletion: set when the cleanup expires the entry (no longer a hit); the file and
+    # the row go once it is older than TTS_DELETE_GRACE_S (a download in progress completes).
+    expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True, default=None)
 
 
 def make_engine(url: str) -> Engine:
@@ -202,6 +207,7 @@ class BookRow(Base):
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
     error_message: Mapped[str | None] = mapped_column(Text, default=None)
     m4b_path: Mapped[str | None] = mapped_column(String(512), default=None)
+    keep: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class ChapterRow(Base):
@@ -239,3 +245,24 @@ class ChunkRow(Base):
     pause_after: Mapped[str] = mapped_column(String(16))
     task_id: Mapped[str] = mapped_column(String(36), index=True)
     cache_key: Mapped[str] = mapped_column(String(64))
+
+
+class MaintenanceLock(Base):
+    """A named lock with an expiry, so one cleaner runs at a time across processes and hosts."""
+
+    __tablename__ = "maintenance_locks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class CleanupRun(Base):
+    """What one cleanup did (``GET /v1/cache/stats`` reports the last)."""
+
+    __tablename__ = "cleanup_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    report: Mapped[dict[str, Any]] = mapped_column(JSON)

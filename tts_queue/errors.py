@@ -109,6 +109,13 @@ class TaskNotCancellable(TTSQueueError):
     http_status = 409
 
 
+class AudioExpired(TTSQueueError):
+    """The task finished, but its audio was removed by the retention cleanup; resubmit it."""
+
+    code = "audio_expired"
+    http_status = 410
+
+
 class AudioNotReady(TTSQueueError):
     """The task has no audio (yet, or because it failed or was cancelled)."""
 

@@ -157,8 +157,18 @@ class CacheSettings:
     """The content-hash cache and its cleanup."""
 
     hot_size: int = setting(4096, "in-process LRU of cache keys", env="TTS_HOT_CACHE_SIZE")
-    audio_ttl_days: float = setting(30.0, "audio unused this long is deleted by the cleanup")
+    audio_ttl_days: float = setting(7.0, "audio not accessed this long is deleted by the cleanup")
+    task_ttl_days: float = setting(7.0, "finished task rows older than this are deleted (book "
+                                   "sentences and kept tasks excepted)")
     cleanup_interval_s: float = setting(3600.0, "how often the scheduler runs the cleanup")
+    audio_max_bytes: int = setting(0, "disk budget of the audio store; above it the least recently "
+                                   "used audio is evicted down to the low watermark (0: no budget)")
+    disk_min_free: float = setting(0.05, "when the filesystem's free fraction drops under this, the "
+                                   "least recently used audio is evicted")
+    low_watermark: float = setting(0.9, "eviction stops at this fraction of the budget (and of the "
+                                   "free-space floor's headroom)")
+    delete_grace_s: float = setting(60.0, "expired audio is no longer a cache hit at once; its file "
+                                    "and row go after this (downloads in progress complete)")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ class TaskRows:
         now = self.clock()
         row.created_at = row.created_at or now
         row.attempts = 0
+        row.keep = bool(row.keep)
         row.cache_hit = cache_hit
         if cache_hit:
             row.status, row.started_at, row.finished_at = TaskStatus.DONE, now, now
@@ -78,6 +79,11 @@ class TaskRows:
     def cancel(self, task_id: str) -> bool:
         """``queued -> cancelled``; whether the row moved."""
         return self._move(task_id, TaskStatus.CANCELLED, finished_at=self.clock())
+
+    def set_keep(self, task_id: str, keep: bool) -> None:
+        """Pin (or release) a task's audio against retention (not a status change)."""
+        with self.db.write() as session:
+            session.execute(update(TaskRow).where(TaskRow.id == task_id).values(keep=keep))
 
     def cancel_book(self, book_id: str) -> int:
         """``queued -> cancelled`` for every queued task of a book; how many moved."""

@@ -19,6 +19,7 @@ from tts_queue.cache import AudioCache
 from tts_queue.db import Database, TaskRow, utcnow
 from tts_queue.encoder import mime_type
 from tts_queue.errors import (
+    AudioExpired,
     AudioNotReady,
     NoWorker,
     ServiceUnavailable,
@@ -54,6 +55,7 @@ class TaskView:
     format: str
     voice: str
     cache_hit: bool = False
+    keep: bool = False
 
     @classmethod
     def of(cls, row: TaskRow, duration_s: float | None = None) -> TaskView:
@@ -62,7 +64,7 @@ class TaskView:
             id=row.id, status=row.status, created_at=row.created_at, started_at=row.started_at,
             finished_at=row.finished_at, error_code=row.error_code, error_message=row.error_message,
             duration_s=duration_s, format=row.request.get("format", "wav"),
-            voice=row.request.get("voice", ""), cache_hit=bool(row.cache_hit),
+            voice=row.request.get("voice", ""), cache_hit=bool(row.cache_hit), keep=bool(row.keep),
         )
 
 
@@ -115,7 +117,7 @@ class TaskService:
 
     def submit(
         self, payload: Mapping[str, Any], lane: str = INTERACTIVE, book_id: str | None = None,
-        pool: str | None = None,
+        pool: str | None = None, keep: bool = False,
     ) -> TaskView:
         """Validate and queue a request; a cache hit is answered at once as ``done``."""
         request = build_request(payload, self.registry, self.settings)
@@ -124,7 +126,7 @@ class TaskService:
         row = TaskRow(
             id=str(uuid.uuid4()), cache_key=key, request=request.to_dict(), pool=chosen_pool,
             queue=queue_name(chosen_pool, lane, self.settings.services.queue_prefix), book_id=book_id,
-            created_at=self.clock(),
+            created_at=self.clock(), keep=keep,
         )
         with self.db.write() as session:
             hit = self.cache.lookup(key, session)
@@ -170,6 +172,12 @@ class TaskService:
             raise TaskNotCancellable(f"task {task_id} is {current}; only queued tasks can be cancelled")
         return self.get(row.id)
 
+    def release(self, task_id: str) -> TaskView:
+        """Release a task's keep pin: its audio follows the normal retention again."""
+        self.row(task_id)
+        self.rows.set_keep(task_id, False)
+        return self.get(task_id)
+
     def audio(self, task_id: str) -> AudioFile:
         """The finished audio of a task, or ``AudioNotReady``."""
         row = self.row(task_id)
@@ -177,6 +185,6 @@ class TaskService:
             raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
         entry = self.cache.lookup(row.cache_key)
         if entry is None:
-            raise AudioNotReady(f"the audio of task {task_id} has expired from the cache; resubmit")
+            raise AudioExpired(f"the audio of task {task_id} has expired from the cache; resubmit")
         path = self.cache.store.path(entry.path)
         return AudioFile(path, mime_type(entry.format), entry.size_bytes, entry.duration_s)

@@ -35,6 +35,7 @@ from tts_queue.errors import ConfigError
 from tts_queue.finish_signal import FinishSignals
 from tts_queue.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.recovery import requeue_lost
+from tts_queue.retention import Cleaner
 from tts_queue.settings import Settings
 from tts_queue.status import TaskStatus
 from tts_queue.task_rows import TaskRows
@@ -177,12 +178,12 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
         return sent
 
     @app.task(name=CLEANUP, shared=False)
-    def cleanup() -> dict[str, int]:
-        """Delete audio not accessed for ``TTS_AUDIO_TTL_DAYS``."""
-        runtime = holder.get()
-        report = runtime.cache.delete_expired(utcnow(), timedelta(days=settings.cache.audio_ttl_days))
-        log.info("cleanup: %d entries, %d bytes freed", report.entries, report.bytes_freed)
-        return {"entries": report.entries, "bytes_freed": report.bytes_freed}
+    def cleanup() -> dict[str, Any]:
+        """Retention (``tts_queue.retention``): expire by age and pressure, purge, drop old task
+        rows, repair drift; one cleaner at a time."""
+        report = Cleaner(holder.get().cache, settings.cache).run()
+        log.info("cleanup: %s", report.as_json())
+        return report.as_json()
 
 
 class RedisMarker:

@@ -192,3 +192,44 @@ def announce_idle_worker(redis_url: str, prefix: str, pool: str = "gpu", ttl_s: 
     redis.Redis.from_url(client_url(redis_url)).set(
         key, json.dumps({"name": name, "pool": pool, "providers": {}}), ex=ttl_s)
     return key
+
+
+def process_group(pgid: int) -> list[int]:
+    """The pids whose process group is ``pgid`` (read from ``/proc``; zombies included)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        if int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
+
+
+class GroupWorkerProcess(WorkerProcess):
+    """A worker leading its own process group (its own session, as a supervisor or a container
+    runtime starts it), so a crash can take the whole group at once: ``kill_group``."""
+
+    def __init__(self, settings: Settings, name: str, log_path: Path, **env: str) -> None:
+        from tts_queue.cli.launcher import worker_command
+
+        self.name = name
+        self.settings = settings
+        self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            worker_command(env.get("TTS_WORKER_POOL", "cpu"), 16, name, settings.services.queue_prefix),
+            env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill_group(self) -> list[int]:
+        """SIGKILL every process of the worker's group at once (an OOM kill, a power cut) and wait
+        until none is left; return the pids the group had."""
+        import signal
+
+        members = process_group(self.process.pid)
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        wait_until(lambda: not process_group(self.process.pid), timeout=10)
+        return members

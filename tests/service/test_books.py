@@ -53,6 +53,16 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     worker.stop()
 
 
+def srt_cues(text: str) -> list[tuple[float, float]]:
+    """(start, end) seconds of every cue of an SRT file, in file order."""
+    def seconds(stamp: str) -> float:
+        hours, minutes, rest = stamp.split(":")
+        return int(hours) * 3600 + int(minutes) * 60 + float(rest.replace(",", "."))
+
+    return [(seconds(line.split(" --> ")[0]), seconds(line.split(" --> ")[1]))
+            for line in text.splitlines() if " --> " in line]
+
+
 def wait_book(client: FlaskClient, book_id: str, timeout: float = 240) -> dict[str, Any]:
     def finished() -> dict[str, Any] | None:
         body: dict[str, Any] = client.get(f"/v1/books/{book_id}").get_json()
@@ -93,9 +103,13 @@ def test_a_small_book_renders_in_order_with_captions_and_an_m4b(service: dict[st
         audio = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/audio")
         assert audio.status_code == 200 and audio.mimetype == "audio/mpeg"
         decoded = decode(audio.data)
-        # the chapter lasts the sum of its sentences plus the pauses (mp3 adds < 0.1 s of padding)
+        # the chapter lasts the sum of its sentences plus the pauses between them, each pause one
+        # of the sentence / paragraph / heading lengths (mp3 adds < 0.1 s of padding)
+        pauses = [b["start_s"] - a["end_s"] for a, b in zip(sentences, sentences[1:], strict=False)]
+        assert all(min(abs(p - kind) for kind in (0.3, 0.75, 1.2)) < 1e-3 for p in pauses), pauses
+        spoken = sum(s["end_s"] - s["start_s"] for s in sentences)
+        assert abs(spoken + sum(pauses) - chapter["duration_s"]) < 1e-3
         assert abs(decoded.duration_s - chapter["duration_s"]) < 0.15
-        assert abs(sentences[-1]["end_s"] - chapter["duration_s"]) < 1e-3
         # no click at any seam: the sample-to-sample jump stays small around each join
         rate = decoded.sample_rate
         for sentence in sentences[1:]:
@@ -107,6 +121,10 @@ def test_a_small_book_renders_in_order_with_captions_and_an_m4b(service: dict[st
         vtt = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/captions.vtt")
         assert srt.status_code == vtt.status_code == 200 and vtt.data.startswith(b"WEBVTT")
         assert sentences[0]["text"][:10] in srt.get_data(as_text=True)
+        cues = srt_cues(srt.get_data(as_text=True))
+        assert cues[0][0] == 0.0 and abs(cues[-1][1] - chapter["duration_s"]) < 0.002
+        assert all(start < end for start, end in cues)
+        assert all(abs(a[1] - b[0]) < 0.002 for a, b in zip(cues, cues[1:], strict=False))
     # And the M4B reads back with a chapter mark per chapter, with the chapters' durations
     import av
 

@@ -113,6 +113,49 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cache(settings: Settings) -> Any:
+    from tts_queue.cache import AudioCache
+    from tts_queue.db import Database
+    from tts_queue.migrate import upgrade
+    from tts_queue.store import AudioStore
+
+    upgrade(settings.database_url)
+    return AudioCache(Database(settings.database_url), AudioStore(settings.audio_dir))
+
+
+def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the retention cleanup now (or, with --dry-run, print what it would remove)."""
+    from tts_queue.retention import Cleaner, parse_duration
+
+    older = parse_duration(args.older_than) if args.older_than else None
+    report = Cleaner(_cache(settings), settings.cache).run(older_than=older, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+        return 0
+    if report.skipped:
+        print(f"nothing done: {report.skipped}")
+        return 1
+    verb = "would remove" if report.dry_run else "removed"
+    print(f"{verb} {report.entries} cache entries ({report.bytes} bytes) and {report.task_rows} task rows")
+    if report.dry_run:
+        print(f"last access of those entries: oldest {report.oldest_access}, newest {report.newest_access}")
+    else:
+        print(f"expired {report.expired_by_age} by age and {report.expired_by_pressure} by pressure "
+              f"({report.pressure_reason or 'no pressure'}); they are deleted after "
+              f"TTS_DELETE_GRACE_S={settings.cache.delete_grace_s:.0f} s")
+        print("drift repaired: " + ", ".join(f"{k} {v}" for k, v in report.drift.items()))
+    print(f"pinned entries kept: {report.pinned}")
+    return 0
+
+
+def cmd_cache_stats(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the cache's entries, bytes, hits, misses, hit ratio, pinned entries and last cleanup."""
+    from tts_queue.retention import cache_stats
+
+    print(json.dumps(cache_stats(_cache(settings).db), indent=2))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     """Warn about Redis and database settings that risk tasks; exit code 1 with warnings."""
     from tts_queue.doctor import diagnose, report
@@ -222,6 +265,18 @@ def _add_local_commands(sub: Any) -> None:
                         help="load each voice and show the execution provider it really runs on")
     voices.set_defaults(func=cmd_voices)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
+    cleanup = sub.add_parser("cleanup", help="delete stale audio and task rows now (retention)")
+    add_flags(cleanup, "data_dir")
+    cleanup.add_argument("--dry-run", action="store_true", help="print what would go; change nothing")
+    cleanup.add_argument("--older-than", dest="older_than",
+                         help="audio age to delete, e.g. 7d, 12h, 0s (default TTS_AUDIO_TTL_DAYS)")
+    cleanup.add_argument("--json", action="store_true")
+    cleanup.set_defaults(func=cmd_cleanup)
+    cache = sub.add_parser("cache", help="the content-hash cache")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    stats = cache_sub.add_parser("stats", help="entries, bytes, hits, misses, pinned, last cleanup")
+    add_flags(stats, "data_dir")
+    stats.set_defaults(func=cmd_cache_stats)
     config = sub.add_parser("settings", help="list every TTS_* variable, its default and what it does")
     config.add_argument("--markdown", action="store_true", help="the README's table")
     config.add_argument("--current", action="store_true", help="the values in effect here")
@@ -278,6 +333,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # migration chatter is not output
     try:
         settings = _settings(os.environ if env is None else env, args)
         code: int = args.func(args, settings)

@@ -1,0 +1,233 @@
+"""Retention on SQLite and real files, with the clock moved by the tests (never slept on)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from tts_queue.cache import AudioCache
+from tts_queue.db import BookRow, CacheEntry, ChunkRow, Database, TaskRow
+from tts_queue.errors import InvalidRequest
+from tts_queue.retention import Cleaner, cache_stats, parse_duration
+from tts_queue.settings import CacheSettings
+from tts_queue.status import TaskStatus
+from tts_queue.store import AudioStore
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+DAY = timedelta(days=1)
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cache(tmp_path: Path, clock: Clock) -> AudioCache:
+    db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
+    db.create_all()
+    return AudioCache(db, AudioStore(tmp_path / "audio"), clock=clock)
+
+
+def key(n: int) -> str:
+    return f"{n:064x}"
+
+
+def put(cache: AudioCache, clock: Clock, n: int, at: datetime, size: int = 10) -> str:
+    """An entry of ``size`` bytes last used at ``at``."""
+    saved = clock.now
+    clock.now = at
+    cache.put(key(n), "wav", "v", b"x" * size, 0.1, {"sentence_starts": [0]})
+    clock.now = saved
+    return key(n)
+
+
+def task(cache: AudioCache, n: int, status: TaskStatus, finished: datetime | None, keep: bool = False,
+         book_id: str | None = None) -> str:
+    task_id = str(uuid.uuid4())
+    with cache.db.write() as session:
+        session.add(TaskRow(id=task_id, status=status, cache_key=key(n), request={}, pool="cpu",
+                            queue="tts.cpu", created_at=START, finished_at=finished, attempts=1,
+                            keep=keep, book_id=book_id))
+    return task_id
+
+
+def cleaner(cache: AudioCache, clock: Clock, **policy: Any) -> Cleaner:
+    settings = CacheSettings(**{"audio_ttl_days": 7.0, "task_ttl_days": 7.0, "delete_grace_s": 60.0,
+                                "disk_min_free": 0.0, **policy})
+    return Cleaner(cache, settings, clock=clock)
+
+
+def live_keys(cache: AudioCache) -> set[str]:
+    with cache.db.read() as session:
+        return set(session.scalars(select(CacheEntry.key)))
+
+
+def test_stale_audio_is_expired_then_purged_after_the_grace(cache: AudioCache, clock: Clock) -> None:
+    # Given entries last used 10, 8 and 1 days before now
+    clock.now = START + 20 * DAY
+    stale = [put(cache, clock, 1, clock.now - 10 * DAY), put(cache, clock, 2, clock.now - 8 * DAY)]
+    fresh = put(cache, clock, 3, clock.now - DAY)
+    # When the cleanup runs
+    first = cleaner(cache, clock).run()
+    # Then the stale ones are expired at once (no longer hits) but their files wait out the grace
+    assert first.expired_by_age == 2 and first.entries == 0
+    assert cache.lookup(stale[0]) is None and cache.lookup(fresh) is not None
+    assert all(cache.store.exists(f"{k[:2]}/{k}.wav") for k in stale)
+    # And a run after the grace deletes their files and rows, and only theirs
+    clock.now += timedelta(seconds=61)
+    second = cleaner(cache, clock).run()
+    assert second.entries == 2 and second.bytes == 2 * 10 + 2 * len(b'{"sentence_starts": [0]}')
+    assert live_keys(cache) == {fresh}
+    assert not any(cache.store.exists(f"{k[:2]}/{k}.wav") for k in stale)
+
+
+def test_old_finished_task_rows_go_and_the_others_stay(cache: AudioCache, clock: Clock) -> None:
+    # Given finished rows of 10 and 2 days ago, a queued row, a kept row and a book's sentence
+    clock.now = START + 20 * DAY
+    old = task(cache, 1, TaskStatus.DONE, clock.now - 10 * DAY)
+    old_failed = task(cache, 2, TaskStatus.FAILED, clock.now - 9 * DAY)
+    keep = {task(cache, 3, TaskStatus.DONE, clock.now - 2 * DAY),
+            task(cache, 4, TaskStatus.QUEUED, None),
+            task(cache, 5, TaskStatus.DONE, clock.now - 10 * DAY, keep=True),
+            task(cache, 6, TaskStatus.DONE, clock.now - 10 * DAY, book_id=str(uuid.uuid4()))}
+    # When the cleanup runs
+    report = cleaner(cache, clock).run()
+    # Then exactly the two old finished rows are gone
+    with cache.db.read() as session:
+        left = set(session.scalars(select(TaskRow.id)))
+    assert report.task_rows == 2 and left == keep and old not in left and old_failed not in left
+
+
+def test_pinned_audio_survives_age_and_pressure(cache: AudioCache, clock: Clock) -> None:
+    # Given old entries: one kept by a task, one sentence of a book still rendering, one of a done
+    # book, and one unpinned
+    clock.now = START + 30 * DAY
+    for n in range(1, 5):
+        put(cache, clock, n, START, size=100)
+    task(cache, 1, TaskStatus.DONE, clock.now, keep=True)
+    for n, status in ((2, TaskStatus.RUNNING), (3, TaskStatus.DONE)):
+        book_id = str(uuid.uuid4())
+        with cache.db.write() as session:
+            session.add(BookRow(id=book_id, title="b", status=status, options={}, chapters_total=1,
+                                sentences_total=1, created_at=START))
+            session.add(ChunkRow(book_id=book_id, index=0, chapter=1, paragraph=0, text="t",
+                                 pause_after="sentence", task_id=str(uuid.uuid4()), cache_key=key(n)))
+    # When the cleanup runs with a tiny budget and no grace
+    report = cleaner(cache, clock, audio_max_bytes=10, delete_grace_s=0.0).run()
+    # Then only the unpinned and the finished book's entries went; the pins held against both rules
+    assert live_keys(cache) == {key(1), key(2)}
+    assert report.pinned == 2 and report.entries == 2
+
+
+def test_pressure_evicts_least_recently_used_down_to_the_low_watermark(
+    cache: AudioCache, clock: Clock
+) -> None:
+    # Given ten recent entries of 100 bytes (+ sidecar), used one day apart, over a 600-byte budget
+    clock.now = START + 20 * DAY
+    for n in range(10):
+        put(cache, clock, n, clock.now - (10 - n) * timedelta(hours=1), size=100)
+    # When the cleanup runs (nothing is old enough for the age rule)
+    report = cleaner(cache, clock, audio_max_bytes=600, low_watermark=0.5, delete_grace_s=0.0).run()
+    # Then the oldest go first until the store is under half the budget, and it says why
+    assert report.expired_by_age == 0 and report.expired_by_pressure == 7
+    assert live_keys(cache) == {key(7), key(8), key(9)}
+    assert report.pressure_reason is not None and "budget" in report.pressure_reason
+
+
+def test_drift_is_found_and_repaired(cache: AudioCache, clock: Clock) -> None:
+    # Given a row whose file was deleted behind the database's back, a file with no row, a stale
+    # temporary file of a crashed write, and a sidecar without its audio
+    clock.now = START + DAY
+    lost = put(cache, clock, 1, clock.now)
+    kept = put(cache, clock, 2, clock.now)
+    os.unlink(cache.store.path(f"{lost[:2]}/{lost}.wav"))
+    root = cache.store.root
+    (root / "ff").mkdir(parents=True, exist_ok=True)
+    orphan = root / "ff" / f"{'f' * 64}.wav"
+    orphan.write_bytes(b"audio without a row")
+    tmp = root / "ff" / f".{'e' * 64}.wav.abc.tmp"
+    tmp.write_bytes(b"half")
+    sidecar = root / "ff" / f"{'d' * 64}.align.json"
+    sidecar.write_text("{}")
+    old = (START - 2 * DAY).timestamp()
+    for path in (orphan, tmp, sidecar):
+        os.utime(path, (old, old))
+    # When the cleanup runs
+    report = cleaner(cache, clock).run()
+    # Then each kind was found and fixed (two sidecars: the planted one and the lost audio's), and
+    # the healthy entry is untouched
+    assert report.drift == {"rows_without_file": 1, "files_without_row": 1, "temporary_files": 1,
+                            "orphan_sidecars": 2}
+    assert not orphan.exists() and not tmp.exists() and not sidecar.exists()
+    assert live_keys(cache) == {kept} and cache.lookup(kept) is not None
+
+
+def test_a_second_cleaner_does_nothing_while_the_first_holds_the_lock(
+    cache: AudioCache, clock: Clock
+) -> None:
+    # Given a cleaner that holds the lock (it is running)
+    first, second = cleaner(cache, clock), cleaner(cache, clock)
+    assert first._lock(clock.now)
+    put(cache, clock, 1, START - 30 * DAY)
+    # When a second scheduler's cleanup starts
+    report = second.run()
+    # Then it skips, saying why, and deletes nothing; after the lock's expiry it may run
+    assert report.skipped and live_keys(cache) == {key(1)}
+    clock.now += timedelta(hours=1)
+    assert second.run().skipped is None
+
+
+def test_dry_run_reports_and_changes_nothing(cache: AudioCache, clock: Clock) -> None:
+    clock.now = START + 30 * DAY
+    put(cache, clock, 1, START)
+    put(cache, clock, 2, START + DAY)
+    put(cache, clock, 3, clock.now)
+    task(cache, 1, TaskStatus.DONE, START)
+    # When a dry run is asked for, with an override of the age
+    report = cleaner(cache, clock).run(older_than=timedelta(days=20), dry_run=True)
+    # Then it lists what would go (entries, bytes, task rows, oldest and newest access)
+    assert (report.entries, report.task_rows) == (2, 1) and report.bytes == 20
+    assert report.oldest_access == START.isoformat() and report.newest_access == (START + DAY).isoformat()
+    assert live_keys(cache) == {key(1), key(2), key(3)}
+    with cache.db.read() as session:
+        assert session.scalar(select(func.count()).select_from(TaskRow)) == 1
+
+
+def test_stats_report_hits_misses_and_the_last_cleanup(cache: AudioCache, clock: Clock) -> None:
+    put(cache, clock, 1, START)
+    cache.lookup(key(1))
+    cache.lookup(key(1))
+    task(cache, 2, TaskStatus.DONE, START)  # a synthesized task: a miss
+    assert cache_stats(cache.db)["last_cleanup"] is None
+    cleaner(cache, clock).run()
+    stats = cache_stats(cache.db)
+    assert (stats["entries"], stats["hits"], stats["misses"], stats["hit_ratio"]) == (1, 2, 1, 0.6667)
+    assert stats["last_cleanup"]["at"] == START.isoformat()
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("7d", 604800), ("12h", 43200), ("30m", 1800),
+                                               ("0s", 0), ("90", 90)])
+def test_durations(text: str, seconds: int) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+def test_a_bad_duration_is_a_clear_error() -> None:
+    with pytest.raises(InvalidRequest, match="7d"):
+        parse_duration("soon")
