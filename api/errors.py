@@ -16,7 +16,7 @@ import sqlalchemy.exc
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from tts_queue.errors import ServiceUnavailable, TTSQueueError
+from tts_queue.errors import ServiceUnavailable, StorageFull, TTSQueueError, storage_full
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ def as_error(exc: Exception) -> TTSQueueError:
         error = TTSQueueError(exc.description or "", HTTP_CODES.get(status, "http_error"))
         error.http_status = status
         return error
+    if storage_full(exc):
+        log.warning("storage full: %s", exc)
+        return StorageFull(f"the service has no room to store work ({type(exc).__name__}); retry later")
     if isinstance(exc, OUTAGES):
         log.warning("service outage: %s", exc)
         return ServiceUnavailable(f"a backing service is unreachable ({type(exc).__name__}); retry later")

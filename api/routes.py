@@ -262,7 +262,8 @@ def readyz() -> Response:
     """Broker, database and at least one worker reachable and consuming; else 503 ``not_ready``."""
     svc = services()
     checks: dict[str, Any] = {}
-    for name, check in (("database", svc.db.ping), ("broker", _ping_broker)):
+    for name, check in (("database", svc.db.ping), ("broker", _ping_broker),
+                        ("storage", svc.tasks.require_storage)):
         try:
             check()
             checks[name] = "ok"

@@ -152,8 +152,10 @@ def test_a_full_disk_leaves_no_file_and_no_finished_row(
 
     monkeypatch.setattr(audio_module.os, "fsync", full)
     task_id = add_task(world, "Too big for the disk.")
-    # When the task runs, the error reaches the caller (Celery retries it)
-    with pytest.raises(OSError):
+    # When the task runs, a storage_full error reaches the caller (Celery retries it until space returns)
+    from tts_queue.errors import StorageFull
+
+    with pytest.raises(StorageFull):
         world["executor"].execute(task_id)
     monkeypatch.setattr(audio_module.os, "fsync", real_fsync)
     # Then no file (not even a temp file) is left, nothing is cached, and the row is not done
@@ -197,3 +199,24 @@ def test_a_second_delivery_is_skipped_while_another_live_worker_holds_the_lease(
         stale.claimed_at = utcnow() - timedelta(minutes=5)
     assert world["executor"].execute(task_id) is TaskStatus.DONE
     assert row(world, task_id).attempts == 2 and row(world, task_id).worker == "test-worker"
+
+
+def test_a_full_disk_is_storage_full_and_costs_no_attempt(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a store whose filesystem is full
+    from tts_queue.errors import StorageFull
+
+    task_id = add_task(world, "No room at the inn.")
+
+    def full(*_: Any, **__: Any) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(world["cache"].store, "write", full)
+    # When the task runs
+    with pytest.raises(StorageFull):
+        world["executor"].execute(task_id)
+    # Then the row is not failed and the claim's attempt was taken back, so waiting for space
+    # never reaches the attempts cap
+    waiting = row(world, task_id)
+    assert waiting.status is TaskStatus.RUNNING and waiting.attempts == 0

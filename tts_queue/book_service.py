@@ -128,6 +128,7 @@ class BookService:
         pending: list[str] = []
         if any(self.tasks.cache.peek(self.tasks.key_of(request)) is None for _, request in planned):
             self.tasks.require_worker(pool)
+            self.tasks.require_storage()
         with self.db.write() as session:
             session.add(BookRow(id=book_id, title=book.title, author=book.author, status=TaskStatus.QUEUED,
                                 options=options, pool=pool, chapters_total=len(numbers),

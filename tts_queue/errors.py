@@ -6,6 +6,8 @@ Every error a user can cause or meet is a ``TTSQueueError`` with a stable ``code
 
 from __future__ import annotations
 
+import errno
+
 
 class TTSQueueError(Exception):
     """Root of every error tts-queue raises on purpose.
@@ -176,6 +178,13 @@ class ServiceUnavailable(TTSQueueError):
     retry_after_s = 5
 
 
+class StorageFull(ServiceUnavailable):
+    """The audio store has no room: new work waits until space returns (cleanup, or an operator)."""
+
+    code = "storage_full"
+    retry_after_s = 30
+
+
 class NoWorker(ServiceUnavailable):
     """No live worker serves the pool the request is routed to, so it would wait for ever."""
 
@@ -234,3 +243,14 @@ class BookNotFound(TTSQueueError):
 
     code = "book_not_found"
     http_status = 404
+
+
+def storage_full(exc: BaseException) -> bool:
+    """Whether ``exc`` means the disk is full: ``StorageFull``, ``ENOSPC``/``EDQUOT``, or the database
+    saying so (SQLite "database or disk is full", PostgreSQL SQLSTATE 53100 / "No space left")."""
+    if isinstance(exc, StorageFull):
+        return True
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "database or disk is full" in text or "No space left on device" in text or "53100" in text

@@ -8,6 +8,7 @@ key) that reach one worker together are synthesized once: followers wait for the
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from tts_queue.broker import BULK
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database, utcnow
 from tts_queue.encoder import encode_request
-from tts_queue.errors import InvalidRequest, SynthesisError, TTSQueueError, VoiceError
+from tts_queue.errors import InvalidRequest, StorageFull, SynthesisError, TTSQueueError, VoiceError
 from tts_queue.request import SynthesisRequest
 from tts_queue.status import TaskStatus
 from tts_queue.synthesizer import Synthesizer
@@ -88,8 +89,14 @@ class TaskExecutor:
         except PERMANENT as exc:
             return self.fail(task_id, exc.code, exc.message)
         data = encode_request(result.audio, request.format)
-        self.cache.put(key, request.format, request.voice, data,
-                       result.audio.duration_s, result.alignment.to_dict())
+        try:
+            self.cache.put(key, request.format, request.voice, data,
+                           result.audio.duration_s, result.alignment.to_dict())
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # nothing partial is left (write_atomic)
+                self.rows.uncount_attempt(task_id)  # waiting for space is not a failed attempt
+                raise StorageFull(f"no room to store the audio of task {task_id}: {exc}") from exc
+            raise
         self.rows.finish(task_id, batch_size=result.batch_size)
         return TaskStatus.DONE
 
@@ -114,3 +121,4 @@ class TaskExecutor:
 def lane_priority(queue: str) -> int:
     """Engine priority of a task from its queue: bulk (book) work yields to interactive requests."""
     return 1 if queue.endswith("." + BULK) else 0
+

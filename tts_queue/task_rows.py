@@ -80,6 +80,12 @@ class TaskRows:
         """``queued -> cancelled``; whether the row moved."""
         return self._move(task_id, TaskStatus.CANCELLED, finished_at=self.clock())
 
+    def uncount_attempt(self, task_id: str) -> None:
+        """Take back the attempt of a claim that could not store its result for want of space."""
+        with self.db.write() as session:
+            session.execute(update(TaskRow).where(TaskRow.id == task_id, TaskRow.attempts > 0)
+                            .values(attempts=TaskRow.attempts - 1))
+
     def set_keep(self, task_id: str, keep: bool) -> None:
         """Pin (or release) a task's audio against retention (not a status change)."""
         with self.db.write() as session:

@@ -23,6 +23,7 @@ from tts_queue.errors import (
     AudioNotReady,
     NoWorker,
     ServiceUnavailable,
+    StorageFull,
     TaskNotCancellable,
     TaskNotFound,
 )
@@ -115,6 +116,13 @@ class TaskService:
             raise NoWorker(f"no live worker serves the {pool!r} pool; start one with "
                            f"`tts-queue worker --pool {pool}` or retry later")
 
+    def require_storage(self) -> None:
+        """Raise ``StorageFull`` when the audio store has less free space than the reserve."""
+        free = free_bytes(self.settings.audio_dir)
+        if free is not None and free < self.settings.cache.storage_reserve_bytes:
+            raise StorageFull(f"the audio store has {free} bytes free (reserve "
+                              f"{self.settings.cache.storage_reserve_bytes}); retry once space is freed")
+
     def submit(
         self, payload: Mapping[str, Any], lane: str = INTERACTIVE, book_id: str | None = None,
         pool: str | None = None, keep: bool = False,
@@ -132,6 +140,7 @@ class TaskService:
             hit = self.cache.lookup(key, session)
             if hit is None:
                 self.require_worker(chosen_pool)  # nothing is written when no worker would run it
+                self.require_storage()
             self.rows.add(session, row, cache_hit=hit is not None)
         if hit is not None:
             return TaskView.of(row, hit.duration_s)
@@ -188,3 +197,16 @@ class TaskService:
             raise AudioExpired(f"the audio of task {task_id} has expired from the cache; resubmit")
         path = self.cache.store.path(entry.path)
         return AudioFile(path, mime_type(entry.format), entry.size_bytes, entry.duration_s)
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem that holds ``path`` (its nearest existing parent), or ``None``."""
+    import shutil
+
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            try:
+                return shutil.disk_usage(candidate).free
+            except OSError:
+                return None
+    return None

@@ -31,7 +31,7 @@ from tts_queue.broker import (
     redis_client,
 )
 from tts_queue.db import utcnow
-from tts_queue.errors import ConfigError
+from tts_queue.errors import ConfigError, storage_full
 from tts_queue.finish_signal import FinishSignals
 from tts_queue.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.recovery import requeue_lost
@@ -91,8 +91,9 @@ def _connect_signals(app: Celery, holder: RuntimeHolder) -> None:
                 log.warning("could not record task %s as received: %s", request.id, exc)
 
     @signals.task_postrun.connect(weak=False)
-    def _released(task_id: str | None = None, **_: Any) -> None:
-        if task_id is not None:
+    def _released(task_id: str | None = None, state: str | None = None, **_: Any) -> None:
+        # A task handed back for a retry stays held: its lease is renewed until it runs again.
+        if task_id is not None and state != "RETRY":
             leases.release(task_id)
 
     @signals.worker_ready.connect(weak=False)
@@ -142,6 +143,10 @@ def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
             runtime = holder.get()
             status = runtime.executor.execute(task_id, self.request.hostname)
         except Exception as exc:
+            if storage_full(exc):  # waits for space, however long: never failed for it
+                wait = settings.cache.storage_retry_s
+                log.warning("task %s: storage full (%s); retrying in %.0f s", task_id, exc, wait)
+                raise self.retry(exc=exc, countdown=wait, max_retries=None) from exc
             if self.request.retries >= self.max_retries:
                 status = holder.get().executor.fail_unexpected(task_id, exc)
                 signals_.notify(task_id, status.value)

@@ -1,0 +1,133 @@
+"""A full disk does not take the service down: the data directory on a 12 MB tmpfs (mounted by the
+test, as root) filled under load; the API keeps answering (503 storage_full, never a 500), no file
+is partial, and once space is freed every accepted task ends done without a restart."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import soundfile
+from sqlalchemy import select
+
+from api import create_app
+from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, unavailable, wait_until
+from tts_queue.db import CacheEntry, Database, TaskRow
+from tts_queue.migrate import upgrade
+from tts_queue.settings import Settings
+from tts_queue.status import TaskStatus
+from workers.factory import RedisMarker, make_celery, requeue
+
+pytestmark = pytest.mark.integration
+ENV = {"TTS_STORAGE_RESERVE_BYTES": str(1024 * 1024), "TTS_STORAGE_RETRY_S": "2", "TTS_LEASE_S": "6"}
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 12 MB tmpfs, unmounted afterwards."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        unavailable(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path, leave: int) -> Path:
+    """A filler file that leaves ``leave`` bytes free."""
+    free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize
+    filler = directory / "filler.bin"
+    with open(filler, "wb") as handle:
+        handle.truncate(0)
+        block = b"\0" * (1 << 20)
+        remaining = max(0, free - leave)
+        while remaining > 0:
+            chunk = block[: min(len(block), remaining)]
+            try:
+                handle.write(chunk)
+                handle.flush()
+            except OSError:
+                break
+            remaining -= len(chunk)
+    return filler
+
+
+def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str) -> None:
+    # Given the whole data directory (audio and SQLite) on a 12 MB filesystem, and a worker
+    flush_queues(redis_url)
+    settings = Settings.from_env({"TTS_DATA_DIR": str(small_disk), "TTS_REDIS_URL": redis_url,
+                                  "TTS_QUEUE_PREFIX": QUEUE_PREFIX, **ENV})
+    upgrade(settings.database_url)
+    app = make_celery(settings)
+    log = small_disk.parent / "w.log"
+    worker = WorkerProcess(settings, f"disk-{uuid.uuid4().hex[:6]}@localhost", log, **ENV)
+    client = create_app(settings).test_client()
+    db = Database(settings.database_url)
+    try:
+        worker.wait_ready(app)
+        # When the disk is nearly full and clients keep submitting
+        filler = fill(small_disk, leave=1536 * 1024)
+        statuses: list[int] = []
+        codes: list[str] = []
+        accepted: list[str] = []
+
+        def submit(n: int) -> None:
+            text = f"Submission number {n} arrives while the disk is filling up with other audio."
+            response = client.post("/v1/tts", json={"text": text})
+            statuses.append(response.status_code)
+            body = response.get_json()
+            if response.status_code == 202:
+                accepted.append(body["task_id"])
+            else:
+                codes.append(body["error"]["code"])
+                assert response.headers.get("Retry-After")
+
+        for n in range(20):
+            submit(n)
+        # (the worker fills the disk; a write that finds no room waits for space)
+        wait_until(lambda: "storage full" in log.read_text(errors="replace"), timeout=90, interval=0.2)
+        for n in range(20, 30):
+            submit(n)
+        # Then the API kept answering: accepted, or 503 storage_full once there was no room
+        assert set(statuses) <= {202, 503} and accepted, statuses
+        assert "storage_full" in codes and set(codes) <= {"storage_full", "service_unavailable"}
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+        # (readiness says why, when the reserve is gone)
+        assert ready.status_code == 200 or "storage" in ready.get_json()["checks"]
+        # When space returns
+        filler.unlink()
+
+        # Then every accepted task ends done, with the worker never restarted
+        def all_done() -> bool:
+            requeue(app, app.tts_runtime.get().rows, RedisMarker(settings))  # the scheduler's sweep
+            with db.read() as session:
+                rows = session.scalars(select(TaskRow).where(TaskRow.id.in_(accepted))).all()
+            return all(r.status is TaskStatus.DONE for r in rows)
+
+        wait_until(all_done, timeout=120, interval=0.5)
+        assert worker.process.poll() is None
+        # And no audio file is partial: each reads back whole, and no temporary file is left
+        with db.read() as session:
+            entries = session.scalars(select(CacheEntry)).all()
+        for entry in entries:
+            data = (settings.audio_dir / entry.path).read_bytes()
+            assert len(data) == entry.size_bytes
+            samples, _ = soundfile.read(io.BytesIO(data))
+            assert len(samples) > 0
+        for task_id in accepted:
+            assert client.get(f"/v1/tasks/{task_id}/audio").status_code == 200
+        print(f"\n{len(accepted)} accepted, {statuses.count(503)} answered 503 ({sorted(set(codes))}) "
+              f"while the disk was full; all accepted tasks done after space returned")
+    finally:
+        worker.stop()
+        db.engine.dispose()
