@@ -89,3 +89,72 @@ def test_the_periodic_task_through_a_real_worker_and_releasing_a_pin(service: di
     stats = client.get("/v1/cache/stats").get_json()
     assert stats["entries"] == stats["pinned"] == 1
     assert len(list(Path(service["settings"].audio_dir).rglob("*.wav"))) == 1
+
+
+def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voices_dir: Path) -> None:
+    """Many threads download while the cleanup, with an age and a grace of zero, runs again and again."""
+    import threading
+
+    from api.services import Services
+    from tests.service.test_api import FakeQueue
+    from tts_queue.cache import AudioCache
+    from tts_queue.db import Database, TaskRow, utcnow
+    from tts_queue.retention import Cleaner
+    from tts_queue.status import TaskStatus
+    from tts_queue.store import AudioStore
+
+    # Given 20 finished tasks with 200 KB of audio each
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                  "TTS_DELETE_GRACE_S": "0"})
+    upgrade(settings.database_url)
+    services = Services.build(settings, dispatcher=FakeQueue(), probe=FakeQueue())
+    client = create_app(settings, services).test_client()
+    cache = AudioCache(Database(settings.database_url), AudioStore(settings.audio_dir))
+    payload = b"RIFF" + bytes(range(256)) * 800
+    ids = []
+    for n in range(20):
+        key = f"{n:064x}"
+        cache.put(key, "wav", "tiny", payload, 1.0)
+        task_id = str(uuid.uuid4())
+        with cache.db.write() as session:
+            session.add(TaskRow(id=task_id, status=TaskStatus.DONE, cache_key=key, attempts=1,
+                                request={"format": "wav"}, pool="cpu", queue="tts.cpu",
+                                created_at=utcnow(), finished_at=utcnow()))
+        ids.append(task_id)
+    outcomes: dict[str, int] = {"complete": 0, "expired": 0, "truncated": 0, "server_error": 0}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def download() -> None:
+        while not stop.is_set():
+            for task_id in ids:
+                response = client.get(f"/v1/tasks/{task_id}/audio")
+                kind = ("complete" if response.status_code == 200 and response.data == payload else
+                        "expired" if response.status_code == 410 else
+                        "server_error" if response.status_code >= 500 else "truncated")
+                with lock:
+                    outcomes[kind] += 1
+
+    def resynthesize() -> None:  # identical requests keep storing the audio again
+        while not stop.is_set():
+            for n in range(20):
+                cache.put(f"{n:064x}", "wav", "tiny", payload, 1.0)
+
+    # When 8 threads download, one stores the audio again and again, and the cleanup runs repeatedly
+    threads = [threading.Thread(target=download) for _ in range(8)] + [threading.Thread(target=resynthesize)]
+    for thread in threads:
+        thread.start()
+    cleaner = Cleaner(cache, settings.cache)
+    runs = 0
+    from datetime import timedelta
+
+    while runs < 30:
+        cleaner.run(older_than=timedelta(0))
+        runs += 1
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    # Then every download either completed whole or was a clean 410; none failed or was cut short
+    print(f"\n{runs} cleanups during {sum(outcomes.values())} downloads: {outcomes}")
+    assert outcomes["truncated"] == 0 and outcomes["server_error"] == 0
+    assert outcomes["complete"] > 0 and outcomes["expired"] > 0
