@@ -13,7 +13,7 @@ import hashlib
 import io
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +27,7 @@ from tts_queue.audio import Audio, write_atomic
 from tts_queue.book.captions import chapter_cues, to_srt, to_vtt
 from tts_queue.book.segment import PauseKind
 from tts_queue.book.stitch import StitchSettings, stitch
+from tts_queue.book.words import IdMarks, sentence_word_starts
 from tts_queue.book_service import BookService
 from tts_queue.cache import AudioCache
 from tts_queue.db import BookRow, ChapterRow, utcnow
@@ -35,7 +36,7 @@ from tts_queue.status import TaskStatus
 
 log = logging.getLogger(__name__)
 
-STITCH_VERSION = 1
+STITCH_VERSION = 2  # 2: word captions
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,10 @@ class ChapterAssembler:
     """Assembles chapters of books from the cached sentence audio."""
 
     def __init__(self, books: BookService, cache: AudioCache, root: Path,
-                 stitching: StitchSettings | None = None, clock: Callable[[], datetime] = utcnow) -> None:
+                 stitching: StitchSettings | None = None, clock: Callable[[], datetime] = utcnow,
+                 id_map: Callable[[str | None], Mapping[str, Sequence[int]]] | None = None) -> None:
         self.books = books
+        self.id_map = id_map
         self.cache = cache
         self.root = root
         self.stitching = stitching or StitchSettings()
@@ -88,7 +91,8 @@ class ChapterAssembler:
         digest = hashlib.sha256(material.encode()).hexdigest()
         files = ChapterFiles.of(self.root, digest, fmt)
         if not files.complete():
-            self._write(files, [(c.cache_key, c.text, c.pause_after) for c, _ in chunks], fmt)
+            marks = IdMarks.from_id_map(self.id_map(book.options.get("voice"))) if self.id_map else None
+            self._write(files, [(c.cache_key, c.text, c.pause_after) for c, _ in chunks], fmt, marks)
         duration = json.loads(files.manifest.read_text(encoding="utf-8"))["duration_s"]
         with self.books.db.write() as session:
             session.execute(update(ChapterRow).where(
@@ -105,18 +109,22 @@ class ChapterAssembler:
         files = ChapterFiles.of(self.root, chapter.digest, fmt)
         return files if files.complete() else None
 
-    def _write(self, files: ChapterFiles, sentences: list[tuple[str, str, str]], fmt: str) -> None:
+    def _write(self, files: ChapterFiles, sentences: list[tuple[str, str, str]], fmt: str,
+               marks: IdMarks | None) -> None:
         parts, rate = [], 22050
-        for key, _, _ in sentences:
+        starts: list[Sequence[int] | None] = []
+        for key, text, _ in sentences:
             entry = self.cache.peek(key)
             if entry is None:
                 raise FileNotFoundError(f"the audio of sentence {key[:12]} is gone from the cache")
-            samples, rate = soundfile.read(self.cache.store.path(entry.path), dtype="float32")
+            path = self.cache.store.path(entry.path)
+            samples, rate = soundfile.read(path, dtype="float32")
             parts.append(np.asarray(samples, dtype=np.float32))
+            starts.append(word_starts_of(path.with_suffix(".align.json"), text, marks))
         pauses = [cast(PauseKind, p) for _, _, p in sentences]
         stitched = stitch(parts, pauses, rate, self.stitching)
         total = len(stitched.audio.samples)
-        cues = chapter_cues([t for _, t, _ in sentences], stitched.offsets, total, rate)
+        cues = chapter_cues([t for _, t, _ in sentences], stitched.offsets, total, rate, starts=starts)
         manifest = {
             "duration_s": stitched.audio.duration_s, "sample_rate": rate,
             "sentences": [{"text": text, "start_s": start / rate, "end_s": end / rate, "cache_key": key}
@@ -172,3 +180,17 @@ def decode(data: bytes) -> Audio:
             frames.append(array.reshape(-1) if array.shape[0] == 1 else array.mean(axis=0))
     samples = np.concatenate(frames) if frames else np.zeros(0, np.float32)
     return Audio(samples=samples.astype(np.float32), sample_rate=rate)
+
+
+def word_starts_of(sidecar: Path, text: str, marks: IdMarks | None) -> Sequence[int] | None:
+    """Word starts (samples from the sentence start) from a sentence's alignment sidecar, or
+    ``None`` (a sentence cue) when the sidecar has no phoneme ids or the words do not line up."""
+    if marks is None or not sidecar.is_file():
+        return None
+    alignment = json.loads(sidecar.read_text(encoding="utf-8"))
+    ids, samples = alignment.get("phoneme_ids") or [], alignment.get("phoneme_samples") or []
+    if not ids or len(ids) != len(samples):
+        return None
+    starts = alignment.get("sentence_starts") or [0]
+    gap = starts[1] - sum(samples[0]) if len(starts) > 1 else 0
+    return sentence_word_starts(text, list(zip(ids, samples, strict=True)), gap, marks)

@@ -196,8 +196,12 @@ class BookService:
             reason = f"{task.error_code}: {task.error_message}" if task else "unknown error"
             self.fail(chunk.book_id, "sentence_failed", f"sentence {chunk.index} failed: {reason}")
             return []
-        ready = [n for n in self.complete_chapters(chunk.book_id) if n == chunk.chapter]
-        return [(self.book(chunk.book_id), n) for n in ready]
+        with self.db.read() as session:  # only this chapter: one indexed count per finished sentence
+            waiting = session.scalar(
+                select(func.count()).select_from(ChunkRow).join(TaskRow, TaskRow.id == ChunkRow.task_id)
+                .where(ChunkRow.book_id == chunk.book_id, ChunkRow.chapter == chunk.chapter,
+                       TaskRow.status != TaskStatus.DONE))
+        return [] if waiting else [(self.book(chunk.book_id), chunk.chapter)]
 
     def due_assemblies(self) -> list[tuple[str, int]]:
         """``(book_id, chapter)`` of every unfinished book's chapter whose sentences are all done."""

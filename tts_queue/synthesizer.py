@@ -21,12 +21,14 @@ class Alignment:
 
     sentence_starts: tuple[int, ...]
     phoneme_samples: tuple[tuple[int, ...], ...]
+    phoneme_ids: tuple[tuple[int, ...], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """JSON-safe form, kept beside the audio for captions."""
         return {
             "sentence_starts": list(self.sentence_starts),
             "phoneme_samples": [list(p) for p in self.phoneme_samples],
+            "phoneme_ids": [list(p) for p in self.phoneme_ids],
         }
 
 
@@ -64,6 +66,7 @@ class Synthesizer:
         alignment = Alignment(
             sentence_starts=tuple(starts),
             phoneme_samples=tuple(tuple(int(x) for x in r.audio.phoneme_samples) for r in results),
+            phoneme_ids=tuple(tuple(int(i) for i in ids) for ids in sentences),
         )
         return SynthesisResult(
             audio=audio,

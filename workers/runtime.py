@@ -20,6 +20,7 @@ from tts_queue.store import AudioStore
 from tts_queue.synthesizer import Synthesizer
 from tts_queue.task_rows import TaskRows
 from tts_queue.task_service import TaskService
+from tts_queue.voice import read_config
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,9 @@ class WorkerRuntime:
         )
         tasks = TaskService(settings, db, cache, registry, dispatcher)
         books = BookService(tasks, dispatcher)
-        assembler = ChapterAssembler(books, cache, settings.books_dir)
+        assembler = ChapterAssembler(
+            books, cache, settings.books_dir,
+            id_map=lambda voice: read_config(registry.get(voice).config_path)["phoneme_id_map"])
         return cls(settings, db, cache, registry, engine, executor, executor.rows, books, assembler)
 
     def warm_up(self) -> None:
