@@ -99,7 +99,8 @@ def test_tasks_held_by_a_dead_worker_are_sent_again_once(db: Database) -> None:
     assert sorted(recorder.sent) == sorted([(running, "tts.cpu"), (reserved, "tts.cpu")])
     with db.read() as session:
         row = session.get(TaskRow, running)
-    assert row is not None and row.worker is None and row.status is TaskStatus.RUNNING
+    assert row is not None and row.worker is None and row.status is TaskStatus.QUEUED
+    assert row.attempts == 1  # released, not forgiven: the attempts cap still counts it
 
 
 def test_a_row_committed_but_never_sent_is_sent_after_the_grace(db: Database) -> None:

@@ -51,9 +51,19 @@ class TaskExecutor:
         self.leader_timeout_s = 600.0
         self._inflight: dict[str, threading.Event] = {}
         self._inflight_lock = threading.Lock()
+        # Tasks that already died with a worker run one at a time: if one of them is a poison that
+        # kills the worker again, only it is charged another attempt, not the innocent tasks that
+        # happened to be running beside it the first time.
+        self._suspects = threading.Lock()
 
     def execute(self, task_id: str, worker_name: str | None = None) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do."""
+        if self.rows.attempts(task_id) > 0:
+            with self._suspects:
+                return self._execute(task_id, worker_name)
+        return self._execute(task_id, worker_name)
+
+    def _execute(self, task_id: str, worker_name: str | None) -> TaskStatus | None:
         row = self.rows.claim(task_id, worker_name or self.worker_name)
         if row is None:
             return None

@@ -22,10 +22,12 @@ class TaskStatus(str, Enum):
 
 
 # Every allowed change of a task row's status. ``running -> running`` is a new claim of the same
-# task (a redelivery, or a re-dispatch by the recovery sweep); finished statuses never change.
+# task (a redelivery); ``running -> queued`` is the recovery sweep releasing a task whose worker
+# died (its lease expired); finished statuses never change.
 TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.QUEUED: frozenset({TaskStatus.RUNNING, TaskStatus.FAILED, TaskStatus.CANCELLED}),
-    TaskStatus.RUNNING: frozenset({TaskStatus.RUNNING, TaskStatus.DONE, TaskStatus.FAILED}),
+    TaskStatus.RUNNING: frozenset({TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.DONE,
+                                   TaskStatus.FAILED}),
     TaskStatus.DONE: frozenset(),
     TaskStatus.FAILED: frozenset(),
     TaskStatus.CANCELLED: frozenset(),

@@ -43,6 +43,11 @@ class TaskRows:
             row.status = TaskStatus.QUEUED
         session.add(row)
 
+    def attempts(self, task_id: str) -> int:
+        """Attempts counted so far (0 for an unknown task)."""
+        with self.db.read() as session:
+            return int(session.scalar(select(TaskRow.attempts).where(TaskRow.id == task_id)) or 0)
+
     def claim(self, task_id: str, worker: str) -> TaskRow | None:
         """``queued|running -> running``, counting the attempt; ``None`` if finished or unknown."""
         now = self.clock()
@@ -132,17 +137,18 @@ class TaskRows:
     def reclaim_stale(self) -> list[tuple[str, str]]:
         """Rows a worker held (received or running) whose lease expired: that worker is gone.
 
-        They are released (``worker`` cleared, lease and dispatch time bumped, so the next sweep
-        does not send them again) and returned as ``(id, queue)`` to dispatch again; a running row
-        stays ``running`` (``running -> running``) and its next claim counts another attempt.
+        They are released back to ``queued`` (``running -> queued``; ``worker`` cleared, dispatch
+        time bumped, so the next sweep does not send them again, and every rule for queued rows,
+        such as a message lost again, applies to them) and returned as ``(id, queue)`` to dispatch
+        again. The attempts stay counted, so a task that keeps killing workers reaches the cap.
         """
         now = self.clock()
         with self.db.write() as session:
             rows = session.execute(
                 update(TaskRow)
-                .where(TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)),
+                .where(TaskRow.status.in_((TaskStatus.QUEUED, *sources(TaskStatus.QUEUED))),
                        TaskRow.worker.is_not(None), TaskRow.claimed_at < now - self.lease)
-                .values(worker=None, claimed_at=now, dispatched_at=now)
+                .values(status=TaskStatus.QUEUED, worker=None, claimed_at=now, dispatched_at=now)
                 .returning(TaskRow.id, TaskRow.queue)
             ).all()
         return [(task_id, queue) for task_id, queue in rows]

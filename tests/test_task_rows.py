@@ -1,0 +1,87 @@
+"""The one owner of a task row's life: every status change follows ``TRANSITIONS``, tested once."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from tts_queue.db import Database, TaskRow
+from tts_queue.status import TRANSITIONS, TaskStatus, sources
+from tts_queue.task_rows import TaskRows
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def rows(tmp_path: Path) -> TaskRows:
+    db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
+    db.create_all()
+    return TaskRows(db, lambda: NOW, timedelta(seconds=45))
+
+
+def add(rows: TaskRows, status: TaskStatus, worker: str | None = None,
+        claimed_at: datetime | None = None) -> str:
+    task_id = str(uuid.uuid4())
+    with rows.db.write() as session:
+        session.add(TaskRow(id=task_id, status=status, cache_key="k" * 64, request={}, pool="cpu",
+                            queue="tts.cpu", created_at=NOW, attempts=0, worker=worker,
+                            claimed_at=claimed_at))
+    return task_id
+
+
+def status(rows: TaskRows, task_id: str) -> TaskStatus:
+    with rows.db.read() as session:
+        row = session.get(TaskRow, task_id)
+        assert row is not None
+        return row.status
+
+
+def test_the_transition_table_is_what_the_docs_say() -> None:
+    # Then finished statuses are final, cancel only stops queued work, and only running work ends
+    assert all(not TRANSITIONS[s] for s in TaskStatus if s.finished)
+    assert sources(TaskStatus.CANCELLED) == (TaskStatus.QUEUED,)
+    assert sources(TaskStatus.DONE) == (TaskStatus.RUNNING,)
+    assert set(sources(TaskStatus.RUNNING)) == {TaskStatus.QUEUED, TaskStatus.RUNNING}
+    assert set(sources(TaskStatus.QUEUED)) == {TaskStatus.RUNNING}
+
+
+@pytest.mark.parametrize(("start", "target"), list(itertools.product(TaskStatus, TaskStatus)))
+def test_every_change_moves_a_row_only_along_an_allowed_transition(
+    rows: TaskRows, start: TaskStatus, target: TaskStatus
+) -> None:
+    # Given a row in status ``start``
+    task_id = add(rows, start)
+    # When something tries to move it to ``target`` through the owner of its life
+    if target is TaskStatus.RUNNING:
+        moved = rows.claim(task_id, "w@h") is not None
+    elif target is TaskStatus.QUEUED:
+        with rows.db.write() as session:  # a held row whose lease expired long ago
+            held = session.get(TaskRow, task_id)
+            assert held is not None
+            held.worker, held.claimed_at = "dead@h", NOW - timedelta(hours=1)
+        moved = bool(rows.reclaim_stale()) and start is not TaskStatus.QUEUED
+    else:
+        change = {TaskStatus.DONE: lambda: rows.finish(task_id, 1),
+                  TaskStatus.FAILED: lambda: rows.fail(task_id, "x", "y"),
+                  TaskStatus.CANCELLED: lambda: rows.cancel(task_id)}[target]
+        moved = change()
+    # Then it moved exactly when the table allows it, and otherwise stayed where it was
+    allowed = target in TRANSITIONS[start]
+    assert moved == allowed
+    assert status(rows, task_id) is (target if allowed else start)
+
+
+def test_a_book_cancel_drops_only_its_queued_rows(rows: TaskRows) -> None:
+    book = str(uuid.uuid4())
+    ids = {s: add(rows, s) for s in (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.DONE)}
+    with rows.db.write() as session:
+        for task_id in ids.values():
+            row = session.get(TaskRow, task_id)
+            assert row is not None
+            row.book_id = book
+    assert rows.cancel_book(book) == 1
+    assert [status(rows, ids[s]) for s in ids] == [TaskStatus.CANCELLED, TaskStatus.RUNNING, TaskStatus.DONE]
