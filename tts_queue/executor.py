@@ -40,7 +40,7 @@ class TaskExecutor:
         synthesizer: Synthesizer,
         worker_name: str,
         max_attempts: int = 4,
-        lease: timedelta = timedelta(seconds=45),
+        lease: timedelta = timedelta(seconds=30),
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.cache = cache

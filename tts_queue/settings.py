@@ -143,7 +143,7 @@ class WorkerSettings:
     visibility_timeout_s: int = setting(3600, "last resort: the broker itself returns unacked tasks "
                                         "after this (the lease below acts first); must exceed the "
                                         "longest task")
-    lease_s: float = setting(45.0, "a worker renews the lease of the tasks it holds every few "
+    lease_s: float = setting(30.0, "a worker renews the lease of the tasks it holds every few "
                              "seconds; the sweep re-dispatches tasks whose lease is older than this")
     sweep_interval_s: float = setting(15.0, "how often the scheduler's recovery sweep runs")
     outbox_grace_s: float = setting(10.0, "a queued task never handed to the broker is sent by the "

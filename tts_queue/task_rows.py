@@ -25,7 +25,7 @@ class TaskRows:
     """Creates task rows and moves them between statuses, only along allowed transitions."""
 
     def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow,
-                 lease: timedelta = timedelta(seconds=45)) -> None:
+                 lease: timedelta = timedelta(seconds=30)) -> None:
         self.db = db
         self.clock = clock
         self.lease = lease
