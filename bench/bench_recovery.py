@@ -7,7 +7,7 @@ Run from the repository root (about 5 minutes on 2 cores)::
 Each run starts, in a fresh temporary directory, the pieces ``tts-queue up`` starts: an embedded
 redis-server (append-only, as ``up`` runs it), SQLite, one worker (``celery worker``, 16 threads,
 in its own process group) and the beat scheduler (``celery beat``: the recovery sweep every
-``TTS_SWEEP_INTERVAL_S``), all on default settings (lease 45 s, sweep 15 s, visibility timeout 1 h);
+``TTS_SWEEP_INTERVAL_S``), all on default settings (lease 30 s, sweep 15 s, visibility timeout 1 h);
 the API is the Flask app in this process. It submits ``--tasks`` requests of six sentences, waits
 until the worker runs 16 of them, SIGKILLs the worker's whole process group and at once starts a
 replacement with the same name (as ``up`` restarts a child), then measures from the kill:
