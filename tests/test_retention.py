@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from tests.service.conftest import postgres_url  # noqa: F401 - the fixture, for PostgreSQL runs
 from tts_queue.cache import AudioCache
-from tts_queue.db import BookRow, CacheEntry, ChunkRow, Database, TaskRow
+from tts_queue.db import Base, BookRow, CacheEntry, ChunkRow, Database, TaskRow
 from tts_queue.errors import InvalidRequest
 from tts_queue.retention import Cleaner, cache_stats, parse_duration
 from tts_queue.settings import CacheSettings
@@ -38,11 +40,18 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def cache(tmp_path: Path, clock: Clock) -> AudioCache:
-    db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
+@pytest.fixture(params=["sqlite", "postgres"])
+def cache(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Iterator[AudioCache]:
+    """A cache over SQLite, then over a real PostgreSQL database (emptied after each test)."""
+    if request.param == "postgres":
+        db = Database(request.getfixturevalue("postgres_url"))
+    else:
+        db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
+    Base.metadata.drop_all(db.engine)
     db.create_all()
-    return AudioCache(db, AudioStore(tmp_path / "audio"), clock=clock)
+    yield AudioCache(db, AudioStore(tmp_path / "audio"), clock=clock)
+    Base.metadata.drop_all(db.engine)
+    db.engine.dispose()
 
 
 def key(n: int) -> str:
