@@ -23,7 +23,7 @@ from tts_queue.book.segment import segment_book
 from tts_queue.book.source import parse_book
 from tts_queue.book_progress import book_progress
 from tts_queue.broker import BULK, queue_name
-from tts_queue.db import BookRow, ChapterRow, ChunkRow, TaskRow, utcnow
+from tts_queue.db import BookRow, ChapterRow, ChunkRow, TaskRow, get_by_id, utcnow
 from tts_queue.errors import (
     BookNotFound,
     EmptyBook,
@@ -211,16 +211,8 @@ class BookService:
         return [(book_id, n) for book_id in open_books for n in self.complete_chapters(book_id)]
 
     def book(self, book_id: str) -> BookRow:
-        """The row of ``book_id`` or ``BookNotFound``."""
-        try:
-            uuid.UUID(book_id)
-        except (ValueError, AttributeError, TypeError):
-            raise BookNotFound(f"{book_id!r} is not a book id") from None
-        with self.db.read() as session:
-            row = session.get(BookRow, book_id)
-        if row is None:
-            raise BookNotFound(f"no book {book_id}")
-        return row
+        """The row of ``book_id`` or ``BookNotFound`` (malformed ids included)."""
+        return get_by_id(self.db, BookRow, book_id, BookNotFound, "book")
 
     def chapters(self, book_id: str) -> list[ChapterRow]:
         """The chapter rows of a book, in order."""

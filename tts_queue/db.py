@@ -7,11 +7,11 @@ instead of failing with "database is locked".
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -41,6 +41,9 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+RowT = TypeVar("RowT")
 
 
 def utcnow() -> datetime:
@@ -266,3 +269,20 @@ class CleanupRun(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
     report: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+def get_by_id(db: Database, model: type[RowT], row_id: str, missing: Callable[[str], Exception],
+              noun: str) -> RowT:
+    """The row of ``model`` with the UUID ``row_id``, or ``missing(message)`` raised (malformed ids
+    included), so an unknown and a malformed id answer the same 404."""
+    import uuid
+
+    try:
+        uuid.UUID(row_id)
+    except (ValueError, AttributeError, TypeError):
+        raise missing(f"{row_id!r} is not a {noun} id") from None
+    with db.read() as session:
+        row = session.get(model, row_id)
+    if row is None:
+        raise missing(f"no {noun} {row_id}")
+    return row

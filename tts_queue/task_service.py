@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from tts_queue.broker import INTERACTIVE, queue_name
 from tts_queue.cache import AudioCache
-from tts_queue.db import Database, TaskRow, utcnow
+from tts_queue.db import Database, TaskRow, get_by_id, utcnow
 from tts_queue.encoder import mime_type
 from tts_queue.errors import (
     AudioExpired,
@@ -154,15 +154,7 @@ class TaskService:
 
     def row(self, task_id: str) -> TaskRow:
         """The row of ``task_id`` or ``TaskNotFound`` (malformed ids included)."""
-        try:
-            uuid.UUID(task_id)
-        except (ValueError, AttributeError, TypeError):
-            raise TaskNotFound(f"{task_id!r} is not a task id") from None
-        with self.db.read() as session:
-            row = session.get(TaskRow, task_id)
-        if row is None:
-            raise TaskNotFound(f"no task {task_id}")
-        return row
+        return get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task")
 
     def get(self, task_id: str) -> TaskView:
         """Status of a task, with the audio's duration once done."""

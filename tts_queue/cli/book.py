@@ -44,11 +44,16 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
         print(book_id)
         return 0
     print(f"book {book_id}", file=sys.stderr)
+    return follow_and_download(client, book_id, Path(args.out), args.m4b)
+
+
+def follow_and_download(client: Client, book_id: str, out: Path, m4b: bool) -> int:
+    """Wait for a book with the progress bar, then download it; exit code 1 unless it is done."""
     book = follow(client, book_id)
     if book["status"] != "done":
         print(json.dumps(book, indent=2))
         return 1
-    download(client, book, Path(args.out), args.m4b)
+    download(client, book, out, m4b)
     return 0
 
 
@@ -61,13 +66,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
     """Wait for a book to finish, then download it."""
-    client = Client(settings.client.api_url, timeout=600)
-    book = follow(client, args.book_id)
-    if book["status"] != "done":
-        print(json.dumps(book, indent=2))
-        return 1
-    download(client, book, Path(args.out), args.m4b)
-    return 0
+    return follow_and_download(Client(settings.client.api_url, timeout=600), args.book_id,
+                               Path(args.out), args.m4b)
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
