@@ -83,6 +83,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make downloaded files private to their writer
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

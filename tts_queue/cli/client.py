@@ -16,7 +16,7 @@ class ApiError(TTSQueueError):
     """The API answered with an error body."""
 
     def __init__(self, code: str, message: str, http_status: int) -> None:
-        super().__init__(f"{code}: {message}")
+        super().__init__(message)
         self.code = code
         self.http_status = http_status
 
