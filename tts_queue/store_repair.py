@@ -32,7 +32,10 @@ def repair_drift(db: Database, store: AudioStore, now: datetime, grace: timedelt
         files = [p for p in directory.iterdir() if p.is_file()]
         audio = {}
         for path in files:
-            age = now_s - path.stat().st_mtime
+            try:
+                age = now_s - path.stat().st_mtime
+            except FileNotFoundError:  # a writer renamed its temporary file, or a cleaner won
+                continue
             if path.name.endswith(".tmp"):
                 if age > tmp_age.total_seconds():
                     counts["temporary_files"] += _unlink(path)
