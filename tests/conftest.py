@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,27 @@ def sherlock_epub() -> Path:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class Clock:
+    """A clock the test moves (retention and cache take time as a parameter; nothing sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A moved clock starting at ``START``."""
+    return Clock()
+
+
+def key(n: int) -> str:
+    """A cache key made from a number."""
+    return f"{n:064x}"

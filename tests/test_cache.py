@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import START, Clock, key
 from tts_queue.cache import AudioCache
 from tts_queue.db import CacheEntry, Database
 from tts_queue.store import AudioStore
-
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture
@@ -32,10 +18,6 @@ def cache(tmp_path: Path, clock: Clock) -> AudioCache:
     db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
     db.create_all()
     return AudioCache(db, AudioStore(tmp_path / "audio"), hot_size=2, clock=clock)
-
-
-def key(n: int) -> str:
-    return f"{n:064x}"
 
 
 def test_put_then_lookup_counts_hits_and_peek_does_not(cache: AudioCache, clock: Clock) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from tests.conftest import START, Clock, key
 from tests.service.conftest import postgres_url  # noqa: F401 - the fixture, for PostgreSQL runs
 from tts_queue.cache import AudioCache
 from tts_queue.db import Base, BookRow, CacheEntry, ChunkRow, Database, TaskRow
@@ -21,23 +22,7 @@ from tts_queue.settings import CacheSettings
 from tts_queue.status import TaskStatus
 from tts_queue.store import AudioStore
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
-
-
-class Clock:
-    """A clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -52,10 +37,6 @@ def cache(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Itera
     yield AudioCache(db, AudioStore(tmp_path / "audio"), clock=clock)
     Base.metadata.drop_all(db.engine)
     db.engine.dispose()
-
-
-def key(n: int) -> str:
-    return f"{n:064x}"
 
 
 def put(cache: AudioCache, clock: Clock, n: int, at: datetime, size: int = 10) -> str:

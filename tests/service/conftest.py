@@ -125,6 +125,8 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 class WorkerProcess:
     """A real ``celery worker`` child process (cpu pool unless ``TTS_WORKER_POOL`` says gpu)."""
 
+    new_session = False  # GroupWorkerProcess leads its own process group
+
     def __init__(self, settings: Settings, name: str, log_path: Path, **env: str) -> None:
         from tts_queue.cli.launcher import worker_command
 
@@ -134,6 +136,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             worker_command(env.get("TTS_WORKER_POOL", "cpu"), 16, name, settings.services.queue_prefix),
             env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=self.new_session,
         )
 
     def wait_ready(self, app: Any, timeout: float = 90.0) -> None:
@@ -211,17 +214,7 @@ class GroupWorkerProcess(WorkerProcess):
     """A worker leading its own process group (its own session, as a supervisor or a container
     runtime starts it), so a crash can take the whole group at once: ``kill_group``."""
 
-    def __init__(self, settings: Settings, name: str, log_path: Path, **env: str) -> None:
-        from tts_queue.cli.launcher import worker_command
-
-        self.name = name
-        self.settings = settings
-        self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            worker_command(env.get("TTS_WORKER_POOL", "cpu"), 16, name, settings.services.queue_prefix),
-            env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    new_session = True
 
     def kill_group(self) -> list[int]:
         """SIGKILL every process of the worker's group at once (an OOM kill, a power cut) and wait
