@@ -37,10 +37,6 @@ class Heartbeats:
         """Announce ``info`` for the next ``ttl_s`` seconds."""
         self.client.set(self.keys.worker(info.name), json.dumps(asdict(info)), px=int(self.ttl_s * 1000))
 
-    def forget(self, name: str) -> None:
-        """Remove a worker's heartbeat (clean shutdown)."""
-        self.client.delete(self.keys.worker(name))
-
     def live(self) -> list[WorkerInfo]:
         """Every worker whose heartbeat has not expired, by name."""
         keys = sorted(self.client.scan_iter(match=self.keys.worker("*"), count=500))

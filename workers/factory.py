@@ -66,14 +66,14 @@ def make_celery(settings: Settings) -> Celery:
     )
     holder = RuntimeHolder(settings, CeleryDispatcher(app))
     app.tts_runtime = holder  # type: ignore[attr-defined]
-    _register_tasks(app, holder)
-    _connect_signals(app, holder)
+    marker = RedisMarker(settings)  # one Redis client for markers, heartbeats and the sweep
+    _register_tasks(app, holder, marker)
+    _connect_signals(app, holder, marker)
     return app
 
 
-def _connect_signals(app: Celery, holder: RuntimeHolder) -> None:
+def _connect_signals(app: Celery, holder: RuntimeHolder, marker: RedisMarker) -> None:
     settings = holder.settings
-    marker = RedisMarker(settings)
 
     heartbeats = Heartbeats(marker.client, marker.keys, ttl_s=min(20.0, settings.worker.lease_s / 2))
     stop = threading.Event()
@@ -128,13 +128,12 @@ def _connect_signals(app: Celery, holder: RuntimeHolder) -> None:
         marker.mark_consumed()
 
 
-def _register_tasks(app: Celery, holder: RuntimeHolder) -> None:
+def _register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisMarker) -> None:
     # shared=False: Celery would otherwise register these closures on every app created later in
     # the process, and a second app (tests) would run the first app's runtime.
     settings = holder.settings
     assert settings.services.redis_url
     signals_ = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix)
-    marker = RedisMarker(settings)
 
     @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries, shared=False)
     def synthesize(self: Any, task_id: str) -> str | None:
