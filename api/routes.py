@@ -14,6 +14,7 @@ from flask import (
     after_this_request,
     current_app,
     jsonify,
+    redirect,
     request,
     send_file,
     url_for,
@@ -22,7 +23,6 @@ from flask import (
 from api.services import Services
 from tts_queue.doctor import redis_warnings, schema_warnings
 from tts_queue.errors import (
-    AudioExpired,
     InvalidRequest,
     MalformedJSON,
     NotReady,
@@ -194,14 +194,19 @@ def cache_statistics() -> Response:
 @bp.get("/v1/tasks/<task_id>/audio")
 def get_audio(task_id: str) -> Response:
     """The finished audio, with Content-Length and Range support."""
-    audio = services().tasks.audio(task_id)
-    try:
-        response = send_file(
-            audio.path, mimetype=audio.mime_type, conditional=True,
-            download_name=f"{task_id}{audio.path.suffix}", max_age=86400,
-        )
-    except FileNotFoundError:  # removed by cleanup since the lookup
-        raise AudioExpired(f"the audio of task {task_id} has expired from the cache; resubmit") from None
+    tasks = services().tasks
+    audio = tasks.audio(task_id)
+    url = tasks.audio_url(audio, services().settings.storage.presign_s)
+    if url is not None:  # a bucket with presigned downloads: the client fetches from it directly
+        response = redirect(url, 302)
+    else:
+        # The key is a content hash: a strong ETag. The reader is seekable, so a Range is one seek
+        # (one ranged GET from a bucket); a file deleted since the lookup answers 410.
+        response = send_file(tasks.open_audio(audio), mimetype=audio.mime_type, etag=audio.key,
+                             download_name=audio.filename, max_age=86400, conditional=False)
+        response.content_length = audio.size_bytes
+        response = response.make_conditional(request.environ, accept_ranges=True,
+                                              complete_length=audio.size_bytes)
     response.headers["X-Audio-Duration"] = f"{audio.duration_s:.3f}"
     return response
 

@@ -58,7 +58,7 @@ class Services:
             dispatcher = probe = CeleryQueue(settings)
         db = Database(settings.database_url)
         registry = VoiceRegistry.from_settings(settings)
-        cache = AudioCache(db, AudioStore(settings.audio_dir), settings.cache.hot_size)
+        cache = AudioCache(db, AudioStore.from_settings(settings), settings.cache.hot_size)
         tasks = TaskService(settings, db, cache, registry, dispatcher,
                             pool_alive=getattr(probe, "pool_alive", None))
         books = BookService(tasks, dispatcher)

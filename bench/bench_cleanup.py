@@ -49,7 +49,7 @@ def populate(db: Database, store: AudioStore, entries: int, tasks: int) -> None:
         for n in range(start, min(entries, start + batch)):
             key = f"{n:064x}"
             path = store.relative_path(key, "wav")
-            target = store.path(path)
+            target = store.storage.path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(b"RIFF0000")
             when = NOW - timedelta(days=30 if n % 2 else 1)
@@ -78,7 +78,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tts-bench-cleanup-") as tmp:
         db = Database(f"sqlite:///{tmp}/tts.db")
         db.create_all()
-        store = AudioStore(Path(tmp) / "audio")
+        store = AudioStore.at(Path(tmp) / "audio")
         started = time.perf_counter()
         populate(db, store, args.entries, args.tasks)
         populate_s = time.perf_counter() - started

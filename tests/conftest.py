@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -105,3 +106,62 @@ def clock() -> Clock:
 def key(n: int) -> str:
     """A cache key made from a number."""
     return f"{n:064x}"
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3-compatible HTTP server (moto's standalone server, a child process) for this session.
+
+    The ``AWS_*`` variables point boto3 at it, as an operator's would point at MinIO or AWS, so
+    in-process code and the worker processes that inherit the environment find it the usual way.
+    """
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            requests.get(endpoint, timeout=1)
+            break
+        except requests.ConnectionError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"moto's S3 server did not start; see {log.name}")
+            time.sleep(0.1)
+    variables = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                 "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    yield endpoint
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    process.terminate()
+    process.wait(timeout=10)
+    log.close()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str) -> str:
+    """A new, empty bucket on the test S3 server."""
+    import uuid
+
+    import boto3
+
+    name = f"tts-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name

@@ -17,7 +17,7 @@ from tts_queue.store import AudioStore
 def cache(tmp_path: Path, clock: Clock) -> AudioCache:
     db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
     db.create_all()
-    return AudioCache(db, AudioStore(tmp_path / "audio"), hot_size=2, clock=clock)
+    return AudioCache(db, AudioStore.at(tmp_path / "audio"), hot_size=2, clock=clock)
 
 
 def test_put_then_lookup_counts_hits_and_peek_does_not(cache: AudioCache, clock: Clock) -> None:
@@ -29,7 +29,7 @@ def test_put_then_lookup_counts_hits_and_peek_does_not(cache: AudioCache, clock:
     with cache.db.read() as session:
         row = session.get(CacheEntry, key(1))
     assert row is not None and row.hits == 1 and row.last_access_at == clock.now
-    assert cache.store.path(hit.path).with_suffix(".align.json").is_file()
+    assert cache.store.storage.path(hit.path).with_suffix(".align.json").is_file()
 
 
 def test_storing_a_key_twice_keeps_one_row(cache: AudioCache) -> None:
@@ -37,12 +37,12 @@ def test_storing_a_key_twice_keeps_one_row(cache: AudioCache) -> None:
     cache.put(key(1), "wav", "v", b"two!", 0.2)
     hit = cache.peek(key(1))
     assert hit is not None and hit.size_bytes == 4
-    assert cache.store.path(hit.path).read_bytes() == b"two!"
+    assert cache.store.storage.path(hit.path).read_bytes() == b"two!"
 
 
 def test_a_row_whose_file_is_gone_is_a_miss_and_is_forgotten(cache: AudioCache) -> None:
     hit = cache.put(key(1), "wav", "v", b"data", 0.1)
-    cache.store.path(hit.path).unlink()
+    cache.store.storage.path(hit.path).unlink()
     assert cache.lookup(key(1)) is None
     with cache.db.read() as session:
         assert session.get(CacheEntry, key(1)) is None

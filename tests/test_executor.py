@@ -45,7 +45,7 @@ class Counting(Synthesizer):
 def world(tmp_path: Path, registry: VoiceRegistry, settings: Settings) -> Iterator[dict[str, Any]]:
     db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
     db.create_all()
-    cache = AudioCache(db, AudioStore(tmp_path / "audio"))
+    cache = AudioCache(db, AudioStore.at(tmp_path / "audio"))
     engine = BatchEngine(registry, PoolSettings(max_batch=4)).start()
     synth = Counting(registry, engine)
     executor = TaskExecutor(db, cache, synth, "test-worker", max_attempts=2)

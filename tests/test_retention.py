@@ -34,7 +34,7 @@ def cache(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Itera
         db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
     Base.metadata.drop_all(db.engine)
     db.create_all()
-    yield AudioCache(db, AudioStore(tmp_path / "audio"), clock=clock)
+    yield AudioCache(db, AudioStore.at(tmp_path / "audio"), clock=clock)
     Base.metadata.drop_all(db.engine)
     db.engine.dispose()
 
@@ -83,7 +83,7 @@ def test_stale_audio_is_expired_then_purged_after_the_grace(cache: AudioCache, c
     # And a run after the grace deletes their files and rows, and only theirs
     clock.now += timedelta(seconds=61)
     second = cleaner(cache, clock).run()
-    assert second.entries == 2 and second.bytes == 2 * 10 + 2 * len(b'{"sentence_starts": [0]}')
+    assert second.entries == 2 and second.bytes == 2 * 10  # audio bytes, as cache stats count them
     assert live_keys(cache) == {fresh}
     assert not any(cache.store.exists(f"{k[:2]}/{k}.wav") for k in stale)
 
@@ -142,13 +142,14 @@ def test_pressure_evicts_least_recently_used_down_to_the_low_watermark(
 
 
 def test_drift_is_found_and_repaired(cache: AudioCache, clock: Clock) -> None:
-    # Given a row whose file was deleted behind the database's back, a file with no row, a stale
-    # temporary file of a crashed write, and a sidecar without its audio
+    # Given a row (last used a day ago) whose file was deleted behind the database's back, a file
+    # with no row, a stale temporary file of a crashed write, and a sidecar without its audio
     clock.now = START + DAY
-    lost = put(cache, clock, 1, clock.now)
-    kept = put(cache, clock, 2, clock.now)
-    os.unlink(cache.store.path(f"{lost[:2]}/{lost}.wav"))
-    root = cache.store.root
+    lost = put(cache, clock, 1, START)
+    kept = put(cache, clock, 2, START)
+    os.unlink(cache.store.storage.path(f"{lost[:2]}/{lost}.wav"))
+    root = cache.store.local_root
+    lost_sidecar = root / lost[:2] / f"{lost}.align.json"
     (root / "ff").mkdir(parents=True, exist_ok=True)
     orphan = root / "ff" / f"{'f' * 64}.wav"
     orphan.write_bytes(b"audio without a row")
@@ -157,7 +158,7 @@ def test_drift_is_found_and_repaired(cache: AudioCache, clock: Clock) -> None:
     sidecar = root / "ff" / f"{'d' * 64}.align.json"
     sidecar.write_text("{}")
     old = (START - 2 * DAY).timestamp()
-    for path in (orphan, tmp, sidecar):
+    for path in (orphan, tmp, sidecar, lost_sidecar):
         os.utime(path, (old, old))
     # When the cleanup runs
     report = cleaner(cache, clock).run()

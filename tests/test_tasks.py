@@ -85,7 +85,7 @@ def world(tmp_path: Path) -> dict[str, Any]:
     db.create_all()
     app = make_celery(settings)
     app.conf.task_always_eager = True  # retries run in place, no broker round trip
-    runtime = FakeRuntime(settings, FakeExecutor(), AudioCache(db, AudioStore(tmp_path / "audio")),
+    runtime = FakeRuntime(settings, FakeExecutor(), AudioCache(db, AudioStore.at(tmp_path / "audio")),
                           TaskRows(db))
     app.tts_runtime._runtime = runtime  # type: ignore[attr-defined]
     client = redis.Redis.from_url(client_url(REDIS_URL))
@@ -148,7 +148,7 @@ def test_the_cleanup_task_deletes_what_was_unused_for_the_configured_age(world: 
     # Then only the stale entry is gone, file and row, and the report says so
     assert report["expired_by_age"] == 1 and report["entries"] == 1 and report["bytes"] == 8
     assert runtime.cache.peek("a" * 64) is None and runtime.cache.peek("b" * 64) is not None
-    assert not runtime.cache.store.path(f"aa/{'a' * 64}.wav").exists()
+    assert not runtime.cache.store.storage.path(f"aa/{'a' * 64}.wav").exists()
 
 
 

@@ -117,10 +117,10 @@ class ChapterAssembler:
             entry = self.cache.peek(key)
             if entry is None:
                 raise FileNotFoundError(f"the audio of sentence {key[:12]} is gone from the cache")
-            path = self.cache.store.path(entry.path)
-            samples, rate = soundfile.read(path, dtype="float32")
+            samples, rate = soundfile.read(io.BytesIO(self.cache.store.read(entry.path)), dtype="float32")
             parts.append(np.asarray(samples, dtype=np.float32))
-            starts.append(word_starts_of(path.with_suffix(".align.json"), text, marks))
+            alignment = self.cache.store.alignment(entry.path) if marks is not None else None
+            starts.append(word_starts_of(alignment, text, marks))
         pauses = [cast(PauseKind, p) for _, _, p in sentences]
         stitched = stitch(parts, pauses, rate, self.stitching)
         total = len(stitched.audio.samples)
@@ -182,12 +182,12 @@ def decode(data: bytes) -> Audio:
     return Audio(samples=samples.astype(np.float32), sample_rate=rate)
 
 
-def word_starts_of(sidecar: Path, text: str, marks: IdMarks | None) -> Sequence[int] | None:
+def word_starts_of(alignment: dict[str, Any] | None, text: str,
+                   marks: IdMarks | None) -> Sequence[int] | None:
     """Word starts (samples from the sentence start) from a sentence's alignment sidecar, or
-    ``None`` (a sentence cue) when the sidecar has no phoneme ids or the words do not line up."""
-    if marks is None or not sidecar.is_file():
+    ``None`` (a sentence cue) when there is none, it has no phoneme ids or the words do not line up."""
+    if marks is None or alignment is None:
         return None
-    alignment = json.loads(sidecar.read_text(encoding="utf-8"))
     ids, samples = alignment.get("phoneme_ids") or [], alignment.get("phoneme_samples") or []
     if not ids or len(ids) != len(samples):
         return None

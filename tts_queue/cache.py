@@ -1,7 +1,9 @@
 """The content-hash cache: database rows that point at stored audio, with a hot in-process LRU.
 
 A hit needs a row and its file; a row whose file is gone is deleted and counts as a miss, so a
-lost file is re-synthesized instead of served broken. Hits and last access are recorded for the
+lost file is re-synthesized instead of served broken. On disk the file is checked on every hit (a
+``stat``); in a bucket it is not (a hit costs no storage round trip) and a download that finds the
+object gone forgets the row (``forget``). Hits and last access are recorded for the
 cleanup (``tts_queue.retention``), which expires entries first and deletes them after a grace.
 """
 
@@ -61,7 +63,7 @@ class AudioCache:
     def peek(self, key: str) -> CachedAudio | None:
         """The cached audio for ``key`` if its file is there, without recording a hit."""
         hit = self._find(key)
-        return hit if hit is not None and self.store.exists(hit.path) else None
+        return hit if hit is not None and self._present(hit) else None
 
     def lookup(self, key: str, session: Session | None = None) -> CachedAudio | None:
         """The cached audio for ``key`` (recording the hit), or ``None``.
@@ -72,7 +74,7 @@ class AudioCache:
         hit = self._find(key)
         if hit is None:
             return None
-        if not self.store.exists(hit.path):
+        if not self._present(hit):
             self.forget(key, session)
             return None
         # Recording the hit also checks the row is not expired (another process's cleanup), so
@@ -92,6 +94,11 @@ class AudioCache:
                 return None
             self._hot[key] = hit
         return hit
+
+    def _present(self, hit: CachedAudio) -> bool:
+        """Whether the hit's file is there, where asking is cheap (a ``stat`` on disk, not a
+        bucket request: there a missing object shows at download and is forgotten then)."""
+        return not self.store.verifies_hits or self.store.exists(hit.path)
 
     def drop_hot(self, keys: Iterable[str]) -> None:
         """Forget ``keys`` in this process's hot cache (they were expired)."""
@@ -127,7 +134,7 @@ class AudioCache:
             return
         row = session.get(CacheEntry, key)
         if row is not None:
-            self.store.delete(row.path)
+            self.store.delete([row.path])
             session.delete(row)
 
 

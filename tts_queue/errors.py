@@ -185,6 +185,12 @@ class StorageFull(ServiceUnavailable):
     retry_after_s = 30
 
 
+class StorageUnavailable(ServiceUnavailable):
+    """The object store could not be reached or refused the request (not a missing object)."""
+
+    code = "storage_unavailable"
+
+
 class NoWorker(ServiceUnavailable):
     """No live worker serves the pool the request is routed to, so it would wait for ever."""
 

@@ -149,7 +149,8 @@ class Cleaner:
         if self.policy.audio_max_bytes > 0 and live > self.policy.audio_max_bytes:
             excess = int(live - self.policy.audio_max_bytes * self.policy.low_watermark)
             report.pressure_reason = f"audio store {live} bytes > budget {self.policy.audio_max_bytes}"
-        disk = free_fraction(self.store.root)
+        root = self.store.local_root
+        disk = free_fraction(root) if root is not None else None  # a bucket has no free-space floor
         if disk is not None and disk[0] < self.policy.disk_min_free:
             target = self.policy.disk_min_free / self.policy.low_watermark
             excess = max(excess, int((target - disk[0]) * disk[1]))
@@ -181,18 +182,18 @@ class Cleaner:
         while True:
             with self.db.read() as session:
                 rows = session.execute(
-                    select(CacheEntry.key, CacheEntry.path)
+                    select(CacheEntry.key, CacheEntry.path, CacheEntry.size_bytes)
                     .where(CacheEntry.expired_at.is_not(None), CacheEntry.expired_at <= cutoff)
                     .limit(CHUNK)
                 ).all()
             if not rows:
                 return entries, freed
-            for _, path in rows:
-                freed += self.store.delete(path)
+            self.store.delete(path for _, path, _ in rows)  # one request per chunk on a bucket
             with self.db.write() as session:
-                session.execute(delete(CacheEntry).where(CacheEntry.key.in_([k for k, _ in rows]),
+                session.execute(delete(CacheEntry).where(CacheEntry.key.in_([k for k, _, _ in rows]),
                                                          CacheEntry.expired_at.is_not(None)))
             entries += len(rows)
+            freed += sum(size for _, _, size in rows)
 
     def _old_tasks(self, now: datetime) -> list[Any]:
         cutoff = now - timedelta(days=self.policy.task_ttl_days)

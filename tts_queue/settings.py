@@ -177,6 +177,19 @@ class CacheSettings:
 
 
 @dataclass(frozen=True)
+class StorageSettings:
+    """Where audio is stored: the data directory, another directory, or an S3-compatible bucket."""
+
+    url: str = setting("", "where audio lives: empty for `<data-dir>/audio`, a directory, `file:///path`, "
+                       "or `s3://bucket/prefix` (endpoint, region and credentials from the usual `AWS_*` "
+                       "variables, e.g. `AWS_ENDPOINT_URL` for MinIO)", env="TTS_STORAGE_URL",
+                       shown="empty")
+    presign_s: float = setting(0.0, "with a bucket, audio downloads answer 302 to a presigned URL valid "
+                               "this long instead of streaming through the API (0: stream)",
+                               env="TTS_STORAGE_PRESIGN_S")
+
+
+@dataclass(frozen=True)
 class BookSettings:
     """Audiobook uploads and rendering."""
 
@@ -201,6 +214,7 @@ class Settings:
     routing: RoutingSettings = RoutingSettings()
     worker: WorkerSettings = WorkerSettings()
     cache: CacheSettings = CacheSettings()
+    storage: StorageSettings = StorageSettings()
     books: BookSettings = BookSettings()
 
     @property
@@ -212,6 +226,11 @@ class Settings:
     def audio_dir(self) -> Path:
         """Where finished audio files live (content-addressed)."""
         return self.data_dir / "audio"
+
+    @property
+    def storage_url(self) -> str:
+        """The audio storage's URL (``TTS_STORAGE_URL``, or the data directory's ``audio``)."""
+        return self.storage.url or str(self.audio_dir)
 
     @property
     def books_dir(self) -> Path:
@@ -266,6 +285,12 @@ class Settings:
                               "must be at least 1")
         if self.api.sync_wait_s < 0 or not 0 < self.request.min_speed <= 1 <= self.request.max_speed:
             raise ConfigError("TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
+        scheme = self.storage.url.split("://", 1)[0] if "://" in self.storage.url else ""
+        if scheme not in ("", "file", "s3") or (scheme == "s3" and not self.storage.url[5:].strip("/")):
+            raise ConfigError(f"TTS_STORAGE_URL={self.storage.url!r}: use a directory, file:///path "
+                              "or s3://bucket/prefix")
+        if self.storage.presign_s < 0:
+            raise ConfigError("TTS_STORAGE_PRESIGN_S must be >= 0")
         if self.api.wait_recheck_s <= 0 or self.worker.consumed_window_s <= 0:
             raise ConfigError("TTS_WAIT_RECHECK_S and TTS_CONSUMED_WINDOW_S must be positive")
 

@@ -1,50 +1,84 @@
-"""Content-addressed audio files on disk, written atomically."""
+"""Content-addressed audio in a storage (local directory or bucket), written atomically."""
 
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from tts_queue.audio import write_atomic
+from tts_queue.settings import Settings
+from tts_queue.storage import Storage, open_storage
+
+SIDECAR = ".align.json"
 
 
 class AudioStore:
-    """Audio files under ``root/<key[:2]>/<key>.<format>``, plus an alignment sidecar."""
+    """Audio under ``<key[:2]>/<key>.<format>``, plus an alignment sidecar ``<key>.align.json``."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @classmethod
+    def at(cls, location: str | Path) -> AudioStore:
+        """The store at a directory or a storage URL (``s3://bucket/prefix``)."""
+        return cls(open_storage(str(location)))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AudioStore:
+        """The store ``TTS_STORAGE_URL`` names (the data directory's ``audio`` by default)."""
+        return cls.at(settings.storage_url)
+
+    @property
+    def local_root(self) -> Path | None:
+        """The directory on disk, or ``None`` when the audio lives in a bucket."""
+        return self.storage.local_root
+
+    @property
+    def verifies_hits(self) -> bool:
+        """Whether a cache hit checks its file is there: on disk a ``stat``; a bucket is not asked
+        (a hit must not cost a storage round trip), a missing object shows at download instead."""
+        return self.storage.local_root is not None
 
     def relative_path(self, key: str, fmt: str) -> str:
         """Where ``key`` lives, relative to the root (what the database records)."""
         return f"{key[:2]}/{key}.{fmt}"
 
-    def path(self, relative: str) -> Path:
-        """Absolute path of a recorded relative path."""
-        return self.root / relative
-
     def write(self, key: str, fmt: str, data: bytes, alignment: dict[str, Any] | None = None) -> str:
-        """Store audio (and its alignment) atomically; return the relative path."""
+        """Store audio (and its alignment first) atomically; return the relative path."""
+        from tts_queue.encoder import mime_type
+
         relative = self.relative_path(key, fmt)
-        target = self.path(relative)
         if alignment is not None:
-            write_atomic(target.with_suffix(".align.json"), json.dumps(alignment).encode("utf-8"))
-        write_atomic(target, data)
+            self.storage.put(sidecar(relative), json.dumps(alignment).encode("utf-8"), "application/json")
+        self.storage.put(relative, data, mime_type(fmt))
         return relative
 
     def exists(self, relative: str) -> bool:
-        """Whether the file is there (a cache row without its file is a miss)."""
-        return self.path(relative).is_file()
+        """Whether the audio is there (a cache row without its file is a miss)."""
+        return self.storage.size(relative) is not None
 
-    def delete(self, relative: str) -> int:
-        """Remove a file and its sidecar; return the bytes freed."""
-        target = self.path(relative)
-        freed = 0
-        for path in (target, target.with_suffix(".align.json")):
-            try:
-                freed += path.stat().st_size
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-        return freed
+    def open(self, relative: str) -> IO[bytes]:
+        """A seekable reader of the audio; ``FileNotFoundError`` when it is gone."""
+        return self.storage.open(relative)
+
+    def read(self, relative: str) -> bytes:
+        """The whole audio file."""
+        return self.storage.read(relative)
+
+    def alignment(self, relative: str) -> dict[str, Any] | None:
+        """The alignment sidecar of the audio, or ``None``."""
+        try:
+            data: dict[str, Any] = json.loads(self.storage.read(sidecar(relative)))
+        except (FileNotFoundError, ValueError):
+            return None
+        return data
+
+    def delete(self, relatives: Iterable[str]) -> None:
+        """Remove audio files and their sidecars (missing ones are fine)."""
+        self.storage.delete(name for relative in relatives for name in (relative, sidecar(relative)))
+
+
+def sidecar(relative: str) -> str:
+    """The alignment sidecar's name of an audio file."""
+    return relative.rsplit(".", 1)[0] + SIDECAR

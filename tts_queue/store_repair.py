@@ -1,88 +1,130 @@
 """Drift repair between the audio store and the cache rows (part of the cleanup).
 
-Finds and fixes, in bounded chunks: rows whose file is gone, audio files with no row (older than
-the grace, since a writer stores the file before its row), temporary files left by crashed writes,
-and alignment sidecars without their audio. Returns the count of each kind.
+One pass merges two streams in key order: the store's listing (a directory walk, or a bucket's
+pages) and the cache rows (read in chunks). That finds, without a request per row:
+
+- rows whose file is gone (only rows not touched within the grace: a writer stores the file before
+  its row, and a listing can pass a directory before a new file lands there);
+- audio files with no row, and sidecars without audio (older than the grace, for the same reason);
+- temporary files left by crashed writes (older than ``tmp_age``; a bucket has none).
+
+Each kind is fixed in bounded batches and counted.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from sqlalchemy import delete, select
 
 from tts_queue.db import CacheEntry, Database
-from tts_queue.store import AudioStore
+from tts_queue.storage import StoredObject
+from tts_queue.store import SIDECAR, AudioStore
 
 CHUNK = 500
-SIDECAR = ".align.json"
+KINDS = ("rows_without_file", "files_without_row", "temporary_files", "orphan_sidecars")
+
+
+@dataclass
+class _Stored:
+    """The stored objects of one key."""
+
+    key: str
+    audio: dict[str, float] = field(default_factory=dict)  # name -> modified
+    sidecars: dict[str, float] = field(default_factory=dict)
 
 
 def repair_drift(db: Database, store: AudioStore, now: datetime, grace: timedelta,
                  tmp_age: timedelta) -> dict[str, int]:
-    """Fix drift in the store under ``store.root``; counts per kind."""
-    counts = {"rows_without_file": _rows_without_file(db, store), "files_without_row": 0,
-              "temporary_files": 0, "orphan_sidecars": 0}
-    if not store.root.is_dir():
-        return counts
-    now_s = now.timestamp()
-    for directory in sorted(p for p in store.root.iterdir() if p.is_dir()):
-        files = [p for p in directory.iterdir() if p.is_file()]
-        audio = {}
-        for path in files:
-            try:
-                age = now_s - path.stat().st_mtime
-            except FileNotFoundError:  # a writer renamed its temporary file, or a cleaner won
-                continue
-            if path.name.endswith(".tmp"):
-                if age > tmp_age.total_seconds():
-                    counts["temporary_files"] += _unlink(path)
-            elif not path.name.endswith(SIDECAR):
-                audio[path.name.split(".", 1)[0]] = (path, age)
-        for path in files:
-            if path.name.endswith(SIDECAR) and path.name[: -len(SIDECAR)] not in audio:
-                counts["orphan_sidecars"] += _unlink(path)
-        counts["files_without_row"] += _files_without_row(db, audio, grace.total_seconds())
+    """Fix drift between ``store`` and the cache rows; counts per kind."""
+    counts = dict.fromkeys(KINDS, 0)
+    cutoff, newest = now - grace, now.timestamp() - grace.total_seconds()
+    doomed: list[str] = []
+    missing: list[str] = []
+
+    def flush(final: bool = False) -> None:
+        if len(doomed) >= CHUNK or (final and doomed):
+            store.storage.delete(doomed)
+            doomed.clear()
+        if len(missing) >= CHUNK or (final and missing):
+            with db.write() as session:  # a row stored again since it was read is left alone
+                session.execute(delete(CacheEntry).where(CacheEntry.key.in_(missing),
+                                                         CacheEntry.last_access_at < cutoff))
+            missing.clear()
+
+    rows = _rows(db)
+    row = next(rows, None)
+    for stored in _by_key(store, now.timestamp() - tmp_age.total_seconds(), counts, doomed):
+        while row is not None and row[0] < stored.key:
+            if row[2] < cutoff:
+                missing.append(row[0])
+                counts["rows_without_file"] += 1
+            row = next(rows, None)
+        if row is not None and row[0] == stored.key:
+            if row[1] not in stored.audio and row[2] < cutoff:
+                missing.append(stored.key)
+                counts["rows_without_file"] += 1
+            row = next(rows, None)
+        elif stored.audio:
+            old = [name for name, modified in stored.audio.items() if modified < newest]
+            if len(old) == len(stored.audio):
+                doomed.extend([*old, *stored.sidecars])
+                counts["files_without_row"] += len(old)
+        if not stored.audio:
+            old = [name for name, modified in stored.sidecars.items() if modified < newest]
+            doomed.extend(old)
+            counts["orphan_sidecars"] += len(old)
+        flush()
+    while row is not None:
+        if row[2] < cutoff:
+            missing.append(row[0])
+            counts["rows_without_file"] += 1
+        row = next(rows, None)
+        flush()
+    flush(final=True)
     return counts
 
 
-def _rows_without_file(db: Database, store: AudioStore) -> int:
-    """Delete rows whose file is missing, walking the table in key order."""
-    gone = 0
+def _by_key(store: AudioStore, tmp_before: float, counts: dict[str, int],
+            doomed: list[str]) -> Iterator[_Stored]:
+    """The store's objects grouped by cache key, in key order; stale temporary files are doomed."""
+    current: _Stored | None = None
+    for item in store.storage.list():
+        base = item.name.rsplit("/", 1)[-1]
+        if base.endswith(".tmp"):
+            if item.modified < tmp_before:
+                doomed.append(item.name)
+                counts["temporary_files"] += 1
+            continue
+        key = base.split(".", 1)[0]
+        if current is None or current.key != key:
+            if current is not None:
+                yield current
+            current = _Stored(key)
+        _add(current, item)
+    if current is not None:
+        yield current
+
+
+def _add(stored: _Stored, item: StoredObject) -> None:
+    if item.name.endswith(SIDECAR):
+        stored.sidecars[item.name] = item.modified
+    else:
+        stored.audio[item.name] = item.modified
+
+
+def _rows(db: Database) -> Iterator[tuple[str, str, datetime]]:
+    """Every cache row as (key, path, last access), in key order, a chunk per query."""
     after = ""
     while True:
         with db.read() as session:
-            rows = session.execute(select(CacheEntry.key, CacheEntry.path).where(CacheEntry.key > after)
-                                   .order_by(CacheEntry.key).limit(CHUNK)).all()
-        if not rows:
-            return gone
-        missing = [key for key, path in rows if not store.exists(path)]
-        if missing:
-            with db.write() as session:
-                session.execute(delete(CacheEntry).where(CacheEntry.key.in_(missing)))
-            gone += len(missing)
-        after = rows[-1][0]
+            chunk = session.execute(
+                select(CacheEntry.key, CacheEntry.path, CacheEntry.last_access_at)
+                .where(CacheEntry.key > after).order_by(CacheEntry.key).limit(CHUNK)).all()
+        if not chunk:
+            return
+        yield from ((key, path, last) for key, path, last in chunk)
+        after = chunk[-1][0]
 
-
-def _files_without_row(db: Database, audio: dict[str, tuple[Path, float]], grace_s: float) -> int:
-    """Delete audio files (and sidecars) of one directory whose key has no row."""
-    if not audio:
-        return 0
-    with db.read() as session:
-        known = set(session.scalars(select(CacheEntry.key).where(CacheEntry.key.in_(list(audio)))))
-    removed = 0
-    for key, (path, age) in audio.items():
-        if key not in known and age > grace_s:
-            removed += _unlink(path)
-            _unlink(path.with_name(key + SIDECAR))
-    return removed
-
-
-def _unlink(path: Path) -> int:
-    try:
-        os.unlink(path)
-        return 1
-    except FileNotFoundError:
-        return 0

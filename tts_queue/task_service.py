@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from tts_queue.broker import INTERACTIVE, queue_name
 from tts_queue.cache import AudioCache
@@ -71,12 +71,20 @@ class TaskView:
 
 @dataclass(frozen=True)
 class AudioFile:
-    """A task's finished audio on disk."""
+    """A task's finished audio in the store."""
 
-    path: Path
+    task_id: str
+    key: str
+    relative: str
+    format: str
     mime_type: str
     size_bytes: int
     duration_s: float
+
+    @property
+    def filename(self) -> str:
+        """The name a download is saved as."""
+        return f"{self.task_id}.{self.format}"
 
 
 class TaskService:
@@ -118,7 +126,8 @@ class TaskService:
 
     def require_storage(self) -> None:
         """Raise ``StorageFull`` when the audio store has less free space than the reserve."""
-        free = free_bytes(self.settings.audio_dir)
+        root = self.cache.store.local_root
+        free = free_bytes(root) if root is not None else None  # a bucket has no free-space figure
         if free is not None and free < self.settings.cache.storage_reserve_bytes:
             raise StorageFull(f"the audio store has {free} bytes free (reserve "
                               f"{self.settings.cache.storage_reserve_bytes}); retry once space is freed")
@@ -187,8 +196,25 @@ class TaskService:
         entry = self.cache.lookup(row.cache_key)
         if entry is None:
             raise AudioExpired(f"the audio of task {task_id} has expired from the cache; resubmit")
-        path = self.cache.store.path(entry.path)
-        return AudioFile(path, mime_type(entry.format), entry.size_bytes, entry.duration_s)
+        return AudioFile(task_id, entry.key, entry.path, entry.format, mime_type(entry.format),
+                         entry.size_bytes, entry.duration_s)
+
+    def open_audio(self, audio: AudioFile) -> IO[bytes]:
+        """A seekable reader of the audio; ``AudioExpired`` if it was deleted since the lookup (a
+        cleanup, or an object removed from the bucket behind the database's back: forgotten)."""
+        try:
+            return self.cache.store.open(audio.relative)
+        except FileNotFoundError:
+            if not self.cache.store.verifies_hits:
+                self.cache.forget(audio.key)
+            raise AudioExpired(f"the audio of task {audio.task_id} has expired from the cache; "
+                               "resubmit") from None
+
+    def audio_url(self, audio: AudioFile, expires_s: float) -> str | None:
+        """A presigned URL of the audio in a bucket (``None`` on disk, or when ``expires_s`` is 0)."""
+        if expires_s <= 0:
+            return None
+        return self.cache.store.storage.presign(audio.relative, expires_s, audio.mime_type, audio.filename)
 
 
 def free_bytes(path: Path) -> int | None:

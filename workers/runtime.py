@@ -43,7 +43,7 @@ class WorkerRuntime:
     def build(cls, settings: Settings, dispatcher: BookDispatcher, name: str | None = None) -> WorkerRuntime:
         """Wire the services of a worker serving ``settings.worker.pool``."""
         db = Database(settings.database_url)
-        cache = AudioCache(db, AudioStore(settings.audio_dir), settings.cache.hot_size)
+        cache = AudioCache(db, AudioStore.from_settings(settings), settings.cache.hot_size)
         registry = VoiceRegistry.from_settings(settings)
         engine = BatchEngine(registry, settings.pool(settings.worker.pool)).start()
         synthesizer = Synthesizer(registry, engine)

@@ -213,7 +213,7 @@ def test_lost_audio_file_is_a_miss_not_a_broken_download(
 ) -> None:
     # Given a cache row whose file has disappeared
     hit = cache_audio(services, "Gone.", 100)
-    services.tasks.cache.store.path(hit.path).unlink()
+    services.tasks.cache.store.storage.path(hit.path).unlink()
     # When the request comes again, it is queued for synthesis instead of served broken
     response = client.post("/v1/tts", json={"text": "Gone."})
     assert response.status_code == 202 and len(queue.sent) == 1

@@ -109,7 +109,7 @@ def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voice
     upgrade(settings.database_url)
     services = Services.build(settings, dispatcher=FakeQueue(), probe=FakeQueue())
     client = create_app(settings, services).test_client()
-    cache = AudioCache(Database(settings.database_url), AudioStore(settings.audio_dir))
+    cache = AudioCache(Database(settings.database_url), AudioStore.from_settings(settings))
     payload = b"RIFF" + bytes(range(256)) * 800
     ids = []
     for n in range(20):

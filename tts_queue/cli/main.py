@@ -120,7 +120,7 @@ def _cache(settings: Settings) -> Any:
     from tts_queue.store import AudioStore
 
     upgrade(settings.database_url)
-    return AudioCache(Database(settings.database_url), AudioStore(settings.audio_dir))
+    return AudioCache(Database(settings.database_url), AudioStore.from_settings(settings))
 
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:

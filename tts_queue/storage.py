@@ -1,0 +1,301 @@
+"""Where stored bytes live: one small interface, a local directory or an S3-compatible bucket.
+
+``open_storage(url)`` picks the implementation by URL: a path or ``file:///path`` gives
+``LocalStorage``, ``s3://bucket/prefix`` gives ``S3Storage`` (boto3; endpoint, region and
+credentials come from the usual ``AWS_*`` variables, ``AWS_ENDPOINT_URL`` included, so MinIO,
+Ceph or moto work as well as AWS). Names are ``/``-separated and relative to the root.
+
+The interface is what the cache, the downloads and the cleanup need and nothing more:
+
+- ``put`` is atomic: a reader sees the whole object or none (a temporary file renamed into place
+  on disk; a single PUT on S3, which never shows a partial object).
+- ``open`` gives a seekable binary reader, so an HTTP ``Range`` costs one ranged read.
+- ``delete`` takes many names (one request per thousand on S3), ``list`` walks a prefix lazily,
+  ``size`` answers ``None`` for a missing object.
+- ``local_root`` is the directory on disk (``None`` for a bucket): free-space checks use it, and
+  only a local store is cheap enough to check on every cache hit.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+from urllib.parse import unquote, urlparse
+
+from tts_queue.audio import write_atomic
+from tts_queue.errors import ConfigError, StorageUnavailable
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One stored object as a listing shows it."""
+
+    name: str
+    size: int
+    modified: float  # seconds since the epoch
+
+
+class Storage(Protocol):
+    """Atomic put, seekable open, batch delete, lazy list, size."""
+
+    url: str
+    local_root: Path | None
+
+    def put(self, name: str, data: bytes, content_type: str | None = None) -> None: ...
+
+    def open(self, name: str) -> IO[bytes]: ...
+
+    def read(self, name: str) -> bytes: ...
+
+    def delete(self, names: Iterable[str]) -> int: ...
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]: ...
+
+    def size(self, name: str) -> int | None: ...
+
+    def presign(self, name: str, expires_s: float, content_type: str, filename: str) -> str | None: ...
+
+
+def open_storage(url: str) -> Storage:
+    """The storage a URL names: a path, ``file:///path`` or ``s3://bucket/prefix``."""
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        path = unquote(parsed.path) if parsed.scheme == "file" else url
+        return LocalStorage(Path(path).expanduser())
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ConfigError(f"TTS_STORAGE_URL={url!r} names no bucket; use s3://bucket/prefix")
+        return S3Storage(parsed.netloc, parsed.path.strip("/"))
+    raise ConfigError(f"TTS_STORAGE_URL={url!r}: use a directory, file:///path or s3://bucket/prefix")
+
+
+class LocalStorage:
+    """Files under a directory, written through a temporary file and a rename."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.local_root: Path | None = root
+        self.url = root.as_uri() if root.is_absolute() else str(root)
+
+    def path(self, name: str) -> Path:
+        """The file of ``name``."""
+        return self.root / name
+
+    def put(self, name: str, data: bytes, content_type: str | None = None) -> None:
+        write_atomic(self.path(name), data)
+
+    def open(self, name: str) -> IO[bytes]:
+        return open(self.path(name), "rb")
+
+    def read(self, name: str) -> bytes:
+        return self.path(name).read_bytes()
+
+    def delete(self, names: Iterable[str]) -> int:
+        removed = 0
+        for name in names:
+            try:
+                os.unlink(self.path(name))
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]:
+        """Files under ``prefix`` in name order, a directory at a time; vanished files are skipped."""
+        top = self.path(prefix) if prefix else self.root
+        if not top.is_dir():
+            return
+        for directory, subdirs, files in os.walk(top):
+            subdirs.sort()
+            base = Path(directory)
+            for file in sorted(files):
+                try:
+                    stat = (base / file).stat()
+                except FileNotFoundError:  # a writer renamed its temporary file, or a cleaner won
+                    continue
+                name = (base / file).relative_to(self.root).as_posix()
+                yield StoredObject(name, stat.st_size, stat.st_mtime)
+
+    def size(self, name: str) -> int | None:
+        try:
+            return self.path(name).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def presign(self, name: str, expires_s: float, content_type: str, filename: str) -> str | None:
+        return None  # a local file is streamed by the API
+
+
+class S3Storage:
+    """Objects in an S3-compatible bucket under a key prefix (boto3, one thread-safe client)."""
+
+    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+        self.bucket = bucket
+        self.prefix = f"{prefix}/" if prefix else ""
+        self.local_root: Path | None = None
+        self.url = f"s3://{bucket}/{prefix}".rstrip("/")
+        self.client = client if client is not None else _s3_client()
+
+    def key(self, name: str) -> str:
+        """The object key of ``name``."""
+        return self.prefix + name
+
+    def put(self, name: str, data: bytes, content_type: str | None = None) -> None:
+        extra = {"ContentType": content_type} if content_type else {}
+        with _mapped(name):
+            self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data, **extra)
+
+    def open(self, name: str) -> IO[bytes]:
+        return io.BufferedReader(S3Reader(self, name), buffer_size=256 * 1024)
+
+    def read(self, name: str) -> bytes:
+        with _mapped(name):
+            body = self.client.get_object(Bucket=self.bucket, Key=self.key(name))["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+
+    def delete(self, names: Iterable[str]) -> int:
+        """Delete in batches of 1000 (one request each); missing objects are not errors."""
+        batch: list[str] = []
+        removed = 0
+        for name in names:
+            batch.append(name)
+            if len(batch) == 1000:
+                removed += self._delete(batch)
+                batch = []
+        return removed + (self._delete(batch) if batch else 0)
+
+    def _delete(self, names: list[str]) -> int:
+        with _mapped(names[0]):
+            answer = self.client.delete_objects(Bucket=self.bucket, Delete={
+                "Objects": [{"Key": self.key(n)} for n in names], "Quiet": True})
+        if answer.get("Errors"):
+            first = answer["Errors"][0]
+            raise StorageUnavailable(f"the bucket refused to delete {first.get('Key')}: "
+                                     f"{first.get('Code')} {first.get('Message')}")
+        return len(names)
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]:
+        """Objects under ``prefix`` in key order, a page (1000) at a time."""
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.key(prefix))
+        with _mapped(prefix or "/"):
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    yield StoredObject(item["Key"][len(self.prefix):], int(item["Size"]),
+                                       item["LastModified"].timestamp())
+
+    def size(self, name: str) -> int | None:
+        try:
+            with _mapped(name):
+                return int(self.client.head_object(Bucket=self.bucket, Key=self.key(name))["ContentLength"])
+        except FileNotFoundError:
+            return None
+
+    def presign(self, name: str, expires_s: float, content_type: str, filename: str) -> str | None:
+        url: str = self.client.generate_presigned_url("get_object", ExpiresIn=int(expires_s), Params={
+            "Bucket": self.bucket, "Key": self.key(name), "ResponseContentType": content_type,
+            "ResponseContentDisposition": f'attachment; filename="{filename}"'})
+        return url
+
+
+class S3Reader(io.RawIOBase):
+    """A seekable reader over one object: each read after a seek is one ranged GET, streamed.
+
+    The first GET is made when the reader is created, so a missing object raises
+    ``FileNotFoundError`` before a response has started.
+    """
+
+    def __init__(self, storage: S3Storage, name: str) -> None:
+        super().__init__()
+        self.storage, self.name = storage, name
+        self.position = 0
+        self.body: Any = None
+        self.length = self._get(0)
+
+    def _get(self, start: int) -> int:
+        """Start streaming from ``start``; the object's full length."""
+        extra = {"Range": f"bytes={start}-"} if start else {}
+        with _mapped(self.name):
+            answer = self.storage.client.get_object(Bucket=self.storage.bucket,
+                                                    Key=self.storage.key(self.name), **extra)
+        self.body = answer["Body"]
+        if start:
+            return int(answer["ContentRange"].rsplit("/", 1)[1])
+        return int(answer["ContentLength"])
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = {io.SEEK_SET: offset, io.SEEK_CUR: self.position + offset,
+                  io.SEEK_END: self.length + offset}[whence]
+        if target != self.position:
+            self._drop()
+            self.position = max(0, target)
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        if self.position >= self.length:
+            return 0
+        if self.body is None:
+            self._get(self.position)
+        with _mapped(self.name):
+            data = self.body.read(len(buffer))
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+    def _drop(self) -> None:
+        if self.body is not None:
+            self.body.close()
+            self.body = None
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+@contextmanager
+def _mapped(name: str) -> Iterator[None]:
+    """Turn boto3's errors into ``FileNotFoundError`` (missing object) or ``StorageUnavailable``."""
+    try:
+        yield
+    except (FileNotFoundError, StorageUnavailable):
+        raise
+    except Exception as exc:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(exc, ClientError):
+            error = exc.response.get("Error", {})
+            if error.get("Code") in ("NoSuchKey", "404", "NotFound"):
+                raise FileNotFoundError(f"no stored object {name!r}") from None
+            raise StorageUnavailable(f"the object store refused {name!r}: {error.get('Code')} "
+                                     f"{error.get('Message', '')}".strip()) from exc
+        if isinstance(exc, BotoCoreError):
+            raise StorageUnavailable(f"the object store cannot be reached: {exc}") from exc
+        raise
+
+
+def _s3_client() -> Any:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise ConfigError("an s3:// TTS_STORAGE_URL needs boto3: pip install 'tts-queue[s3]'") from None
+    config = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=32,
+                    connect_timeout=5, read_timeout=30)
+    return boto3.session.Session().client("s3", config=config)
