@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import json
+import os
 import re
+from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request, send_file, url_for
+from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from api.downloads import presigned, send_stored
 from api.services import Services
 from tts_queue.book_service import Upload
 from tts_queue.db import ChapterRow
 from tts_queue.encoder import audio_format
 from tts_queue.errors import (
+    AudioExpired,
     AudioNotReady,
     BookNotFound,
     BookTooLarge,
@@ -22,6 +25,7 @@ from tts_queue.errors import (
     UnsupportedMediaType,
 )
 from tts_queue.status import TaskStatus
+from tts_queue.storage import LocalStorage, Storage
 
 bp = Blueprint("books", __name__)
 OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep")
@@ -126,13 +130,25 @@ def _chapter(book_id: str, number: int) -> tuple[ChapterRow, Any, str]:
     return chapter, files, fmt
 
 
+def _send(name: str, mimetype: str, download_name: str, storage: Storage | None = None) -> Response:
+    """A book file from the books storage: presigned, or streamed with Range support."""
+    storage = storage or services().assembler.storage
+    response = presigned(storage, name, services().settings.storage.presign_s, mimetype, download_name)
+    if response is not None:
+        return response
+    try:
+        handle = storage.open(name)
+    except FileNotFoundError:
+        raise AudioExpired(f"{download_name} is gone from the storage; render the book again") from None
+    return send_stored(handle, mimetype, download_name, etag=name.rsplit("/", 1)[-1])
+
+
 @bp.get("/v1/books/<book_id>/chapters/<int:number>/audio")
 def chapter_audio(book_id: str, number: int) -> Response:
     """One chapter's audio (Range supported)."""
     chapter, files, fmt = _chapter(book_id, number)
     spec = audio_format(fmt)
-    return send_file(files.audio, mimetype=spec.mime_type, conditional=True,
-                     download_name=chapter_filename(number, chapter.title, spec.suffix))
+    return _send(files.audio, spec.mime_type, chapter_filename(number, chapter.title, spec.suffix))
 
 
 @bp.get("/v1/books/<book_id>/chapters/<int:number>/captions.<kind>")
@@ -141,10 +157,9 @@ def chapter_captions(book_id: str, number: int, kind: str) -> Response:
     if kind not in ("srt", "vtt"):
         raise BookNotFound(f"no captions.{kind}: use captions.srt or captions.vtt")
     chapter, files, _ = _chapter(book_id, number)
-    path = files.srt if kind == "srt" else files.vtt
+    name = files.srt if kind == "srt" else files.vtt
     mimetype = "application/x-subrip" if kind == "srt" else "text/vtt"
-    name = chapter_filename(number, chapter.title, f".{kind}")
-    return send_file(path, mimetype=mimetype, download_name=name)
+    return _send(name, mimetype, chapter_filename(number, chapter.title, f".{kind}"))
 
 
 @bp.get("/v1/books/<book_id>/manifest")
@@ -161,7 +176,7 @@ def manifest(book_id: str) -> Response:
                                  "file": name}
         files = services().assembler.files(chapter, fmt)
         if files is not None:
-            entry["sentences"] = json.loads(files.manifest.read_text(encoding="utf-8"))["sentences"]
+            entry["sentences"] = services().assembler.manifest(files)["sentences"]
         chapters.append(entry)
     return jsonify(book_id=book.id, title=book.title, author=book.author, format=fmt,
                    status=book.status.value, options=book.options, chapters=chapters)
@@ -174,4 +189,7 @@ def audiobook(book_id: str) -> Response:
     if book.status is not TaskStatus.DONE or not book.m4b_path:
         raise AudioNotReady(f"book {book_id} is {book.status.value}; the M4B is made when it is done")
     safe = _UNSAFE.sub(" ", book.title).strip(" .") or "audiobook"
-    return send_file(book.m4b_path, mimetype="audio/mp4", conditional=True, download_name=f"{safe}.m4b")
+    if os.path.isabs(book.m4b_path):  # a book finished before storage names: an absolute local path
+        path = Path(book.m4b_path)
+        return _send(path.name, "audio/mp4", f"{safe}.m4b", LocalStorage(path.parent))
+    return _send(book.m4b_path, "audio/mp4", f"{safe}.m4b")

@@ -14,12 +14,11 @@ from flask import (
     after_this_request,
     current_app,
     jsonify,
-    redirect,
     request,
-    send_file,
     url_for,
 )
 
+from api.downloads import presigned, send_stored
 from api.services import Services
 from tts_queue.doctor import redis_warnings, schema_warnings
 from tts_queue.errors import (
@@ -196,17 +195,11 @@ def get_audio(task_id: str) -> Response:
     """The finished audio, with Content-Length and Range support."""
     tasks = services().tasks
     audio = tasks.audio(task_id)
-    url = tasks.audio_url(audio, services().settings.storage.presign_s)
-    if url is not None:  # a bucket with presigned downloads: the client fetches from it directly
-        response = redirect(url, 302)
-    else:
-        # The key is a content hash: a strong ETag. The reader is seekable, so a Range is one seek
-        # (one ranged GET from a bucket); a file deleted since the lookup answers 410.
-        response = send_file(tasks.open_audio(audio), mimetype=audio.mime_type, etag=audio.key,
-                             download_name=audio.filename, max_age=86400, conditional=False)
-        response.content_length = audio.size_bytes
-        response = response.make_conditional(request.environ, accept_ranges=True,
-                                              complete_length=audio.size_bytes)
+    response = presigned(tasks.cache.store.storage, audio.relative, services().settings.storage.presign_s,
+                         audio.mime_type, audio.filename)
+    if response is None:  # the key is a content hash: a strong ETag; gone since the lookup: 410
+        response = send_stored(tasks.open_audio(audio), audio.mime_type, audio.filename, etag=audio.key,
+                               max_age=86400)
     response.headers["X-Audio-Duration"] = f"{audio.duration_s:.3f}"
     return response
 

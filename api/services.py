@@ -12,6 +12,7 @@ from tts_queue.db import Database
 from tts_queue.heartbeat import WorkerInfo
 from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings
+from tts_queue.storage import open_storage
 from tts_queue.store import AudioStore
 from tts_queue.task_service import TaskService
 
@@ -58,9 +59,10 @@ class Services:
             dispatcher = probe = CeleryQueue(settings)
         db = Database(settings.database_url)
         registry = VoiceRegistry.from_settings(settings)
-        cache = AudioCache(db, AudioStore.from_settings(settings), settings.cache.hot_size)
+        storage = open_storage(settings.storage_url)
+        cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
         tasks = TaskService(settings, db, cache, registry, dispatcher,
                             pool_alive=getattr(probe, "pool_alive", None))
         books = BookService(tasks, dispatcher)
         return cls(settings, db, registry, tasks, probe, books,
-                   ChapterAssembler(books, cache, settings.books_dir))
+                   ChapterAssembler(books, cache, storage.child("books")))

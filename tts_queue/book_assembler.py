@@ -13,17 +13,17 @@ import hashlib
 import io
 import json
 import logging
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import soundfile
 from sqlalchemy import select, update
 
-from tts_queue.audio import Audio, write_atomic
+from tts_queue.audio import Audio
 from tts_queue.book.captions import chapter_cues, to_srt, to_vtt
 from tts_queue.book.segment import PauseKind
 from tts_queue.book.stitch import StitchSettings, stitch
@@ -33,6 +33,7 @@ from tts_queue.cache import AudioCache
 from tts_queue.db import BookRow, ChapterRow, utcnow
 from tts_queue.encoder import audio_format, encode, write_m4b
 from tts_queue.status import TaskStatus
+from tts_queue.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -41,35 +42,30 @@ STITCH_VERSION = 2  # 2: word captions
 
 @dataclass(frozen=True)
 class ChapterFiles:
-    """Where an assembled chapter's files are."""
+    """The names of an assembled chapter's files in the books storage."""
 
-    audio: Path
-    srt: Path
-    vtt: Path
-    manifest: Path
+    audio: str
+    srt: str
+    vtt: str
+    manifest: str  # written last: its presence means the chapter is complete
 
     @classmethod
-    def of(cls, root: Path, digest: str, fmt: str) -> ChapterFiles:
-        """The files of the chapter with ``digest`` under ``root``."""
-        base = root / "chapters" / digest[:2] / digest
-        return cls(base.with_suffix(audio_format(fmt).suffix), base.with_suffix(".srt"),
-                   base.with_suffix(".vtt"), base.with_suffix(".json"))
-
-    def complete(self) -> bool:
-        """Whether every file is there."""
-        return all(p.is_file() for p in (self.audio, self.srt, self.vtt, self.manifest))
+    def of(cls, digest: str, fmt: str) -> ChapterFiles:
+        """The files of the chapter with ``digest``."""
+        base = f"chapters/{digest[:2]}/{digest}"
+        return cls(base + audio_format(fmt).suffix, base + ".srt", base + ".vtt", base + ".json")
 
 
 class ChapterAssembler:
     """Assembles chapters of books from the cached sentence audio."""
 
-    def __init__(self, books: BookService, cache: AudioCache, root: Path,
+    def __init__(self, books: BookService, cache: AudioCache, storage: Storage,
                  stitching: StitchSettings | None = None, clock: Callable[[], datetime] = utcnow,
                  id_map: Callable[[str | None], Mapping[str, Sequence[int]]] | None = None) -> None:
         self.books = books
         self.id_map = id_map
         self.cache = cache
-        self.root = root
+        self.storage = storage
         self.stitching = stitching or StitchSettings()
         self.clock = clock
 
@@ -89,11 +85,13 @@ class ChapterAssembler:
         fmt = str(book.options.get("format", "mp3"))
         material = json.dumps([STITCH_VERSION, fmt, [(c.cache_key, c.pause_after) for c, _ in chunks]])
         digest = hashlib.sha256(material.encode()).hexdigest()
-        files = ChapterFiles.of(self.root, digest, fmt)
-        if not files.complete():
+        files = ChapterFiles.of(digest, fmt)
+        manifest = self._manifest(files)
+        if manifest is None:
             marks = IdMarks.from_id_map(self.id_map(book.options.get("voice"))) if self.id_map else None
-            self._write(files, [(c.cache_key, c.text, c.pause_after) for c, _ in chunks], fmt, marks)
-        duration = json.loads(files.manifest.read_text(encoding="utf-8"))["duration_s"]
+            manifest = self._write(files, [(c.cache_key, c.text, c.pause_after) for c, _ in chunks], fmt,
+                                   marks)
+        duration = manifest["duration_s"]
         with self.books.db.write() as session:
             session.execute(update(ChapterRow).where(
                 ChapterRow.book_id == book_id, ChapterRow.number == number,
@@ -103,14 +101,25 @@ class ChapterAssembler:
         return TaskStatus.DONE
 
     def files(self, chapter: ChapterRow, fmt: str) -> ChapterFiles | None:
-        """The files of an assembled chapter, or ``None`` if it is not done."""
+        """The files of an assembled chapter, or ``None`` if it is not done (the row says done only
+        after every file was stored)."""
         if chapter.status is not TaskStatus.DONE or chapter.digest is None:
             return None
-        files = ChapterFiles.of(self.root, chapter.digest, fmt)
-        return files if files.complete() else None
+        return ChapterFiles.of(chapter.digest, fmt)
+
+    def manifest(self, files: ChapterFiles) -> dict[str, Any]:
+        """An assembled chapter's manifest (duration, sentences with offsets)."""
+        data: dict[str, Any] = json.loads(self.storage.read(files.manifest))
+        return data
+
+    def _manifest(self, files: ChapterFiles) -> dict[str, Any] | None:
+        try:
+            return self.manifest(files)
+        except FileNotFoundError:
+            return None
 
     def _write(self, files: ChapterFiles, sentences: list[tuple[str, str, str]], fmt: str,
-               marks: IdMarks | None) -> None:
+               marks: IdMarks | None) -> dict[str, Any]:
         parts, rate = [], 22050
         starts: list[Sequence[int] | None] = []
         for key, text, _ in sentences:
@@ -130,10 +139,12 @@ class ChapterAssembler:
             "sentences": [{"text": text, "start_s": start / rate, "end_s": end / rate, "cache_key": key}
                           for (key, text, _), (start, end) in zip(sentences, stitched.offsets, strict=True)],
         }
-        write_atomic(files.srt, to_srt(cues).encode("utf-8"))
-        write_atomic(files.vtt, to_vtt(cues).encode("utf-8"))
-        write_atomic(files.audio, encode(stitched.audio, fmt))
-        write_atomic(files.manifest, json.dumps(manifest, ensure_ascii=False).encode("utf-8"))
+        self.storage.put(files.srt, to_srt(cues).encode("utf-8"), "application/x-subrip")
+        self.storage.put(files.vtt, to_vtt(cues).encode("utf-8"), "text/vtt")
+        self.storage.put(files.audio, encode(stitched.audio, fmt), audio_format(fmt).mime_type)
+        self.storage.put(files.manifest, json.dumps(manifest, ensure_ascii=False).encode("utf-8"),
+                         "application/json")
+        return manifest
 
     def _finish_book(self, book_id: str) -> None:
         chapters = self.books.chapters(book_id)
@@ -143,14 +154,19 @@ class ChapterAssembler:
             book = session.scalar(select(BookRow).where(BookRow.id == book_id))
         if book is None or book.status.finished:
             return
-        path = self.root / "m4b" / f"{book_id}.m4b"
-        if not path.is_file():
-            write_m4b(path, self._chapter_audio(chapters, str(book.options.get("format", "mp3"))),
-                      title=book.title, author=book.author)
+        name = f"m4b/{book_id}.m4b"
+        if self.storage.size(name) is None:
+            local = self.storage.scratch() / f"{book_id}-{uuid.uuid4().hex[:8]}.m4b"
+            try:
+                write_m4b(local, self._chapter_audio(chapters, str(book.options.get("format", "mp3"))),
+                          title=book.title, author=book.author)
+                self.storage.put_file(name, local, "audio/mp4")
+            finally:
+                local.unlink(missing_ok=True)
         with self.books.db.write() as session:
             session.execute(update(BookRow).where(
                 BookRow.id == book_id, BookRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)),
-            ).values(status=TaskStatus.DONE, finished_at=self.clock(), m4b_path=str(path)))
+            ).values(status=TaskStatus.DONE, finished_at=self.clock(), m4b_path=name))
         log.info("book %s done: %d chapters", book_id, len(chapters))
 
     def _chapter_audio(self, chapters: list[ChapterRow], fmt: str) -> Iterator[tuple[str, Audio]]:
@@ -158,7 +174,7 @@ class ChapterAssembler:
         for chapter in chapters:
             files = self.files(chapter, fmt)
             assert files is not None
-            yield chapter.title, decode(files.audio.read_bytes())
+            yield chapter.title, decode(self.storage.read(files.audio))
 
 
 def decode(data: bytes) -> Audio:

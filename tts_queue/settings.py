@@ -180,10 +180,10 @@ class CacheSettings:
 class StorageSettings:
     """Where audio is stored: the data directory, another directory, or an S3-compatible bucket."""
 
-    url: str = setting("", "where audio lives: empty for `<data-dir>/audio`, a directory, `file:///path`, "
-                       "or `s3://bucket/prefix` (endpoint, region and credentials from the usual `AWS_*` "
-                       "variables, e.g. `AWS_ENDPOINT_URL` for MinIO)", env="TTS_STORAGE_URL",
-                       shown="empty")
+    url: str = setting("", "where audio and book files live (under `audio/` and `books/`): empty for the "
+                       "data directory, another directory, `file:///path`, or `s3://bucket/prefix` "
+                       "(endpoint, region and credentials from the usual `AWS_*` variables, e.g. "
+                       "`AWS_ENDPOINT_URL` for MinIO)", env="TTS_STORAGE_URL", shown="empty")
     presign_s: float = setting(0.0, "with a bucket, audio downloads answer 302 to a presigned URL valid "
                                "this long instead of streaming through the API (0: stream)",
                                env="TTS_STORAGE_PRESIGN_S")
@@ -224,18 +224,13 @@ class Settings:
 
     @property
     def audio_dir(self) -> Path:
-        """Where finished audio files live (content-addressed)."""
+        """Where finished audio files live by default (content-addressed; ``TTS_STORAGE_URL`` moves them)."""
         return self.data_dir / "audio"
 
     @property
     def storage_url(self) -> str:
-        """The audio storage's URL (``TTS_STORAGE_URL``, or the data directory's ``audio``)."""
-        return self.storage.url or str(self.audio_dir)
-
-    @property
-    def books_dir(self) -> Path:
-        """Where assembled chapters, captions and M4B files live."""
-        return self.data_dir / "books"
+        """The storage's URL (``TTS_STORAGE_URL``, or the data directory)."""
+        return self.storage.url or str(self.data_dir)
 
     @property
     def voices_dir(self) -> Path:

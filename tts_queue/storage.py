@@ -46,7 +46,11 @@ class Storage(Protocol):
     url: str
     local_root: Path | None
 
+    def child(self, prefix: str) -> Storage: ...
+
     def put(self, name: str, data: bytes, content_type: str | None = None) -> None: ...
+
+    def put_file(self, name: str, source: Path, content_type: str | None = None) -> None: ...
 
     def open(self, name: str) -> IO[bytes]: ...
 
@@ -55,6 +59,8 @@ class Storage(Protocol):
     def delete(self, names: Iterable[str]) -> int: ...
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]: ...
+
+    def scratch(self) -> Path: ...
 
     def size(self, name: str) -> int | None: ...
 
@@ -86,8 +92,24 @@ class LocalStorage:
         """The file of ``name``."""
         return self.root / name
 
+    def child(self, prefix: str) -> LocalStorage:
+        """The storage under ``prefix``."""
+        return LocalStorage(self.root / prefix)
+
     def put(self, name: str, data: bytes, content_type: str | None = None) -> None:
         write_atomic(self.path(name), data)
+
+    def put_file(self, name: str, source: Path, content_type: str | None = None) -> None:
+        """Move a finished file into place (it must be on the same filesystem: see ``scratch``)."""
+        target = self.path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+
+    def scratch(self) -> Path:
+        """A directory for files made to be ``put_file`` here (same filesystem, so a rename)."""
+        path = self.root / ".scratch"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def open(self, name: str) -> IO[bytes]:
         return open(self.path(name), "rb")
@@ -145,10 +167,28 @@ class S3Storage:
         """The object key of ``name``."""
         return self.prefix + name
 
+    def child(self, prefix: str) -> S3Storage:
+        """The storage under ``prefix`` (same bucket and client)."""
+        return S3Storage(self.bucket, self.prefix + prefix.strip("/"), client=self.client)
+
     def put(self, name: str, data: bytes, content_type: str | None = None) -> None:
         extra = {"ContentType": content_type} if content_type else {}
         with _mapped(name):
             self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data, **extra)
+
+    def put_file(self, name: str, source: Path, content_type: str | None = None) -> None:
+        """Upload a finished file (multipart when large: the object appears once complete), then
+        remove the local copy."""
+        extra = {"ExtraArgs": {"ContentType": content_type}} if content_type else {}
+        with _mapped(name):
+            self.client.upload_file(str(source), self.bucket, self.key(name), **extra)
+        source.unlink(missing_ok=True)
+
+    def scratch(self) -> Path:
+        """A local directory for files made before they are uploaded."""
+        import tempfile
+
+        return Path(tempfile.gettempdir())
 
     def open(self, name: str) -> IO[bytes]:
         return io.BufferedReader(S3Reader(self, name), buffer_size=256 * 1024)
@@ -299,3 +339,11 @@ def _s3_client() -> Any:
     config = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=32,
                     connect_timeout=5, read_timeout=30)
     return boto3.session.Session().client("s3", config=config)
+
+
+def size_of(handle: IO[bytes]) -> int:
+    """The full size of an object opened by ``Storage.open`` (no extra request)."""
+    raw = getattr(handle, "raw", handle)
+    if isinstance(raw, S3Reader):
+        return raw.length
+    return os.fstat(handle.fileno()).st_size

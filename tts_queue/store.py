@@ -25,9 +25,9 @@ class AudioStore:
         return cls(open_storage(str(location)))
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> AudioStore:
-        """The store ``TTS_STORAGE_URL`` names (the data directory's ``audio`` by default)."""
-        return cls.at(settings.storage_url)
+    def from_settings(cls, settings: Settings, root: Storage | None = None) -> AudioStore:
+        """The ``audio/`` part of the storage ``TTS_STORAGE_URL`` names (``root``, when opened)."""
+        return cls((root or open_storage(settings.storage_url)).child("audio"))
 
     @property
     def local_root(self) -> Path | None:

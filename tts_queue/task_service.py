@@ -210,12 +210,6 @@ class TaskService:
             raise AudioExpired(f"the audio of task {audio.task_id} has expired from the cache; "
                                "resubmit") from None
 
-    def audio_url(self, audio: AudioFile, expires_s: float) -> str | None:
-        """A presigned URL of the audio in a bucket (``None`` on disk, or when ``expires_s`` is 0)."""
-        if expires_s <= 0:
-            return None
-        return self.cache.store.storage.presign(audio.relative, expires_s, audio.mime_type, audio.filename)
-
 
 def free_bytes(path: Path) -> int | None:
     """Free bytes on the filesystem that holds ``path`` (its nearest existing parent), or ``None``."""

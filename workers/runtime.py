@@ -16,6 +16,7 @@ from tts_queue.engine import BatchEngine
 from tts_queue.executor import TaskExecutor
 from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings
+from tts_queue.storage import open_storage
 from tts_queue.store import AudioStore
 from tts_queue.synthesizer import Synthesizer
 from tts_queue.task_rows import TaskRows
@@ -43,7 +44,8 @@ class WorkerRuntime:
     def build(cls, settings: Settings, dispatcher: BookDispatcher, name: str | None = None) -> WorkerRuntime:
         """Wire the services of a worker serving ``settings.worker.pool``."""
         db = Database(settings.database_url)
-        cache = AudioCache(db, AudioStore.from_settings(settings), settings.cache.hot_size)
+        storage = open_storage(settings.storage_url)
+        cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
         registry = VoiceRegistry.from_settings(settings)
         engine = BatchEngine(registry, settings.pool(settings.worker.pool)).start()
         synthesizer = Synthesizer(registry, engine)
@@ -54,7 +56,7 @@ class WorkerRuntime:
         tasks = TaskService(settings, db, cache, registry, dispatcher)
         books = BookService(tasks, dispatcher)
         assembler = ChapterAssembler(
-            books, cache, settings.books_dir,
+            books, cache, storage.child("books"),
             id_map=lambda voice: read_config(registry.get(voice).config_path)["phoneme_id_map"])
         return cls(settings, db, cache, registry, engine, executor, executor.rows, books, assembler)
 

@@ -1,0 +1,34 @@
+"""Sending stored audio: streamed with Range support and a strong ETag, or redirected to a bucket.
+
+Every download route (task audio, chapter audio and captions, the M4B) goes through here, so a
+local file and an object in a bucket are served alike: the reader is seekable, so a ``Range`` is
+one seek (one ranged GET from a bucket), and ``TTS_STORAGE_PRESIGN_S`` turns downloads from a
+bucket into a 302 to a presigned URL.
+"""
+
+from __future__ import annotations
+
+from typing import IO
+
+from flask import Response, redirect, request, send_file
+
+from tts_queue.storage import Storage, size_of
+
+
+def send_stored(handle: IO[bytes], mimetype: str, download_name: str, etag: str | None = None,
+                max_age: int | None = None) -> Response:
+    """Stream an open stored object; conditional (ETag) and Range requests are honoured."""
+    size = size_of(handle)
+    response = send_file(handle, mimetype=mimetype, download_name=download_name, etag=etag or False,
+                         max_age=max_age, conditional=False)
+    response.content_length = size
+    return response.make_conditional(request.environ, accept_ranges=True, complete_length=size)
+
+
+def presigned(storage: Storage, name: str, expires_s: float, mimetype: str,
+              download_name: str) -> Response | None:
+    """A 302 to a presigned URL of ``name`` when downloads are presigned and the storage can."""
+    if expires_s <= 0:
+        return None
+    url = storage.presign(name, expires_s, mimetype, download_name)
+    return redirect(url, 302) if url is not None else None
