@@ -61,8 +61,12 @@ class AudioCache:
         return hit
 
     def peek(self, key: str) -> CachedAudio | None:
-        """The cached audio for ``key`` if its file is there, without recording a hit."""
-        hit = self._find(key)
+        """The cached audio for ``key`` if its row is live (read from the database, not the hot
+        cache, which another process's cleanup or ``forget`` may have outdated) and its file is
+        there, without recording a hit."""
+        with self.db.read() as session:
+            row = session.get(CacheEntry, key)
+            hit = _cached(row) if row is not None and row.expired_at is None else None
         return hit if hit is not None and self._present(hit) else None
 
     def lookup(self, key: str, session: Session | None = None) -> CachedAudio | None:

@@ -336,8 +336,8 @@ def _s3_client() -> Any:
         from botocore.config import Config
     except ImportError:
         raise ConfigError("an s3:// TTS_STORAGE_URL needs boto3: pip install 'tts-queue[s3]'") from None
-    config = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=32,
-                    connect_timeout=5, read_timeout=30)
+    config = Config(signature_version="s3v4", retries={"mode": "standard", "max_attempts": 5},
+                    max_pool_connections=32, connect_timeout=5, read_timeout=30)
     return boto3.session.Session().client("s3", config=config)
 
 
