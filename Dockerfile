@@ -1,6 +1,6 @@
 # One image for every role (api, worker, scheduler); the command picks the role.
 FROM python:3.11-slim
-ARG EXTRAS="postgres"
+ARG EXTRAS="postgres,s3"
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TTS_DATA_DIR=/data
 RUN apt-get update && apt-get install -y --no-install-recommends libsndfile1 \
     && rm -rf /var/lib/apt/lists/*

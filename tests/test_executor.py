@@ -220,3 +220,45 @@ def test_a_full_disk_is_storage_full_and_costs_no_attempt(
     # never reaches the attempts cap
     waiting = row(world, task_id)
     assert waiting.status is TaskStatus.RUNNING and waiting.attempts == 0
+
+
+def test_an_unreachable_bucket_waits_like_a_full_disk(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a store whose bucket cannot be reached
+    from tts_queue.errors import StorageUnavailable, storage_full
+
+    task_id = add_task(world, "The bucket is down.")
+
+    def down(*_: Any, **__: Any) -> str:
+        raise StorageUnavailable("the object store cannot be reached: connection refused")
+
+    monkeypatch.setattr(world["cache"].store, "write", down)
+    # When the task runs, the error says so (the worker retries after TTS_STORAGE_RETRY_S, for ever)
+    with pytest.raises(StorageUnavailable) as raised:
+        world["executor"].execute(task_id)
+    assert raised.value.code == "storage_unavailable" and not storage_full(raised.value)
+    # And, as for a full disk, the row waits and the attempt was taken back
+    waiting = row(world, task_id)
+    assert waiting.status is TaskStatus.RUNNING and waiting.attempts == 0
+
+
+def test_the_last_part_of_a_local_disk_is_left_to_the_broker_and_database(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a worker that keeps the last 8 MB of its disk free, on a disk with 100 bytes more free
+    from tts_queue.errors import StorageFull
+
+    executor = world["executor"]
+    executor.storage_floor_bytes = 8_000_000
+    monkeypatch.setattr(world["cache"].store.storage, "free_bytes", lambda: 8_000_100)
+    task_id = add_task(world, "This sentence would not fit above the floor.")
+    # When a task's audio (a WAV of more than 100 bytes) would go under the floor
+    with pytest.raises(StorageFull, match="kept for the broker"):
+        executor.execute(task_id)
+    # Then nothing was written, the row waits with its attempt taken back
+    assert not list(world["root"].rglob("*.wav"))
+    assert row(world, task_id).attempts == 0
+    # And once there is room it completes
+    monkeypatch.setattr(world["cache"].store.storage, "free_bytes", lambda: 50_000_000)
+    assert executor.execute(task_id) is TaskStatus.DONE

@@ -18,7 +18,14 @@ from tts_queue.broker import BULK
 from tts_queue.cache import AudioCache
 from tts_queue.db import Database, utcnow
 from tts_queue.encoder import encode_request
-from tts_queue.errors import InvalidRequest, StorageFull, SynthesisError, TTSQueueError, VoiceError
+from tts_queue.errors import (
+    InvalidRequest,
+    StorageFull,
+    StorageUnavailable,
+    SynthesisError,
+    TTSQueueError,
+    VoiceError,
+)
 from tts_queue.request import SynthesisRequest
 from tts_queue.status import TaskStatus
 from tts_queue.synthesizer import Synthesizer
@@ -42,8 +49,13 @@ class TaskExecutor:
         max_attempts: int = 4,
         lease: timedelta = timedelta(seconds=30),
         clock: Callable[[], datetime] = utcnow,
+        storage_floor_bytes: int = 0,
     ) -> None:
         self.cache = cache
+        # Audio is not written into the last ``storage_floor_bytes`` of a local disk: that part is
+        # left to the broker's log and the database sharing it (``tts-queue up``), so a full disk
+        # stops new audio, not the queue.
+        self.storage_floor_bytes = storage_floor_bytes
         self.synthesizer = synthesizer
         self.worker_name = worker_name
         self.max_attempts = max_attempts
@@ -99,6 +111,11 @@ class TaskExecutor:
         except PERMANENT as exc:
             return self.fail(task_id, exc.code, exc.message)
         data = encode_request(result.audio, request.format)
+        free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
+        if free is not None and free - len(data) < self.storage_floor_bytes:
+            self.rows.uncount_attempt(task_id)
+            raise StorageFull(f"no room to store the audio of task {task_id}: {free} bytes free, the "
+                              f"last {self.storage_floor_bytes} are kept for the broker and database")
         try:
             self.cache.put(key, request.format, request.voice, data,
                            result.audio.duration_s, result.alignment.to_dict())
@@ -106,6 +123,9 @@ class TaskExecutor:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # nothing partial is left (write_atomic)
                 self.rows.uncount_attempt(task_id)  # waiting for space is not a failed attempt
                 raise StorageFull(f"no room to store the audio of task {task_id}: {exc}") from exc
+            raise
+        except StorageUnavailable:  # the bucket is down: wait for it like for space, uncounted
+            self.rows.uncount_attempt(task_id)
             raise
         self.rows.finish(task_id, batch_size=result.batch_size)
         return TaskStatus.DONE

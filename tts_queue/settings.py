@@ -169,9 +169,10 @@ class CacheSettings:
                                    "free-space floor's headroom)")
     storage_reserve_bytes: int = setting(16 * 1024 * 1024, "under this much free space in the audio "
                                          "store, new submissions get 503 storage_full (cache hits "
-                                         "are still served)")
-    storage_retry_s: float = setting(30.0, "a task that found no room to store its audio is retried "
-                                     "after this, until space returns")
+                                         "are still served); workers stop writing audio at half of "
+                                         "it, leaving the rest to the broker's log and the database")
+    storage_retry_s: float = setting(30.0, "a task that found no room to store its audio (or its bucket "
+                                     "unreachable) is retried after this, until it can store it")
     delete_grace_s: float = setting(60.0, "expired audio is no longer a cache hit at once; its file "
                                     "and row go after this (downloads in progress complete)")
 

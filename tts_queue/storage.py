@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +62,10 @@ class Storage(Protocol):
     def list(self, prefix: str = "") -> Iterator[StoredObject]: ...
 
     def scratch(self) -> Path: ...
+
+    def ping(self) -> None: ...
+
+    def free_bytes(self) -> int | None: ...
 
     def size(self, name: str) -> int | None: ...
 
@@ -152,6 +157,19 @@ class LocalStorage:
     def presign(self, name: str, expires_s: float, content_type: str, filename: str) -> str | None:
         return None  # a local file is streamed by the API
 
+    def ping(self) -> None:
+        """Nothing to reach (free space is checked by ``TaskService.require_storage``)."""
+
+    def free_bytes(self) -> int | None:
+        """Free bytes on the filesystem that holds the root (its nearest existing parent)."""
+        for candidate in (self.root, *self.root.parents):
+            if candidate.exists():
+                try:
+                    return shutil.disk_usage(candidate).free
+                except OSError:
+                    return None
+        return None
+
 
 class S3Storage:
     """Objects in an S3-compatible bucket under a key prefix (boto3, one thread-safe client)."""
@@ -238,6 +256,18 @@ class S3Storage:
                 return int(self.client.head_object(Bucket=self.bucket, Key=self.key(name))["ContentLength"])
         except FileNotFoundError:
             return None
+
+    def free_bytes(self) -> int | None:
+        return None  # a bucket has no free-space figure; TTS_AUDIO_MAX_BYTES bounds it
+
+    def ping(self) -> None:
+        """Raise ``StorageUnavailable`` unless the bucket answers (one HEAD request)."""
+        try:
+            with _mapped(self.bucket):
+                self.client.head_bucket(Bucket=self.bucket)
+        except FileNotFoundError:
+            raise StorageUnavailable(f"the bucket {self.bucket!r} does not exist (or these credentials "
+                                     "cannot see it)") from None
 
     def presign(self, name: str, expires_s: float, content_type: str, filename: str) -> str | None:
         url: str = self.client.generate_presigned_url("get_object", ExpiresIn=int(expires_s), Params={

@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import IO, Any, Protocol
 
 from tts_queue.broker import INTERACTIVE, queue_name
@@ -126,8 +125,7 @@ class TaskService:
 
     def require_storage(self) -> None:
         """Raise ``StorageFull`` when the audio store has less free space than the reserve."""
-        root = self.cache.store.local_root
-        free = free_bytes(root) if root is not None else None  # a bucket has no free-space figure
+        free = self.cache.store.storage.free_bytes()  # a bucket has no free-space figure
         if free is not None and free < self.settings.cache.storage_reserve_bytes:
             raise StorageFull(f"the audio store has {free} bytes free (reserve "
                               f"{self.settings.cache.storage_reserve_bytes}); retry once space is freed")
@@ -209,16 +207,3 @@ class TaskService:
                 self.cache.forget(audio.key)
             raise AudioExpired(f"the audio of task {audio.task_id} has expired from the cache; "
                                "resubmit") from None
-
-
-def free_bytes(path: Path) -> int | None:
-    """Free bytes on the filesystem that holds ``path`` (its nearest existing parent), or ``None``."""
-    import shutil
-
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            try:
-                return shutil.disk_usage(candidate).free
-            except OSError:
-                return None
-    return None

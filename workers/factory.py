@@ -31,7 +31,7 @@ from tts_queue.broker import (
     redis_client,
 )
 from tts_queue.db import utcnow
-from tts_queue.errors import ConfigError, storage_full
+from tts_queue.errors import ConfigError, StorageUnavailable, storage_full
 from tts_queue.finish_signal import FinishSignals
 from tts_queue.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.recovery import requeue_lost
@@ -142,9 +142,10 @@ def _register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisMarker) -> 
             runtime = holder.get()
             status = runtime.executor.execute(task_id, self.request.hostname)
         except Exception as exc:
-            if storage_full(exc):  # waits for space, however long: never failed for it
+            if storage_full(exc) or isinstance(exc, StorageUnavailable):  # waits, however long
                 wait = settings.cache.storage_retry_s
-                log.warning("task %s: storage full (%s); retrying in %.0f s", task_id, exc, wait)
+                why = "storage full" if storage_full(exc) else "storage unreachable"
+                log.warning("task %s: %s (%s); retrying in %.0f s", task_id, why, exc, wait)
                 raise self.retry(exc=exc, countdown=wait, max_retries=None) from exc
             if self.request.retries >= self.max_retries:
                 status = holder.get().executor.fail_unexpected(task_id, exc)

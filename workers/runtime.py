@@ -52,6 +52,7 @@ class WorkerRuntime:
         executor = TaskExecutor(
             db, cache, synthesizer, name or f"{settings.worker.pool}@{socket.gethostname()}",
             max_attempts=settings.worker.max_retries + 1, lease=timedelta(seconds=settings.worker.lease_s),
+            storage_floor_bytes=settings.cache.storage_reserve_bytes // 2,
         )
         tasks = TaskService(settings, db, cache, registry, dispatcher)
         books = BookService(tasks, dispatcher)

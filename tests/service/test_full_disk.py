@@ -131,3 +131,68 @@ def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str) 
     finally:
         worker.stop()
         db.engine.dispose()
+
+
+def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path, tmp_path: Path) -> None:
+    """The issue's own scenario: `tts-queue up` (embedded Redis with its append-only file, SQLite
+    and audio all in one data directory) on a small filesystem, filled under load."""
+    import requests
+
+    from tests.service.test_up import free_port, ready, start_up, stop
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "up.log"
+    env = {"TTS_STORAGE_RESERVE_BYTES": str(3 * 1024 * 1024), "TTS_STORAGE_RETRY_S": "2"}
+    up = start_up(small_disk, port, log, env)
+    try:
+        wait_until(lambda: ready(url) or up.poll() is not None, timeout=120, interval=0.5)
+        assert up.poll() is None, log.read_text(errors="replace")[-3000:]
+        # When the disk is nearly full and clients keep submitting
+        filler = fill(small_disk, leave=5 * 1024 * 1024)
+        accepted: list[str] = []
+        refused: list[str] = []
+
+        def submit(n: int) -> None:
+            text = f"Request {n} comes in while the small disk of this service is filling up with audio."
+            answer = requests.post(f"{url}/v1/tts", json={"text": text}, timeout=30)
+            assert answer.status_code in (202, 503), (answer.status_code, answer.text)
+            if answer.status_code == 202:
+                accepted.append(answer.json()["task_id"])
+            else:
+                refused.append(answer.json()["error"]["code"])
+                assert answer.headers.get("Retry-After")
+
+        for n in range(40):
+            submit(n)
+        # (the workers stop writing audio above the last part of the disk, left to broker and database)
+        wait_until(lambda: "storage full" in log.read_text(errors="replace"), timeout=180, interval=0.5)
+        for n in range(40, 50):
+            submit(n)
+        # Then the service kept answering, refused new work with storage_full, and never stopped
+        assert accepted and "storage_full" in refused and set(refused) == {"storage_full"}
+        assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
+        checks = requests.get(f"{url}/readyz", timeout=10).json()
+        checks = checks.get("checks") or checks["error"]["details"]["checks"]
+        assert checks["broker"] == "ok" and checks["database"] == "ok"
+        assert up.poll() is None
+        # When space returns
+        filler.unlink()
+
+        # Then every accepted task ends done, nothing restarted, every file whole
+        def status(task_id: str) -> str:
+            return str(requests.get(f"{url}/v1/tasks/{task_id}", timeout=10).json()["status"])
+
+        wait_until(lambda: all(status(t) == "done" for t in accepted), timeout=240, interval=1.0)
+        for task_id in accepted:
+            audio = requests.get(f"{url}/v1/tasks/{task_id}/audio", timeout=30)
+            assert audio.status_code == 200
+            samples, _ = soundfile.read(io.BytesIO(audio.content))
+            assert len(samples) > 0
+        assert not list(small_disk.rglob("*.tmp"))
+        text = log.read_text(errors="replace")
+        assert "restarting it" not in text and "Unrecoverable error" not in text, text[-3000:]
+        print(f"\nup on a small disk: {len(accepted)} accepted, {len(refused)} answered 503 storage_full; "
+              "all accepted tasks done after space returned, no child restarted")
+    finally:
+        assert stop(up) == 0

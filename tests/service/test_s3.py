@@ -188,3 +188,14 @@ def test_an_object_removed_behind_the_databases_back_is_410_then_synthesized_aga
     again = submit_done(client, "Someone deletes my object by hand.")
     assert again["cache_hit"] is False
     assert client.get(f"/v1/tasks/{again['task_id']}/audio").status_code == 200
+
+
+def test_readiness_checks_the_bucket(service: dict[str, Any]) -> None:
+    assert service["client"].get("/readyz").get_json()["checks"]["storage"] == "ok"
+    # Given an API whose bucket does not exist
+    settings = service["settings"].replace(**{"storage.url": f"s3://missing-{uuid.uuid4().hex[:8]}/tts"})
+    answer = create_app(settings).test_client().get("/readyz")
+    # Then it is not ready, and says the storage is why
+    body = answer.get_json()
+    assert answer.status_code == 503 and body["error"]["code"] == "not_ready"
+    assert body["checks"]["storage"].startswith("error") and "does not exist" in body["checks"]["storage"]

@@ -27,9 +27,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_up(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_up(data_dir: Path, port: int, log: Path,
+             extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
     env["PYTHONPATH"] = str(ROOT)
+    env.update(extra or {})
     return subprocess.Popen(
         [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir),
          "--port", str(port)],
