@@ -168,6 +168,36 @@ def test_repeated_quick_failures_give_up_with_exit_code_1() -> None:
     assert sup.wait() == 1
 
 
+def test_while_the_disk_is_full_failures_never_make_it_give_up(tmp_path: Path) -> None:
+    # Given a broker that dies at once, every time, while the disk is full (and the pid file cannot
+    # be written either)
+    clock, launch = Clock(), Launcher()
+    full = {"now": True}
+    pids = tmp_path / "no-such-dir" / "up.pids"
+    sup = Supervisor(POLICY, clock=clock, pids_file=pids, install_signals=False,
+                     disk_full=lambda: full["now"])
+    sup.add("redis", launch, tier=0)
+    for _ in range(20):
+        launch.current.returncode = 1
+        assert sup.step() is None
+        clock.now += POLICY.max_delay_s
+        sup.step()
+    # Then it was restarted every time, at the longest delay, never given up
+    assert len(launch.started) == 21 and sup.exit_code is None
+    assert not pids.exists()
+    # And once the disk has room again, repeated quick failures give up as usual
+    full["now"] = False
+    code = None
+    for _ in range(20):
+        launch.current.returncode = 1
+        code = sup.step()
+        if code is not None:
+            break
+        clock.now += POLICY.max_delay_s
+        sup.step()
+    assert code == 1
+
+
 def test_a_failed_restart_counts_as_a_quick_failure() -> None:
     # Given a child whose restart cannot even start its binary
     clock, launch = Clock(), Launcher()

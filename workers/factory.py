@@ -146,7 +146,10 @@ def _register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisMarker) -> 
                 wait = settings.cache.storage_retry_s
                 why = "storage full" if storage_full(exc) else "storage unreachable"
                 log.warning("task %s: %s (%s); retrying in %.0f s", task_id, why, exc, wait)
-                raise self.retry(exc=exc, countdown=wait, max_retries=None) from exc
+                # A new message with the same id and retry count, not Celery's retry(), which
+                # counts every wait against max_retries and gives up after a few.
+                self.signature_from_request(countdown=wait).apply_async()
+                return None
             if self.request.retries >= self.max_retries:
                 status = holder.get().executor.fail_unexpected(task_id, exc)
                 signals_.notify(task_id, status.value)

@@ -28,11 +28,13 @@ ENV = {"TTS_STORAGE_RESERVE_BYTES": str(1024 * 1024), "TTS_STORAGE_RETRY_S": "2"
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 12 MB tmpfs, unmounted afterwards."""
+def small_disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A 12 MB tmpfs (or the size a ``disk_size`` mark names), unmounted afterwards."""
+    mark = request.node.get_closest_marker("disk_size")
+    size = mark.args[0] if mark else "12m"
     mount = tmp_path / "small"
     mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)],
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
                             capture_output=True, text=True)
     if result.returncode != 0:
         unavailable(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
@@ -133,6 +135,7 @@ def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str) 
         db.engine.dispose()
 
 
+@pytest.mark.disk_size("24m")
 def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path, tmp_path: Path) -> None:
     """The issue's own scenario: `tts-queue up` (embedded Redis with its append-only file, SQLite
     and audio all in one data directory) on a small filesystem, filled under load."""
@@ -163,11 +166,11 @@ def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path,
                 refused.append(answer.json()["error"]["code"])
                 assert answer.headers.get("Retry-After")
 
-        for n in range(40):
+        for n in range(30):
             submit(n)
         # (the workers stop writing audio above the last part of the disk, left to broker and database)
         wait_until(lambda: "storage full" in log.read_text(errors="replace"), timeout=180, interval=0.5)
-        for n in range(40, 50):
+        for n in range(30, 40):
             submit(n)
         # Then the service kept answering, refused new work with storage_full, and never stopped
         assert accepted and "storage_full" in refused and set(refused) == {"storage_full"}
@@ -175,7 +178,7 @@ def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path,
         checks = requests.get(f"{url}/readyz", timeout=10).json()
         checks = checks.get("checks") or checks["error"]["details"]["checks"]
         assert checks["broker"] == "ok" and checks["database"] == "ok"
-        assert up.poll() is None
+        assert up.poll() is None and "restarting it" not in log.read_text(errors="replace")
         # When space returns
         filler.unlink()
 
@@ -192,6 +195,7 @@ def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path,
         assert not list(small_disk.rglob("*.tmp"))
         text = log.read_text(errors="replace")
         assert "restarting it" not in text and "Unrecoverable error" not in text, text[-3000:]
+        assert up.poll() is None
         print(f"\nup on a small disk: {len(accepted)} accepted, {len(refused)} answered 503 storage_full; "
               "all accepted tasks done after space returned, no child restarted")
     finally:

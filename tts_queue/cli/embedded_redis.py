@@ -43,6 +43,9 @@ class EmbeddedRedis:
             "--unixsocketperm", "700",
             "--dir", str(self.directory),
             "--appendonly", "yes" if self.persist else "no",
+            # Compact the log from 4 MB (not 64): tasks waiting for disk space are re-sent every
+            # TTS_STORAGE_RETRY_S, and each message appends to it on the disk that is full.
+            "--auto-aof-rewrite-min-size", "4mb",
             "--save", "",
             "--maxmemory-policy", "noeviction",
             "--logfile", str(self.directory / "redis.log"),

@@ -21,6 +21,7 @@ from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.cli.supervisor import Process, RestartPolicy, Supervisor
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
+from tts_queue.storage import LocalStorage
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,14 @@ def up(settings: Settings, workers: int = 1, policy: RestartPolicy | None = None
     The pid of every child is kept in ``<data dir>/up.pids`` while it runs.
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    supervisor = Supervisor(policy or RestartPolicy(), pids_file=settings.data_dir / "up.pids")
+    reserve = settings.cache.storage_reserve_bytes
+
+    def disk_full() -> bool:
+        free = LocalStorage(settings.data_dir).free_bytes()
+        return free is not None and free < reserve
+
+    supervisor = Supervisor(policy or RestartPolicy(), pids_file=settings.data_dir / "up.pids",
+                            disk_full=disk_full)
     embedded = None
     try:
         if not settings.services.redis_url:

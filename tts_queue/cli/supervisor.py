@@ -136,6 +136,9 @@ class Supervisor:
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     clock: Callable[[], float] = time.monotonic
     pids_file: Path | None = None
+    # True while the disk is full: children that fail then (a broker refusing writes, a worker
+    # crashing on it) are restarted at the longest delay instead of making ``up`` give up.
+    disk_full: Callable[[], bool] = lambda: False
     install_signals: bool = True
     children: list[Child] = field(default_factory=list)
     stopping: bool = False
@@ -196,6 +199,9 @@ class Supervisor:
         decision = child.backoff.exited(now)
         child.process = None
         self._signal_group(child, signal.SIGTERM)  # orphans of the dead leader start stopping
+        if not decision.restart and self.disk_full():
+            decision = Decision(True, self.policy.max_delay_s, decision.recent_failures)
+            log.warning("%s stopped (%s) while the disk is full: not giving up", child.name, why)
         if not decision.restart:
             log.error("%s failed %d times within %.0f s (last: %s); giving up and stopping everything",
                       child.name, decision.recent_failures, self.policy.window_s, why)
@@ -249,8 +255,12 @@ class Supervisor:
         if self.pids_file is None:
             return
         temporary = self.pids_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(self.pids(), indent=2), encoding="utf-8")
-        temporary.replace(self.pids_file)
+        try:
+            temporary.write_text(json.dumps(self.pids(), indent=2), encoding="utf-8")
+            temporary.replace(self.pids_file)
+        except OSError as exc:  # a full disk must not stop the supervisor: the file is a courtesy
+            log.warning("could not write %s: %s", self.pids_file, exc)
+            temporary.unlink(missing_ok=True)
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM every child, highest tier first (workers finish their current batch), wait, and
