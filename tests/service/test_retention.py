@@ -91,8 +91,11 @@ def test_the_periodic_task_through_a_real_worker_and_releasing_a_pin(service: di
     assert len(list(Path(service["settings"].audio_dir).rglob("*.wav"))) == 1
 
 
-def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voices_dir: Path) -> None:
-    """Many threads download while the cleanup, with an age and a grace of zero, runs again and again."""
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voices_dir: Path, storage: str,
+                                                           request: pytest.FixtureRequest) -> None:
+    """Many threads download while the cleanup, with an age and a grace of zero, runs again and again,
+    with the audio on disk, then in a bucket."""
     import threading
 
     from api.services import Services
@@ -104,8 +107,10 @@ def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voice
     from tts_queue.store import AudioStore
 
     # Given 20 finished tasks with 200 KB of audio each
-    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
-                                  "TTS_DELETE_GRACE_S": "0"})
+    env = {"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir), "TTS_DELETE_GRACE_S": "0"}
+    if storage == "s3":
+        env["TTS_STORAGE_URL"] = f"s3://{request.getfixturevalue('s3_bucket')}/race"
+    settings = Settings.from_env(env)
     upgrade(settings.database_url)
     services = Services.build(settings, dispatcher=FakeQueue(), probe=FakeQueue())
     client = create_app(settings, services).test_client()
@@ -155,6 +160,6 @@ def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voice
     for thread in threads:
         thread.join(timeout=60)
     # Then every download either completed whole or was a clean 410; none failed or was cut short
-    print(f"\n{runs} cleanups during {sum(outcomes.values())} downloads: {outcomes}")
+    print(f"\n{storage}: {runs} cleanups during {sum(outcomes.values())} downloads: {outcomes}")
     assert outcomes["truncated"] == 0 and outcomes["server_error"] == 0
     assert outcomes["complete"] > 0 and outcomes["expired"] > 0
