@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -136,11 +136,13 @@ def _send(name: str, mimetype: str, download_name: str, storage: Storage | None 
     response = presigned(storage, name, services().settings.storage.presign_s, mimetype, download_name)
     if response is not None:
         return response
-    try:
-        handle = storage.open(name)
-    except FileNotFoundError:
-        raise AudioExpired(f"{download_name} is gone from the storage; render the book again") from None
-    return send_stored(handle, mimetype, download_name, etag=name.rsplit("/", 1)[-1])
+    def open_at(start: int) -> IO[bytes]:
+        try:
+            return storage.open(name, start)
+        except FileNotFoundError:
+            raise AudioExpired(f"{download_name} is gone from the storage; render the book again") from None
+
+    return send_stored(open_at, mimetype, download_name, etag=name.rsplit("/", 1)[-1])
 
 
 @bp.get("/v1/books/<book_id>/chapters/<int:number>/audio")

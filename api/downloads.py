@@ -8,6 +8,7 @@ bucket into a 302 to a presigned URL.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import IO
 
 from flask import Response, redirect, request, send_file
@@ -15,14 +16,28 @@ from flask import Response, redirect, request, send_file
 from tts_queue.storage import Storage, size_of
 
 
-def send_stored(handle: IO[bytes], mimetype: str, download_name: str, etag: str | None = None,
-                max_age: int | None = None) -> Response:
-    """Stream an open stored object; conditional (ETag) and Range requests are honoured."""
+def send_stored(open_at: Callable[[int], IO[bytes]], mimetype: str, download_name: str,
+                etag: str | None = None, max_age: int | None = None) -> Response:
+    """Stream a stored object; conditional (ETag) and Range requests are honoured.
+
+    ``open_at(start)`` opens it where the response will start reading (the first byte of a
+    ``Range``), so a bucket is asked once per download, ranged or not.
+    """
+    handle = open_at(_range_start())
     size = size_of(handle)
     response = send_file(handle, mimetype=mimetype, download_name=download_name, etag=etag or False,
                          max_age=max_age, conditional=False)
     response.content_length = size
     return response.make_conditional(request.environ, accept_ranges=True, complete_length=size)
+
+
+def _range_start() -> int:
+    """The first byte a single ``bytes=N-...`` range asks for, else 0 (suffix ranges included)."""
+    wanted = request.range
+    if wanted is None or wanted.units != "bytes" or len(wanted.ranges) != 1:
+        return 0
+    begin = wanted.ranges[0][0]
+    return begin if begin is not None and begin >= 0 else 0
 
 
 def presigned(storage: Storage, name: str, expires_s: float, mimetype: str,

@@ -27,6 +27,7 @@ HTTP_CODES = {
     405: "method_not_allowed",
     413: "request_too_large",
     415: "unsupported_media_type",
+    416: "range_not_satisfiable",
 }
 # Outages of a backing service: 503 with Retry-After, never a 500.
 OUTAGES = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,

@@ -198,8 +198,8 @@ def get_audio(task_id: str) -> Response:
     response = presigned(tasks.cache.store.storage, audio.relative, services().settings.storage.presign_s,
                          audio.mime_type, audio.filename)
     if response is None:  # the key is a content hash: a strong ETag; gone since the lookup: 410
-        response = send_stored(tasks.open_audio(audio), audio.mime_type, audio.filename, etag=audio.key,
-                               max_age=86400)
+        response = send_stored(lambda start: tasks.open_audio(audio, start), audio.mime_type,
+                               audio.filename, etag=audio.key, max_age=86400)
     response.headers["X-Audio-Duration"] = f"{audio.duration_s:.3f}"
     return response
 

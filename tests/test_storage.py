@@ -70,6 +70,19 @@ def test_open_is_seekable_for_ranges(storage: Storage) -> None:
         assert handle.read() == data
 
 
+def test_open_can_start_where_the_reading_starts(storage: Storage) -> None:
+    data = bytes(range(256)) * 8
+    storage.put("cd/start.bin", data)
+    with storage.open("cd/start.bin", start=1000) as handle:
+        assert handle.tell() == 1000 and handle.read() == data[1000:]
+        handle.seek(0)
+        assert handle.read(10) == data[:10]
+    # (a start past the end is left for the caller to find out: the reader is still usable)
+    with storage.open("cd/start.bin", start=len(data) + 10) as handle:
+        handle.seek(0)
+        assert handle.read() == data
+
+
 def test_missing_objects_are_file_not_found(storage: Storage) -> None:
     with pytest.raises(FileNotFoundError):
         storage.open("zz/none.wav")

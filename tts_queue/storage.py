@@ -53,7 +53,7 @@ class Storage(Protocol):
 
     def put_file(self, name: str, source: Path, content_type: str | None = None) -> None: ...
 
-    def open(self, name: str) -> IO[bytes]: ...
+    def open(self, name: str, start: int = 0) -> IO[bytes]: ...
 
     def read(self, name: str) -> bytes: ...
 
@@ -116,8 +116,10 @@ class LocalStorage:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def open(self, name: str) -> IO[bytes]:
-        return open(self.path(name), "rb")
+    def open(self, name: str, start: int = 0) -> IO[bytes]:
+        handle = open(self.path(name), "rb")
+        handle.seek(start)
+        return handle
 
     def read(self, name: str) -> bytes:
         return self.path(name).read_bytes()
@@ -208,8 +210,8 @@ class S3Storage:
 
         return Path(tempfile.gettempdir())
 
-    def open(self, name: str) -> IO[bytes]:
-        return io.BufferedReader(S3Reader(self, name), buffer_size=256 * 1024)
+    def open(self, name: str, start: int = 0) -> IO[bytes]:
+        return io.BufferedReader(S3Reader(self, name, start), buffer_size=256 * 1024)
 
     def read(self, name: str) -> bytes:
         with _mapped(name):
@@ -276,26 +278,44 @@ class S3Storage:
         return url
 
 
+class _BeyondEnd(Exception):
+    """A ranged GET started past the object's end."""
+
+
 class S3Reader(io.RawIOBase):
     """A seekable reader over one object: each read after a seek is one ranged GET, streamed.
 
-    The first GET is made when the reader is created, so a missing object raises
-    ``FileNotFoundError`` before a response has started.
+    The first GET is made when the reader is created, from ``start`` (where the caller will read
+    first: the start of an HTTP Range), so a missing object raises ``FileNotFoundError`` before a
+    response has started, and a Range costs one request.
     """
 
-    def __init__(self, storage: S3Storage, name: str) -> None:
+    def __init__(self, storage: S3Storage, name: str, start: int = 0) -> None:
         super().__init__()
         self.storage, self.name = storage, name
-        self.position = 0
         self.body: Any = None
-        self.length = self._get(0)
+        try:
+            self.length = self._get(start)
+            self.position = start
+        except _BeyondEnd:  # let the caller find out (an HTTP 416), from a reader at 0
+            self.length = self._get(0)
+            self.position = 0
 
     def _get(self, start: int) -> int:
         """Start streaming from ``start``; the object's full length."""
+        from botocore.exceptions import ClientError
+
         extra = {"Range": f"bytes={start}-"} if start else {}
-        with _mapped(self.name):
-            answer = self.storage.client.get_object(Bucket=self.storage.bucket,
-                                                    Key=self.storage.key(self.name), **extra)
+        try:
+            with _mapped(self.name):
+                answer = self.storage.client.get_object(Bucket=self.storage.bucket,
+                                                        Key=self.storage.key(self.name), **extra)
+        except StorageUnavailable as exc:
+            cause = exc.__cause__
+            code = cause.response.get("Error", {}).get("Code") if isinstance(cause, ClientError) else None
+            if code == "InvalidRange":
+                raise _BeyondEnd from None
+            raise
         self.body = answer["Body"]
         if start:
             return int(answer["ContentRange"].rsplit("/", 1)[1])

@@ -58,9 +58,9 @@ class AudioStore:
         """Whether the audio is there (a cache row without its file is a miss)."""
         return self.storage.size(relative) is not None
 
-    def open(self, relative: str) -> IO[bytes]:
-        """A seekable reader of the audio; ``FileNotFoundError`` when it is gone."""
-        return self.storage.open(relative)
+    def open(self, relative: str, start: int = 0) -> IO[bytes]:
+        """A seekable reader of the audio at ``start``; ``FileNotFoundError`` when it is gone."""
+        return self.storage.open(relative, start)
 
     def read(self, relative: str) -> bytes:
         """The whole audio file."""

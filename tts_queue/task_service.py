@@ -197,11 +197,11 @@ class TaskService:
         return AudioFile(task_id, entry.key, entry.path, entry.format, mime_type(entry.format),
                          entry.size_bytes, entry.duration_s)
 
-    def open_audio(self, audio: AudioFile) -> IO[bytes]:
+    def open_audio(self, audio: AudioFile, start: int = 0) -> IO[bytes]:
         """A seekable reader of the audio; ``AudioExpired`` if it was deleted since the lookup (a
         cleanup, or an object removed from the bucket behind the database's back: forgotten)."""
         try:
-            return self.cache.store.open(audio.relative)
+            return self.cache.store.open(audio.relative, start)
         except FileNotFoundError:
             if not self.cache.store.verifies_hits:
                 self.cache.forget(audio.key)

@@ -79,6 +79,14 @@ def test_audio_is_stored_in_the_bucket_and_served_with_ranges(service: dict[str,
     assert part.headers["Content-Range"] == f"bytes 1000-4999/{len(whole)}"
     tail = client.get(f"/v1/tasks/{task['task_id']}/audio", headers={"Range": "bytes=-100"})
     assert tail.status_code == 206 and tail.data == whole[-100:]
+    # (a Range is one ranged GET from the bucket; a range past the end is 416, not a 5xx)
+    storage = service["app"].extensions["tts"].tasks.cache.store.storage
+    calls: list[str] = []
+    storage.client.meta.events.register("before-call.s3", lambda model, **_: calls.append(model.name))
+    ranged = client.get(f"/v1/tasks/{task['task_id']}/audio", headers={"Range": "bytes=2000-"})
+    assert ranged.data == whole[2000:] and calls == ["GetObject"]
+    beyond = client.get(f"/v1/tasks/{task['task_id']}/audio", headers={"Range": f"bytes={len(whole) + 5}-"})
+    assert beyond.status_code == 416 and beyond.get_json()["error"]["code"] == "range_not_satisfiable"
     # And the content hash is a strong ETag: a client with the same copy gets 304
     again = client.get(f"/v1/tasks/{task['task_id']}/audio", headers={"If-None-Match": full.headers["ETag"]})
     assert again.status_code == 304
