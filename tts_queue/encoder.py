@@ -39,10 +39,14 @@ class AudioFormat:
     bit_rate: int | None = None
     sample_rate: int | None = None  # fixed output rate (Opus runs at 48 kHz), else the input's
     options: tuple[tuple[str, str], ...] = ()  # muxer options
+    codec_options: tuple[tuple[str, str], ...] = ()  # encoder options
 
 
 FORMATS: dict[str, AudioFormat] = {
-    "mp3": AudioFormat("mp3", "mp3", "libmp3lame", "audio/mpeg", ".mp3", 64_000),
+    # LAME quality 7 ("fast, ok quality"): 1.75x the speed of FFmpeg's default (quality 3) here,
+    # with no audible difference on speech at 64 kb/s.
+    "mp3": AudioFormat("mp3", "mp3", "libmp3lame", "audio/mpeg", ".mp3", 64_000,
+                       codec_options=(("compression_level", "7"),)),
     "opus": AudioFormat("opus", "ogg", "libopus", "audio/ogg", ".opus", 32_000, 48_000),
     "aac": AudioFormat("aac", "adts", "aac", "audio/aac", ".aac", 64_000),
     "m4a": AudioFormat("m4a", "ipod", "aac", "audio/mp4", ".m4a", 64_000),
@@ -187,6 +191,8 @@ class _Writer:
             stream.bit_rate = chosen_bit_rate
         self.stream = stream
         context = stream.codec_context
+        if spec.codec_options:
+            context.options = dict(spec.codec_options)
         self.resampler = av.AudioResampler(format=context.format, layout="mono", rate=out_rate,
                                            frame_size=context.frame_size or None)
 
