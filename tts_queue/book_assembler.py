@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ class ChapterAssembler:
         if manifest is None:
             marks = IdMarks.from_id_map(self.id_map(book.options.get("voice"))) if self.id_map else None
             manifest = self._write(files, [(c.cache_key, c.text, c.pause_after) for c, _ in chunks], fmt,
-                                   marks)
+                                   marks, book, number)
         duration = manifest["duration_s"]
         with self.books.db.write() as session:
             session.execute(update(ChapterRow).where(
@@ -119,7 +120,7 @@ class ChapterAssembler:
             return None
 
     def _write(self, files: ChapterFiles, sentences: list[tuple[str, str, str]], fmt: str,
-               marks: IdMarks | None) -> dict[str, Any]:
+               marks: IdMarks | None, book: BookRow, number: int) -> dict[str, Any]:
         parts, rate = [], 22050
         starts: list[Sequence[int] | None] = []
         for key, text, _ in sentences:
@@ -139,12 +140,49 @@ class ChapterAssembler:
             "sentences": [{"text": text, "start_s": start / rate, "end_s": end / rate, "cache_key": key}
                           for (key, text, _), (start, end) in zip(sentences, stitched.offsets, strict=True)],
         }
-        self.storage.put(files.srt, to_srt(cues).encode("utf-8"), "application/x-subrip")
-        self.storage.put(files.vtt, to_vtt(cues).encode("utf-8"), "text/vtt")
-        self.storage.put(files.audio, encode(stitched.audio, fmt), audio_format(fmt).mime_type)
-        self.storage.put(files.manifest, json.dumps(manifest, ensure_ascii=False).encode("utf-8"),
-                         "application/json")
+        # The last chapter to finish starts the M4B beside its own encoding (the encoders release
+        # the GIL, so the two share the cores), from its PCM rather than its lossy file.
+        m4b = self._start_m4b(book, number, stitched.audio, fmt)
+        try:
+            self.storage.put(files.srt, to_srt(cues).encode("utf-8"), "application/x-subrip")
+            self.storage.put(files.vtt, to_vtt(cues).encode("utf-8"), "text/vtt")
+            self.storage.put(files.audio, encode(stitched.audio, fmt), audio_format(fmt).mime_type)
+            self.storage.put(files.manifest, json.dumps(manifest, ensure_ascii=False).encode("utf-8"),
+                             "application/json")
+        finally:
+            if m4b is not None:
+                m4b.join()
         return manifest
+
+    def _start_m4b(self, book: BookRow, number: int, audio: Audio, fmt: str) -> threading.Thread | None:
+        """Build the M4B in a thread now if every other chapter is done, else ``None`` (the M4B is
+        then built when the book finishes). A failure here only logs: finishing builds it again."""
+        chapters = self.books.chapters(book.id)
+        if any(c.status is not TaskStatus.DONE for c in chapters if c.number != number):
+            return None
+
+        def build() -> None:
+            try:
+                self._write_m4b(book, self._book_audio(chapters, fmt, (number, audio)))
+                log.info("book %s: M4B built beside its last chapter", book.id)
+            except Exception:  # noqa: BLE001 - _finish_book tries again
+                log.warning("book %s: the M4B could not be built early", book.id, exc_info=True)
+
+        thread = threading.Thread(target=build, name=f"m4b-{book.id[:8]}", daemon=True)
+        thread.start()
+        return thread
+
+    def _write_m4b(self, book: BookRow, chapters: Iterator[tuple[str, Audio]]) -> str:
+        """The book's M4B in the storage (built unless it is there); its name."""
+        name = f"m4b/{book.id}.m4b"
+        if self.storage.size(name) is None:
+            local = self.storage.scratch() / f"{book.id}-{uuid.uuid4().hex[:8]}.m4b"
+            try:
+                write_m4b(local, chapters, title=book.title, author=book.author)
+                self.storage.put_file(name, local, "audio/mp4")
+            finally:
+                local.unlink(missing_ok=True)
+        return name
 
     def _finish_book(self, book_id: str) -> None:
         chapters = self.books.chapters(book_id)
@@ -154,24 +192,21 @@ class ChapterAssembler:
             book = session.scalar(select(BookRow).where(BookRow.id == book_id))
         if book is None or book.status.finished:
             return
-        name = f"m4b/{book_id}.m4b"
-        if self.storage.size(name) is None:
-            local = self.storage.scratch() / f"{book_id}-{uuid.uuid4().hex[:8]}.m4b"
-            try:
-                write_m4b(local, self._chapter_audio(chapters, str(book.options.get("format", "mp3"))),
-                          title=book.title, author=book.author)
-                self.storage.put_file(name, local, "audio/mp4")
-            finally:
-                local.unlink(missing_ok=True)
+        name = self._write_m4b(book, self._book_audio(chapters, str(book.options.get("format", "mp3"))))
         with self.books.db.write() as session:
             session.execute(update(BookRow).where(
                 BookRow.id == book_id, BookRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)),
             ).values(status=TaskStatus.DONE, finished_at=self.clock(), m4b_path=name))
         log.info("book %s done: %d chapters", book_id, len(chapters))
 
-    def _chapter_audio(self, chapters: list[ChapterRow], fmt: str) -> Iterator[tuple[str, Audio]]:
-        """Each chapter's audio, decoded from its file, one at a time."""
+    def _book_audio(self, chapters: list[ChapterRow], fmt: str,
+                    current: tuple[int, Audio] | None = None) -> Iterator[tuple[str, Audio]]:
+        """Each chapter's title and audio, one at a time: ``current`` (number, PCM) as it is, the
+        others decoded from their files."""
         for chapter in chapters:
+            if current is not None and chapter.number == current[0]:
+                yield chapter.title, current[1]
+                continue
             files = self.files(chapter, fmt)
             assert files is not None
             yield chapter.title, decode(self.storage.read(files.audio))

@@ -141,6 +141,9 @@ def test_a_small_book_renders_in_order_with_captions_and_an_m4b(service: dict[st
     lengths = [float((m["end"] - m["start"]) * m["time_base"]) for m in marks]
     for length, chapter in zip(lengths, manifest["chapters"], strict=True):
         assert abs(length - chapter["duration_s"]) < 1.2  # chapter gap of 1 s plus codec padding
+    # (built beside the last chapter's own encoding, from its PCM, not after it from its MP3)
+    log = service["settings"].data_dir / "worker.log"
+    assert f"book {book_id}: M4B built beside its last chapter" in log.read_text(errors="replace")
 
 
 def render(client: FlaskClient, text: str) -> dict[str, Any]:
