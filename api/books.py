@@ -133,14 +133,18 @@ def _chapter(book_id: str, number: int) -> tuple[ChapterRow, Any, str]:
 def _send(name: str, mimetype: str, download_name: str, storage: Storage | None = None) -> Response:
     """A book file from the books storage: presigned, or streamed with Range support."""
     storage = storage or services().assembler.storage
-    response = presigned(storage, name, services().settings.storage.presign_s, mimetype, download_name)
+    gone = f"{download_name} is gone from the storage; render the book again"
+    try:
+        response = presigned(storage, name, services().settings.storage.presign_s, mimetype, download_name)
+    except FileNotFoundError:
+        raise AudioExpired(gone) from None
     if response is not None:
         return response
     def open_at(start: int) -> IO[bytes]:
         try:
             return storage.open(name, start)
         except FileNotFoundError:
-            raise AudioExpired(f"{download_name} is gone from the storage; render the book again") from None
+            raise AudioExpired(gone) from None
 
     return send_stored(open_at, mimetype, download_name, etag=name.rsplit("/", 1)[-1])
 
@@ -178,7 +182,10 @@ def manifest(book_id: str) -> Response:
                                  "file": name}
         files = services().assembler.files(chapter, fmt)
         if files is not None:
-            entry["sentences"] = services().assembler.manifest(files)["sentences"]
+            try:
+                entry["sentences"] = services().assembler.manifest(files)["sentences"]
+            except FileNotFoundError:  # removed behind the database's back: say so, no 500
+                entry["error"] = "the chapter's files are missing from the storage"
         chapters.append(entry)
     return jsonify(book_id=book.id, title=book.title, author=book.author, format=fmt,
                    status=book.status.value, options=book.options, chapters=chapters)

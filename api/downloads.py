@@ -23,12 +23,20 @@ def send_stored(open_at: Callable[[int], IO[bytes]], mimetype: str, download_nam
     ``open_at(start)`` opens it where the response will start reading (the first byte of a
     ``Range``), so a bucket is asked once per download, ranged or not.
     """
-    handle = open_at(_range_start())
+    start = _range_start()
+    handle = open_at(start)
     size = size_of(handle)
     response = send_file(handle, mimetype=mimetype, download_name=download_name, etag=etag or False,
                          max_age=max_age, conditional=False)
     response.content_length = size
-    return response.make_conditional(request.environ, accept_ranges=True, complete_length=size)
+    try:
+        response = response.make_conditional(request.environ, accept_ranges=True, complete_length=size)
+    except Exception:  # 416: nothing will read the handle
+        handle.close()
+        raise
+    if start and response.status_code != 206:  # the Range was not honoured (If-Range): whole file
+        handle.seek(0)
+    return response
 
 
 def _range_start() -> int:
@@ -42,8 +50,13 @@ def _range_start() -> int:
 
 def presigned(storage: Storage, name: str, expires_s: float, mimetype: str,
               download_name: str) -> Response | None:
-    """A 302 to a presigned URL of ``name`` when downloads are presigned and the storage can."""
+    """A 302 to a presigned URL of ``name`` when downloads are presigned and the storage can;
+    ``FileNotFoundError`` when the object is gone (the client would get the bucket's 404)."""
     if expires_s <= 0:
         return None
     url = storage.presign(name, expires_s, mimetype, download_name)
-    return redirect(url, 302) if url is not None else None
+    if url is None:
+        return None
+    if storage.size(name) is None:
+        raise FileNotFoundError(name)
+    return redirect(url, 302)

@@ -195,8 +195,11 @@ def get_audio(task_id: str) -> Response:
     """The finished audio, with Content-Length and Range support."""
     tasks = services().tasks
     audio = tasks.audio(task_id)
-    response = presigned(tasks.cache.store.storage, audio.relative, services().settings.storage.presign_s,
-                         audio.mime_type, audio.filename)
+    try:
+        response = presigned(tasks.cache.store.storage, audio.relative,
+                             services().settings.storage.presign_s, audio.mime_type, audio.filename)
+    except FileNotFoundError:
+        raise tasks.audio_gone(audio) from None
     if response is None:  # the key is a content hash: a strong ETag; gone since the lookup: 410
         response = send_stored(lambda start: tasks.open_audio(audio, start), audio.mime_type,
                                audio.filename, etag=audio.key, max_age=86400)

@@ -155,7 +155,8 @@ def test_drift_is_found_and_repaired(cache: AudioCache, clock: Clock) -> None:
     orphan.write_bytes(b"audio without a row")
     tmp = root / "ff" / f".{'e' * 64}.wav.abc.tmp"
     tmp.write_bytes(b"half")
-    sidecar = root / "ff" / f"{'d' * 64}.align.json"
+    (root / "dd").mkdir(parents=True, exist_ok=True)
+    sidecar = root / "dd" / f"{'d' * 64}.align.json"
     sidecar.write_text("{}")
     old = (START - 2 * DAY).timestamp()
     for path in (orphan, tmp, sidecar, lost_sidecar):
@@ -222,3 +223,48 @@ def test_durations(text: str, seconds: int) -> None:
 def test_a_bad_duration_is_a_clear_error() -> None:
     with pytest.raises(InvalidRequest, match="7d"):
         parse_duration("soon")
+
+
+def test_drift_repair_leaves_names_outside_its_layout_alone(cache: AudioCache, clock: Clock) -> None:
+    # Given live entries, and stray files under the store's root that are not the store's own
+    clock.now = START + DAY
+    keys = [put(cache, clock, n, START) for n in (1, 2, 3)]
+    root = cache.store.local_root
+    old = (START - 2 * DAY).timestamp()
+    strays = [root / "notes.txt", root / "Old" / f"{keys[0]}.mp3", root / keys[0][:2] / "zz.bak",
+              root / "ff" / f"{key(1)}.wav"]  # the last: a real key in the wrong directory
+    for path in strays:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"not the cache's")
+        os.utime(path, (old, old))
+    # When the cleanup runs
+    report = cleaner(cache, clock).run()
+    # Then nothing was taken for drift: every entry and every stray file is still there
+    assert report.drift == dict.fromkeys(report.drift, 0)
+    assert live_keys(cache) == set(keys) and all(path.exists() for path in strays)
+
+
+def test_drift_repair_stops_when_the_listing_breaks_key_order(cache: AudioCache, clock: Clock) -> None:
+    from tts_queue.store_repair import repair_drift
+
+    class Reversed:
+        """A storage whose listing comes out of order."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def list(self, prefix: str = "") -> Any:
+            return iter(sorted(self.inner.list(prefix), key=lambda o: o.name, reverse=True))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    # Given live entries whose files are all there, listed backwards
+    clock.now = START + DAY
+    keys = [put(cache, clock, n, START) for n in (1, 2, 300)]
+    store = AudioStore(Reversed(cache.store.storage))
+    # When drift repair runs
+    counts = repair_drift(cache.db, store, clock.now, timedelta(0), timedelta(hours=1))
+    # Then it stopped instead of taking every row for one without a file
+    assert counts["rows_without_file"] == 0 and counts["files_without_row"] == 0
+    assert live_keys(cache) == set(keys)

@@ -188,3 +188,20 @@ def test_cleanup_and_drift_repair_on_a_bucket(bucket_cache: AudioCache, clock: C
     assert [o.name for o in storage.list()] == [fresh.path]
     assert bucket_cache.peek(key(3)) is not None and bucket_cache.peek(key(1)) is None
     assert stale.path != fresh.path
+
+
+@pytest.mark.parametrize("if_range, status, start", [('"other"', 200, 0), ('"abc"', 206, 1000),
+                                                     ("Wed, 21 Oct 2015 07:28:00 GMT", 200, 0)])
+def test_downloads_honour_if_range(storage: Storage, if_range: str, status: int, start: int) -> None:
+    from flask import Flask
+
+    from api.downloads import send_stored
+
+    data = bytes(range(256)) * 40
+    storage.put("ab/x.wav", data)
+    headers = {"Range": "bytes=1000-", "If-Range": if_range}
+    with Flask(__name__).test_request_context(headers=headers):
+        response = send_stored(lambda at: storage.open("ab/x.wav", at), "audio/wav", "x.wav", etag="abc")
+        response.direct_passthrough = False
+        # A Range whose If-Range does not match is the whole file (from byte 0), never a tail as a 200
+        assert response.status_code == status and response.get_data() == data[start:]

@@ -166,3 +166,27 @@ def test_the_recovery_task_resends_queued_rows_when_the_broker_forgot(world: dic
     assert (first, second) == (1, 0)
     assert world["redis"].llen(queue) == 1
     assert world["redis"].exists(world["keys"].broker_marker)
+
+
+def test_storage_waits_send_the_task_again_instead_of_counting_a_retry() -> None:
+    """Synthesis and chapter assembly alike: a full disk or an unreachable bucket is waited out."""
+    import errno
+    from types import SimpleNamespace
+
+    from tts_queue.errors import StorageUnavailable
+    from workers.factory import wait_for_storage
+
+    sent: list[Any] = []
+
+    class Task:
+        app = SimpleNamespace(tts_runtime=SimpleNamespace(
+            settings=Settings.from_env({"TTS_STORAGE_RETRY_S": "7"})))
+
+        def signature_from_request(self, countdown: float) -> Any:
+            sent.append(countdown)
+            return SimpleNamespace(apply_async=lambda: sent.append("sent"))
+
+    assert wait_for_storage(Task(), StorageUnavailable("bucket down"), "book b chapter 1")
+    assert wait_for_storage(Task(), OSError(errno.ENOSPC, "No space left on device"), "task t")
+    assert sent == [7.0, "sent", 7.0, "sent"]
+    assert not wait_for_storage(Task(), ValueError("a bug"), "task t") and len(sent) == 4

@@ -55,6 +55,10 @@ class RedisKeys:
         """A worker's heartbeat (``name`` may be ``*`` to match them all)."""
         return f"{self.prefix}:worker:{name}"
 
+    def assembling(self, book_id: str, chapter: int) -> str:
+        """A lock with expiry: one worker assembles a chapter at a time (``tts.assemble_chapter``)."""
+        return f"{self.prefix}:assembling:{book_id}:{chapter}"
+
     @property
     def consumed(self) -> str:
         """A short-lived key a worker sets whenever it takes a task off a queue (``/readyz``)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cachetools import LRUCache
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -127,6 +127,16 @@ class AudioCache:
         with self._lock:
             self._hot[key] = hit
         return hit
+
+    def forget_missing(self, key: str, path: str) -> None:
+        """Forget ``key`` after a download found its file gone, if it still is: a worker that
+        stored the same audio again since keeps its row. The file is drift repair's to clean."""
+        with self._lock:
+            self._hot.pop(key, None)
+        if self.store.exists(path):
+            return
+        with self.db.write() as session:
+            session.execute(delete(CacheEntry).where(CacheEntry.key == key, CacheEntry.path == path))
 
     def forget(self, key: str, session: Session | None = None) -> None:
         """Drop ``key`` from memory and the database (its file is deleted too)."""

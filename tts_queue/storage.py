@@ -272,9 +272,10 @@ class S3Storage:
                                      "cannot see it)") from None
 
     def presign(self, name: str, expires_s: float, content_type: str, filename: str) -> str | None:
-        url: str = self.client.generate_presigned_url("get_object", ExpiresIn=int(expires_s), Params={
-            "Bucket": self.bucket, "Key": self.key(name), "ResponseContentType": content_type,
-            "ResponseContentDisposition": f'attachment; filename="{filename}"'})
+        with _mapped(name):  # no credentials, for one
+            url: str = self.client.generate_presigned_url("get_object", ExpiresIn=int(expires_s), Params={
+                "Bucket": self.bucket, "Key": self.key(name), "ResponseContentType": content_type,
+                "ResponseContentDisposition": f'attachment; filename="{filename}"'})
         return url
 
 
@@ -367,8 +368,11 @@ def _mapped(name: str) -> Iterator[None]:
     except (FileNotFoundError, StorageUnavailable):
         raise
     except Exception as exc:
+        from boto3.exceptions import S3UploadFailedError
         from botocore.exceptions import BotoCoreError, ClientError
 
+        if isinstance(exc, S3UploadFailedError):  # upload_file wraps the client's error
+            raise StorageUnavailable(f"the object store refused {name!r}: {exc}") from exc
         if isinstance(exc, ClientError):
             error = exc.response.get("Error", {})
             if error.get("Code") in ("NoSuchKey", "404", "NotFound"):

@@ -8,11 +8,16 @@ pages) and the cache rows (read in chunks). That finds, without a request per ro
 - audio files with no row, and sidecars without audio (older than the grace, for the same reason);
 - temporary files left by crashed writes (older than ``tmp_age``; a bucket has none).
 
-Each kind is fixed in bounded batches and counted.
+Only names of the store's own layout (``ab/<64 hex, starting ab>.<ext>``) are considered: anything
+else under the root is left alone, and a listing that comes out of key order stops the pass
+before it decides anything from it. Files are deleted a directory at a time, after checking once
+more that no row was written for them meanwhile. Each kind is counted.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,11 +25,14 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 
 from tts_queue.db import CacheEntry, Database
-from tts_queue.storage import StoredObject
 from tts_queue.store import SIDECAR, AudioStore
+
+log = logging.getLogger(__name__)
 
 CHUNK = 500
 KINDS = ("rows_without_file", "files_without_row", "temporary_files", "orphan_sidecars")
+AUDIO_NAME = re.compile(r"^([0-9a-f]{2})/(\1[0-9a-f]{62})\.(align\.json|[a-z0-9]+)$")
+TEMPORARY_NAME = re.compile(r"^[0-9a-f]{2}/\.[^/]*\.tmp$")
 
 
 @dataclass
@@ -36,83 +44,122 @@ class _Stored:
     sidecars: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class _Pass:
+    """One repair pass: its counts and what it will delete."""
+
+    db: Database
+    store: AudioStore
+    cutoff: datetime
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    orphans: dict[str, list[str]] = field(default_factory=dict)  # key -> names, rechecked first
+    doomed: list[str] = field(default_factory=list)  # temporary files, orphan sidecars
+    missing: list[str] = field(default_factory=list)  # keys of rows without a file
+    out_of_order: bool = False
+
+    def row_without_file(self, key: str) -> None:
+        self.missing.append(key)
+        if len(self.missing) >= CHUNK:
+            self.flush_rows()
+
+    def flush_rows(self) -> None:
+        if self.missing:
+            with self.db.write() as session:  # a row stored again since it was read is left alone
+                result = session.execute(delete(CacheEntry).where(
+                    CacheEntry.key.in_(self.missing), CacheEntry.last_access_at < self.cutoff))
+            self.counts["rows_without_file"] += int(result.rowcount)  # type: ignore[attr-defined]
+            self.missing.clear()
+
+    def stop(self) -> None:
+        """The listing broke key order: forget every decision not yet carried out."""
+        self.out_of_order = True
+        self.missing.clear()
+        self.counts["files_without_row"] -= sum(
+            1 for names in self.orphans.values() for n in names if not n.endswith(SIDECAR))
+        self.orphans.clear()
+
+    def flush_files(self) -> None:
+        """Delete what was found so far (called per directory): orphan audio only if its key still
+        has no row (the same audio may have been stored again during the walk)."""
+        if self.orphans:
+            with self.db.read() as session:
+                stored_again = set(session.scalars(select(CacheEntry.key).where(
+                    CacheEntry.key.in_(list(self.orphans)))))
+            for key in stored_again:
+                self.counts["files_without_row"] -= 1
+                del self.orphans[key]
+            self.doomed.extend(name for names in self.orphans.values() for name in names)
+            self.orphans.clear()
+        if self.doomed:
+            self.store.storage.delete(self.doomed)
+            self.doomed.clear()
+
+
 def repair_drift(db: Database, store: AudioStore, now: datetime, grace: timedelta,
                  tmp_age: timedelta) -> dict[str, int]:
     """Fix drift between ``store`` and the cache rows; counts per kind."""
-    counts = dict.fromkeys(KINDS, 0)
-    cutoff, newest = now - grace, now.timestamp() - grace.total_seconds()
-    doomed: list[str] = []
-    missing: list[str] = []
-
-    def flush(final: bool = False) -> None:
-        if len(doomed) >= CHUNK or (final and doomed):
-            store.storage.delete(doomed)
-            doomed.clear()
-        if len(missing) >= CHUNK or (final and missing):
-            with db.write() as session:  # a row stored again since it was read is left alone
-                session.execute(delete(CacheEntry).where(CacheEntry.key.in_(missing),
-                                                         CacheEntry.last_access_at < cutoff))
-            missing.clear()
-
+    state = _Pass(db, store, now - grace)
+    newest = now.timestamp() - grace.total_seconds()
     rows = _rows(db)
     row = next(rows, None)
-    for stored in _by_key(store, now.timestamp() - tmp_age.total_seconds(), counts, doomed):
+    for stored in _by_key(store, now.timestamp() - tmp_age.total_seconds(), state):
         while row is not None and row[0] < stored.key:
-            if row[2] < cutoff:
-                missing.append(row[0])
-                counts["rows_without_file"] += 1
+            if row[2] < state.cutoff:
+                state.row_without_file(row[0])
             row = next(rows, None)
         if row is not None and row[0] == stored.key:
-            if row[1] not in stored.audio and row[2] < cutoff:
-                missing.append(stored.key)
-                counts["rows_without_file"] += 1
+            if row[1] not in stored.audio and row[2] < state.cutoff:
+                state.row_without_file(stored.key)
             row = next(rows, None)
-        elif stored.audio:
-            old = [name for name, modified in stored.audio.items() if modified < newest]
-            if len(old) == len(stored.audio):
-                doomed.extend([*old, *stored.sidecars])
-                counts["files_without_row"] += len(old)
+        elif stored.audio and all(modified < newest for modified in stored.audio.values()):
+            state.orphans[stored.key] = [*stored.audio, *stored.sidecars]
+            state.counts["files_without_row"] += len(stored.audio)
         if not stored.audio:
             old = [name for name, modified in stored.sidecars.items() if modified < newest]
-            doomed.extend(old)
-            counts["orphan_sidecars"] += len(old)
-        flush()
-    while row is not None:
-        if row[2] < cutoff:
-            missing.append(row[0])
-            counts["rows_without_file"] += 1
+            state.doomed.extend(old)
+            state.counts["orphan_sidecars"] += len(old)
+    while row is not None and not state.out_of_order:
+        if row[2] < state.cutoff:
+            state.row_without_file(row[0])
         row = next(rows, None)
-        flush()
-    flush(final=True)
-    return counts
+    state.flush_files()
+    state.flush_rows()
+    return state.counts
 
 
-def _by_key(store: AudioStore, tmp_before: float, counts: dict[str, int],
-            doomed: list[str]) -> Iterator[_Stored]:
-    """The store's objects grouped by cache key, in key order; stale temporary files are doomed."""
+def _by_key(store: AudioStore, tmp_before: float, state: _Pass) -> Iterator[_Stored]:
+    """The store's objects of its own layout grouped by cache key, in key order; stale temporary
+    files are doomed. Files are flushed at each new directory. Stops if the order breaks."""
     current: _Stored | None = None
+    directory = ""
     for item in store.storage.list():
-        base = item.name.rsplit("/", 1)[-1]
-        if base.endswith(".tmp"):
+        if TEMPORARY_NAME.match(item.name):
             if item.modified < tmp_before:
-                doomed.append(item.name)
-                counts["temporary_files"] += 1
+                state.doomed.append(item.name)
+                state.counts["temporary_files"] += 1
             continue
-        key = base.split(".", 1)[0]
+        match = AUDIO_NAME.match(item.name)
+        if match is None:
+            continue  # not the store's: left alone
+        if match.group(1) != directory:
+            state.flush_files()
+            directory = match.group(1)
+        key = match.group(2)
+        if current is not None and key < current.key:
+            log.error("drift repair stopped: the store lists %s after %s (out of key order); what "
+                      "was not yet carried out is dropped", item.name, current.key)
+            state.stop()
+            return
         if current is None or current.key != key:
             if current is not None:
                 yield current
             current = _Stored(key)
-        _add(current, item)
+        if item.name.endswith(SIDECAR):
+            current.sidecars[item.name] = item.modified
+        else:
+            current.audio[item.name] = item.modified
     if current is not None:
         yield current
-
-
-def _add(stored: _Stored, item: StoredObject) -> None:
-    if item.name.endswith(SIDECAR):
-        stored.sidecars[item.name] = item.modified
-    else:
-        stored.audio[item.name] = item.modified
 
 
 def _rows(db: Database) -> Iterator[tuple[str, str, datetime]]:
@@ -127,4 +174,3 @@ def _rows(db: Database) -> Iterator[tuple[str, str, datetime]]:
             return
         yield from ((key, path, last) for key, path, last in chunk)
         after = chunk[-1][0]
-

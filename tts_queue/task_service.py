@@ -203,7 +203,10 @@ class TaskService:
         try:
             return self.cache.store.open(audio.relative, start)
         except FileNotFoundError:
-            if not self.cache.store.verifies_hits:
-                self.cache.forget(audio.key)
-            raise AudioExpired(f"the audio of task {audio.task_id} has expired from the cache; "
-                               "resubmit") from None
+            raise self.audio_gone(audio) from None
+
+    def audio_gone(self, audio: AudioFile) -> AudioExpired:
+        """The error for audio whose file was found missing at download; its row is forgotten
+        (unless stored again meanwhile), so the same request is synthesized anew."""
+        self.cache.forget_missing(audio.key, audio.relative)
+        return AudioExpired(f"the audio of task {audio.task_id} has expired from the cache; resubmit")

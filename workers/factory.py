@@ -13,9 +13,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+import redis
 from celery import Celery, signals
 
 from tts_queue.broker import (
@@ -43,6 +46,8 @@ from workers.dispatch import CeleryDispatcher, make_client
 from workers.runtime import RuntimeHolder
 
 log = logging.getLogger(__name__)
+# A chapter assembly that holds its lock longer than this is taken to have died with its worker.
+ASSEMBLY_LOCK_S = 900
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -128,6 +133,20 @@ def _connect_signals(app: Celery, holder: RuntimeHolder, marker: RedisMarker) ->
         marker.mark_consumed()
 
 
+def wait_for_storage(task: Any, exc: BaseException, what: str) -> bool:
+    """When ``exc`` means the storage is full or unreachable, send the task again after
+    ``TTS_STORAGE_RETRY_S`` and say so (``True``): it waits however long it takes, never failed
+    for it. A new message with the same id and retry count, not Celery's ``retry()``, which counts
+    every wait against ``max_retries`` and gives up after a few."""
+    if not (storage_full(exc) or isinstance(exc, StorageUnavailable)):
+        return False
+    wait = task.app.tts_runtime.settings.cache.storage_retry_s
+    why = "storage full" if storage_full(exc) else "storage unreachable"
+    log.warning("%s: %s (%s); retrying in %.0f s", what, why, exc, wait)
+    task.signature_from_request(countdown=wait).apply_async()
+    return True
+
+
 def _register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisMarker) -> None:
     # shared=False: Celery would otherwise register these closures on every app created later in
     # the process, and a second app (tests) would run the first app's runtime.
@@ -142,13 +161,7 @@ def _register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisMarker) -> 
             runtime = holder.get()
             status = runtime.executor.execute(task_id, self.request.hostname)
         except Exception as exc:
-            if storage_full(exc) or isinstance(exc, StorageUnavailable):  # waits, however long
-                wait = settings.cache.storage_retry_s
-                why = "storage full" if storage_full(exc) else "storage unreachable"
-                log.warning("task %s: %s (%s); retrying in %.0f s", task_id, why, exc, wait)
-                # A new message with the same id and retry count, not Celery's retry(), which
-                # counts every wait against max_retries and gives up after a few.
-                self.signature_from_request(countdown=wait).apply_async()
+            if wait_for_storage(self, exc, f"task {task_id}"):
                 return None
             if self.request.retries >= self.max_retries:
                 status = holder.get().executor.fail_unexpected(task_id, exc)
@@ -165,8 +178,13 @@ def _register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisMarker) -> 
     def assemble_chapter(self: Any, book_id: str, number: int) -> str | None:
         """Stitch, caption and encode a chapter whose sentences are all done (idempotent)."""
         try:
-            status = holder.get().assembler.assemble(book_id, number)
+            with marker.assembling(book_id, number, self.request.hostname or "worker") as mine:
+                if not mine:  # the sweep or a second last sentence asked while it is being done
+                    return "busy"
+                status = holder.get().assembler.assemble(book_id, number)
         except Exception as exc:
+            if wait_for_storage(self, exc, f"book {book_id} chapter {number}"):
+                return None
             if self.request.retries >= self.max_retries:
                 holder.get().books.fail(book_id, "assembly_failed", f"chapter {number}: {exc}")
                 return "failed"
@@ -212,6 +230,25 @@ class RedisMarker:
     def set(self) -> None:
         """Mark the broker's current data."""
         self.client.set(self.keys.broker_marker, utcnow().isoformat())
+
+    @contextmanager
+    def assembling(self, book_id: str, chapter: int, holder: str) -> Iterator[bool]:
+        """Hold the chapter's assembly lock (expires after ``ASSEMBLY_LOCK_S``, in case its holder
+        dies); yields whether this caller got it. Without Redis, everyone gets it (assembly is
+        idempotent, only slower twice)."""
+        key = self.keys.assembling(book_id, chapter)
+        try:
+            got = bool(self.client.set(key, holder, nx=True, ex=ASSEMBLY_LOCK_S))
+        except redis.RedisError:
+            got, key = True, ""
+        try:
+            yield got
+        finally:
+            if got and key:
+                try:
+                    self.client.delete(key)
+                except redis.RedisError:
+                    pass
 
     def mark_consumed(self) -> None:
         """Record that this worker just took a task off a queue (at most once a second)."""

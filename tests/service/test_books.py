@@ -202,3 +202,24 @@ def test_a_corrupt_epub_upload_is_invalid_book(service: dict[str, Any]) -> None:
     response = client.post("/v1/books", data=data, content_type="multipart/form-data")
     assert response.status_code == 400 and response.get_json()["error"]["code"] == "invalid_book"
     assert json.loads(response.data)["error"]["message"]
+
+
+def test_one_worker_assembles_a_chapter_at_a_time(redis_url: str) -> None:
+    """The sweep, or two last sentences finishing together, ask for the same assembly: one runs,
+    the others answer busy; the lock expires if its holder dies."""
+    import redis as redis_lib
+
+    from tts_queue.broker import client_url
+    from workers.factory import ASSEMBLY_LOCK_S, RedisMarker
+
+    settings = Settings.from_env({"TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX})
+    marker = RedisMarker(settings)
+    book = str(uuid.uuid4())
+    key = marker.keys.assembling(book, 1)
+    with marker.assembling(book, 1, "w1") as first:
+        assert 0 < redis_lib.Redis.from_url(client_url(redis_url)).ttl(key) <= ASSEMBLY_LOCK_S
+        with marker.assembling(book, 1, "w2") as second, marker.assembling(book, 2, "w2") as other:
+            assert first and not second and other
+    with marker.assembling(book, 1, "w2") as again:
+        assert again
+    assert not redis_lib.Redis.from_url(client_url(redis_url)).exists(key)

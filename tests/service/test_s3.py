@@ -190,9 +190,12 @@ def test_an_object_removed_behind_the_databases_back_is_410_then_synthesized_aga
 
         path = session.get(CacheEntry, session.get(TaskRow, task["task_id"]).cache_key).path
     service["s3"].delete_object(Bucket=service["bucket"], Key=f"tts/audio/{path}")
-    # Then the download is a clean 410 (the row is forgotten) and the same request is synthesized anew
-    gone = client.get(f"/v1/tasks/{task['task_id']}/audio")
-    assert gone.status_code == 410 and gone.get_json()["error"]["code"] == "audio_expired"
+    # Then the download is a clean 410, from an API that presigns too (not a redirect to a 404)
+    presigning = create_app(service["settings"].replace(**{"storage.presign_s": 60.0})).test_client()
+    for api in (presigning, client):
+        gone = api.get(f"/v1/tasks/{task['task_id']}/audio")
+        assert gone.status_code == 410 and gone.get_json()["error"]["code"] == "audio_expired"
+    # And the row is forgotten, so the same request is synthesized anew
     again = submit_done(client, "Someone deletes my object by hand.")
     assert again["cache_hit"] is False
     assert client.get(f"/v1/tasks/{again['task_id']}/audio").status_code == 200
