@@ -175,8 +175,10 @@ def test_cleanup_and_drift_repair_on_a_bucket(bucket_cache: AudioCache, clock: C
     lost = bucket_cache.put(key(2), "wav", "v", b"lost audio", 0.5)
     fresh = bucket_cache.put(key(3), "wav", "v", b"new audio", 0.5)
     storage.delete([lost.path])
-    storage.put(f"ff/{key(255)}.wav", b"no row")
-    storage.put(f"ee/{key(238)}.align.json", b"{}")
+    orphan, sidecar = f"{'f' * 64}", f"{'e' * 64}"
+    storage.put(f"ff/{orphan}.wav", b"no row")
+    storage.put(f"ee/{sidecar}.align.json", b"{}")
+    storage.put("notes/readme.txt", b"not the store's: left alone")
     # When the cleanup runs (age 7 days, no grace) with the clock a day ahead of the objects' times
     policy = CacheSettings(delete_grace_s=0)
     report = Cleaner(bucket_cache, policy, clock=lambda: clock.now + timedelta(days=1)).run()
@@ -185,7 +187,7 @@ def test_cleanup_and_drift_repair_on_a_bucket(bucket_cache: AudioCache, clock: C
     assert report.expired_by_age == 1 and report.entries == 1 and report.bytes == len(b"old audio")
     assert report.drift == {"rows_without_file": 1, "files_without_row": 1, "temporary_files": 0,
                             "orphan_sidecars": 1}
-    assert [o.name for o in storage.list()] == [fresh.path]
+    assert [o.name for o in storage.list()] == [fresh.path, "notes/readme.txt"]
     assert bucket_cache.peek(key(3)) is not None and bucket_cache.peek(key(1)) is None
     assert stale.path != fresh.path
 
