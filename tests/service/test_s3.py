@@ -87,6 +87,7 @@ def test_audio_is_stored_in_the_bucket_and_served_with_ranges(service: dict[str,
     assert ranged.data == whole[2000:] and calls == ["GetObject"]
     beyond = client.get(f"/v1/tasks/{task['task_id']}/audio", headers={"Range": f"bytes={len(whole) + 5}-"})
     assert beyond.status_code == 416 and beyond.get_json()["error"]["code"] == "range_not_satisfiable"
+    assert beyond.headers["Content-Range"] == f"bytes */{len(whole)}"
     # And the content hash is a strong ETag: a client with the same copy gets 304
     again = client.get(f"/v1/tasks/{task['task_id']}/audio", headers={"If-None-Match": full.headers["ETag"]})
     assert again.status_code == 304
