@@ -54,19 +54,19 @@ class AudioCache:
         """The entry for ``key`` from memory or the database, file not checked."""
         with self._lock:
             hit = self._hot.get(key)
-        if hit is None:
-            with self.db.read() as session:
-                row = session.get(CacheEntry, key)
-                hit = _cached(row) if row is not None and row.expired_at is None else None
-        return hit
+        return hit if hit is not None else self._live_row(key)
+
+    def _live_row(self, key: str) -> CachedAudio | None:
+        """The unexpired database row of ``key``."""
+        with self.db.read() as session:
+            row = session.get(CacheEntry, key)
+            return _cached(row) if row is not None and row.expired_at is None else None
 
     def peek(self, key: str) -> CachedAudio | None:
         """The cached audio for ``key`` if its row is live (read from the database, not the hot
         cache, which another process's cleanup or ``forget`` may have outdated) and its file is
         there, without recording a hit."""
-        with self.db.read() as session:
-            row = session.get(CacheEntry, key)
-            hit = _cached(row) if row is not None and row.expired_at is None else None
+        hit = self._live_row(key)
         return hit if hit is not None and self._present(hit) else None
 
     def lookup(self, key: str, session: Session | None = None) -> CachedAudio | None:

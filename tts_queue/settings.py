@@ -281,10 +281,10 @@ class Settings:
                               "must be at least 1")
         if self.api.sync_wait_s < 0 or not 0 < self.request.min_speed <= 1 <= self.request.max_speed:
             raise ConfigError("TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
-        scheme = self.storage.url.split("://", 1)[0] if "://" in self.storage.url else ""
-        if scheme not in ("", "file", "s3") or (scheme == "s3" and not self.storage.url[5:].strip("/")):
-            raise ConfigError(f"TTS_STORAGE_URL={self.storage.url!r}: use a directory, file:///path "
-                              "or s3://bucket/prefix")
+        if self.storage.url:
+            from tts_queue.storage import parse_url
+
+            parse_url(self.storage.url)
         if self.storage.presign_s < 0:
             raise ConfigError("TTS_STORAGE_PRESIGN_S must be >= 0")
         if self.api.wait_recheck_s <= 0 or self.worker.consumed_window_s <= 0:

@@ -19,6 +19,7 @@ The interface is what the cache, the downloads and the cleanup need and nothing 
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -28,7 +29,6 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from tts_queue.audio import write_atomic
 from tts_queue.errors import ConfigError, StorageUnavailable
 
 
@@ -44,7 +44,6 @@ class StoredObject:
 class Storage(Protocol):
     """Atomic put, seekable open, batch delete, lazy list, size."""
 
-    url: str
     local_root: Path | None
 
     def child(self, prefix: str) -> Storage: ...
@@ -57,7 +56,7 @@ class Storage(Protocol):
 
     def read(self, name: str) -> bytes: ...
 
-    def delete(self, names: Iterable[str]) -> int: ...
+    def delete(self, names: Iterable[str]) -> None: ...
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]: ...
 
@@ -72,17 +71,24 @@ class Storage(Protocol):
     def presign(self, name: str, expires_s: float, content_type: str, filename: str) -> str | None: ...
 
 
-def open_storage(url: str) -> Storage:
-    """The storage a URL names: a path, ``file:///path`` or ``s3://bucket/prefix``."""
+def parse_url(url: str) -> tuple[str, str, str]:
+    """``("local", path, "")`` or ``("s3", bucket, prefix)`` for a storage URL, else ``ConfigError``."""
     parsed = urlparse(url)
     if parsed.scheme in ("", "file"):
-        path = unquote(parsed.path) if parsed.scheme == "file" else url
-        return LocalStorage(Path(path).expanduser())
+        return "local", unquote(parsed.path) if parsed.scheme == "file" else url, ""
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise ConfigError(f"TTS_STORAGE_URL={url!r} names no bucket; use s3://bucket/prefix")
-        return S3Storage(parsed.netloc, parsed.path.strip("/"))
+        return "s3", parsed.netloc, parsed.path.strip("/")
     raise ConfigError(f"TTS_STORAGE_URL={url!r}: use a directory, file:///path or s3://bucket/prefix")
+
+
+def open_storage(url: str) -> Storage:
+    """The storage a URL names: a path, ``file:///path`` or ``s3://bucket/prefix``."""
+    kind, location, prefix = parse_url(url)
+    if kind == "local":
+        return LocalStorage(Path(location).expanduser())
+    return S3Storage(location, prefix)
 
 
 class LocalStorage:
@@ -91,7 +97,6 @@ class LocalStorage:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.local_root: Path | None = root
-        self.url = root.as_uri() if root.is_absolute() else str(root)
 
     def path(self, name: str) -> Path:
         """The file of ``name``."""
@@ -102,6 +107,8 @@ class LocalStorage:
         return LocalStorage(self.root / prefix)
 
     def put(self, name: str, data: bytes, content_type: str | None = None) -> None:
+        from tts_queue.audio import write_atomic  # (numpy and soundfile: not at settings parse time)
+
         write_atomic(self.path(name), data)
 
     def put_file(self, name: str, source: Path, content_type: str | None = None) -> None:
@@ -124,15 +131,9 @@ class LocalStorage:
     def read(self, name: str) -> bytes:
         return self.path(name).read_bytes()
 
-    def delete(self, names: Iterable[str]) -> int:
-        removed = 0
+    def delete(self, names: Iterable[str]) -> None:
         for name in names:
-            try:
-                os.unlink(self.path(name))
-                removed += 1
-            except FileNotFoundError:
-                pass
-        return removed
+            self.path(name).unlink(missing_ok=True)
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
         """Files under ``prefix`` in name order, a directory at a time; vanished files are skipped."""
@@ -180,7 +181,6 @@ class S3Storage:
         self.bucket = bucket
         self.prefix = f"{prefix}/" if prefix else ""
         self.local_root: Path | None = None
-        self.url = f"s3://{bucket}/{prefix}".rstrip("/")
         self.client = client if client is not None else _s3_client()
 
     def key(self, name: str) -> str:
@@ -221,26 +221,17 @@ class S3Storage:
             finally:
                 body.close()
 
-    def delete(self, names: Iterable[str]) -> int:
+    def delete(self, names: Iterable[str]) -> None:
         """Delete in batches of 1000 (one request each); missing objects are not errors."""
-        batch: list[str] = []
-        removed = 0
-        for name in names:
-            batch.append(name)
-            if len(batch) == 1000:
-                removed += self._delete(batch)
-                batch = []
-        return removed + (self._delete(batch) if batch else 0)
-
-    def _delete(self, names: list[str]) -> int:
-        with _mapped(names[0]):
-            answer = self.client.delete_objects(Bucket=self.bucket, Delete={
-                "Objects": [{"Key": self.key(n)} for n in names], "Quiet": True})
-        if answer.get("Errors"):
-            first = answer["Errors"][0]
-            raise StorageUnavailable(f"the bucket refused to delete {first.get('Key')}: "
-                                     f"{first.get('Code')} {first.get('Message')}")
-        return len(names)
+        items = iter(names)
+        while batch := list(itertools.islice(items, 1000)):
+            with _mapped(batch[0]):
+                answer = self.client.delete_objects(Bucket=self.bucket, Delete={
+                    "Objects": [{"Key": self.key(n)} for n in batch], "Quiet": True})
+            if answer.get("Errors"):
+                first = answer["Errors"][0]
+                raise StorageUnavailable(f"the bucket refused to delete {first.get('Key')}: "
+                                         f"{first.get('Code')} {first.get('Message')}")
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
         """Objects under ``prefix`` in key order, a page (1000) at a time."""
@@ -307,16 +298,14 @@ class S3Reader(io.RawIOBase):
         from botocore.exceptions import ClientError
 
         extra = {"Range": f"bytes={start}-"} if start else {}
-        try:
-            with _mapped(self.name):
+        with _mapped(self.name):
+            try:
                 answer = self.storage.client.get_object(Bucket=self.storage.bucket,
                                                         Key=self.storage.key(self.name), **extra)
-        except StorageUnavailable as exc:
-            cause = exc.__cause__
-            code = cause.response.get("Error", {}).get("Code") if isinstance(cause, ClientError) else None
-            if code == "InvalidRange":
-                raise _BeyondEnd from None
-            raise
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "InvalidRange":
+                    raise _BeyondEnd from None
+                raise
         self.body = answer["Body"]
         if start:
             return int(answer["ContentRange"].rsplit("/", 1)[1])

@@ -74,8 +74,6 @@ class _Pass:
         """The listing broke key order: forget every decision not yet carried out."""
         self.out_of_order = True
         self.missing.clear()
-        self.counts["files_without_row"] -= sum(
-            1 for names in self.orphans.values() for n in names if not n.endswith(SIDECAR))
         self.orphans.clear()
 
     def flush_files(self) -> None:
@@ -86,9 +84,10 @@ class _Pass:
                 stored_again = set(session.scalars(select(CacheEntry.key).where(
                     CacheEntry.key.in_(list(self.orphans)))))
             for key in stored_again:
-                self.counts["files_without_row"] -= 1
                 del self.orphans[key]
-            self.doomed.extend(name for names in self.orphans.values() for name in names)
+            names = [name for names in self.orphans.values() for name in names]
+            self.counts["files_without_row"] += sum(not name.endswith(SIDECAR) for name in names)
+            self.doomed.extend(names)
             self.orphans.clear()
         if self.doomed:
             self.store.storage.delete(self.doomed)
@@ -113,7 +112,6 @@ def repair_drift(db: Database, store: AudioStore, now: datetime, grace: timedelt
             row = next(rows, None)
         elif stored.audio and all(modified < newest for modified in stored.audio.values()):
             state.orphans[stored.key] = [*stored.audio, *stored.sidecars]
-            state.counts["files_without_row"] += len(stored.audio)
         if not stored.audio:
             old = [name for name, modified in stored.sidecars.items() if modified < newest]
             state.doomed.extend(old)
