@@ -9,12 +9,12 @@ from typing import IO, Any
 
 from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.wrappers import Response as BaseResponse
 
 from api.downloads import presigned, send_stored
 from api.services import Services
-from tts_queue.book_service import Upload
-from tts_queue.db import ChapterRow
-from tts_queue.encoder import audio_format
+from tts_queue.books.service import Upload
+from tts_queue.enums import BookStatus
 from tts_queue.errors import (
     AudioExpired,
     AudioNotReady,
@@ -24,8 +24,10 @@ from tts_queue.errors import (
     MalformedJSON,
     UnsupportedMediaType,
 )
-from tts_queue.status import TaskStatus
-from tts_queue.storage import LocalStorage, Storage
+from tts_queue.storage.backend import Storage
+from tts_queue.storage.local import LocalStorage
+from tts_queue.synthesis.encoder import audio_format
+from tts_queue.tables import ChapterRow
 
 bp = Blueprint("books", __name__)
 OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep")
@@ -82,7 +84,7 @@ def book_json(book_id: str) -> dict[str, Any]:
     """A book's progress with links to what is ready."""
     progress = services().books.progress(book_id)
     for chapter in progress["chapters"]:
-        if chapter["status"] == TaskStatus.DONE.value:
+        if chapter["status"] == BookStatus.DONE.value:
             n = chapter["number"]
             chapter["audio_url"] = url_for("books.chapter_audio", book_id=book_id, number=n, _external=True)
             chapter["srt_url"] = url_for("books.chapter_captions", book_id=book_id, number=n, kind="srt",
@@ -91,7 +93,7 @@ def book_json(book_id: str) -> dict[str, Any]:
                                          _external=True)
     progress["status_url"] = url_for("books.get_book", book_id=book_id, _external=True)
     progress["manifest_url"] = url_for("books.manifest", book_id=book_id, _external=True)
-    if progress["status"] == TaskStatus.DONE.value:
+    if progress["status"] == BookStatus.DONE.value:
         progress["m4b_url"] = url_for("books.audiobook", book_id=book_id, _external=True)
     return progress
 
@@ -130,7 +132,7 @@ def _chapter(book_id: str, number: int) -> tuple[ChapterRow, Any, str]:
     return chapter, files, fmt
 
 
-def _send(name: str, mimetype: str, download_name: str, storage: Storage | None = None) -> Response:
+def _send(name: str, mimetype: str, download_name: str, storage: Storage | None = None) -> BaseResponse:
     """A book file from the books storage: presigned, or streamed with Range support."""
     storage = storage or services().assembler.storage
     gone = f"{download_name} is gone from the storage; render the book again"
@@ -150,7 +152,7 @@ def _send(name: str, mimetype: str, download_name: str, storage: Storage | None 
 
 
 @bp.get("/v1/books/<book_id>/chapters/<int:number>/audio")
-def chapter_audio(book_id: str, number: int) -> Response:
+def chapter_audio(book_id: str, number: int) -> BaseResponse:
     """One chapter's audio (Range supported)."""
     chapter, files, fmt = _chapter(book_id, number)
     spec = audio_format(fmt)
@@ -158,7 +160,7 @@ def chapter_audio(book_id: str, number: int) -> Response:
 
 
 @bp.get("/v1/books/<book_id>/chapters/<int:number>/captions.<kind>")
-def chapter_captions(book_id: str, number: int, kind: str) -> Response:
+def chapter_captions(book_id: str, number: int, kind: str) -> BaseResponse:
     """One chapter's captions, SubRip (``captions.srt``) or WebVTT (``captions.vtt``)."""
     if kind not in ("srt", "vtt"):
         raise BookNotFound(f"no captions.{kind}: use captions.srt or captions.vtt")
@@ -192,10 +194,10 @@ def manifest(book_id: str) -> Response:
 
 
 @bp.get("/v1/books/<book_id>/audiobook.m4b")
-def audiobook(book_id: str) -> Response:
+def audiobook(book_id: str) -> BaseResponse:
     """The whole book as one M4B with chapter marks, once done."""
     book = services().books.book(book_id)
-    if book.status is not TaskStatus.DONE or not book.m4b_path:
+    if book.status is not BookStatus.DONE or not book.m4b_path:
         raise AudioNotReady(f"book {book_id} is {book.status.value}; the M4B is made when it is done")
     safe = _UNSAFE.sub(" ", book.title).strip(" .") or "audiobook"
     if os.path.isabs(book.m4b_path):  # a book finished before storage names: an absolute local path

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 
-from tts_queue.broker import RedisKeys, redis_client
-from tts_queue.finish_signal import FinishSignals
-from tts_queue.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.settings import Settings
+from tts_queue.tasks.connection import redis_client
+from tts_queue.tasks.finish import FinishSignals
+from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
+from tts_queue.tasks.keys import RedisKeys
 from workers.dispatch import CeleryDispatcher, make_client
 
 

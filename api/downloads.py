@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import IO
 
-from flask import Response, redirect, request, send_file
+from flask import redirect, request, send_file
+from werkzeug.wrappers import Response
 
-from tts_queue.storage import Storage, size_of
+from tts_queue.storage.backend import Storage, size_of
 
 
 def send_stored(open_at: Callable[[int], IO[bytes]], mimetype: str, download_name: str,
@@ -26,7 +27,7 @@ def send_stored(open_at: Callable[[int], IO[bytes]], mimetype: str, download_nam
     start = _range_start()
     handle = open_at(start)
     size = size_of(handle)
-    response = send_file(handle, mimetype=mimetype, download_name=download_name, etag=etag or False,
+    response: Response = send_file(handle, mimetype=mimetype, download_name=download_name, etag=etag or False,
                          max_age=max_age, conditional=False)
     response.content_length = size
     try:

@@ -16,7 +16,7 @@ import sqlalchemy.exc
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from tts_queue.errors import ServiceUnavailable, StorageFull, TTSQueueError, storage_full
+from tts_queue.errors import ServiceUnavailable, StorageFull, TTSQueueError, is_storage_full
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def as_error(exc: Exception) -> TTSQueueError:
         error = TTSQueueError(exc.description or "", HTTP_CODES.get(status, "http_error"))
         error.http_status = status
         return error
-    if storage_full(exc):
+    if is_storage_full(exc):
         log.warning("storage full: %s", exc)
         return StorageFull(f"the service has no room to store work ({type(exc).__name__}); retry later")
     if isinstance(exc, OUTAGES):

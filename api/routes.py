@@ -17,10 +17,11 @@ from flask import (
     request,
     url_for,
 )
+from werkzeug.wrappers import Response as BaseResponse
 
 from api.downloads import presigned, send_stored
 from api.services import Services
-from tts_queue.doctor import redis_warnings, schema_warnings
+from tts_queue.enums import POOLS, TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
     MalformedJSON,
@@ -28,9 +29,9 @@ from tts_queue.errors import (
     TaskFailed,
     UnsupportedMediaType,
 )
-from tts_queue.retention import cache_stats
-from tts_queue.status import TaskStatus
-from tts_queue.task_service import TaskView
+from tts_queue.storage.retention import cache_stats
+from tts_queue.tasks.doctor import redis_warnings, schema_warnings
+from tts_queue.tasks.service import TaskView
 
 bp = Blueprint("tts", __name__)
 POLL_INTERVAL_S = 0.02
@@ -83,8 +84,8 @@ def task_json(view: TaskView) -> dict[str, Any]:
 def _submit() -> TaskView:
     body = json_body()
     pool = body.pop("pool", None)
-    if pool is not None and pool not in ("cpu", "gpu"):
-        raise InvalidRequest("pool must be 'cpu' or 'gpu'")
+    if pool is not None and pool not in POOLS:
+        raise InvalidRequest(f"pool must be one of {', '.join(POOLS)}")
     keep = body.pop("keep", False)
     if not isinstance(keep, bool):
         raise InvalidRequest("keep must be true or false")
@@ -179,9 +180,9 @@ def cancel_task(task_id: str) -> Response:
 
 
 @bp.delete("/v1/tasks/<task_id>/keep")
-def release_task(task_id: str) -> Response:
+def unpin_task(task_id: str) -> Response:
     """Release a task's ``keep`` pin: its audio follows the normal retention again."""
-    return jsonify(task_json(services().tasks.release(task_id)))
+    return jsonify(task_json(services().tasks.unpin(task_id)))
 
 
 @bp.get("/v1/cache/stats")
@@ -191,7 +192,7 @@ def cache_statistics() -> Response:
 
 
 @bp.get("/v1/tasks/<task_id>/audio")
-def get_audio(task_id: str) -> Response:
+def get_audio(task_id: str) -> BaseResponse:
     """The finished audio, with Content-Length and Range support."""
     tasks = services().tasks
     audio = tasks.audio(task_id)
@@ -280,7 +281,7 @@ def readyz() -> Response:
     except Exception as exc:
         checks["workers"] = f"error: {exc}"
     live = _live_workers()
-    checks["pools"] = {pool: [w.name for w in live if w.pool == pool] for pool in ("cpu", "gpu")}
+    checks["pools"] = {pool: [w.name for w in live if w.pool == pool] for pool in POOLS}
     checks["providers"] = {w.name: w.providers for w in live}
     failed = [name for name, v in checks.items() if isinstance(v, str) and v.startswith("error")]
     warnings = _warnings()

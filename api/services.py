@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tts_queue.book_assembler import ChapterAssembler
-from tts_queue.book_service import BookDispatcher, BookService
-from tts_queue.cache import AudioCache
+from tts_queue.books.assembler import ChapterAssembler
+from tts_queue.books.service import BookDispatcher, BookService
 from tts_queue.db import Database
-from tts_queue.heartbeat import WorkerInfo
-from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings
 from tts_queue.storage import open_storage
-from tts_queue.store import AudioStore
-from tts_queue.task_service import TaskService
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.store import AudioStore
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.tasks.heartbeat import WorkerInfo
+from tts_queue.tasks.service import TaskService
 
 
 class QueueProbe(Protocol):

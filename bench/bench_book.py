@@ -39,14 +39,14 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import free_port, start_service  # noqa: E402
 
-from tts_queue.book.segment import segment_chapter  # noqa: E402
-from tts_queue.book.source import parse_book  # noqa: E402
-from tts_queue.engine import BatchEngine  # noqa: E402
+from tts_queue.books.segment import segment_chapter  # noqa: E402
+from tts_queue.books.source import parse_book  # noqa: E402
 from tts_queue.errors import NothingToSpeak  # noqa: E402
-from tts_queue.registry import VoiceRegistry  # noqa: E402
-from tts_queue.request import build_request  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
-from tts_queue.synthesizer import Synthesizer  # noqa: E402
+from tts_queue.synthesis.engine import BatchEngine  # noqa: E402
+from tts_queue.synthesis.registry import VoiceRegistry  # noqa: E402
+from tts_queue.synthesis.request import build_request  # noqa: E402
+from tts_queue.synthesis.synthesizer import Synthesizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EPUB = Path(os.environ.get("TTS_TEST_EPUB") or ROOT.parent / "shared" / "data" / "sherlock-holmes.epub")

@@ -26,12 +26,13 @@ from pathlib import Path
 from sqlalchemy import func, insert, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tts_queue.cache import AudioCache  # noqa: E402
-from tts_queue.db import CacheEntry, Database, TaskRow  # noqa: E402
-from tts_queue.retention import Cleaner  # noqa: E402
+from tts_queue.db import Database  # noqa: E402
+from tts_queue.enums import TaskStatus  # noqa: E402
 from tts_queue.settings import CacheSettings  # noqa: E402
-from tts_queue.status import TaskStatus  # noqa: E402
-from tts_queue.store import AudioStore  # noqa: E402
+from tts_queue.storage.cache import AudioCache  # noqa: E402
+from tts_queue.storage.retention import Cleaner  # noqa: E402
+from tts_queue.storage.store import AudioStore  # noqa: E402
+from tts_queue.tables import CacheEntry, TaskRow  # noqa: E402
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 

@@ -39,14 +39,14 @@ from typing import Any, TypeVar
 import numpy as np
 import onnxruntime as ort
 
-from tts_queue.batching import BatchPolicy, Entry
-from tts_queue.engine import BatchEngine, BatchKey
-from tts_queue.inference import Scales, session_options
-from tts_queue.registry import VoiceRegistry
-from tts_queue.request import SynthesisRequest
 from tts_queue.settings import PoolSettings, SessionConfig, Settings
-from tts_queue.synthesizer import Synthesizer
-from tts_queue.voice import Voice
+from tts_queue.synthesis.batching import BatchPolicy, Entry
+from tts_queue.synthesis.engine import BatchEngine, BatchKey
+from tts_queue.synthesis.inference import Scales, session_options
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.request import SynthesisRequest
+from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.synthesis.voice import Voice
 
 SENTENCES = """\
 Good morning.

@@ -47,10 +47,11 @@ from api import create_app  # noqa: E402
 from tts_queue.cli.embedded_redis import EmbeddedRedis  # noqa: E402
 from tts_queue.cli.launcher import child_env, scheduler_command, worker_command  # noqa: E402
 from tts_queue.cli.supervisor import die_with_parent  # noqa: E402
-from tts_queue.db import Database, TaskRow  # noqa: E402
+from tts_queue.db import Database  # noqa: E402
+from tts_queue.enums import TaskStatus  # noqa: E402
 from tts_queue.migrate import upgrade  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
-from tts_queue.status import TaskStatus  # noqa: E402
+from tts_queue.tables import TaskRow  # noqa: E402
 from workers.dispatch import make_client  # noqa: E402
 
 WORKER = "cpu0@localhost"  # the name ``up`` gives its first worker; a restart keeps it

@@ -42,11 +42,11 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import SENTENCES  # noqa: E402
 
-from tts_queue.engine import BatchEngine  # noqa: E402
-from tts_queue.registry import VoiceRegistry  # noqa: E402
-from tts_queue.request import build_request  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
-from tts_queue.synthesizer import Synthesizer  # noqa: E402
+from tts_queue.synthesis.engine import BatchEngine  # noqa: E402
+from tts_queue.synthesis.registry import VoiceRegistry  # noqa: E402
+from tts_queue.synthesis.request import build_request  # noqa: E402
+from tts_queue.synthesis.synthesizer import Synthesizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -38,11 +38,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from api import create_app  # noqa: E402
 from api.services import Services  # noqa: E402
-from tts_queue.db import TaskRow, utcnow  # noqa: E402
+from tts_queue.db import utcnow  # noqa: E402
+from tts_queue.enums import TaskStatus  # noqa: E402
 from tts_queue.migrate import upgrade  # noqa: E402
-from tts_queue.retention import Cleaner  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
-from tts_queue.status import TaskStatus  # noqa: E402
+from tts_queue.storage.retention import Cleaner  # noqa: E402
+from tts_queue.tables import TaskRow  # noqa: E402
 
 SIZE = 100 * 1024
 

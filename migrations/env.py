@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from tts_queue.db import Base, make_engine
+from tts_queue.db import make_engine
+from tts_queue.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
-from tts_queue.inference import VoiceModel
-from tts_queue.registry import VoiceRegistry, discover_specs
 from tts_queue.settings import SessionConfig, Settings
-from tts_queue.voice import Voice, VoiceSpec
+from tts_queue.synthesis.inference import VoiceModel
+from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
+from tts_queue.synthesis.voice import Voice, VoiceSpec
 
 CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 

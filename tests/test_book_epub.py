@@ -9,8 +9,8 @@ import pytest
 from ebooklib import epub
 
 from tests.conftest import sherlock_epub
-from tts_queue.book.chapter import Book
-from tts_queue.book.source import parse_book
+from tts_queue.books.chapter import Book
+from tts_queue.books.source import parse_book
 from tts_queue.errors import BookTooLarge, EmptyBook, InvalidBook
 
 STORIES = [

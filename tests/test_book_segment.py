@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import sherlock_epub
-from tts_queue.book.chapter import Chapter
-from tts_queue.book.segment import segment_book, segment_chapter, split_long, split_sentences
-from tts_queue.book.source import parse_book
+from tts_queue.books.chapter import Chapter
+from tts_queue.books.segment import segment_book, segment_chapter, split_long, split_sentences
+from tts_queue.books.source import parse_book
 from tts_queue.errors import InvalidRequest
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tts_queue.book.stitch import (
+from tts_queue.books.stitch import (
     StitchSettings,
     apply_fades,
     max_seam_jump,

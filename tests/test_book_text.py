@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tts_queue.book.chapter import Book, Chapter, select_chapters
-from tts_queue.book.markdown import strip_inline
-from tts_queue.book.source import detect_format, parse_book
+from tts_queue.books.chapter import Book, Chapter, select_chapters
+from tts_queue.books.markdown import strip_inline
+from tts_queue.books.source import detect_format, parse_book
 from tts_queue.errors import EmptyBook, InvalidBook, InvalidRequest, UnknownChapters
 
 PROSE = ("Alice was beginning to get very tired of sitting by her sister on the bank, and of "

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import START, Clock, key
-from tts_queue.cache import AudioCache
-from tts_queue.db import CacheEntry, Database
-from tts_queue.store import AudioStore
+from tts_queue.db import Database
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.store import AudioStore
+from tts_queue.tables import CacheEntry
 
 
 @pytest.fixture

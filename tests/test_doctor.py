@@ -10,8 +10,8 @@ import redis
 import sqlalchemy
 
 from tts_queue.db import make_engine
-from tts_queue.doctor import HealthWarning, redacted, redis_warnings, report, schema_warnings
 from tts_queue.migrate import upgrade
+from tts_queue.tasks.doctor import HealthWarning, redacted, redis_warnings, report, schema_warnings
 
 
 class FakeConfig:

@@ -1,4 +1,4 @@
-"""The PyAV encoder: every format decodes back to the same audio, and M4B chapter marks read back."""
+"""The encoder: every format decodes back to the same audio, and M4B chapter marks read back."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import av
 import numpy as np
 import pytest
 
-from tts_queue.audio import Audio
-from tts_queue.encoder import FORMATS, M4B, audio_format, encode, write_m4b
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
+from tts_queue.synthesis.audio import Audio
+from tts_queue.synthesis.encoder import FORMATS, M4B, audio_format, encode, write_m4b
 
 RATE = 22050
 # format -> (decoder name, decoded sample rate, allowed length error in output samples)
@@ -50,7 +50,7 @@ def dominant_frequency(samples: np.ndarray, rate: int) -> float:
 def test_the_format_table() -> None:
     # Given the formats the service writes
     # Then each has a MIME type and a file suffix, and the M4B is AAC in MP4
-    assert set(FORMATS) == {"mp3", "opus", "aac", "m4a", "flac", "wav"}
+    assert set(FORMATS) == {"mp3", "opus", "aac", "m4a", "flac", "wav", "ogg"}
     assert {f.mime_type for f in FORMATS.values()} >= {"audio/mpeg", "audio/ogg", "audio/aac", "audio/wav"}
     assert all(f.suffix == f".{name}" for name, f in FORMATS.items())
     assert (M4B.codec, M4B.suffix) == ("aac", ".m4b")

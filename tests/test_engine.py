@@ -13,14 +13,14 @@ import pytest
 
 from tests.conftest import load_voice
 from tests.tiny_voice import HOP_LENGTH, SAMPLE_RATE, reference_audio
-from tts_queue.engine import BatchEngine, BatchKey, SentenceResult
 from tts_queue.errors import SynthesisError, UnknownVoice
-from tts_queue.inference import Scales, VoiceModel
-from tts_queue.registry import VoiceRegistry, discover_specs
-from tts_queue.request import build_request
 from tts_queue.settings import PoolSettings, Settings
-from tts_queue.synthesizer import Synthesizer
-from tts_queue.voice import Voice, VoiceSpec
+from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult
+from tts_queue.synthesis.inference import Scales, VoiceModel
+from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
+from tts_queue.synthesis.request import build_request
+from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.synthesis.voice import Voice, VoiceSpec
 
 T = TypeVar("T")
 TIMEOUT = 20.0

@@ -14,16 +14,17 @@ from typing import Any
 
 import pytest
 
-from tts_queue.cache import AudioCache
-from tts_queue.db import Database, TaskRow, utcnow
-from tts_queue.engine import BatchEngine
-from tts_queue.executor import TaskExecutor
-from tts_queue.registry import VoiceRegistry
-from tts_queue.request import build_request, cache_key
+from tts_queue.db import Database, utcnow
+from tts_queue.enums import TaskStatus
 from tts_queue.settings import PoolSettings, Settings
-from tts_queue.status import TaskStatus
-from tts_queue.store import AudioStore
-from tts_queue.synthesizer import Synthesizer
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.store import AudioStore
+from tts_queue.synthesis.engine import BatchEngine
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.request import build_request, cache_key
+from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.tables import TaskRow
+from tts_queue.tasks.executor import TaskExecutor
 
 
 class Counting(Synthesizer):
@@ -143,7 +144,7 @@ def test_a_full_disk_leaves_no_file_and_no_finished_row(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a disk that fills up while the audio is written
-    import tts_queue.audio as audio_module
+    import tts_queue.storage.local as audio_module
 
     real_fsync = audio_module.os.fsync
 
@@ -167,14 +168,15 @@ def test_a_full_disk_leaves_no_file_and_no_finished_row(
 
 def test_bulk_queues_run_at_low_priority() -> None:
     # Given the queues of each lane
-    from tts_queue.broker import BULK, MAINTENANCE, queue_name
-    from tts_queue.executor import lane_priority
+    from tts_queue.enums import Lane
+    from tts_queue.tasks.executor import lane_priority
+    from tts_queue.tasks.keys import queue_name
 
     # Then book work (the bulk lane) yields to interactive requests inside the worker
     assert lane_priority(queue_name("cpu")) == 0
     assert lane_priority(queue_name("gpu", prefix="tts-x")) == 0
-    assert lane_priority(queue_name("cpu", BULK)) == 1
-    assert lane_priority(queue_name("cpu", MAINTENANCE)) == 0
+    assert lane_priority(queue_name("cpu", Lane.BULK)) == 1
+    assert lane_priority(queue_name("cpu", Lane.MAINTENANCE)) == 0
 
 
 def test_a_second_delivery_is_skipped_while_another_live_worker_holds_the_lease(
@@ -226,7 +228,7 @@ def test_an_unreachable_bucket_waits_like_a_full_disk(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a store whose bucket cannot be reached
-    from tts_queue.errors import StorageUnavailable, storage_full
+    from tts_queue.errors import StorageUnavailable, is_storage_full
 
     task_id = add_task(world, "The bucket is down.")
 
@@ -237,7 +239,7 @@ def test_an_unreachable_bucket_waits_like_a_full_disk(
     # When the task runs, the error says so (the worker retries after TTS_STORAGE_RETRY_S, for ever)
     with pytest.raises(StorageUnavailable) as raised:
         world["executor"].execute(task_id)
-    assert raised.value.code == "storage_unavailable" and not storage_full(raised.value)
+    assert raised.value.code == "storage_unavailable" and not is_storage_full(raised.value)
     # And, as for a full disk, the row waits and the attempt was taken back
     waiting = row(world, task_id)
     assert waiting.status is TaskStatus.RUNNING and waiting.attempts == 0

@@ -1,6 +1,6 @@
-"""The layering holds: the core is framework-free and starts no processes, and nothing imports in a
-circle. Imports are read from the source (function-level imports included), not from what a test
-run happened to load."""
+"""The layering holds: the core is framework-free and starts no processes, its layers import only
+downwards, and nothing imports in a circle. Imports are read from the source (function-level
+imports included), not from what a test run happened to load."""
 
 from __future__ import annotations
 
@@ -117,10 +117,60 @@ def test_the_cycle_finder_finds_a_function_level_cycle() -> None:
 
 def test_core_modules_are_found() -> None:
     # Given the core package directory
-    # Then the parametrized check below really covers its modules, and not the shell's
-    names = {p.name for p in CORE_MODULES}
-    assert {"engine.py", "inference.py", "registry.py", "request.py", "task_rows.py"} <= names
-    assert "launcher.py" not in names and "supervisor.py" not in names
+    # Then the parametrized checks below really cover its modules in every layer, and not the shell's
+    names = {str(p.relative_to(CORE)) for p in CORE_MODULES}
+    assert {"synthesis/engine.py", "synthesis/inference.py", "synthesis/registry.py", "tasks/rows.py",
+            "storage/cache.py", "books/service.py", "settings.py", "tables.py"} <= names
+    assert not any(name.startswith("cli/") for name in names)
+    assert {layer_of(p) for p in CORE_MODULES} == set(LAYERS)
+
+
+# Each layer of the core and the layers it may import (besides itself); the shell (``cli``) may
+# import any of them. Root modules (settings, errors, enums, tables, db, migrate) import no layer.
+LAYERS: dict[str, set[str]] = {
+    "root": set(),
+    "synthesis": {"root"},
+    "storage": {"root"},
+    "tasks": {"root", "synthesis", "storage"},
+    "books": {"root", "synthesis", "storage", "tasks"},
+}
+
+
+def layer_of(path: Path) -> str:
+    """``synthesis``, ``storage``, ``tasks``, ``books`` or ``root`` for a module of the core."""
+    parts = path.relative_to(CORE).parts
+    return parts[0] if len(parts) > 1 else "root"
+
+
+def layer_of_module(name: str) -> str | None:
+    """The layer of an imported ``tts_queue`` module name (``None`` outside the core)."""
+    parts = name.split(".")
+    if parts[0] != "tts_queue" or len(parts) < 2:
+        return None
+    if parts[1] == "cli":
+        return "cli"
+    return parts[1] if parts[1] in LAYERS else "root"
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=lambda p: str(p.relative_to(CORE)))
+def test_each_layer_imports_only_the_layers_below_it(path: Path) -> None:
+    # Given a module of a layer of the core
+    layer = layer_of(path)
+    # When its project imports are read
+    imported = {layer_of_module(name) for name in imported_names(path)} - {None, layer}
+    # Then each is of a layer below (synthesis and storage know nothing of tasks or books, tasks
+    # nothing of books, the root modules nothing of any layer)
+    assert imported <= LAYERS[layer], f"{layer} imports {sorted(imported - LAYERS[layer])}"
+
+
+def test_the_layer_rule_catches_an_upward_import(tmp_path: Path) -> None:
+    # Given a synthesis module that imports the task service (as a careless change might)
+    module = CORE / "synthesis" / "engine.py"
+    # Then the layer checker sees the upward edge in such source
+    upward = tmp_path / "engine.py"
+    upward.write_text("from tts_queue.tasks.service import TaskService\n", encoding="utf-8")
+    found = {layer_of_module(name) for name in imported_names(upward)} - {None, "synthesis"}
+    assert not found <= LAYERS[layer_of(module)]
 
 
 @pytest.mark.parametrize("path", CORE_MODULES, ids=lambda p: str(p.relative_to(CORE)))
@@ -136,6 +186,7 @@ def test_core_module_imports_no_framework_and_starts_no_process(path: Path) -> N
 def test_no_module_of_the_project_imports_in_a_circle() -> None:
     # Given every module of the project and the project modules each imports (function level too)
     graph = project_graph()
-    assert {"tts_queue.cli.launcher", "api.routes", "workers.factory"} <= set(graph)
+    assert {"tts_queue.cli.launcher", "api.routes", "workers.factory",
+            "tts_queue.synthesis.engine"} <= set(graph)
     # Then the import graph has no cycle
     assert find_cycle(graph) is None

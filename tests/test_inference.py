@@ -14,8 +14,8 @@ from onnx import TensorProto, helper
 from tests.conftest import CPU_SESSION
 from tests.tiny_voice import HOP_LENGTH, JUNK, VoiceFiles, build_model, frames_per_id, reference_audio
 from tts_queue.errors import ConfigError, ModelLoadError, SynthesisError
-from tts_queue.inference import Scales, VoiceModel, choose_providers, session_options
 from tts_queue.settings import SessionConfig
+from tts_queue.synthesis.inference import Scales, VoiceModel, choose_providers, session_options
 
 TRT, CUDA, CPU = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
 SCALES = Scales(noise_scale=0.667, length_scale=1.0, noise_w=0.8)
@@ -73,7 +73,7 @@ def test_a_missing_provider_in_a_list_with_cpu_is_dropped_with_a_warning(
 ) -> None:
     # Given a CPU-only machine
     # When CUDA is asked for with CPU as the fallback
-    with caplog.at_level(logging.WARNING, logger="tts_queue.inference"):
+    with caplog.at_level(logging.WARNING, logger="tts_queue.synthesis.inference"):
         chosen = choose_providers("cuda,cpu", [CPU])
     # Then CPU alone is used and the missing provider is named in a warning
     assert chosen == [CPU]
@@ -96,7 +96,7 @@ def test_load_reports_the_provider_the_session_really_uses(
 
     monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
     # When the voice loads with auto
-    with caplog.at_level(logging.WARNING, logger="tts_queue.inference"):
+    with caplog.at_level(logging.WARNING, logger="tts_queue.synthesis.inference"):
         model = VoiceModel.load(tiny_files.model_path, SessionConfig(providers="auto"), HOP_LENGTH)
     # Then the session was asked for CUDA first, but the model reports CPU, where it really runs
     assert model.provider == CPU
@@ -331,7 +331,7 @@ def test_model_failure_is_a_synthesis_error() -> None:
 
 
 def test_spinning_can_be_turned_off_for_shared_machines() -> None:
-    from tts_queue.inference import session_options
+    from tts_queue.synthesis.inference import session_options
 
     quiet = session_options(SessionConfig(allow_spinning=False))
     assert quiet.get_session_config_entry("session.intra_op.allow_spinning") == "0"

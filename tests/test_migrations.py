@@ -7,8 +7,9 @@ from pathlib import Path
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from tts_queue.db import Base, make_engine
+from tts_queue.db import make_engine
 from tts_queue.migrate import upgrade
+from tts_queue.tables import Base
 
 
 def test_migrations_match_the_models(tmp_path: Path) -> None:

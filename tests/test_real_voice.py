@@ -17,15 +17,16 @@ import pytest
 import soundfile
 
 from tests.conftest import load_voice
-from tts_queue.engine import BatchEngine
 from tts_queue.errors import DigestMismatch, ModelLoadError, NothingToSpeak
-from tts_queue.inference import Scales
-from tts_queue.registry import VoiceRegistry, discover_specs, manifest_specs
-from tts_queue.request import build_request
 from tts_queue.settings import Settings
-from tts_queue.synthesizer import Synthesizer
-from tts_queue.text import clean_text
-from tts_queue.voice import Voice
+from tts_queue.synthesis.encoder import encode
+from tts_queue.synthesis.engine import BatchEngine
+from tts_queue.synthesis.inference import Scales
+from tts_queue.synthesis.registry import VoiceRegistry, discover_specs, manifest_specs
+from tts_queue.synthesis.request import build_request
+from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.synthesis.text import clean_text
+from tts_queue.synthesis.voice import Voice
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +209,7 @@ def test_synthesizer_end_to_end(registry: VoiceRegistry, engine: BatchEngine,
     total = sum(sum(p) for p in result.alignment.phoneme_samples) + gap
     assert total == len(samples)
     # And it encodes to a WAV that reads back at 22,050 Hz
-    read, rate = soundfile.read(io.BytesIO(result.audio.encode("wav")))
+    read, rate = soundfile.read(io.BytesIO(encode(result.audio, "wav")))
     assert rate == 22050 and len(read) == len(samples)
     # And the voice that spoke is verified, and its manifest digest keys the cache
     spec = registry.get(request.voice)

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tts_queue.db import Database, TaskRow
-from tts_queue.recovery import requeue_lost
-from tts_queue.status import TaskStatus
-from tts_queue.task_rows import TaskRows
+from tts_queue.db import Database
+from tts_queue.enums import TaskStatus
+from tts_queue.tables import TaskRow
+from tts_queue.tasks.recovery import requeue_lost
+from tts_queue.tasks.rows import TaskRows
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 LEASE = timedelta(seconds=45)

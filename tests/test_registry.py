@@ -17,9 +17,9 @@ from tts_queue.errors import (
     VoiceError,
     VoiceFilesMissing,
 )
-from tts_queue.registry import VoiceRegistry, discover_specs, file_sha256, manifest_specs
 from tts_queue.settings import Settings
-from tts_queue.voice import Voice, VoiceSpec, resolve_speaker
+from tts_queue.synthesis.registry import VoiceRegistry, discover_specs, file_sha256, manifest_specs
+from tts_queue.synthesis.voice import Voice, VoiceSpec, resolve_speaker
 
 
 def write_manifest(directory: Path, entries: list[dict[str, Any]]) -> Path:

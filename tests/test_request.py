@@ -22,9 +22,9 @@ from tts_queue.errors import (
     UnknownVoice,
     UnsupportedFormat,
 )
-from tts_queue.registry import VoiceRegistry, discover_specs
-from tts_queue.request import SynthesisRequest, build_request, cache_key
 from tts_queue.settings import Settings
+from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
+from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
 
 DIGEST = "a" * 64
 

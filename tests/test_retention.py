@@ -14,13 +14,14 @@ from sqlalchemy import func, select
 
 from tests.conftest import START, Clock, key
 from tests.service.conftest import postgres_url  # noqa: F401 - the fixture, for PostgreSQL runs
-from tts_queue.cache import AudioCache
-from tts_queue.db import Base, BookRow, CacheEntry, ChunkRow, Database, TaskRow
+from tts_queue.db import Database
+from tts_queue.enums import TaskStatus
 from tts_queue.errors import InvalidRequest
-from tts_queue.retention import Cleaner, cache_stats, parse_duration
 from tts_queue.settings import CacheSettings
-from tts_queue.status import TaskStatus
-from tts_queue.store import AudioStore
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.retention import Cleaner, cache_stats, parse_duration
+from tts_queue.storage.store import AudioStore
+from tts_queue.tables import Base, BookRow, CacheEntry, SentenceRow, TaskRow
 
 DAY = timedelta(days=1)
 
@@ -117,7 +118,7 @@ def test_pinned_audio_survives_age_and_pressure(cache: AudioCache, clock: Clock)
         with cache.db.write() as session:
             session.add(BookRow(id=book_id, title="b", status=status, options={}, chapters_total=1,
                                 sentences_total=1, created_at=START))
-            session.add(ChunkRow(book_id=book_id, index=0, chapter=1, paragraph=0, text="t",
+            session.add(SentenceRow(book_id=book_id, index=0, chapter=1, paragraph=0, text="t",
                                  pause_after="sentence", task_id=str(uuid.uuid4()), cache_key=key(n)))
     # When the cleanup runs with a tiny budget and no grace
     report = cleaner(cache, clock, audio_max_bytes=10, delete_grace_s=0.0).run()
@@ -245,7 +246,7 @@ def test_drift_repair_leaves_names_outside_its_layout_alone(cache: AudioCache, c
 
 
 def test_drift_repair_stops_when_the_listing_breaks_key_order(cache: AudioCache, clock: Clock) -> None:
-    from tts_queue.store_repair import repair_drift
+    from tts_queue.storage.repair import repair_drift
 
     class Reversed:
         """A storage whose listing comes out of order."""

@@ -15,14 +15,17 @@ import pytest
 import requests
 
 from tests.conftest import Clock, key
-from tts_queue.cache import AudioCache
 from tts_queue.db import Database, utcnow
 from tts_queue.errors import ConfigError, StorageUnavailable
 from tts_queue.migrate import upgrade
-from tts_queue.retention import Cleaner
 from tts_queue.settings import CacheSettings, Settings
-from tts_queue.storage import LocalStorage, S3Storage, Storage, open_storage
-from tts_queue.store import AudioStore
+from tts_queue.storage import open_storage
+from tts_queue.storage.backend import Storage
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.local import LocalStorage, write_atomic
+from tts_queue.storage.retention import Cleaner
+from tts_queue.storage.s3 import S3Storage
+from tts_queue.storage.store import AudioStore
 
 pytestmark = pytest.mark.integration
 
@@ -207,3 +210,36 @@ def test_downloads_honour_if_range(storage: Storage, if_range: str, status: int,
         response.direct_passthrough = False
         # A Range whose If-Range does not match is the whole file (from byte 0), never a tail as a 200
         assert response.status_code == status and response.get_data() == data[start:]
+
+
+def test_write_atomic_creates_directories_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    # Given a path in a directory that does not exist yet
+    path = tmp_path / "ab" / "cd" / "key.wav"
+    # When bytes are written atomically
+    write_atomic(path, b"first")
+    # Then the file holds them and nothing else is in the directory
+    assert path.read_bytes() == b"first"
+    assert list(path.parent.iterdir()) == [path]
+
+
+def test_write_atomic_replaces_an_existing_file(tmp_path: Path) -> None:
+    # Given an existing file
+    path = tmp_path / "key.wav"
+    write_atomic(path, b"old contents that are longer")
+    # When it is written again
+    write_atomic(path, b"new")
+    # Then it holds only the new bytes and no temp file is left
+    assert path.read_bytes() == b"new"
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_write_atomic_failure_keeps_the_old_file_and_removes_the_temp(tmp_path: Path) -> None:
+    # Given an existing file
+    path = tmp_path / "key.wav"
+    write_atomic(path, b"old")
+    # When a write fails midway (here: data that is not bytes)
+    with pytest.raises(TypeError):
+        write_atomic(path, "not bytes")  # type: ignore[arg-type]
+    # Then the old file is intact and the temporary file is gone
+    assert path.read_bytes() == b"old"
+    assert list(tmp_path.iterdir()) == [path]

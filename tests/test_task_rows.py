@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tts_queue.db import Database, TaskRow
-from tts_queue.status import TRANSITIONS, TaskStatus, sources
-from tts_queue.task_rows import TaskRows
+from tts_queue.db import Database
+from tts_queue.enums import TRANSITIONS, TaskStatus, sources
+from tts_queue.tables import TaskRow
+from tts_queue.tasks.rows import TaskRows
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 

@@ -14,13 +14,15 @@ import pytest
 import redis
 
 from tests.service.conftest import unavailable
-from tts_queue.broker import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, client_url, queue_name
-from tts_queue.cache import AudioCache
-from tts_queue.db import Database, TaskRow, utcnow
+from tts_queue.db import Database, utcnow
+from tts_queue.enums import TaskStatus
 from tts_queue.settings import Settings
-from tts_queue.status import TaskStatus
-from tts_queue.store import AudioStore
-from tts_queue.task_rows import TaskRows
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.store import AudioStore
+from tts_queue.tables import TaskRow
+from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.keys import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
+from tts_queue.tasks.rows import TaskRows
 from workers.factory import make_celery
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
@@ -174,19 +176,17 @@ def test_storage_waits_send_the_task_again_instead_of_counting_a_retry() -> None
     from types import SimpleNamespace
 
     from tts_queue.errors import StorageUnavailable
-    from workers.factory import wait_for_storage
+    from workers.tasks import resend_when_storage_blocked
 
     sent: list[Any] = []
 
     class Task:
-        app = SimpleNamespace(tts_runtime=SimpleNamespace(
-            settings=Settings.from_env({"TTS_STORAGE_RETRY_S": "7"})))
-
         def signature_from_request(self, countdown: float) -> Any:
             sent.append(countdown)
             return SimpleNamespace(apply_async=lambda: sent.append("sent"))
 
-    assert wait_for_storage(Task(), StorageUnavailable("bucket down"), "book b chapter 1")
-    assert wait_for_storage(Task(), OSError(errno.ENOSPC, "No space left on device"), "task t")
+    assert resend_when_storage_blocked(Task(), StorageUnavailable("bucket down"), "book b chapter 1", 7.0)
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert resend_when_storage_blocked(Task(), full, "task t", 7.0)
     assert sent == [7.0, "sent", 7.0, "sent"]
-    assert not wait_for_storage(Task(), ValueError("a bug"), "task t") and len(sent) == 4
+    assert not resend_when_storage_blocked(Task(), ValueError("a bug"), "task t", 7.0) and len(sent) == 4

@@ -12,7 +12,7 @@ from tts_queue.errors import (
     NothingToSpeak,
     TextTooLong,
 )
-from tts_queue.text import Phonemizer, clean_text, split_long, to_ids
+from tts_queue.synthesis.text import Phonemizer, clean_text, split_long, to_ids
 
 LIMIT = 100
 

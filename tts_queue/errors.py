@@ -7,6 +7,7 @@ Every error a user can cause or meet is a ``TTSQueueError`` with a stable ``code
 from __future__ import annotations
 
 import errno
+import sqlite3
 
 
 class TTSQueueError(Exception):
@@ -251,12 +252,22 @@ class BookNotFound(TTSQueueError):
     http_status = 404
 
 
-def storage_full(exc: BaseException) -> bool:
-    """Whether ``exc`` means the disk is full: ``StorageFull``, ``ENOSPC``/``EDQUOT``, or the database
-    saying so (SQLite "database or disk is full", PostgreSQL SQLSTATE 53100 / "No space left")."""
+SQLITE_FULL = 13  # sqlite3's result code for "database or disk is full"
+POSTGRES_DISK_FULL = "53100"  # SQLSTATE disk_full
+
+
+def is_storage_full(exc: BaseException) -> bool:
+    """Whether ``exc`` means the disk is full: ``StorageFull``, ``ENOSPC``/``EDQUOT``, or the
+    database saying so by its error code (SQLite ``SQLITE_FULL``, PostgreSQL SQLSTATE 53100),
+    read from the driver's error that SQLAlchemy wraps."""
     if isinstance(exc, StorageFull):
         return True
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
-    text = str(exc)
-    return "database or disk is full" in text or "No space left on device" in text or "53100" in text
+    driver = getattr(exc, "orig", None) or exc
+    if POSTGRES_DISK_FULL in (getattr(driver, "sqlstate", None), getattr(driver, "pgcode", None)):
+        return True
+    if isinstance(driver, sqlite3.Error):
+        code = getattr(driver, "sqlite_errorcode", None)  # Python 3.11+; the message before
+        return code == SQLITE_FULL if code is not None else "database or disk is full" in str(driver)
+    return False

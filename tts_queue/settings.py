@@ -15,13 +15,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
+from tts_queue.enums import BOOK_FORMATS, GRAPH_OPTIMIZATION, POLICIES, POOLS, PROVIDERS, REQUEST_FORMATS
 from tts_queue.errors import ConfigError
 
 PREFIX = "TTS_"
-POOLS = ("cpu", "gpu")
-FORMATS = ("wav", "flac", "ogg", "mp3", "opus", "aac")  # tts_queue.encoder.REQUEST_FORMATS
-PROVIDER_NAMES = ("auto", "tensorrt", "trt", "cuda", "cpu")
 
 
 def setting(default: Any = None, doc: str = "", *, env: str | None = None, choices: tuple[str, ...] = (),
@@ -38,7 +37,7 @@ class PoolSettings:
     """Batching budget of one worker pool (variables ``TTS_CPU_*`` and ``TTS_GPU_*``)."""
 
     policy: str = setting("eager", "`eager` (an idle worker starts at once) or `window` (wait for a "
-                          "fuller batch)", choices=("eager", "window"))
+                          "fuller batch)", choices=POLICIES)
     max_batch: int = setting(4, "most sentences per ONNX call")
     max_padded_phonemes: int = setting(2400, "rows x longest ids per call")
     window_ms: float = setting(200.0, "the `window` policy's longest wait")
@@ -53,7 +52,7 @@ class SessionConfig:
     intra_op_threads: int = setting(0, "ONNX Runtime threads per operator (0: all cores)")
     inter_op_threads: int = setting(1, "ONNX Runtime threads across operators")
     graph_optimization: str = setting("all", "graph optimization level",
-                                      choices=("disable", "basic", "extended", "all"))
+                                      choices=tuple(GRAPH_OPTIMIZATION))
     allow_spinning: bool = setting(True, "`false` stops idle ONNX threads busy-waiting (shared machines)")
 
 
@@ -78,7 +77,7 @@ class RequestSettings:
     max_text_chars: int = setting(5000, "longest accepted text (before and after Unicode normalization)")
     max_sentence_phonemes: int = setting(400, "longer sentences are cut at word boundaries")
     sentence_silence_ms: int = setting(200, "silence between sentences")
-    default_format: str = setting("wav", "format when a request names none", choices=FORMATS)
+    default_format: str = setting("wav", "format when a request names none", choices=REQUEST_FORMATS)
     min_speed: float = setting(0.25, "slowest accepted `speed`")
     max_speed: float = setting(4.0, "fastest accepted `speed`")
 
@@ -197,7 +196,7 @@ class BookSettings:
     max_bytes: int = setting(50 * 1024 * 1024, "largest accepted book upload, in bytes (50 MB)",
                              env="TTS_MAX_BOOK_BYTES")
     default_format: str = setting("mp3", "chapter audio format when a book names none",
-                                  env="TTS_BOOK_FORMAT", choices=("mp3", "opus", "aac", "flac", "wav"))
+                                  env="TTS_BOOK_FORMAT", choices=BOOK_FORMATS)
 
 
 @dataclass(frozen=True)
@@ -282,9 +281,7 @@ class Settings:
         if self.api.sync_wait_s < 0 or not 0 < self.request.min_speed <= 1 <= self.request.max_speed:
             raise ConfigError("TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
         if self.storage.url:
-            from tts_queue.storage import parse_url
-
-            parse_url(self.storage.url)
+            parse_storage_url(self.storage.url)
         if self.storage.presign_s < 0:
             raise ConfigError("TTS_STORAGE_PRESIGN_S must be >= 0")
         if self.api.wait_recheck_s <= 0 or self.worker.consumed_window_s <= 0:
@@ -398,7 +395,8 @@ def _check_choices(variable: str, value: Any, choices: tuple[str, ...] = ()) -> 
     allowed = choices or next((i.choices for i in _CHOICES if i.variable == variable), ())
     if variable == "TTS_PROVIDERS":
         names = [part.strip().lower() for part in str(value).split(",") if part.strip()]
-        if not names or any(n not in PROVIDER_NAMES for n in names) or ("auto" in names and len(names) > 1):
+        known = ("auto", *PROVIDERS)
+        if not names or any(n not in known for n in names) or ("auto" in names and len(names) > 1):
             raise ConfigError(f"TTS_PROVIDERS={value!r}: use auto, or a list of tensorrt, cuda, cpu")
     elif allowed and value not in allowed:
         raise ConfigError(f"{variable}={value!r}: use one of {', '.join(allowed)}")
@@ -424,6 +422,19 @@ def _replace_path(group: Any, path: list[str], value: Any) -> Any:
     if len(path) > 1:
         value = _replace_path(getattr(group, name), path[1:], value)
     return dataclasses.replace(group, **{name: value})
+
+
+def parse_storage_url(url: str) -> tuple[str, str, str]:
+    """``("local", path, "")`` or ``("s3", bucket, prefix)`` for a ``TTS_STORAGE_URL``; else
+    ``ConfigError``."""
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        return "local", unquote(parsed.path) if parsed.scheme == "file" else url, ""
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ConfigError(f"TTS_STORAGE_URL={url!r} names no bucket; use s3://bucket/prefix")
+        return "s3", parsed.netloc, parsed.path.strip("/")
+    raise ConfigError(f"TTS_STORAGE_URL={url!r}: use a directory, file:///path or s3://bucket/prefix")
 
 
 _CHOICES = [info for info in describe() if info.choices]

@@ -11,9 +11,10 @@ from typing import Any
 
 from celery import Celery
 
-from tts_queue.broker import ASSEMBLE, SYNTHESIZE, kombu_url, queue_name
 from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
+from tts_queue.tasks.connection import kombu_url
+from tts_queue.tasks.keys import ASSEMBLE, SYNTHESIZE, queue_name
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -8,20 +8,20 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
-from tts_queue.book_assembler import ChapterAssembler
-from tts_queue.book_service import BookDispatcher, BookService
-from tts_queue.cache import AudioCache
+from tts_queue.books.assembler import ChapterAssembler
+from tts_queue.books.service import BookDispatcher, BookService
 from tts_queue.db import Database
-from tts_queue.engine import BatchEngine
-from tts_queue.executor import TaskExecutor
-from tts_queue.registry import VoiceRegistry
 from tts_queue.settings import Settings
 from tts_queue.storage import open_storage
-from tts_queue.store import AudioStore
-from tts_queue.synthesizer import Synthesizer
-from tts_queue.task_rows import TaskRows
-from tts_queue.task_service import TaskService
-from tts_queue.voice import read_config
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.store import AudioStore
+from tts_queue.synthesis.engine import BatchEngine
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.synthesis.voice import read_config
+from tts_queue.tasks.executor import TaskExecutor
+from tts_queue.tasks.rows import TaskRows
+from tts_queue.tasks.service import TaskService
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ import pytest
 import redis
 import sqlalchemy
 
-from tts_queue.broker import client_url
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
+from tts_queue.tasks.connection import client_url
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,7 +188,7 @@ def announce_idle_worker(redis_url: str, prefix: str, pool: str = "gpu", ttl_s: 
     submissions to it are accepted and stay ``queued``. Returns the heartbeat key."""
     import json
 
-    from tts_queue.broker import RedisKeys
+    from tts_queue.tasks.keys import RedisKeys
 
     name = f"idle-{pool}-{uuid.uuid4().hex[:6]}@test"
     key = RedisKeys(prefix).worker(name)

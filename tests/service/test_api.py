@@ -15,9 +15,9 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from api.services import Services
-from tts_queue.audio import Audio
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
+from tts_queue.synthesis.audio import Audio
 
 
 class FakeQueue:
@@ -170,8 +170,8 @@ def test_broker_down_is_a_503_and_loses_nothing_silently(
     assert response.status_code == 503 and error_of(response) == "service_unavailable"
     from sqlalchemy import select
 
-    from tts_queue.db import TaskRow
-    from tts_queue.status import TaskStatus
+    from tts_queue.enums import TaskStatus
+    from tts_queue.tables import TaskRow
 
     with services.db.read() as session:
         statuses = session.scalars(select(TaskRow.status)).all()
@@ -182,12 +182,13 @@ def test_broker_down_is_a_503_and_loses_nothing_silently(
 
 def cache_audio(services: Services, text: str, samples: int) -> Any:
     """Put silent audio in the cache for the request ``{"text": text}``; return the entry."""
-    from tts_queue.request import build_request
+    from tts_queue.synthesis.encoder import encode
+    from tts_queue.synthesis.request import build_request
 
     request = build_request({"text": text}, services.registry, services.settings)
     key = services.tasks.key_of(request)
     audio = Audio(np.zeros(samples, dtype=np.float32), 22050)
-    return services.tasks.cache.put(key, "wav", request.voice, audio.encode("wav"), audio.duration_s)
+    return services.tasks.cache.put(key, "wav", request.voice, encode(audio, "wav"), audio.duration_s)
 
 
 def test_cache_hit_is_answered_without_the_queue(

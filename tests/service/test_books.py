@@ -19,11 +19,12 @@ from sqlalchemy import func, select
 from api import create_app
 from tests.conftest import sherlock_epub
 from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
-from tts_queue.book.source import parse_book
-from tts_queue.book_assembler import decode
-from tts_queue.db import Database, TaskRow
+from tts_queue.books.assembler import decode
+from tts_queue.books.source import parse_book
+from tts_queue.db import Database
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
+from tts_queue.tables import TaskRow
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -206,20 +207,38 @@ def test_a_corrupt_epub_upload_is_invalid_book(service: dict[str, Any]) -> None:
 
 def test_one_worker_assembles_a_chapter_at_a_time(redis_url: str) -> None:
     """The sweep, or two last sentences finishing together, ask for the same assembly: one runs,
-    the others answer busy; the lock expires if its holder dies."""
+    the others answer busy; the lock expires if its holder dies, and only its holder releases it."""
     import redis as redis_lib
 
-    from tts_queue.broker import client_url
-    from workers.factory import ASSEMBLY_LOCK_S, RedisMarker
+    from tts_queue.tasks.connection import client_url
+    from tts_queue.tasks.keys import RedisKeys
+    from workers.markers import ASSEMBLY_LOCK_S, AssemblyLock
 
-    settings = Settings.from_env({"TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX})
-    marker = RedisMarker(settings)
+    client = redis_lib.Redis.from_url(client_url(redis_url))
+    keys = RedisKeys(QUEUE_PREFIX)
+    lock = AssemblyLock(client, keys)
     book = str(uuid.uuid4())
-    key = marker.keys.assembling(book, 1)
-    with marker.assembling(book, 1, "w1") as first:
-        assert 0 < redis_lib.Redis.from_url(client_url(redis_url)).ttl(key) <= ASSEMBLY_LOCK_S
-        with marker.assembling(book, 1, "w2") as second, marker.assembling(book, 2, "w2") as other:
+    key = keys.assembling(book, 1)
+    # Given one holder of chapter 1
+    with lock.held(book, 1) as first:
+        assert 0 < client.ttl(key) <= ASSEMBLY_LOCK_S
+        # Then a second asker of the same chapter is refused; another chapter is free
+        with lock.held(book, 1) as second, lock.held(book, 2) as other:
             assert first and not second and other
-    with marker.assembling(book, 1, "w2") as again:
+    # And once released, the chapter can be taken again
+    with lock.held(book, 1) as again:
         assert again
-    assert not redis_lib.Redis.from_url(client_url(redis_url)).exists(key)
+    # When a holder outlives its lock's expiry and another worker takes the chapter
+    short = AssemblyLock(client, keys, expiry_s=0.2)
+    with short.held(book, 3) as slow:
+        assert slow
+        wait_until(lambda: not client.exists(keys.assembling(book, 3)), timeout=5, interval=0.05)
+        with lock.held(book, 3) as newcomer:
+            assert newcomer
+            token = client.get(keys.assembling(book, 3))
+        # (the newcomer finished; it takes the chapter once more and holds it)
+        newcomer_lock = client.lock(keys.assembling(book, 3), timeout=60)
+        assert newcomer_lock.acquire(blocking=False)
+    # Then the slow holder's release leaves the newcomer's lock alone
+    assert token and client.get(keys.assembling(book, 3)) == newcomer_lock.local.token
+    newcomer_lock.release()

@@ -12,12 +12,13 @@ import redis
 
 from api import create_app
 from tests.service.conftest import WorkerProcess, announce_idle_worker, wait_until
-from tts_queue.broker import RedisKeys, queue_name
 from tts_queue.cli.embedded_redis import EmbeddedRedis
-from tts_queue.db import Database, TaskRow
+from tts_queue.db import Database
+from tts_queue.enums import TaskStatus
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
-from tts_queue.status import TaskStatus
+from tts_queue.tables import TaskRow
+from tts_queue.tasks.keys import RedisKeys, queue_name
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration

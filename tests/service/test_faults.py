@@ -44,11 +44,12 @@ from sqlalchemy import func, select
 from api import create_app
 from tests.service.conftest import ROOT, GroupWorkerProcess, unavailable, wait_until
 from tts_queue.cli.embedded_redis import EmbeddedRedis
-from tts_queue.db import Database, TaskRow, utcnow
+from tts_queue.db import Database, utcnow
+from tts_queue.enums import TaskStatus
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
-from tts_queue.status import TaskStatus
-from workers.factory import RedisMarker, make_celery, requeue
+from tts_queue.tables import TaskRow
+from workers.factory import make_celery, sweep_now
 
 pytestmark = pytest.mark.integration
 
@@ -115,8 +116,7 @@ class Fleet:
 
     def sweep(self) -> int:
         """What the scheduler runs every ``TTS_SWEEP_INTERVAL_S`` (here on demand)."""
-        runtime = self.app.tts_runtime.get()  # type: ignore[attr-defined]
-        return requeue(self.app, runtime.rows, RedisMarker(self.settings))
+        return sweep_now(self.app)
 
     def rows(self, ids: list[str] | None = None) -> dict[str, TaskRow]:
         """Task rows by id (every row when ``ids`` is None)."""
@@ -435,7 +435,7 @@ POISON_HOOK = '''\
 worker process (os._exit) whenever it is synthesized, as a segfault in a native library would."""
 import os
 
-from tts_queue import synthesizer
+from tts_queue.synthesis import synthesizer
 
 _synthesize = synthesizer.Synthesizer.synthesize
 

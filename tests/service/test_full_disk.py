@@ -17,11 +17,12 @@ from sqlalchemy import select
 
 from api import create_app
 from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, unavailable, wait_until
-from tts_queue.db import CacheEntry, Database, TaskRow
+from tts_queue.db import Database
+from tts_queue.enums import TaskStatus
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
-from tts_queue.status import TaskStatus
-from workers.factory import RedisMarker, make_celery, requeue
+from tts_queue.tables import CacheEntry, TaskRow
+from workers.factory import make_celery, sweep_now
 
 pytestmark = pytest.mark.integration
 ENV = {"TTS_STORAGE_RESERVE_BYTES": str(1024 * 1024), "TTS_STORAGE_RETRY_S": "2", "TTS_LEASE_S": "6"}
@@ -111,7 +112,7 @@ def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str) 
 
         # Then every accepted task ends done, with the worker never restarted
         def all_done() -> bool:
-            requeue(app, app.tts_runtime.get().rows, RedisMarker(settings))  # the scheduler's sweep
+            sweep_now(app)  # the scheduler's sweep
             with db.read() as session:
                 rows = session.scalars(select(TaskRow).where(TaskRow.id.in_(accepted))).all()
             return all(r.status is TaskStatus.DONE for r in rows)

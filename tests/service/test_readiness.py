@@ -10,9 +10,9 @@ import pytest
 
 from api import create_app
 from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
-from tts_queue.broker import worker_queues
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
+from tts_queue.tasks.keys import worker_queues
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration

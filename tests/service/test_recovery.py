@@ -19,12 +19,13 @@ from sqlalchemy import select
 from api import create_app
 from tests.conftest import sherlock_epub
 from tests.service.conftest import QUEUE_PREFIX, ROOT, WorkerProcess, flush_queues, settings_env, wait_until
-from tts_queue.book.source import parse_book
-from tts_queue.db import Database, TaskRow
+from tts_queue.books.source import parse_book
+from tts_queue.db import Database
+from tts_queue.enums import TaskStatus
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
-from tts_queue.status import TaskStatus
-from workers.factory import RedisMarker, make_celery, requeue
+from tts_queue.tables import TaskRow
+from workers.factory import make_celery, sweep_now
 
 pytestmark = pytest.mark.integration
 LEASE_S = "4"
@@ -51,8 +52,7 @@ def world(tmp_path: Path, redis_url: str) -> Iterator[dict[str, Any]]:
 
     def sweep() -> int:
         """What the scheduler runs every few seconds (here on demand)."""
-        runtime = app.tts_runtime.get()  # type: ignore[attr-defined]
-        return requeue(app, runtime.rows, RedisMarker(settings))
+        return sweep_now(app)
 
     yield {"settings": settings, "app": app, "db": Database(settings.database_url), "start": start,
            "sweep": sweep, "client": create_app(settings).test_client()}

@@ -12,10 +12,11 @@ import pytest
 
 from api import create_app
 from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
-from tts_queue.broker import CLEANUP, MAINTENANCE, queue_name
 from tts_queue.cli.main import main
+from tts_queue.enums import Lane
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
+from tts_queue.tasks.keys import CLEANUP, queue_name
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -76,7 +77,7 @@ def test_the_periodic_task_through_a_real_worker_and_releasing_a_pin(service: di
     assert released.status_code == 200 and released.get_json()["keep"] is False
     # When the scheduler's cleanup task runs on the worker (ages of zero there)
     before = client.get("/v1/cache/stats").get_json()["last_cleanup"]
-    service["app"].send_task(CLEANUP, queue=queue_name("", MAINTENANCE, QUEUE_PREFIX))
+    service["app"].send_task(CLEANUP, queue=queue_name("", Lane.MAINTENANCE, QUEUE_PREFIX))
 
     def ran() -> bool:
         return client.get("/v1/cache/stats").get_json()["last_cleanup"] != before
@@ -100,11 +101,12 @@ def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voice
 
     from api.services import Services
     from tests.service.test_api import FakeQueue
-    from tts_queue.cache import AudioCache
-    from tts_queue.db import Database, TaskRow, utcnow
-    from tts_queue.retention import Cleaner
-    from tts_queue.status import TaskStatus
-    from tts_queue.store import AudioStore
+    from tts_queue.db import Database, utcnow
+    from tts_queue.enums import TaskStatus
+    from tts_queue.storage.cache import AudioCache
+    from tts_queue.storage.retention import Cleaner
+    from tts_queue.storage.store import AudioStore
+    from tts_queue.tables import TaskRow
 
     # Given 20 finished tasks with 200 KB of audio each
     env = {"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir), "TTS_DELETE_GRACE_S": "0"}

@@ -168,7 +168,7 @@ def test_cleanup_deletes_the_objects_and_the_api_answers_410(service: dict[str, 
     assert len(after) == 2 and set(after) < set(before)
     cache = service["app"].extensions["tts"].tasks.cache
     with cache.db.read() as session:
-        from tts_queue.db import CacheEntry, TaskRow
+        from tts_queue.tables import CacheEntry, TaskRow
 
         pinned_path = session.get(CacheEntry, session.get(TaskRow, kept["task_id"]).cache_key).path
     assert f"tts/audio/{pinned_path}" in after
@@ -187,7 +187,7 @@ def test_an_object_removed_behind_the_databases_back_is_410_then_synthesized_aga
     task = submit_done(client, "Someone deletes my object by hand.")
     cache = service["app"].extensions["tts"].tasks.cache
     with cache.db.read() as session:
-        from tts_queue.db import CacheEntry, TaskRow
+        from tts_queue.tables import CacheEntry, TaskRow
 
         path = session.get(CacheEntry, session.get(TaskRow, task["task_id"]).cache_key).path
     service["s3"].delete_object(Bucket=service["bucket"], Key=f"tts/audio/{path}")

@@ -16,13 +16,14 @@ from sqlalchemy import select
 
 from api import create_app
 from tests.service.conftest import WorkerProcess, announce_idle_worker, wait_until
-from tts_queue.broker import client_url
-from tts_queue.db import Database, TaskRow
-from tts_queue.engine import BatchEngine
-from tts_queue.registry import VoiceRegistry
-from tts_queue.request import build_request
+from tts_queue.db import Database
 from tts_queue.settings import PoolSettings, Settings
-from tts_queue.synthesizer import Synthesizer
+from tts_queue.synthesis.engine import BatchEngine
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.request import build_request
+from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.tables import TaskRow
+from tts_queue.tasks.connection import client_url
 
 pytestmark = pytest.mark.integration
 

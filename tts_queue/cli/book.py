@@ -20,7 +20,7 @@ from tts_queue.settings import Settings
 
 def cmd_chapters(args: argparse.Namespace, settings: Settings) -> int:
     """Print the chapters of a book file, numbered as ``--chapters`` takes them."""
-    from tts_queue.book.source import parse_book
+    from tts_queue.books.source import parse_book
 
     path = Path(args.book)
     book = parse_book(path.read_bytes(), path.name, args.input_format, args.split_pattern,

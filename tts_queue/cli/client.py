@@ -110,7 +110,7 @@ class Client:
 
     def download(self, path: str, output: Path) -> int:
         """GET ``path`` into ``output`` (written atomically); the bytes written."""
-        from tts_queue.audio import write_atomic
+        from tts_queue.storage.local import write_atomic
 
         response = self._call("GET", path)
         write_atomic(output, response.content)

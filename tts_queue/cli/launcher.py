@@ -16,12 +16,12 @@ from pathlib import Path
 
 import requests
 
-from tts_queue.broker import worker_queues
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.cli.supervisor import Process, RestartPolicy, Supervisor
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
-from tts_queue.storage import LocalStorage
+from tts_queue.storage.local import LocalStorage
+from tts_queue.tasks.keys import worker_queues
 
 log = logging.getLogger(__name__)
 

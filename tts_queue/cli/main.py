@@ -24,12 +24,12 @@ def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
 
 def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     """Synthesize text to a file with the core, no service needed."""
-    from tts_queue.audio import write_atomic
-    from tts_queue.encoder import check_format, encode_request
-    from tts_queue.engine import BatchEngine
-    from tts_queue.registry import VoiceRegistry
-    from tts_queue.request import build_request
-    from tts_queue.synthesizer import Synthesizer
+    from tts_queue.storage.local import write_atomic
+    from tts_queue.synthesis.encoder import check_format, encode
+    from tts_queue.synthesis.engine import BatchEngine
+    from tts_queue.synthesis.registry import VoiceRegistry
+    from tts_queue.synthesis.request import build_request
+    from tts_queue.synthesis.synthesizer import Synthesizer
 
     text = sys.stdin.read() if args.text == "-" else args.text
     output = Path(args.output)
@@ -45,7 +45,7 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         engine.stop()
     elapsed = time.perf_counter() - started
-    write_atomic(output, encode_request(result.audio, request.format))
+    write_atomic(output, encode(result.audio, request.format))
     print(f"wrote {output} ({result.audio.duration_s:.2f} s of audio, {result.sentences} sentence(s), "
           f"{elapsed:.2f} s to synthesize)", file=sys.stderr)
     return 0
@@ -55,8 +55,8 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
     """List the registry's voices and whether their files are present and verified."""
     import onnxruntime
 
-    from tts_queue.inference import choose_providers
-    from tts_queue.registry import VoiceRegistry
+    from tts_queue.synthesis.inference import choose_providers
+    from tts_queue.synthesis.registry import VoiceRegistry
 
     registry = VoiceRegistry.from_settings(settings)
     available = onnxruntime.get_available_providers()
@@ -114,10 +114,10 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cache(settings: Settings) -> Any:
-    from tts_queue.cache import AudioCache
     from tts_queue.db import Database
     from tts_queue.migrate import upgrade
-    from tts_queue.store import AudioStore
+    from tts_queue.storage.cache import AudioCache
+    from tts_queue.storage.store import AudioStore
 
     upgrade(settings.database_url)
     return AudioCache(Database(settings.database_url), AudioStore.from_settings(settings))
@@ -125,7 +125,7 @@ def _cache(settings: Settings) -> Any:
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     """Run the retention cleanup now (or, with --dry-run, print what it would remove)."""
-    from tts_queue.retention import Cleaner, parse_duration
+    from tts_queue.storage.retention import Cleaner, parse_duration
 
     older = parse_duration(args.older_than) if args.older_than else None
     report = Cleaner(_cache(settings), settings.cache).run(older_than=older, dry_run=args.dry_run)
@@ -150,7 +150,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_cache_stats(args: argparse.Namespace, settings: Settings) -> int:
     """Print the cache's entries, bytes, hits, misses, hit ratio, pinned entries and last cleanup."""
-    from tts_queue.retention import cache_stats
+    from tts_queue.storage.retention import cache_stats
 
     print(json.dumps(cache_stats(_cache(settings).db), indent=2))
     return 0
@@ -158,7 +158,7 @@ def cmd_cache_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     """Warn about Redis and database settings that risk tasks; exit code 1 with warnings."""
-    from tts_queue.doctor import diagnose, report
+    from tts_queue.tasks.doctor import diagnose, report
 
     if not args.verbose:
         logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines are not findings

@@ -1,0 +1,236 @@
+"""Plain text and Markdown to a ``Book``.
+
+Chapters start at Markdown headings (the shallowest level that occurs more than once), at lines
+such as "CHAPTER IV", "Chapter 4" or "Chapter Four" (also "Part" and "Book"), or at lines matching
+a caller's regex. Paragraphs are separated by blank lines; hard-wrapped lines are joined. A
+Project Gutenberg header and licence around the text are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from tts_queue.books.chapter import Book, normalize_text, number_chapters
+from tts_queue.books.markdown import TextBlock, front_matter_title, markdown_blocks
+from tts_queue.errors import EmptyBook, InvalidBook
+
+MIN_PROSE_WORDS = 20
+_WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+          "sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|"
+          "hundred")
+_NUMBER = rf"(?:\d{{1,4}}|(?-i:[IVXLCDM]{{1,8}})|(?:{_WORDS})(?:[\s-](?:{_WORDS}))*)"
+_HEAD = rf"^(?i:chapter|part|book)\s+(?i:{_NUMBER})\b\.?"
+CHAPTER_LINE = re.compile(rf"{_HEAD}\s*$")
+_TITLED_CHAPTER_LINE = re.compile(rf"{_HEAD}(?:\s*[:.\-—–]\s*|\s+)\S.{{0,80}}$")
+_PG_START = re.compile(r"^\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.MULTILINE | re.IGNORECASE)
+_PG_END = re.compile(r"^\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.MULTILINE | re.IGNORECASE)
+_SHORT_LINE = 80
+_WRAP_WIDTH = 100
+
+
+def compile_pattern(split_pattern: str | None) -> re.Pattern[str] | None:
+    """The caller's chapter regex compiled, or ``InvalidBook`` naming what is wrong with it."""
+    if split_pattern is None or not split_pattern.strip():
+        return None
+    try:
+        pattern = re.compile(split_pattern, re.MULTILINE)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise InvalidBook(f"the split pattern is not a valid regular expression: {exc}") from exc
+    if pattern.search(""):
+        raise InvalidBook("the split pattern matches an empty line; it must match chapter lines only")
+    return pattern
+
+
+def read_plaintext(text: str, *, markdown: bool, split_pattern: str | None = None,
+                   title: str | None = None, fallback_title: str | None = None) -> Book:
+    """A book from text or Markdown; ``EmptyBook`` when it has no prose."""
+    pattern = compile_pattern(split_pattern)
+    text = _strip_gutenberg(text.replace("\r\n", "\n").replace("\r", "\n"))
+    if markdown:
+        title = title or front_matter_title(text)
+    blocks = _markdown_chapter_blocks(text, pattern) if markdown else text_blocks(text, pattern)
+    split_level = _split_level(blocks)
+    book_title, drafts = assemble(blocks, split_level, title)
+    if not drafts:
+        raise EmptyBook("the text has no prose to read")
+    final_title = book_title or _first_line_title(text) or fallback_title or "Untitled"
+    return Book(title=final_title, chapters=number_chapters(
+        [(t or final_title, p, h) for t, p, h in drafts]))
+
+
+def _markdown_chapter_blocks(text: str, pattern: re.Pattern[str] | None) -> list[TextBlock]:
+    """Markdown blocks; with a caller's pattern its matches are the chapters (other headings go
+    one level down), and without any heading "Chapter N" paragraphs start chapters."""
+    blocks = markdown_blocks(text)
+    if pattern is not None:
+        return [TextBlock(b.text, 1 if pattern.search(b.text) else min(b.level, 1) * 2) for b in blocks]
+    if not any(b.level for b in blocks):
+        return [TextBlock(b.text, 1 if _is_chapter_line(b.text, 1) else 0) for b in blocks]
+    return blocks
+
+
+def _strip_gutenberg(text: str) -> str:
+    start = _PG_START.search(text)
+    text = text[start.end():] if start else text
+    end = _PG_END.search(text)
+    return text[: end.start()] if end else text
+
+
+def _is_chapter_line(line: str, lines_in_block: int, next_line: str = "") -> bool:
+    """A chapter heading line: bare ("Chapter 4") or, in a short block, with a title after it.
+
+    A titled line followed by a line that starts in lower case is a sentence, not a heading.
+    """
+    if CHAPTER_LINE.match(line):
+        return True
+    if lines_in_block > 2 or len(line) > _SHORT_LINE or next_line[:1].islower():
+        return False
+    return _TITLED_CHAPTER_LINE.match(line) is not None
+
+
+def text_blocks(text: str, pattern: re.Pattern[str] | None) -> list[TextBlock]:
+    """Headings (level 1 chapter lines, level 2 subtitles) and paragraphs of a plain text."""
+    raw = [[line.strip() for line in part.split("\n") if line.strip()] for part in re.split(r"\n\s*\n", text)]
+    raw = [lines for lines in raw if lines]
+    if pattern is not None:
+        found = [block for lines in raw for block in _pattern_blocks(lines, pattern)]
+        return [block for block in found if any(ch.isalnum() for ch in block.text)]
+    blocks: list[TextBlock] = []
+    index = 0
+    while index < len(raw):
+        lines = raw[index]
+        index += 1
+        if not _is_chapter_line(lines[0], len(lines), lines[1] if len(lines) > 1 else ""):
+            blocks.extend(TextBlock(normalize_text(p)) for p in _paragraphs(lines))
+        elif sum(_is_chapter_line(line, 1) for line in lines) == 1:  # several: a table of contents
+            rest = lines[1:]
+            if not rest and index < len(raw) and _is_subtitle(raw[index]):
+                rest = raw[index]
+                index += 1
+            blocks.extend(_heading_blocks(lines[0], rest))
+    return [block for block in blocks if any(ch.isalnum() for ch in block.text)]
+
+
+def _paragraphs(lines: list[str]) -> list[str]:
+    """A block's paragraphs: hard-wrapped lines joined, or one per line when lines are not wrapped
+    (a quarter or more of them longer than any wrap width, 100 characters)."""
+    if sum(len(line) > _WRAP_WIDTH for line in lines) * 4 >= len(lines):
+        return lines
+    return [" ".join(lines)]
+
+
+def _is_subtitle(lines: list[str]) -> bool:
+    """A one-line block right after a bare chapter line that reads as its title."""
+    line = lines[0]
+    return (len(lines) == 1 and len(line) <= 60 and not line.endswith(tuple(".!?,;:\"”’'"))
+            and not _is_chapter_line(line, 1))
+
+
+def _heading_blocks(line: str, rest: list[str]) -> list[TextBlock]:
+    blocks = [TextBlock(normalize_text(line), 1)]
+    if len(rest) == 1 and len(rest[0]) <= _SHORT_LINE:
+        blocks.append(TextBlock(normalize_text(rest[0]), 2))
+    elif rest:
+        blocks.append(TextBlock(normalize_text(" ".join(rest))))
+    return blocks
+
+
+def _pattern_blocks(lines: list[str], pattern: re.Pattern[str]) -> list[TextBlock]:
+    """A block cut at every line the caller's pattern matches; those lines become headings."""
+    blocks: list[TextBlock] = []
+    paragraph: list[str] = []
+    for line in lines:
+        if pattern.search(line):
+            if paragraph:
+                blocks.append(TextBlock(normalize_text(" ".join(paragraph))))
+                paragraph = []
+            blocks.append(TextBlock(normalize_text(line), 1))
+        else:
+            paragraph.append(line)
+    if paragraph:
+        blocks.append(TextBlock(normalize_text(" ".join(paragraph))))
+    return blocks
+
+
+def _split_level(blocks: list[TextBlock]) -> int:
+    """The heading level chapters start at: the shallowest that occurs twice, else the shallowest.
+
+    A level whose headings never have prose of their own and hold more headings of the next
+    repeated level ("# Part One" over several "## Chapter" headings) groups chapters: go deeper.
+    """
+    counts = Counter(b.level for b in blocks if b.level)
+    repeated = sorted(level for level, count in counts.items() if count > 1)
+    if not repeated:
+        return min(counts or [1])
+    level = repeated[0]
+    for deeper in repeated[1:]:
+        heads = [i for i, b in enumerate(blocks) if b.level == level]
+        grouping = all(i + 1 < len(blocks) and blocks[i + 1].level > level for i in heads)
+        if not grouping or counts[deeper] <= counts[level]:
+            break
+        level = deeper
+    return level
+
+
+Draft = tuple[str, list[str], list[int]]
+
+
+def assemble(blocks: list[TextBlock], split_level: int, title: str | None) -> tuple[str | None, list[Draft]]:
+    """The book title (a lone heading above chapter level at the start) and chapter drafts."""
+    counts = Counter(b.level for b in blocks)
+    groups: list[list[TextBlock]] = [[]]
+    for index, block in enumerate(blocks):
+        if index == 0 and 0 < block.level < split_level and counts[block.level] == 1:
+            title = title or block.text
+        elif 0 < block.level <= split_level:
+            groups.append([block])
+        else:
+            groups[-1].append(block)
+    preamble, chapters = groups[0], _merge_heading_only(groups[1:])
+    if _prose_words(preamble) >= MIN_PROSE_WORDS or (not chapters and _prose_words(preamble)):
+        chapters.insert(0, preamble)
+    return title, [_draft(group, split_level) for group in chapters]
+
+
+def _merge_heading_only(groups: list[list[TextBlock]]) -> list[list[TextBlock]]:
+    """Groups with no prose (a part title) are carried into the next group as leading headings."""
+    merged: list[list[TextBlock]] = []
+    carry: list[TextBlock] = []
+    for group in groups:
+        group = carry + group
+        carry = []
+        if _prose_words(group):
+            merged.append(group)
+        else:
+            carry = group
+    return merged
+
+
+def _prose_words(blocks: list[TextBlock]) -> int:
+    return sum(len(b.text.split()) for b in blocks if b.level == 0)
+
+
+def _draft(group: list[TextBlock], split_level: int) -> Draft:
+    """A chapter's title (its heading, with a subtitle right under it) and spoken paragraphs."""
+    heads = [i for i, b in enumerate(group) if b.level == split_level] or [
+        i for i, b in enumerate(group) if b.level]
+    title = ""
+    if heads:
+        first = heads[0]
+        title = group[first].text.rstrip(".:")
+        after = group[first + 1] if first + 1 < len(group) else None
+        if after is not None and after.level > group[first].level:
+            title = f"{title}: {after.text.rstrip('.:')}"
+    return title, [b.text for b in group], [i for i, b in enumerate(group) if b.level]
+
+
+def _first_line_title(text: str) -> str | None:
+    """The first line when it stands alone, is short and does not end like a sentence."""
+    parts = [p.strip() for p in re.split(r"\n\s*\n", text.strip(), maxsplit=1)]
+    first = parts[0] if parts else ""
+    if not first or "\n" in first or len(first) > _SHORT_LINE or first.endswith((".", "!", "?", ",")):
+        return None
+    if first.startswith("#") or _is_chapter_line(first, 1):
+        return None
+    return normalize_text(first.lstrip("#").strip()) or None

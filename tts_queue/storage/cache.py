@@ -1,0 +1,157 @@
+"""The content-hash cache: database rows that point at stored audio, with a hot in-process LRU.
+
+A hit needs a row and its file; a row whose file is gone is deleted and counts as a miss, so a
+lost file is re-synthesized instead of served broken. On disk the file is checked on every hit (a
+``stat``); in a bucket it is not (a hit costs no storage round trip) and a download that finds the
+object gone forgets the row (``forget``). Hits and last access are recorded for the
+cleanup (``tts_queue.storage.retention``), which expires entries first and deletes them after a grace.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from cachetools import LRUCache
+from sqlalchemy import delete, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from tts_queue.db import Database, utcnow
+from tts_queue.storage.store import AudioStore
+from tts_queue.tables import CacheEntry
+
+
+@dataclass(frozen=True)
+class CachedAudio:
+    """What a hit gives: where the audio is and what it is."""
+
+    key: str
+    path: str
+    format: str
+    duration_s: float
+    size_bytes: int
+
+
+class AudioCache:
+    """Cache rows in the database, audio in the store, hot keys in memory."""
+
+    def __init__(
+        self,
+        db: Database,
+        store: AudioStore,
+        hot_size: int = 4096,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.db = db
+        self.store = store
+        self.clock = clock
+        self._hot: LRUCache[str, CachedAudio] = LRUCache(maxsize=max(1, hot_size))
+        self._lock = threading.Lock()
+
+    def _find(self, key: str) -> CachedAudio | None:
+        """The entry for ``key`` from memory or the database, file not checked."""
+        with self._lock:
+            hit = self._hot.get(key)
+        return hit if hit is not None else self._live_row(key)
+
+    def _live_row(self, key: str) -> CachedAudio | None:
+        """The unexpired database row of ``key``."""
+        with self.db.read() as session:
+            row = session.get(CacheEntry, key)
+            return _cached(row) if row is not None and row.expired_at is None else None
+
+    def peek(self, key: str) -> CachedAudio | None:
+        """The cached audio for ``key`` if its row is live (read from the database, not the hot
+        cache, which another process's cleanup or ``forget`` may have outdated) and its file is
+        there, without recording a hit."""
+        hit = self._live_row(key)
+        return hit if hit is not None and self._present(hit) else None
+
+    def lookup(self, key: str, session: Session | None = None) -> CachedAudio | None:
+        """The cached audio for ``key`` (recording the hit), or ``None``.
+
+        With ``session`` (a write session), the hit is recorded in the caller's transaction, so
+        a cache-hit request costs one database commit.
+        """
+        hit = self._find(key)
+        if hit is None:
+            return None
+        if not self._present(hit):
+            self.forget(key, session)
+            return None
+        # Recording the hit also checks the row is not expired (another process's cleanup), so
+        # every process's hot cache honours expiry at once, in the statement it runs anyway.
+        record = (
+            update(CacheEntry).where(CacheEntry.key == key, CacheEntry.expired_at.is_(None))
+            .values(hits=CacheEntry.hits + 1, last_access_at=self.clock())
+        )
+        if session is not None:
+            result = session.execute(record)
+        else:
+            with self.db.write() as own:
+                result = own.execute(record)
+        with self._lock:
+            if not result.rowcount:  # type: ignore[attr-defined]
+                self._hot.pop(key, None)
+                return None
+            self._hot[key] = hit
+        return hit
+
+    def _present(self, hit: CachedAudio) -> bool:
+        """Whether the hit's file is there, where asking is cheap (a ``stat`` on disk, not a
+        bucket request: there a missing object shows at download and is forgotten then)."""
+        return not self.store.verifies_hits or self.store.exists(hit.path)
+
+    def drop_hot(self, keys: Iterable[str]) -> None:
+        """Forget ``keys`` in this process's hot cache (they were expired)."""
+        with self._lock:
+            for key in keys:
+                self._hot.pop(key, None)
+
+    def put(self, key: str, fmt: str, voice: str, data: bytes, duration_s: float,
+            alignment: dict[str, object] | None = None, content_type: str | None = None) -> CachedAudio:
+        """Store audio for ``key`` atomically and record it (idempotent)."""
+        relative = self.store.write(key, fmt, data, alignment, content_type)
+        now = self.clock()
+        values = {"path": relative, "format": fmt, "voice": voice, "size_bytes": len(data),
+                  "duration_s": duration_s, "last_access_at": now, "expired_at": None}
+        try:
+            with self.db.write() as session:
+                session.add(CacheEntry(key=key, hits=0, created_at=now, **values))
+        except IntegrityError:  # another worker stored the same key first: same audio
+            with self.db.write() as session:
+                session.execute(update(CacheEntry).where(CacheEntry.key == key).values(**values))
+        hit = CachedAudio(key, relative, fmt, duration_s, len(data))
+        with self._lock:
+            self._hot[key] = hit
+        return hit
+
+    def forget_missing(self, key: str, path: str) -> None:
+        """Forget ``key`` after a download found its file gone, if it still is: a worker that
+        stored the same audio again since keeps its row. The file is drift repair's to clean."""
+        with self._lock:
+            self._hot.pop(key, None)
+        if self.store.exists(path):
+            return
+        with self.db.write() as session:
+            session.execute(delete(CacheEntry).where(CacheEntry.key == key, CacheEntry.path == path))
+
+    def forget(self, key: str, session: Session | None = None) -> None:
+        """Drop ``key`` from memory and the database (its file is deleted too)."""
+        with self._lock:
+            self._hot.pop(key, None)
+        if session is None:
+            with self.db.write() as own:
+                self.forget(key, own)
+            return
+        row = session.get(CacheEntry, key)
+        if row is not None:
+            self.store.delete([row.path])
+            session.delete(row)
+
+
+def _cached(row: CacheEntry) -> CachedAudio:
+    return CachedAudio(row.key, row.path, row.format, row.duration_s, row.size_bytes)

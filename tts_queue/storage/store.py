@@ -1,0 +1,84 @@
+"""Content-addressed audio in a storage (local directory or bucket), written atomically."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from tts_queue.settings import Settings
+from tts_queue.storage import open_storage
+from tts_queue.storage.backend import Storage
+
+SIDECAR = ".align.json"
+
+
+class AudioStore:
+    """Audio under ``<key[:2]>/<key>.<format>``, plus an alignment sidecar ``<key>.align.json``."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @classmethod
+    def at(cls, location: str | Path) -> AudioStore:
+        """The store at a directory or a storage URL (``s3://bucket/prefix``)."""
+        return cls(open_storage(str(location)))
+
+    @classmethod
+    def from_settings(cls, settings: Settings, root: Storage | None = None) -> AudioStore:
+        """The ``audio/`` part of the storage ``TTS_STORAGE_URL`` names (``root``, when opened)."""
+        return cls((root or open_storage(settings.storage_url)).child("audio"))
+
+    @property
+    def local_root(self) -> Path | None:
+        """The directory on disk, or ``None`` when the audio lives in a bucket."""
+        return self.storage.local_root
+
+    @property
+    def verifies_hits(self) -> bool:
+        """Whether a cache hit checks its file is there: on disk a ``stat``; a bucket is not asked
+        (a hit must not cost a storage round trip), a missing object shows at download instead."""
+        return self.storage.local_root is not None
+
+    def relative_path(self, key: str, fmt: str) -> str:
+        """Where ``key`` lives, relative to the root (what the database records)."""
+        return f"{key[:2]}/{key}.{fmt}"
+
+    def write(self, key: str, fmt: str, data: bytes, alignment: dict[str, Any] | None = None,
+              content_type: str | None = None) -> str:
+        """Store audio (and its alignment first) atomically; return the relative path."""
+        relative = self.relative_path(key, fmt)
+        if alignment is not None:
+            self.storage.put(sidecar(relative), json.dumps(alignment).encode("utf-8"), "application/json")
+        self.storage.put(relative, data, content_type)
+        return relative
+
+    def exists(self, relative: str) -> bool:
+        """Whether the audio is there (a cache row without its file is a miss)."""
+        return self.storage.size(relative) is not None
+
+    def open(self, relative: str, start: int = 0) -> IO[bytes]:
+        """A seekable reader of the audio at ``start``; ``FileNotFoundError`` when it is gone."""
+        return self.storage.open(relative, start)
+
+    def read(self, relative: str) -> bytes:
+        """The whole audio file."""
+        return self.storage.read(relative)
+
+    def alignment(self, relative: str) -> dict[str, Any] | None:
+        """The alignment sidecar of the audio, or ``None``."""
+        try:
+            data: dict[str, Any] = json.loads(self.storage.read(sidecar(relative)))
+        except (FileNotFoundError, ValueError):
+            return None
+        return data
+
+    def delete(self, relatives: Iterable[str]) -> None:
+        """Remove audio files and their sidecars (missing ones are fine)."""
+        self.storage.delete(name for relative in relatives for name in (relative, sidecar(relative)))
+
+
+def sidecar(relative: str) -> str:
+    """The alignment sidecar's name of an audio file."""
+    return relative.rsplit(".", 1)[0] + SIDECAR

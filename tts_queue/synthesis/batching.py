@@ -1,0 +1,135 @@
+"""The batching policy: a pure state object that decides which waiting sentences run together.
+
+No threads and no clock inside: callers pass ``now``. ``BatchEngine`` (``engine.py``) feeds it and
+runs what it returns. Two policies:
+
+- ``eager`` (CPU default): whenever the runner is free, take the oldest waiting sentence and the
+  others that can share its call. A lone request on an idle worker starts at once; under load,
+  sentences that arrive while a batch runs form the next batch by themselves.
+- ``window``: wait until a batch is full or its oldest sentence has waited ``window_s``, for
+  accelerators where a larger batch costs little more than a small one.
+
+Budgets: at most ``max_batch`` distinct sequences and ``max_padded`` padded ids (rows x longest)
+per call. Sentences with equal ids and batch key share one slot (synthesized once). A cancelled
+task never reaches the policy: the executor skips it before synthesis (``TaskRows.claim``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tts_queue.enums import POLICIES
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One waiting sentence: its batch key, model ids, arrival time, an opaque ticket and its
+    priority (0 interactive, 1 bulk: a lower number is served first)."""
+
+    key: Hashable
+    ids: tuple[int, ...]
+    arrived: float
+    ticket: Any = None
+    priority: int = 0
+
+
+@dataclass
+class Batch:
+    """Sentences to run in one call: distinct ``slots`` and which slot each entry reads."""
+
+    key: Hashable
+    slots: list[tuple[int, ...]] = field(default_factory=list)
+    members: list[tuple[Entry, int]] = field(default_factory=list)
+
+    @property
+    def padded_size(self) -> int:
+        """Ids in the padded input tensor."""
+        return len(self.slots) * max((len(s) for s in self.slots), default=0)
+
+
+class BatchPolicy:
+    """Pure batching state: ``append`` entries, ask ``next_batch(now)``, sleep until ``deadline``."""
+
+    def __init__(
+        self, policy: str = "eager", max_batch: int = 4, max_padded: int = 2400, window_s: float = 0.2
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown batching policy {policy!r}; use one of {POLICIES}")
+        self.policy = policy
+        self.max_batch = max(1, max_batch)
+        self.max_padded = max_padded
+        self.window_s = window_s
+        self._waiting: list[Entry] = []
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def append(self, entry: Entry) -> None:
+        """Queue one sentence."""
+        self._waiting.append(entry)
+
+    def deadline(self) -> float | None:
+        """When the oldest entry's window ends (``window`` policy), else ``None``."""
+        if not self._waiting or self.policy == "eager":
+            return None
+        return min(e.arrived for e in self._waiting) + self.window_s
+
+    def next_batch(self, now: float) -> Batch | None:
+        """The batch to run now, removing its entries, or ``None`` if nothing is due.
+
+        Keys are tried by their most urgent entry (priority, then age): an interactive sentence
+        overtakes every waiting bulk sentence. Under ``window`` a key is due once its batch is
+        full or its first entry has waited the window, so one waiting key never holds up another.
+        """
+        keys = list(dict.fromkeys(e.key for e in sorted(self._waiting, key=_urgency)))
+        for key in keys:
+            batch = self._fill(key)
+            oldest = batch.members[0][0]
+            full = len(batch.slots) >= self.max_batch or len(batch.members) < self._count(key)
+            if self.policy == "window" and not full and now < oldest.arrived + self.window_s:
+                continue
+            taken = {id(entry) for entry, _ in batch.members}
+            self._waiting = [e for e in self._waiting if id(e) not in taken]
+            return batch
+        return None
+
+    def drain(self) -> list[Entry]:
+        """Remove and return every waiting entry (shutdown)."""
+        waiting, self._waiting = self._waiting, []
+        return waiting
+
+    def _count(self, key: Hashable) -> int:
+        return sum(1 for e in self._waiting if e.key == key)
+
+    def _fill(self, key: Hashable) -> Batch:
+        """The oldest entry of ``key`` plus the closest-in-length others, within the budgets.
+
+        Picking neighbours by length keeps padding (wasted compute on a CPU) small; the oldest
+        entry is always in the batch, so nothing starves.
+        """
+        same = sorted((e for e in self._waiting if e.key == key), key=_urgency)
+        anchor = same[0]
+        others = sorted(same[1:], key=lambda e: (e.priority, abs(len(e.ids) - len(anchor.ids)), e.arrived))
+        batch = Batch(key=key)
+        slot_of: dict[tuple[int, ...], int] = {}
+        longest = 0
+        for entry in (anchor, *others):
+            if entry.ids in slot_of:
+                batch.members.append((entry, slot_of[entry.ids]))
+                continue
+            new_longest = max(longest, len(entry.ids))
+            too_big = (len(batch.slots) + 1) * new_longest > self.max_padded
+            if batch.slots and (len(batch.slots) >= self.max_batch or too_big):
+                continue
+            slot_of[entry.ids] = len(batch.slots)
+            batch.slots.append(entry.ids)
+            batch.members.append((entry, slot_of[entry.ids]))
+            longest = new_longest
+        return batch
+
+
+def _urgency(entry: Entry) -> tuple[int, float]:
+    """Sort key: priority first, then arrival."""
+    return (entry.priority, entry.arrived)

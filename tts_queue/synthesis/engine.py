@@ -1,0 +1,146 @@
+"""The batch engine: one runner thread per worker process that executes the batching policy.
+
+Request threads (Celery's thread pool, or the CLI) call ``run_sentences``; it queues each
+sentence in the pure ``BatchPolicy`` and blocks on a future. The runner thread asks the policy
+for the next batch, synthesizes it with one ``run_batch`` call and resolves the futures. Only this
+thread calls the model, so ONNX Runtime gets all the cores and batches form under load.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from tts_queue.errors import ServiceUnavailable
+from tts_queue.settings import PoolSettings
+from tts_queue.synthesis.batching import Batch, BatchPolicy, Entry
+from tts_queue.synthesis.inference import ItemAudio, Scales
+from tts_queue.synthesis.registry import VoiceRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """What must be equal for sentences to share one ONNX call."""
+
+    voice: str
+    scales: Scales
+    speaker: int | None
+
+
+@dataclass(frozen=True)
+class SentenceResult:
+    """A sentence's exact audio and the size of the batch it ran in."""
+
+    audio: ItemAudio
+    batch_size: int
+
+
+class BatchEngine:
+    """Runs sentences from many threads in shared batches on one runner thread."""
+
+    def __init__(
+        self,
+        registry: VoiceRegistry,
+        pool: PoolSettings,
+        clock: Callable[[], float] = time.monotonic,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.registry = registry
+        self.timeout_s = timeout_s
+        self.policy = BatchPolicy(
+            pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000
+        )
+        self.clock = clock
+        # The most recent batch sizes (bounded: a worker runs for months).
+        self.batch_sizes: deque[int] = deque(maxlen=10_000)
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def start(self) -> BatchEngine:
+        """Start the runner thread (idempotent)."""
+        with self._cond:
+            if self._thread is None:
+                self._stopping = False
+                self._thread = threading.Thread(target=self._loop, name="tts-batch-runner", daemon=True)
+                self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the runner after the batch in progress."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def run_sentences(
+        self, key: BatchKey, sentences: Sequence[Sequence[int]], priority: int = 0
+    ) -> list[SentenceResult]:
+        """Synthesize ``sentences`` (model ids) in shared batches; blocks until all are done."""
+        futures: list[Future[SentenceResult]] = []
+        with self._cond:
+            now = self.clock()
+            for ids in sentences:
+                future: Future[SentenceResult] = Future()
+                self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
+                                         priority=priority))
+                futures.append(future)
+            self._cond.notify_all()
+        if self._thread is None:
+            self.start()
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            return [future.result(timeout=max(0.0, deadline - time.monotonic())) for future in futures]
+        except FutureTimeout:
+            raise ServiceUnavailable(
+                f"synthesis did not finish within {self.timeout_s:.0f} s; the model may be stuck"
+            ) from None
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                batch = None
+                while not self._stopping:
+                    batch = self.policy.next_batch(self.clock())
+                    if batch is not None:
+                        break
+                    deadline = self.policy.deadline()
+                    self._cond.wait(None if deadline is None else max(0.0, deadline - self.clock()))
+                if self._stopping:
+                    for entry in self.policy.drain():
+                        entry.ticket.set_exception(ServiceUnavailable("the worker is stopping"))
+                    return
+            assert batch is not None
+            try:
+                self._run(batch)
+            except Exception as exc:  # never let the runner die: fail this batch, go on
+                log.exception("batch runner error")
+                for entry, _ in batch.members:
+                    if not entry.ticket.done():
+                        entry.ticket.set_exception(exc)
+
+    def _run(self, batch: Batch) -> None:
+        key = batch.key
+        assert isinstance(key, BatchKey)
+        try:
+            voice = self.registry.load(key.voice)
+            items = voice.model.run_batch(batch.slots, key.scales, key.speaker)
+        except BaseException as exc:  # hand every error to the waiting requests
+            for entry, _ in batch.members:
+                entry.ticket.set_exception(exc)
+            return
+        size = len(batch.slots)
+        self.batch_sizes.append(size)
+        log.debug("ran a batch of %d (%d padded ids)", size, batch.padded_size)
+        for entry, slot in batch.members:
+            entry.ticket.set_result(SentenceResult(audio=items[slot], batch_size=size))

@@ -1,0 +1,193 @@
+"""The ONNX Runtime session of a voice: providers, threads, and exact batched inference.
+
+``VoiceModel.load`` patches the graph in memory so it also returns the per-phoneme frame counts
+(the output of its one ``Ceil`` node), then ``run_batch`` pads many id sequences into one call
+and cuts the padded output back into exact per-item audio with those counts. Nothing else in the
+project calls ``session.run``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tts_queue.enums import GRAPH_OPTIMIZATION, PROVIDERS
+from tts_queue.errors import ConfigError, ModelLoadError, SynthesisError
+from tts_queue.settings import SessionConfig
+
+log = logging.getLogger(__name__)
+
+CPU = PROVIDERS["cpu"]
+PREFERENCE = tuple(dict.fromkeys(PROVIDERS.values()))  # TensorRT, CUDA, CPU
+
+
+@dataclass(frozen=True)
+class Scales:
+    """The model's three synthesis scales; one value serves a whole batch."""
+
+    noise_scale: float
+    length_scale: float
+    noise_w: float
+
+    def as_array(self) -> npt.NDArray[np.float32]:
+        """The ``scales`` input tensor."""
+        return np.array([self.noise_scale, self.length_scale, self.noise_w], dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class ItemAudio:
+    """One batch item cut out of the padded output: exact samples and samples per phoneme id."""
+
+    samples: npt.NDArray[np.float32]
+    phoneme_samples: npt.NDArray[np.int64]
+
+
+def choose_providers(requested: str, available: Sequence[str]) -> list[str]:
+    """Execution providers to pass to ONNX Runtime, best first, from ``auto`` or a list like ``cuda,cpu``.
+
+    ``auto`` takes TensorRT, then CUDA, among those ONNX Runtime reports available, then CPU. A
+    list is taken in its order with CPU moved last (CPU never fails, so nothing after it would be
+    tried). A list that names ``cpu`` drops unavailable providers with a warning; a list without
+    ``cpu`` is a demand: a provider it names that is not available raises ``ConfigError``.
+    """
+    if requested.strip().lower() == "auto":
+        return [p for p in PREFERENCE[:-1] if p in available] + [CPU]
+    wanted: list[str] = []
+    for name in requested.split(","):
+        key = name.strip()
+        if not key:
+            continue
+        full = PROVIDERS.get(key.lower(), key)
+        if full not in PREFERENCE:
+            raise ConfigError(f"unknown execution provider {key!r}: use auto, tensorrt, cuda or cpu")
+        wanted.append(full)
+    missing = [p for p in wanted if p not in available and p != CPU]
+    if missing and CPU not in wanted:
+        raise ConfigError(f"TTS_PROVIDERS={requested!r} demands {', '.join(missing)}, which this "
+                          f"onnxruntime does not have (available: {', '.join(available) or 'none'})")
+    for name in missing:
+        log.warning("execution provider %s is not available here; skipping it", name)
+    chosen = [p for p in wanted if p not in missing and p != CPU]
+    return chosen + [CPU] if CPU in wanted else chosen
+
+
+def session_options(config: SessionConfig) -> Any:
+    """``onnxruntime.SessionOptions`` from a ``SessionConfig``."""
+    import onnxruntime as ort
+
+    if config.graph_optimization not in GRAPH_OPTIMIZATION:
+        raise ConfigError(f"graph optimization must be one of {sorted(GRAPH_OPTIMIZATION)}")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel(
+        GRAPH_OPTIMIZATION[config.graph_optimization]
+    )
+    options.intra_op_num_threads = config.intra_op_threads
+    options.inter_op_num_threads = config.inter_op_threads
+    if not config.allow_spinning:
+        # Idle ONNX threads otherwise busy-wait after each run, taking CPU from the API and
+        # the other processes sharing the machine.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return options
+
+
+def _patched_model_bytes(model_path: Path) -> bytes:
+    """The model with its ``Ceil`` (frames per phoneme) tensor added to the outputs."""
+    import onnx
+    from piper.patch_voice_with_alignment import add_alignment_output
+
+    try:
+        model = onnx.load(str(model_path))
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read ONNX model {model_path.name}: {exc}") from exc
+    try:
+        add_alignment_output(model)
+    except ValueError as exc:
+        if "already marked" not in str(exc):
+            raise ModelLoadError(
+                f"{model_path.name} has no single Ceil node; cannot cut batches exactly: {exc}"
+            ) from exc
+    return bytes(model.SerializeToString())
+
+
+class VoiceModel:
+    """An ONNX voice session that synthesizes padded batches and trims them exactly."""
+
+    def __init__(self, session: Any, providers: Sequence[str], hop_length: int, multi_speaker: bool) -> None:
+        self.session = session
+        self.providers = list(providers)
+        self.hop_length = hop_length
+        self.multi_speaker = multi_speaker
+
+    @property
+    def provider(self) -> str:
+        """The execution provider the session actually runs on (read back from the session)."""
+        return self.providers[0]
+
+    @classmethod
+    def load(
+        cls, model_path: Path, config: SessionConfig, hop_length: int = 256
+    ) -> VoiceModel:
+        """Build the session with the ordered provider list and report where it really landed.
+
+        ONNX Runtime does not raise when a GPU provider fails to initialize: it logs and runs on
+        CPU. So the providers are read back from the session; a demanded provider (a list without
+        ``cpu``) that did not load raises ``ConfigError``, and ``auto`` says where it landed.
+        """
+        import onnxruntime as ort
+
+        model_bytes = _patched_model_bytes(model_path)
+        wanted = choose_providers(config.providers, ort.get_available_providers())
+        try:
+            session = ort.InferenceSession(model_bytes, sess_options=session_options(config),
+                                           providers=wanted)
+        except Exception as exc:
+            raise ModelLoadError(f"ONNX Runtime could not load {model_path.name} with "
+                                 f"{', '.join(wanted)}: {exc}") from exc
+        actual = [p for p in session.get_providers() if p in PREFERENCE] or [CPU]
+        if actual[0] != wanted[0]:
+            if CPU not in wanted:
+                raise ConfigError(f"{model_path.name}: {wanted[0]} was demanded (TTS_PROVIDERS="
+                                     f"{config.providers}) but the session fell back to {actual[0]}")
+            log.warning("%s: asked for %s, running on %s", model_path.name, wanted[0], actual[0])
+        inputs = {i.name for i in session.get_inputs()}
+        if not {"input", "input_lengths", "scales"} <= inputs or len(session.get_outputs()) < 2:
+            raise ModelLoadError(f"{model_path.name} does not have a Piper voice's signature")
+        log.info("loaded %s on %s (asked for %s)", model_path.name, actual[0], ", ".join(wanted))
+        return cls(session, actual, hop_length, "sid" in inputs)
+
+    def run_batch(
+        self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None
+    ) -> list[ItemAudio]:
+        """Synthesize every id sequence in one ONNX call; return exact per-item audio."""
+        if not ids:
+            return []
+        lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
+        padded = np.zeros((len(ids), int(lengths.max())), dtype=np.int64)
+        for row, seq in enumerate(ids):
+            padded[row, : len(seq)] = seq
+        feeds: dict[str, Any] = {
+            "input": padded,
+            "input_lengths": lengths,
+            "scales": scales.as_array(),
+        }
+        if self.multi_speaker:
+            feeds["sid"] = np.full(len(ids), speaker_id or 0, dtype=np.int64)
+        try:
+            audio, frames = self.session.run(None, feeds)[:2]
+        except Exception as exc:
+            raise SynthesisError(f"the model failed on a batch of {len(ids)}: {exc}") from exc
+        frames = np.asarray(frames).reshape(len(ids), -1).astype(np.int64)
+        audio = np.asarray(audio, dtype=np.float32).reshape(len(ids), -1)
+        items = []
+        for row, length in enumerate(lengths):
+            per_phoneme = frames[row, :length] * self.hop_length
+            n = min(int(per_phoneme.sum()), audio.shape[1])
+            items.append(ItemAudio(samples=audio[row, :n].copy(), phoneme_samples=per_phoneme))
+        return items

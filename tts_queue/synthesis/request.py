@@ -1,0 +1,114 @@
+"""A synthesis request: validated, normalized, frozen, and keyed by everything that changes audio."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tts_queue.errors import InvalidRequest
+from tts_queue.settings import Settings
+from tts_queue.synthesis.encoder import check_format
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.text import clean_text
+from tts_queue.synthesis.voice import resolve_speaker
+
+KEY_VERSION = 2
+FIELDS = ("text", "voice", "speaker", "language", "format", "speed", "noise_scale", "noise_w")
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """What to synthesize. Crosses process boundaries as JSON (``to_dict``/``from_dict``)."""
+
+    text: str
+    voice: str
+    speaker: int | None = None
+    format: str = "wav"
+    speed: float = 1.0
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    sentence_silence_ms: int = 200
+    max_sentence_phonemes: int = 400
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SynthesisRequest:
+        """Inverse of ``to_dict``."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def cache_key(request: SynthesisRequest, voice_digest: str) -> str:
+    """sha256 over the normalized request and the voice's digest (model, config, frontend):
+    a new model, config or phonemizer version gives new keys."""
+    material = {"v": KEY_VERSION, "voice_digest": voice_digest, **request.to_dict()}
+    blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _number(payload: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
+    value = payload.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRequest(f"{name} must be a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise InvalidRequest(f"{name} must be between {low} and {high}") from None
+    if not low <= number <= high:
+        raise InvalidRequest(f"{name} must be between {low} and {high}; got {value}")
+    return number
+
+
+def build_request(
+    payload: Mapping[str, Any], registry: VoiceRegistry, settings: Settings
+) -> SynthesisRequest:
+    """Validate a request body (a JSON object) into a ``SynthesisRequest`` or raise a 4xx error."""
+    if not isinstance(payload, Mapping):
+        raise InvalidRequest("the request body must be a JSON object")
+    unknown = sorted(set(payload) - set(FIELDS))
+    if unknown:
+        raise InvalidRequest(f"unknown field(s): {', '.join(unknown)}; known: {', '.join(FIELDS)}")
+    if "text" not in payload:
+        raise InvalidRequest("the field 'text' is required")
+    text = clean_text(payload["text"], settings.request.max_text_chars)
+    for name in ("voice", "language", "format"):
+        if payload.get(name) is not None and not isinstance(payload[name], str):
+            raise InvalidRequest(f"{name} must be a string")
+    spec = _voice_for(payload.get("voice"), payload.get("language"), registry)
+    speaker = payload.get("speaker")
+    if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (str, int))):
+        raise InvalidRequest("speaker must be a name or a number")
+    speed = _number(payload, "speed", settings.request.min_speed, settings.request.max_speed)
+    return SynthesisRequest(
+        text=text,
+        voice=spec.id,
+        speaker=resolve_speaker(spec, speaker),
+        format=check_format(payload.get("format"), settings.request.default_format),
+        speed=1.0 if speed is None else speed,
+        noise_scale=_number(payload, "noise_scale", 0.0, 2.0),
+        noise_w=_number(payload, "noise_w", 0.0, 2.0),
+        sentence_silence_ms=settings.request.sentence_silence_ms,
+        max_sentence_phonemes=settings.request.max_sentence_phonemes,
+    )
+
+
+def _voice_for(voice: str | None, language: str | None, registry: VoiceRegistry) -> Any:
+    if voice is None and language:
+        wanted = language.replace("-", "_").lower()
+        for spec in registry.specs():
+            if spec.language.lower() == wanted or spec.language.lower().split("_")[0] == wanted:
+                return spec
+        raise InvalidRequest(f"no voice speaks language {language!r}")
+    spec = registry.get(voice)
+    if language:
+        wanted = language.replace("-", "_").lower()
+        if wanted not in (spec.language.lower(), spec.language.lower().split("_")[0]):
+            raise InvalidRequest(f"voice {spec.id!r} speaks {spec.language}, not {language}")
+    return spec

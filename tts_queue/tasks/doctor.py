@@ -1,0 +1,166 @@
+"""``tts-queue doctor``: settings of the deployment's Redis and database that put tasks at risk.
+
+Each check returns ``HealthWarning`` values (a stable ``code``, what was found, what it risks), so
+the API's ``/readyz`` can show the same list: ``redis_warnings(client)`` and
+``schema_warnings(engine)`` take the connections the caller already has, and this module imports
+nothing from the shell, the adapters or a framework.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from tts_queue.settings import Settings
+
+
+@dataclass(frozen=True)
+class HealthWarning:
+    """One thing that can lose or stall tasks: ``code`` is stable, ``risk`` says what can happen."""
+
+    code: str
+    message: str
+    risk: str
+
+    def as_json(self) -> dict[str, str]:
+        """``{"code", "message", "risk"}``."""
+        return asdict(self)
+
+
+EVICTION_RISK = ("when Redis reaches maxmemory it silently deletes keys: queued tasks, kombu's "
+                 "routing tables and finished-task signals vanish without an error")
+NO_PERSISTENCE_RISK = ("a Redis restart (crash, OOM kill, reboot) loses every queued message; the "
+                       "recovery sweep must re-send them from the database, and tasks stall until it does")
+SCHEMA_RISK = ("the API and workers read and write columns or tables this database does not have: "
+               "submissions and task updates fail; run `tts-queue migrate`")
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _config(client: Any, name: str) -> str:
+    """One ``CONFIG GET`` value as text."""
+    value = client.config_get(name).get(name, "")
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def redis_warnings(client: Any, where: str = "Redis") -> list[HealthWarning]:
+    """Eviction and persistence of the Redis behind ``client`` (a redis-py client)."""
+    import redis
+
+    try:
+        policy = _config(client, "maxmemory-policy")
+        maxmemory = _config(client, "maxmemory")
+        appendonly = _config(client, "appendonly")
+        save = _config(client, "save")
+    except redis.ResponseError as exc:  # CONFIG renamed or disabled (managed Redis)
+        return [HealthWarning(
+            "redis_config_hidden", f"{where} does not answer CONFIG GET ({exc})",
+            "eviction and persistence cannot be checked here: confirm maxmemory-policy noeviction "
+            "and appendonly yes with your provider")]
+    except redis.RedisError as exc:
+        return [HealthWarning("redis_unreachable", f"{where} cannot be reached ({exc})",
+                              "no task can be queued or finished while the broker is down")]
+    warnings = []
+    if policy != "noeviction":
+        limit = "no maxmemory set yet" if maxmemory in ("", "0") else f"maxmemory {maxmemory} bytes"
+        warnings.append(HealthWarning(
+            "redis_eviction", f"{where} can evict keys (maxmemory-policy {policy}, {limit})",
+            EVICTION_RISK))
+    if appendonly != "yes" and not save.strip():
+        warnings.append(HealthWarning(
+            "redis_not_persistent", f"{where} keeps nothing on disk (appendonly {appendonly}, save \"\")",
+            NO_PERSISTENCE_RISK))
+    return warnings
+
+
+def schema_warnings(engine: Engine, where: str = "the database") -> list[HealthWarning]:
+    """Whether the database's Alembic revision is the code's head revision."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tts_queue.migrate import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config(engine.url.render_as_string(hide_password=False)))
+    heads = set(script.get_heads())
+    try:
+        with engine.connect() as connection:
+            current = set(MigrationContext.configure(connection).get_current_heads())
+    except SQLAlchemyError as exc:
+        return [HealthWarning("database_unreachable", f"{where} cannot be reached ({exc.__class__.__name__})",
+                              "no task can be submitted or recorded while the database is down")]
+    expected = ", ".join(sorted(heads))
+    if current == heads:
+        return []
+    if not current:
+        return [HealthWarning("schema_behind", f"{where} has no tts-queue schema; the code expects "
+                              f"revision {expected}", SCHEMA_RISK)]
+    unknown = {rev for rev in current if _unknown(script, rev)}
+    if unknown:
+        return [HealthWarning(
+            "schema_unknown", f"{where} is at revision {', '.join(sorted(unknown))}, which this code "
+            f"does not know (it expects {expected}): newer code migrated it",
+            "this older code may fail on, or write rows that break, the newer schema; run the "
+            "version that migrated it")]
+    return [HealthWarning("schema_behind", f"{where} is at revision {', '.join(sorted(current))}; the "
+                          f"code expects {expected}", SCHEMA_RISK)]
+
+
+def _unknown(script: Any, revision: str) -> bool:
+    """Whether ``revision`` is missing from the code's migrations."""
+    from alembic.util import CommandError
+
+    try:
+        return script.get_revision(revision) is None
+    except CommandError:
+        return True
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (``None`` for other databases and in-memory SQLite)."""
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split("///", 1)[-1]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def diagnose(settings: Settings) -> list[HealthWarning]:
+    """Every warning for the deployment ``settings`` describe (the embedded Redis of ``up`` is
+    checked while it runs; it is made with an append-only file and noeviction)."""
+    from tts_queue.db import make_engine
+    from tts_queue.tasks.connection import redis_client
+
+    warnings: list[HealthWarning] = []
+    redis_url = settings.services.redis_url
+    socket = settings.broker_dir / "redis.sock"
+    if redis_url is None and socket.exists():
+        redis_url = f"unix://{socket}"
+    if redis_url is not None:
+        client = redis_client(redis_url, socket_timeout=3)
+        warnings += redis_warnings(client, f"Redis at {redacted(redis_url)}")
+        client.close()
+    url = settings.database_url
+    where = f"the database at {redacted(url)}"
+    path = sqlite_path(url)
+    if path is not None and not path.exists():  # connecting would create an empty file
+        return warnings + [HealthWarning("schema_behind", f"{where} does not exist yet", SCHEMA_RISK)]
+    engine = make_engine(url)
+    try:
+        warnings += schema_warnings(engine, where)
+    finally:
+        engine.dispose()
+    return warnings
+
+
+def report(warnings: list[HealthWarning]) -> str:
+    """The human form: one paragraph per warning, or a line saying all is well."""
+    if not warnings:
+        return "doctor: no warnings"
+    return "\n".join(f"warning [{w.code}]: {w.message}\n  risk: {w.risk}" for w in warnings)

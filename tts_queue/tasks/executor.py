@@ -1,0 +1,155 @@
+"""The worker side of a task: claim its row, synthesize (or find it cached), store, finish.
+
+Safe to run more than once for the same task id (at-least-once delivery): finished tasks are
+skipped, a cancelled task is never started, and attempts are counted in the row so a task that
+keeps killing workers is failed instead of redelivered forever. Identical requests (same cache
+key) that reach one worker together are synthesized once: followers wait for the leader's audio.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from tts_queue.db import Database, utcnow
+from tts_queue.enums import Lane, TaskStatus
+from tts_queue.errors import (
+    InvalidRequest,
+    StorageFull,
+    StorageUnavailable,
+    SynthesisError,
+    TTSQueueError,
+    VoiceError,
+)
+from tts_queue.storage.cache import AudioCache
+from tts_queue.synthesis.encoder import encode, mime_type
+from tts_queue.synthesis.request import SynthesisRequest
+from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.tasks.keys import lane_of
+from tts_queue.tasks.rows import TaskRows
+
+log = logging.getLogger(__name__)
+
+# Errors that another attempt cannot fix: the task fails at once with the error's code.
+PERMANENT = (InvalidRequest, VoiceError, SynthesisError)
+
+
+class TaskExecutor:
+    """Runs task ids through the synthesizer and records the outcome in the task rows."""
+
+    def __init__(
+        self,
+        db: Database,
+        cache: AudioCache,
+        synthesizer: Synthesizer,
+        worker_name: str,
+        max_attempts: int = 4,
+        lease: timedelta = timedelta(seconds=30),
+        clock: Callable[[], datetime] = utcnow,
+        storage_floor_bytes: int = 0,
+    ) -> None:
+        self.cache = cache
+        # Audio is not written into the last ``storage_floor_bytes`` of a local disk: that part is
+        # left to the broker's log and the database sharing it (``tts-queue up``), so a full disk
+        # stops new audio, not the queue.
+        self.storage_floor_bytes = storage_floor_bytes
+        self.synthesizer = synthesizer
+        self.worker_name = worker_name
+        self.max_attempts = max_attempts
+        self.rows = TaskRows(db, clock, lease)
+        self.leader_timeout_s = 600.0
+        self._inflight: dict[str, threading.Event] = {}
+        self._inflight_lock = threading.Lock()
+        # Tasks that already died with a worker run one at a time: if one of them is a poison that
+        # kills the worker again, only it is charged another attempt, not the innocent tasks that
+        # happened to be running beside it the first time.
+        self._suspects = threading.Lock()
+
+    def execute(self, task_id: str, worker_name: str | None = None) -> TaskStatus | None:
+        """Process one task; return its final status, or ``None`` if there was nothing to do."""
+        if self.rows.attempts(task_id) > 0:
+            with self._suspects:
+                return self._execute(task_id, worker_name)
+        return self._execute(task_id, worker_name)
+
+    def _execute(self, task_id: str, worker_name: str | None) -> TaskStatus | None:
+        row = self.rows.claim(task_id, worker_name or self.worker_name)
+        if row is None:
+            return None
+        if row.attempts > self.max_attempts:
+            return self.fail(task_id, "too_many_attempts",
+                             f"gave up after {self.max_attempts} attempts (worker crashes or errors)")
+        request = SynthesisRequest.from_dict(row.request)
+        with self._inflight_lock:
+            leader = self._inflight.get(row.cache_key)
+            if leader is None:
+                self._inflight[row.cache_key] = threading.Event()
+        if leader is not None:
+            # An identical request is being synthesized in this process: wait for its audio.
+            leader.wait(timeout=self.leader_timeout_s)
+        if self.cache.peek(row.cache_key) is not None:
+            if leader is None:
+                self._end_lead(row.cache_key)
+            self.rows.finish(task_id, batch_size=None, cache_hit=True)
+            return TaskStatus.DONE
+        if leader is not None:  # the leader failed; do the work ourselves
+            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue))
+        try:
+            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue))
+        finally:
+            self._end_lead(row.cache_key)
+
+    def execute_uncached(
+        self, task_id: str, key: str, request: SynthesisRequest, priority: int = 0
+    ) -> TaskStatus:
+        """Synthesize, store atomically, and finish the row."""
+        try:
+            result = self.synthesizer.synthesize(request, priority=priority)
+        except PERMANENT as exc:
+            return self.fail(task_id, exc.code, exc.message)
+        data = encode(result.audio, request.format)
+        free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
+        if free is not None and free - len(data) < self.storage_floor_bytes:
+            self.rows.uncount_attempt(task_id)
+            raise StorageFull(f"no room to store the audio of task {task_id}: {free} bytes free, the "
+                              f"last {self.storage_floor_bytes} are kept for the broker and database")
+        try:
+            self.cache.put(key, request.format, request.voice, data,
+                           result.audio.duration_s, result.alignment.to_dict(), mime_type(request.format))
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # nothing partial is left (write_atomic)
+                self.rows.uncount_attempt(task_id)  # waiting for space is not a failed attempt
+                raise StorageFull(f"no room to store the audio of task {task_id}: {exc}") from exc
+            raise
+        except StorageUnavailable:  # the bucket is down: wait for it like for space, uncounted
+            self.rows.uncount_attempt(task_id)
+            raise
+        self.rows.finish(task_id, batch_size=result.batch_size)
+        return TaskStatus.DONE
+
+    def _end_lead(self, key: str) -> None:
+        """This process's synthesis of ``key`` ended: wake the identical requests that waited."""
+        with self._inflight_lock:
+            event = self._inflight.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def fail(self, task_id: str, code: str, message: str) -> TaskStatus:
+        """Mark a task failed (unless it already finished)."""
+        self.rows.fail(task_id, code, message)
+        log.warning("task %s failed: %s: %s", task_id, code, message)
+        return TaskStatus.FAILED
+
+    def fail_unexpected(self, task_id: str, exc: BaseException) -> TaskStatus:
+        """Mark a task failed after retries ran out on an unexpected error."""
+        code = exc.code if isinstance(exc, TTSQueueError) else "internal_error"
+        return self.fail(task_id, code, f"{type(exc).__name__}: {exc}")
+
+
+def lane_priority(queue: str) -> int:
+    """Engine priority of a task from its queue: bulk (book) work yields to interactive requests."""
+    return 1 if lane_of(queue) is Lane.BULK else 0
+

@@ -1,0 +1,63 @@
+"""Worker heartbeats: each worker says, every few seconds, that it lives, which pool it serves and
+which execution provider each of its loaded voices really runs on.
+
+A heartbeat is one Redis key per worker with an expiry, so a dead worker disappears by itself.
+The API reads them for ``/readyz`` (live workers per pool) and ``/v1/voices`` (where voices run).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tts_queue.tasks.keys import RedisKeys
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a worker announces."""
+
+    name: str
+    pool: str
+    providers: dict[str, str] = field(default_factory=dict)  # voice id -> execution provider
+
+
+class Heartbeats:
+    """Writes this worker's heartbeat and reads everyone's."""
+
+    def __init__(self, client: Any, keys: RedisKeys, ttl_s: float = 30.0) -> None:
+        self.client = client
+        self.keys = keys
+        self.ttl_s = ttl_s
+
+    def beat(self, info: WorkerInfo) -> None:
+        """Announce ``info`` for the next ``ttl_s`` seconds."""
+        self.client.set(self.keys.worker(info.name), json.dumps(asdict(info)), px=int(self.ttl_s * 1000))
+
+    def live(self) -> list[WorkerInfo]:
+        """Every worker whose heartbeat has not expired, by name."""
+        keys = sorted(self.client.scan_iter(match=self.keys.worker("*"), count=500))
+        found = []
+        for raw in self.client.mget(keys) if keys else []:
+            if raw:
+                data = json.loads(raw)
+                found.append(WorkerInfo(data["name"], data["pool"], dict(data.get("providers", {}))))
+        return found
+
+    def start(self, describe: Callable[[], WorkerInfo], stop: threading.Event) -> threading.Thread:
+        """Beat every third of the expiry in a daemon thread until ``stop`` is set."""
+
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    self.beat(describe())
+                except Exception:  # a broker outage: the next beat retries
+                    pass
+                stop.wait(self.ttl_s / 3)
+
+        thread = threading.Thread(target=run, name="tts-heartbeat", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,74 @@
+"""Names every process agrees on: queues, Celery task names and tts-queue's own Redis keys.
+
+The API (which only sends), the workers (which consume) and the shell (which starts them) import
+these names from here, so a queue, task or key is spelled in exactly one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tts_queue.enums import POOLS, Lane
+
+# Celery task names (the API sends by name and never imports the worker's task functions).
+SYNTHESIZE = "tts.synthesize"
+CLEANUP = "tts.cleanup"
+REQUEUE = "tts.requeue_lost"
+ASSEMBLE = "tts.assemble_chapter"
+
+
+def queue_name(pool: str, lane: Lane = Lane.INTERACTIVE, prefix: str = "tts") -> str:
+    """Broker queue of a pool and lane: ``tts.cpu`` (interactive), ``tts.cpu.bulk``, ...
+
+    The maintenance lane (cleanup, recovery sweeps) is shared by all pools: ``tts.maintenance``.
+    """
+    if lane is Lane.MAINTENANCE:
+        return f"{prefix}.{Lane.MAINTENANCE.value}"
+    return f"{prefix}.{pool}" if lane is Lane.INTERACTIVE else f"{prefix}.{pool}.{lane.value}"
+
+
+def worker_queues(pool: str, prefix: str = "tts") -> list[str]:
+    """The queues a worker of ``pool`` reads, in priority order: interactive, maintenance, bulk."""
+    return [queue_name(pool, lane, prefix) for lane in (Lane.INTERACTIVE, Lane.MAINTENANCE, Lane.BULK)]
+
+
+def task_queues(prefix: str = "tts") -> list[str]:
+    """Every queue that carries synthesis tasks: each pool's interactive and bulk lanes."""
+    return [queue_name(pool, lane, prefix) for pool in POOLS for lane in (Lane.INTERACTIVE, Lane.BULK)]
+
+
+def lane_of(queue: str) -> Lane:
+    """The lane a queue name belongs to."""
+    for lane in (Lane.BULK, Lane.MAINTENANCE):
+        if queue.endswith("." + lane.value):
+            return lane
+    return Lane.INTERACTIVE
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    """Every Redis key tts-queue writes besides Celery's own, under one deployment prefix."""
+
+    prefix: str = "tts"
+
+    def finished(self, task_id: str) -> str:
+        """The list that signals ``task_id`` finished (``FinishSignals``)."""
+        return f"{self.prefix}:finished:{task_id}"
+
+    @property
+    def broker_marker(self) -> str:
+        """A key with no expiry: missing means the broker lost its data (recovery sweep)."""
+        return f"{self.prefix}:broker-marker"
+
+    def worker(self, name: str) -> str:
+        """A worker's heartbeat (``name`` may be ``*`` to match them all)."""
+        return f"{self.prefix}:worker:{name}"
+
+    def assembling(self, book_id: str, chapter: int) -> str:
+        """A lock with expiry: one worker assembles a chapter at a time (``tts.assemble_chapter``)."""
+        return f"{self.prefix}:assembling:{book_id}:{chapter}"
+
+    @property
+    def consumed(self) -> str:
+        """A short-lived key a worker sets whenever it takes a task off a queue (``/readyz``)."""
+        return f"{self.prefix}:consumed"

@@ -1,0 +1,68 @@
+"""Repair at-least-once delivery from the task rows: the sweep that runs every few seconds.
+
+Three cases, checked by the scheduler's sweep (every ``TTS_SWEEP_INTERVAL_S``) and when a worker
+starts; the rows are the truth, Celery's visibility timeout is only a last resort:
+
+- **A worker died** (SIGKILL, OOM, power): the rows it held (received or running) stop having
+  their lease renewed; once a lease is older than ``TTS_LEASE_S`` the row is released and its task
+  dispatched again. A live worker renews its leases, so long tasks are not duplicated.
+- **A row was committed but never sent** (the API died, or the broker was down, between commit
+  and dispatch): a queued row with no dispatch time, older than ``TTS_OUTBOX_GRACE_S``, is sent.
+  A long healthy backlog is never re-sent: its rows have a dispatch time.
+- **A message vanished with a worker that never recorded it** (killed between taking the message
+  and writing the row): a queued row held by nobody, sent more than a lease ago, whose message is
+  neither waiting in a queue nor recently delivered, is dispatched again.
+- **The broker lost its data** (Redis without persistence restarted, a flush, a failover): a marker
+  key in Redis is then missing, and every ``queued`` row is dispatched again.
+
+Duplicates are safe: ``TaskExecutor`` skips finished tasks and tasks whose lease another live
+worker holds, and a repeated synthesis writes the same file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Protocol
+
+from tts_queue.tasks.rows import TaskRows
+from tts_queue.tasks.service import Dispatcher
+
+log = logging.getLogger(__name__)
+
+
+class BrokerMarker(Protocol):
+    """A key that lives exactly as long as the broker's data does."""
+
+    def present(self) -> bool:
+        """Whether the marker is still there."""
+
+    def set(self) -> None:
+        """Create the marker."""
+
+
+def requeue_lost(
+    rows: TaskRows, dispatcher: Dispatcher, marker: BrokerMarker, outbox_grace: timedelta,
+    messages: Callable[[], Mapping[str, float | None]] | None = None,
+) -> int:
+    """Dispatch again every task whose message may be lost; return how many.
+
+    ``messages`` (optional) lists what the broker holds (task id -> delivery time, ``None`` while
+    queued), to find queued rows whose message vanished with a worker that never recorded it.
+    """
+    lost = [] if marker.present() else rows.queued()
+    orphans = rows.reclaim_stale()
+    unsent = rows.unsent(outbox_grace)
+    if messages is not None:
+        orphans += rows.stranded(messages())
+    seen: set[str] = set()
+    for task_id, queue in lost + orphans + unsent:
+        if task_id not in seen:
+            seen.add(task_id)
+            dispatcher.dispatch(task_id, queue)
+    marker.set()
+    if seen:
+        log.warning("dispatched %d task(s) again from the database (%d of dead workers, %d never sent)",
+                    len(seen), len(orphans), len(unsent))
+    return len(seen)

@@ -1,0 +1,213 @@
+"""The task service: submit, look up, cancel, and find audio for tasks (the API's core).
+
+Task rows in the database are the truth about status (Celery reports unknown ids as PENDING, so
+it is never asked). ``Dispatcher`` is the seam to the queue: the Celery adapter implements it in
+``workers/``; tests pass a fake.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import IO, Any, Protocol
+
+from tts_queue.db import Database, get_by_id, utcnow
+from tts_queue.enums import Lane, TaskStatus
+from tts_queue.errors import (
+    AudioExpired,
+    AudioNotReady,
+    NoWorker,
+    ServiceUnavailable,
+    StorageFull,
+    TaskNotCancellable,
+    TaskNotFound,
+)
+from tts_queue.settings import Settings
+from tts_queue.storage.cache import AudioCache
+from tts_queue.synthesis.encoder import mime_type
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
+from tts_queue.tables import TaskRow
+from tts_queue.tasks.keys import queue_name
+from tts_queue.tasks.rows import TaskRows
+
+
+class Dispatcher(Protocol):
+    """Puts a task id on a queue."""
+
+    def dispatch(self, task_id: str, queue: str) -> None:
+        """Enqueue ``task_id`` on ``queue``; raise on failure."""
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What clients see of a task."""
+
+    id: str
+    status: TaskStatus
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_code: str | None
+    error_message: str | None
+    duration_s: float | None
+    format: str
+    voice: str
+    cache_hit: bool = False
+    keep: bool = False
+
+    @classmethod
+    def of(cls, row: TaskRow, duration_s: float | None = None) -> TaskView:
+        """View of a row."""
+        return cls(
+            id=row.id, status=row.status, created_at=row.created_at, started_at=row.started_at,
+            finished_at=row.finished_at, error_code=row.error_code, error_message=row.error_message,
+            duration_s=duration_s, format=row.request.get("format", "wav"),
+            voice=row.request.get("voice", ""), cache_hit=bool(row.cache_hit), keep=bool(row.keep),
+        )
+
+
+@dataclass(frozen=True)
+class AudioFile:
+    """A task's finished audio in the store."""
+
+    task_id: str
+    key: str
+    relative: str
+    format: str
+    mime_type: str
+    size_bytes: int
+    duration_s: float
+
+    @property
+    def filename(self) -> str:
+        """The name a download is saved as."""
+        return f"{self.task_id}.{self.format}"
+
+
+class TaskService:
+    """Submit-and-poll over the database, the cache and a dispatcher."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        cache: AudioCache,
+        registry: VoiceRegistry,
+        dispatcher: Dispatcher,
+        clock: Callable[[], datetime] = utcnow,
+        pool_alive: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.cache = cache
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.pool_alive = pool_alive
+        self.rows = TaskRows(db, clock, timedelta(seconds=settings.worker.lease_s))
+
+    def key_of(self, request: SynthesisRequest) -> str:
+        """The cache key of a validated request."""
+        return cache_key(request, self.registry.voice_digest(self.registry.get(request.voice)))
+
+    def pool_for(self, request: SynthesisRequest, preferred: str | None = None) -> str:
+        """The worker pool that serves a request: the caller's choice, the voice's, or the default."""
+        routing = self.settings.routing
+        return preferred or routing.voice_pools.get(request.voice, routing.default_pool)
+
+    def require_worker(self, pool: str) -> None:
+        """Raise ``NoWorker`` when no live worker serves ``pool`` (cache hits never need one)."""
+        if self.pool_alive is not None and not self.pool_alive(pool):
+            raise NoWorker(f"no live worker serves the {pool!r} pool; start one with "
+                           f"`tts-queue worker --pool {pool}` or retry later")
+
+    def require_storage(self) -> None:
+        """Raise ``StorageFull`` when the audio store has less free space than the reserve."""
+        free = self.cache.store.storage.free_bytes()  # a bucket has no free-space figure
+        if free is not None and free < self.settings.cache.storage_reserve_bytes:
+            raise StorageFull(f"the audio store has {free} bytes free (reserve "
+                              f"{self.settings.cache.storage_reserve_bytes}); retry once space is freed")
+
+    def submit(
+        self, payload: Mapping[str, Any], lane: Lane = Lane.INTERACTIVE, book_id: str | None = None,
+        pool: str | None = None, keep: bool = False,
+    ) -> TaskView:
+        """Validate and queue a request; a cache hit is answered at once as ``done``."""
+        request = build_request(payload, self.registry, self.settings)
+        key = self.key_of(request)
+        chosen_pool = self.pool_for(request, pool)
+        row = TaskRow(
+            id=str(uuid.uuid4()), cache_key=key, request=request.to_dict(), pool=chosen_pool,
+            queue=queue_name(chosen_pool, lane, self.settings.services.queue_prefix), book_id=book_id,
+            created_at=self.clock(), keep=keep,
+        )
+        with self.db.write() as session:
+            hit = self.cache.lookup(key, session)
+            if hit is None:
+                self.require_worker(chosen_pool)  # nothing is written when no worker would run it
+                self.require_storage()
+            self.rows.add(session, row, cache_hit=hit is not None)
+        if hit is not None:
+            return TaskView.of(row, hit.duration_s)
+        try:
+            self.dispatcher.dispatch(row.id, row.queue)
+        except Exception as exc:
+            self.rows.fail(row.id, "service_unavailable", f"broker: {exc}")
+            raise ServiceUnavailable(f"the job queue is unreachable; nothing was queued ({exc})") from exc
+        self.rows.mark_dispatched([row.id])
+        return TaskView.of(row)
+
+    def row(self, task_id: str) -> TaskRow:
+        """The row of ``task_id`` or ``TaskNotFound`` (malformed ids included)."""
+        return get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task")
+
+    def get(self, task_id: str) -> TaskView:
+        """Status of a task, with the audio's duration once done."""
+        row = self.row(task_id)
+        duration = None
+        if row.status is TaskStatus.DONE:
+            entry = self.cache.peek(row.cache_key)
+            duration = entry.duration_s if entry else None
+        return TaskView.of(row, duration)
+
+    def cancel(self, task_id: str) -> TaskView:
+        """Cancel a queued task; running or finished tasks raise ``TaskNotCancellable``."""
+        row = self.row(task_id)
+        if not self.rows.cancel(task_id):
+            current = self.row(task_id).status.value
+            raise TaskNotCancellable(f"task {task_id} is {current}; only queued tasks can be cancelled")
+        return self.get(row.id)
+
+    def unpin(self, task_id: str) -> TaskView:
+        """Release a task's keep pin: its audio follows the normal retention again."""
+        self.row(task_id)
+        self.rows.set_keep(task_id, False)
+        return self.get(task_id)
+
+    def audio(self, task_id: str) -> AudioFile:
+        """The finished audio of a task, or ``AudioNotReady``."""
+        row = self.row(task_id)
+        if row.status is not TaskStatus.DONE:
+            raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
+        entry = self.cache.lookup(row.cache_key)
+        if entry is None:
+            raise AudioExpired(f"the audio of task {task_id} has expired from the cache; resubmit")
+        return AudioFile(task_id, entry.key, entry.path, entry.format, mime_type(entry.format),
+                         entry.size_bytes, entry.duration_s)
+
+    def open_audio(self, audio: AudioFile, start: int = 0) -> IO[bytes]:
+        """A seekable reader of the audio; ``AudioExpired`` if it was deleted since the lookup (a
+        cleanup, or an object removed from the bucket behind the database's back: forgotten)."""
+        try:
+            return self.cache.store.open(audio.relative, start)
+        except FileNotFoundError:
+            raise self.audio_gone(audio) from None
+
+    def audio_gone(self, audio: AudioFile) -> AudioExpired:
+        """The error for audio whose file was found missing at download; its row is forgotten
+        (unless stored again meanwhile), so the same request is synthesized anew."""
+        self.cache.forget_missing(audio.key, audio.relative)
+        return AudioExpired(f"the audio of task {audio.task_id} has expired from the cache; resubmit")

@@ -1,0 +1,78 @@
+"""The recovery sweep as the worker runs it: what the broker holds, and what to send again.
+
+``tts_queue.tasks.recovery.requeue_lost`` decides from the rows; this module gives it the broker's
+view (``broker_messages``: task ids waiting in the queues or delivered and unacknowledged, read
+from kombu's Redis structures) and sends the chapters whose sentences are all done.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from tts_queue.books.service import BookDispatcher, BookService
+from tts_queue.enums import Lane
+from tts_queue.settings import Settings
+from tts_queue.tasks.keys import SYNTHESIZE, queue_name, task_queues
+from tts_queue.tasks.recovery import requeue_lost
+from tts_queue.tasks.rows import TaskRows
+from tts_queue.tasks.service import Dispatcher
+from workers.markers import BrokerMarker
+from workers.runtime import RuntimeHolder
+
+
+def broker_messages(client: Any, queues: list[str]) -> dict[str, float | None]:
+    """The synthesis task ids the Redis transport holds: waiting in ``queues`` (``None``) or
+    delivered and not yet acknowledged (kombu's ``unacked`` hash, with the delivery time)."""
+    held: dict[str, float | None] = {}
+    for queue in queues:
+        for raw in client.lrange(queue, 0, -1):
+            task_id = _task_id(raw)
+            if task_id:
+                held[task_id] = None
+    delivered = dict(client.zrange("unacked_index", 0, -1, withscores=True))
+    for tag, raw in client.hgetall("unacked").items():
+        task_id = _task_id(raw, wrapped=True)
+        if task_id:
+            held[task_id] = float(delivered.get(tag, 0.0))
+    return held
+
+
+def _task_id(raw: bytes, wrapped: bool = False) -> str | None:
+    """The task id in a raw kombu message (``[message, exchange, routing key]`` when ``wrapped``)."""
+    try:
+        message = json.loads(raw)
+        headers = (message[0] if wrapped else message).get("headers") or {}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    task_id = headers.get("id") if headers.get("task") == SYNTHESIZE else None
+    return str(task_id) if task_id else None
+
+
+def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: BrokerMarker) -> int:
+    """Re-dispatch tasks whose messages are lost or whose worker died; how many."""
+    grace = timedelta(seconds=settings.worker.outbox_grace_s)
+    queues = task_queues(settings.services.queue_prefix)
+    return requeue_lost(rows, dispatcher, marker, grace,
+                        messages=lambda: broker_messages(marker.client, queues))
+
+
+def sweep(holder: RuntimeHolder, marker: BrokerMarker) -> int:
+    """The recovery sweep (``tts.requeue_lost``, every ``TTS_SWEEP_INTERVAL_S``): send again what a
+    broker restart or a dead worker lost, and assemble the chapters whose sentences are all done
+    but never were; how many tasks were sent."""
+    runtime = holder.get()
+    sent = requeue(holder.settings, runtime.rows, holder.dispatcher, marker)
+    assemble_due(holder.settings, runtime.books, holder.dispatcher)
+    return sent
+
+
+def assemble_due(settings: Settings, books: BookService, dispatcher: BookDispatcher) -> int:
+    """Send the assembly of every chapter whose sentences are all done but that was never
+    assembled (its worker died in between); how many."""
+    due = books.due_assemblies()
+    for book_id, number in due:
+        dispatcher.assemble(book_id, number, queue_name(settings.worker.pool, Lane.BULK,
+                                                        settings.services.queue_prefix))
+    return len(due)

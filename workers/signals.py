@@ -1,0 +1,123 @@
+"""The worker's Celery signal handlers, bound to their app.
+
+Each handler is connected weakly and kept alive by the app itself (``app.tts_handlers``), and
+answers only for senders of that app, so a second app in the same process (tests build several)
+neither adds handlers that fire for the first nor keeps it alive.
+
+- a task message arrives (``task_received``): the row records which worker holds it, under a lease;
+- a task ends (``task_postrun``): its lease is no longer renewed;
+- the worker is ready (``worker_ready``): the recovery sweep runs once, the default voice is warmed,
+  and the heartbeat thread starts (it also renews the leases of every task held);
+- a task starts (``task_prerun``): the consumed marker is set (``/readyz``);
+- the worker shuts down (``worker_shutdown``): the heartbeat stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, signals
+
+from tts_queue.errors import ConfigError
+from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
+from tts_queue.tasks.keys import SYNTHESIZE
+from workers.markers import BrokerMarker, ConsumedMarker
+from workers.recovery import requeue
+from workers.runtime import RuntimeHolder
+
+log = logging.getLogger(__name__)
+Handler = Callable[..., None]
+
+
+class Leases:
+    """The task ids this worker holds (received, not yet finished), for lease renewal."""
+
+    def __init__(self) -> None:
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+
+    def hold(self, task_id: str) -> None:
+        """The worker received ``task_id``."""
+        with self._lock:
+            self._held.add(task_id)
+
+    def drop(self, task_id: str) -> None:
+        """The worker is done with ``task_id`` (finished, failed, or handed back for a retry)."""
+        with self._lock:
+            self._held.discard(task_id)
+
+    def held(self) -> list[str]:
+        """The ids held now."""
+        with self._lock:
+            return list(self._held)
+
+
+def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, marker: BrokerMarker,
+                    consumed: ConsumedMarker) -> None:
+    """Connect the worker's handlers for ``app`` (see the module docstring)."""
+    settings = holder.settings
+    stop = threading.Event()
+    leases = Leases()
+
+    def mine(sender: Any) -> bool:
+        return getattr(sender, "app", None) is app
+
+    def received(sender: Any = None, request: Any = None, **_: Any) -> None:
+        # The row says which worker holds the task as soon as its message arrives, so a worker
+        # that dies with tasks reserved or running is found by its expired leases.
+        if not mine(sender) or request is None or request.name != SYNTHESIZE:
+            return
+        leases.hold(request.id)
+        try:
+            holder.get().rows.reserve(request.id, request.hostname)
+        except Exception as exc:  # the database is down: the lease is renewed once it is back
+            log.warning("could not record task %s as received: %s", request.id, exc)
+
+    def ended(sender: Any = None, task_id: str | None = None, state: str | None = None, **_: Any) -> None:
+        # A task handed back for a retry stays held: its lease is renewed until it runs again.
+        if mine(sender) and task_id is not None and state != "RETRY":
+            leases.drop(task_id)
+
+    def ready(sender: Any = None, **_: Any) -> None:
+        if not mine(sender):
+            return
+        runtime = holder.get()
+        requeue(settings, runtime.rows, holder.dispatcher, marker)
+        if settings.worker.warmup:
+            try:
+                runtime.warm_up()
+            except ConfigError as exc:  # a demanded provider is missing: fail loudly, do not serve
+                log.critical("worker cannot start: %s", exc.message)
+                os._exit(3)
+        name = getattr(sender, "hostname", None) or runtime.executor.worker_name
+
+        def beat() -> WorkerInfo:
+            try:
+                runtime.rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
+            except Exception as exc:  # database down: keep beating; renew on the next beat
+                log.warning("could not renew leases: %s", exc)
+            return WorkerInfo(name, settings.worker.pool, runtime.registry.providers())
+
+        heartbeats.start(beat, stop)
+
+    def shutdown(sender: Any = None, **_: Any) -> None:
+        if mine(sender):
+            stop.set()
+
+    def started(sender: Any = None, **_: Any) -> None:
+        # Readiness proves consumption: marked whenever this worker really takes a task off a
+        # queue (not at start-up), so a worker alive but no longer consuming makes /readyz fail.
+        if mine(sender):
+            consumed.mark()
+
+    handlers: list[tuple[Any, Handler]] = [
+        (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
+        (signals.worker_shutdown, shutdown), (signals.task_prerun, started),
+    ]
+    app.tts_handlers = [handler for _, handler in handlers]  # type: ignore[attr-defined]
+    for signal, handler in handlers:
+        signal.connect(handler, weak=True)

@@ -1,0 +1,120 @@
+"""The worker's task bodies: each turns one queue message into one call on the core.
+
+- ``tts.synthesize(task_id)``: ``TaskExecutor.execute``; then the finished signal, and a book's
+  chapter assembly once its last sentence is done;
+- ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
+- ``tts.requeue_lost()``: the recovery sweep (``workers.recovery``);
+- ``tts.cleanup()``: retention (``tts_queue.storage.retention``).
+
+Unexpected errors are retried with backoff by one helper (``retry_or_give_up``); a full or
+unreachable storage is not an error of the task: it is sent again later, however long it takes
+(``resend_when_storage_blocked``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from celery import Celery, Task
+
+from tts_queue.enums import Lane, TaskStatus
+from tts_queue.errors import StorageUnavailable, is_storage_full
+from tts_queue.storage.retention import Cleaner
+from tts_queue.tasks.finish import FinishSignals
+from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, REQUEUE, SYNTHESIZE, queue_name
+from workers.markers import AssemblyLock, BrokerMarker
+from workers.recovery import sweep
+from workers.runtime import RuntimeHolder
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_BACKOFF_S = 30
+
+
+def retry_or_give_up(task: Task[Any, Any], exc: Exception, give_up: Callable[[], T]) -> T:
+    """Retry ``task`` after 1, 2, 4 ... (at most 30) seconds, or, once its retries are spent,
+    return ``give_up()`` (which records the failure)."""
+    retries = int(task.request.retries)
+    if retries >= int(task.max_retries or 0):
+        return give_up()
+    log.warning("%s: %s; retrying", task.name, exc)
+    raise task.retry(exc=exc, countdown=min(MAX_BACKOFF_S, 2 ** retries)) from exc
+
+
+def resend_when_storage_blocked(task: Task[Any, Any], exc: BaseException, what: str, wait_s: float) -> bool:
+    """When ``exc`` means the storage is full or unreachable, send the task again after
+    ``TTS_STORAGE_RETRY_S`` and say so (``True``): it waits however long it takes, never failed
+    for it. A new message with the same id and retry count, not Celery's ``retry()``, which counts
+    every wait against ``max_retries`` and gives up after a few."""
+    if not (is_storage_full(exc) or isinstance(exc, StorageUnavailable)):
+        return False
+    why = "storage full" if is_storage_full(exc) else "storage unreachable"
+    log.warning("%s: %s (%s); sending it again in %.0f s", what, why, exc, wait_s)
+    task.signature_from_request(countdown=wait_s).apply_async()
+    return True
+
+
+def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, lock: AssemblyLock) -> None:
+    """Register the four tasks on ``app`` (``shared=False``: Celery would otherwise put these
+    closures on every app created later in the process, and a second app would run this one's
+    runtime)."""
+    settings = holder.settings
+    assert settings.services.redis_url
+    finished = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix)
+    storage_wait_s = settings.cache.storage_retry_s
+
+    def after(task_id: str, status: TaskStatus) -> None:
+        """Signal waiters; queue a book chapter's assembly once its last sentence is done."""
+        finished.notify(task_id, status.value)
+        runtime = holder.get()
+        for book, number in runtime.books.after_task(task_id, status):
+            holder.dispatcher.assemble(book.id, number, queue_name(book.pool, Lane.BULK,
+                                                                    settings.services.queue_prefix))
+
+    @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries, shared=False)
+    def synthesize(self: Task[Any, Any], task_id: str) -> str | None:
+        """Synthesize one task row; unexpected errors retry with backoff, then fail the row."""
+        try:
+            status = holder.get().executor.execute(task_id, self.request.hostname)
+        except Exception as exc:
+            if resend_when_storage_blocked(self, exc, f"task {task_id}", storage_wait_s):
+                return None
+            status = retry_or_give_up(self, exc, partial(holder.get().executor.fail_unexpected, task_id, exc))
+        if status is not None:
+            after(task_id, status)
+        return status.value if status else None
+
+    @app.task(name=ASSEMBLE, bind=True, max_retries=settings.worker.max_retries, shared=False)
+    def assemble_chapter(self: Task[Any, Any], book_id: str, number: int) -> str | None:
+        """Stitch, caption and encode a chapter whose sentences are all done (idempotent)."""
+        try:
+            with lock.held(book_id, number) as mine:
+                if not mine:  # the sweep or a second last sentence asked while it is being done
+                    return "busy"
+                status = holder.get().assembler.assemble(book_id, number)
+        except Exception as exc:
+            if resend_when_storage_blocked(self, exc, f"book {book_id} chapter {number}", storage_wait_s):
+                return None
+            return retry_or_give_up(self, exc, partial(fail_book, book_id, number, exc))
+        return status.value if status else None
+
+    def fail_book(book_id: str, number: int, exc: Exception) -> str:
+        holder.get().books.fail(book_id, "assembly_failed", f"chapter {number}: {exc}")
+        return "failed"
+
+    @app.task(name=REQUEUE, shared=False)
+    def requeue_lost_tasks() -> int:
+        """The recovery sweep (every ``TTS_SWEEP_INTERVAL_S``): send again what a broker restart or
+        a dead worker lost, and assemble chapters whose sentences are all done but never were."""
+        return sweep(holder, marker)
+
+    @app.task(name=CLEANUP, shared=False)
+    def cleanup() -> dict[str, Any]:
+        """Retention: expire by age and pressure, purge, drop old task rows, repair drift; one
+        cleaner at a time."""
+        report = Cleaner(holder.get().cache, settings.cache).run()
+        log.info("cleanup: %s", report.as_json())
+        return report.as_json()
