@@ -29,7 +29,7 @@ from tts_queue.errors import (
     TaskFailed,
     UnsupportedMediaType,
 )
-from tts_queue.storage.retention import cache_stats
+from tts_queue.storage.stats import cache_stats
 from tts_queue.tasks.doctor import redis_warnings, schema_warnings
 from tts_queue.tasks.service import TaskView
 

@@ -14,12 +14,14 @@ from sqlalchemy import func, select
 
 from tests.conftest import START, Clock, key
 from tests.service.conftest import postgres_url  # noqa: F401 - the fixture, for PostgreSQL runs
+from tts_queue.cli.flags import parse_duration
 from tts_queue.db import Database
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import InvalidRequest
 from tts_queue.settings import CacheSettings
 from tts_queue.storage.cache import AudioCache
-from tts_queue.storage.retention import Cleaner, cache_stats, parse_duration
+from tts_queue.storage.retention import Cleaner
+from tts_queue.storage.stats import cache_stats
 from tts_queue.storage.store import AudioStore
 from tts_queue.tables import Base, BookRow, CacheEntry, SentenceRow, TaskRow
 

@@ -1,7 +1,8 @@
 """One exception tree for the whole project.
 
-Every error a user can cause or meet is a ``TTSQueueError`` with a stable ``code``; the API maps
-``http_status`` to the response in one place (``api/errors.py``).
+Every error a user can cause or meet is a ``TTSQueueError`` with a stable ``code`` and the HTTP
+status it stands for (``http_status``, ``retry_after_s``): the class says what kind of failure it
+is. Only ``api/errors.py`` turns an exception into an HTTP response.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ the variable.
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from pathlib import Path
 
 from tts_queue.settings import SettingInfo, Settings, describe
@@ -38,3 +39,17 @@ def apply_flags(settings: Settings, args: argparse.Namespace) -> Settings:
             path = name.split(":", 1)[1]
             changes[path] = Path(value).expanduser() if path == "data_dir" else value
     return settings.replace(**changes) if changes else settings
+
+
+def parse_duration(text: str) -> timedelta:
+    """``7d``, ``12h``, ``30m``, ``45s``, ``0s`` (or plain seconds) as a ``timedelta``."""
+    from tts_queue.errors import InvalidRequest
+
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    value = text.strip().lower()
+    try:
+        if value and value[-1] in units:
+            return timedelta(seconds=float(value[:-1]) * units[value[-1]])
+        return timedelta(seconds=float(value))
+    except ValueError:
+        raise InvalidRequest(f"{text!r} is not a duration; use a form like 7d, 12h, 30m or 0s") from None

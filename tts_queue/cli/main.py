@@ -125,7 +125,8 @@ def _cache(settings: Settings) -> Any:
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     """Run the retention cleanup now (or, with --dry-run, print what it would remove)."""
-    from tts_queue.storage.retention import Cleaner, parse_duration
+    from tts_queue.cli.flags import parse_duration
+    from tts_queue.storage.retention import Cleaner
 
     older = parse_duration(args.older_than) if args.older_than else None
     report = Cleaner(_cache(settings), settings.cache).run(older_than=older, dry_run=args.dry_run)
@@ -150,7 +151,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_cache_stats(args: argparse.Namespace, settings: Settings) -> int:
     """Print the cache's entries, bytes, hits, misses, hit ratio, pinned entries and last cleanup."""
-    from tts_queue.storage.retention import cache_stats
+    from tts_queue.storage.stats import cache_stats
 
     print(json.dumps(cache_stats(_cache(settings).db), indent=2))
     return 0

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tts_queue.storage.backend import StoredObject
 
@@ -107,12 +107,23 @@ class LocalStorage:
     def ping(self) -> None:
         """Nothing to reach (free space is checked by ``TaskService.require_storage``)."""
 
-    def free_bytes(self) -> int | None:
-        """Free bytes on the filesystem that holds the root (its nearest existing parent)."""
+    def _usage(self) -> Any:
+        """``shutil.disk_usage`` of the filesystem that holds the root (its nearest existing
+        parent), or ``None``."""
         for candidate in (self.root, *self.root.parents):
             if candidate.exists():
                 try:
-                    return shutil.disk_usage(candidate).free
+                    return shutil.disk_usage(candidate)
                 except OSError:
                     return None
         return None
+
+    def disk_usage(self) -> tuple[float, int] | None:
+        """(free fraction, total bytes) of the filesystem that holds the root, or ``None``."""
+        usage = self._usage()
+        return (usage.free / usage.total, usage.total) if usage is not None and usage.total else None
+
+    def free_bytes(self) -> int | None:
+        """Free bytes on the filesystem that holds the root."""
+        usage = self._usage()
+        return int(usage.free) if usage is not None else None

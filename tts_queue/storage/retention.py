@@ -20,7 +20,6 @@ time: a lock row with an expiry (``maintenance_locks``) makes a second scheduler
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import uuid
 from collections.abc import Callable
@@ -150,8 +149,7 @@ class Cleaner:
         if self.policy.audio_max_bytes > 0 and live > self.policy.audio_max_bytes:
             excess = int(live - self.policy.audio_max_bytes * self.policy.low_watermark)
             report.pressure_reason = f"audio store {live} bytes > budget {self.policy.audio_max_bytes}"
-        root = self.store.local_root
-        disk = free_fraction(root) if root is not None else None  # a bucket has no free-space floor
+        disk = self.store.storage.disk_usage()  # a bucket has no free-space floor
         if disk is not None and disk[0] < self.policy.disk_min_free:
             target = self.policy.disk_min_free / self.policy.low_watermark
             excess = max(excess, int((target - disk[0]) * disk[1]))
@@ -248,57 +246,3 @@ def pinned_keys() -> Any:
         BookRow.status.in_(OPEN_BOOK), BookRow.keep.is_(True)))
     return select(TaskRow.cache_key).where(TaskRow.keep.is_(True)).union(
         select(SentenceRow.cache_key).where(SentenceRow.book_id.in_(books)))
-
-
-def free_fraction(path: Any) -> tuple[float, int] | None:
-    """(free fraction, total bytes) of the filesystem holding ``path``, or ``None``."""
-    try:
-        usage = shutil.disk_usage(path)
-    except OSError:
-        return None
-    return (usage.free / usage.total, usage.total) if usage.total else None
-
-
-def parse_duration(text: str) -> timedelta:
-    """``7d``, ``12h``, ``30m``, ``45s``, ``0s`` (or plain seconds) as a ``timedelta``."""
-    from tts_queue.errors import InvalidRequest
-
-    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-    value = text.strip().lower()
-    try:
-        if value and value[-1] in units:
-            return timedelta(seconds=float(value[:-1]) * units[value[-1]])
-        return timedelta(seconds=float(value))
-    except ValueError:
-        raise InvalidRequest(f"{text!r} is not a duration; use a form like 7d, 12h, 30m or 0s") from None
-
-
-
-def cache_stats(db: Any) -> dict[str, Any]:
-    """``entries``, ``bytes``, ``hits``, ``misses``, ``hit_ratio``, ``pinned``, ``last_cleanup``.
-
-    Hits count every time stored audio answered a request (``cache_entries.hits``); misses count
-    the tasks that had to be synthesized (within the task rows' retention).
-    """
-    with db.read() as session:
-        entries, size, hits = session.execute(
-            select(func.count(), func.coalesce(func.sum(CacheEntry.size_bytes), 0),
-                   func.coalesce(func.sum(CacheEntry.hits), 0))
-            .where(CacheEntry.expired_at.is_(None))
-        ).one()
-        misses = session.scalar(select(func.count()).select_from(TaskRow).where(
-            TaskRow.cache_hit.is_(False), TaskRow.status == TaskStatus.DONE)) or 0
-        pinned = session.scalar(select(func.count()).select_from(CacheEntry)
-                                .where(CacheEntry.key.in_(pinned_keys()))) or 0
-        last = session.scalars(select(CleanupRun).order_by(CleanupRun.started_at.desc()).limit(1)).first()
-    total = int(hits) + int(misses)
-    return {
-        "entries": int(entries), "bytes": int(size), "hits": int(hits), "misses": int(misses),
-        "hit_ratio": round(int(hits) / total, 4) if total else None, "pinned": int(pinned),
-        "last_cleanup": None if last is None else {
-            "at": last.started_at.isoformat(), "entries": last.report.get("entries", 0),
-            "bytes": last.report.get("bytes", 0), "task_rows": last.report.get("task_rows", 0),
-            "expired_by_pressure": last.report.get("expired_by_pressure", 0),
-            "drift": last.report.get("drift", {}),
-        },
-    }

@@ -93,6 +93,9 @@ class S3Storage:
         except FileNotFoundError:
             return None
 
+    def disk_usage(self) -> tuple[float, int] | None:
+        return None  # a bucket has no filesystem
+
     def free_bytes(self) -> int | None:
         return None  # a bucket has no free-space figure; TTS_AUDIO_MAX_BYTES bounds it
 

@@ -1,6 +1,6 @@
 """Repair at-least-once delivery from the task rows: the sweep that runs every few seconds.
 
-Three cases, checked by the scheduler's sweep (every ``TTS_SWEEP_INTERVAL_S``) and when a worker
+Four cases, checked by the scheduler's sweep (every ``TTS_SWEEP_INTERVAL_S``) and when a worker
 starts; the rows are the truth, Celery's visibility timeout is only a last resort:
 
 - **A worker died** (SIGKILL, OOM, power): the rows it held (received or running) stop having
