@@ -1,14 +1,22 @@
-"""Shared fixtures: the tiny generated voice, a registry over it, and settings in a temp dir."""
+"""Fixtures of every tier: the tiny generated voice, a registry over it, settings in a temp dir, a
+moved clock, the real Redis and PostgreSQL of the machine, and a real S3-compatible server.
+Helpers that are not fixtures live in ``tests/support.py``."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+import redis
+import sqlalchemy
 
+from tests.support import free_port, unavailable, wait_until
 from tests.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
+from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.settings import SessionConfig, Settings
 from tts_queue.synthesis.inference import VoiceModel
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
@@ -70,18 +78,14 @@ def sherlock_epub() -> Path:
     Looked for beside the checkout (``../shared/data``) and at the project machines' shared folder;
     a laptop without it skips, CI fails (``CI=true``): CI must exercise the real book.
     """
-    import os
-
     candidates = [os.environ.get("TTS_TEST_EPUB", ""),
                   str(Path(__file__).resolve().parents[2] / "shared" / "data" / "sherlock-holmes.epub"),
                   "/work/shared/data/sherlock-holmes.epub"]
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             return Path(candidate)
-    message = "the Sherlock Holmes EPUB is not here; set TTS_TEST_EPUB to its path"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable("the Sherlock Holmes EPUB is not here; set TTS_TEST_EPUB to its path")
+    raise AssertionError("unreachable")
 
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -115,31 +119,26 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     The ``AWS_*`` variables point boto3 at it, as an operator's would point at MinIO or AWS, so
     in-process code and the worker processes that inherit the environment find it the usual way.
     """
-    import os
-    import socket
     import subprocess
     import sys
-    import time
 
     import requests
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")  # noqa: SIM115 - closed below
     process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"moto's S3 server exited; see {log.name}")
         try:
-            requests.get(endpoint, timeout=1)
-            break
+            return requests.get(endpoint, timeout=1) is not None
         except requests.ConnectionError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"moto's S3 server did not start; see {log.name}")
-            time.sleep(0.1)
+            return False
+
+    wait_until(answers, timeout=60, interval=0.1)
     variables = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
                  "AWS_DEFAULT_REGION": "us-east-1"}
     saved = {name: os.environ.get(name) for name in variables}
@@ -158,10 +157,87 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def s3_bucket(s3_endpoint: str) -> str:
     """A new, empty bucket on the test S3 server."""
-    import uuid
-
     import boto3
 
     name = f"tts-{uuid.uuid4().hex[:12]}"
     boto3.client("s3").create_bucket(Bucket=name)
     return name
+
+
+POSTGRES_URL = os.environ.get("TTS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis: the machine's (``TTS_TEST_REDIS_URL``, default database 15, or 14, 13... for
+    the second, third... pytest-xdist worker, since service tests flush their database), else an
+    embedded redis-server (never a fake)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    url = os.environ.get("TTS_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{15 - int(worker or 0)}")
+    try:
+        redis.Redis.from_url(url, socket_timeout=2).ping()
+    except redis.RedisError:
+        embedded = EmbeddedRedis(tmp_path_factory.mktemp("broker"))
+        yield embedded.start()
+        embedded.stop()
+        return
+    yield url
+
+
+def _admin() -> sqlalchemy.Engine:
+    return sqlalchemy.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+
+
+def _database_url(name: str) -> str:
+    return POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """The name of a PostgreSQL database migrated once for this session, that nothing connects to
+    afterwards: each test database is a copy of it (``CREATE DATABASE ... TEMPLATE``). Skipped on
+    a laptop without PostgreSQL, a failure in CI."""
+    from tts_queue.db import make_engine
+    from tts_queue.migrate import upgrade
+
+    admin = _admin()
+    name = f"tts_tmpl_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    except Exception as exc:  # noqa: BLE001 - any failure means "no PostgreSQL here"
+        unavailable(f"PostgreSQL not reachable at {POSTGRES_URL}: {exc}")
+    upgrade(_database_url(name))
+    make_engine(_database_url(name)).dispose()
+    yield name
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    admin.dispose()
+
+
+def _copy_of(template: str) -> str:
+    name = f"tts_test_{uuid.uuid4().hex[:10]}"
+    with _admin().connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name} TEMPLATE {template}")
+    return name
+
+
+def _drop(name: str) -> None:
+    with _admin().connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_template: str) -> Iterator[str]:
+    """A migrated PostgreSQL database shared by this session's service tests."""
+    name = _copy_of(postgres_template)
+    yield _database_url(name)
+    _drop(name)
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_template: str) -> Iterator[str]:
+    """A migrated PostgreSQL database of one test, copied from the template and dropped after."""
+    name = _copy_of(postgres_template)
+    yield _database_url(name)
+    _drop(name)

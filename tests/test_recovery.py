@@ -120,12 +120,15 @@ def test_a_message_that_vanished_with_its_receiver_is_sent_again(db: Database) -
     # Given queued rows held by no worker, all sent 5 minutes ago:
     # one whose message a receiver took and never recorded (killed at once), one whose message
     # vanished entirely (popped, then the worker died), one still waiting in its queue, and one
-    # delivered a moment ago (its receiver is recording it now)
+    # delivered a moment ago (its receiver is recording it now), and one whose only delivery the
+    # broker holds is older than its last send (a dead worker's old message; the one sent again
+    # when the sweep released it vanished)
     sent = NOW - timedelta(minutes=5)
-    ids = [add(db, TaskStatus.QUEUED, age=timedelta(minutes=5)) for _ in range(4)]
-    taken_long_ago, vanished, waiting, just_taken = ids
+    ids = [add(db, TaskStatus.QUEUED, age=timedelta(minutes=5)) for _ in range(5)]
+    taken_long_ago, vanished, waiting, just_taken, masked = ids
     messages: dict[str, float | None] = {
         taken_long_ago: (sent + timedelta(seconds=1)).timestamp(),
+        masked: (sent - timedelta(minutes=1)).timestamp(),
         waiting: None,
         just_taken: (NOW - timedelta(seconds=2)).timestamp(),
     }
@@ -134,6 +137,7 @@ def test_a_message_that_vanished_with_its_receiver_is_sent_again(db: Database) -
     rows = TaskRows(db, lambda: NOW, LEASE)
     first = requeue_lost(rows, recorder, Marker(present=True), GRACE, messages=lambda: messages)
     second = requeue_lost(rows, recorder, Marker(present=True), GRACE, messages=lambda: messages)
-    # Then the two lost ones are sent again, once, and the others are left alone
-    assert (first, second) == (2, 0)
-    assert sorted(recorder.sent) == sorted([(taken_long_ago, "tts.cpu"), (vanished, "tts.cpu")])
+    # Then the three lost ones are sent again, once, and the others are left alone
+    assert (first, second) == (3, 0)
+    assert sorted(recorder.sent) == sorted([(taken_long_ago, "tts.cpu"), (vanished, "tts.cpu"),
+                                            (masked, "tts.cpu")])

@@ -13,32 +13,30 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.conftest import START, Clock, key
-from tests.service.conftest import postgres_url  # noqa: F401 - the fixture, for PostgreSQL runs
+from tests.support import migrate
 from tts_queue.cli.flags import parse_duration
 from tts_queue.db import Database
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import InvalidRequest
-from tts_queue.settings import CacheSettings
+from tts_queue.settings import CacheSettings, Settings
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.retention import Cleaner
 from tts_queue.storage.stats import cache_stats
 from tts_queue.storage.store import AudioStore
-from tts_queue.tables import Base, BookRow, CacheEntry, SentenceRow, TaskRow
+from tts_queue.tables import BookRow, CacheEntry, SentenceRow, TaskRow
 
 DAY = timedelta(days=1)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def cache(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Iterator[AudioCache]:
-    """A cache over SQLite, then over a real PostgreSQL database (emptied after each test)."""
+    """A cache over a migrated SQLite file, then over a real PostgreSQL database of its own."""
     if request.param == "postgres":
-        db = Database(request.getfixturevalue("postgres_url"))
+        url = request.getfixturevalue("fresh_postgres_url")
     else:
-        db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
-    Base.metadata.drop_all(db.engine)
-    db.create_all()
+        url = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path)})).database_url
+    db = Database(url)
     yield AudioCache(db, AudioStore.at(tmp_path / "audio"), clock=clock)
-    Base.metadata.drop_all(db.engine)
     db.engine.dispose()
 
 

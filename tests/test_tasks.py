@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import redis
 
-from tests.service.conftest import unavailable
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import TaskStatus
 from tts_queue.settings import Settings
@@ -24,8 +23,6 @@ from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.keys import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
 from tts_queue.tasks.rows import TaskRows
 from workers.factory import make_celery
-
-REDIS_URL = "redis://127.0.0.1:6379/15"
 
 
 @dataclass
@@ -74,13 +71,9 @@ class FakeRuntime:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> dict[str, Any]:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_timeout=2).ping()
-    except redis.RedisError as exc:
-        unavailable(f"Redis not reachable at {REDIS_URL}: {exc}")
+def world(tmp_path: Path, redis_url: str) -> dict[str, Any]:
     prefix = f"tts-tasks-{uuid.uuid4().hex[:8]}"
-    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": REDIS_URL,
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": redis_url,
                                   "TTS_QUEUE_PREFIX": prefix, "TTS_MAX_RETRIES": "2",
                                   "TTS_AUDIO_TTL_DAYS": "7", "TTS_DELETE_GRACE_S": "0"})
     db = Database(settings.database_url)
@@ -90,7 +83,7 @@ def world(tmp_path: Path) -> dict[str, Any]:
     runtime = FakeRuntime(settings, FakeExecutor(), AudioCache(db, AudioStore.at(tmp_path / "audio")),
                           TaskRows(db))
     app.tts_runtime._runtime = runtime  # type: ignore[attr-defined]
-    client = redis.Redis.from_url(client_url(REDIS_URL))
+    client = redis.Redis.from_url(client_url(redis_url))
     yield {"app": app, "runtime": runtime, "redis": client, "keys": RedisKeys(prefix), "db": db,
            "prefix": prefix}
     for key in client.scan_iter(match=f"{prefix}*"):
@@ -190,3 +183,35 @@ def test_storage_waits_send_the_task_again_instead_of_counting_a_retry() -> None
     assert resend_when_storage_blocked(Task(), full, "task t", 7.0)
     assert sent == [7.0, "sent", 7.0, "sent"]
     assert not resend_when_storage_blocked(Task(), ValueError("a bug"), "task t", 7.0) and len(sent) == 4
+
+
+def test_the_broker_view_keeps_a_waiting_copy_and_the_latest_delivery(redis_url: str) -> None:
+    """A task sent again after its worker died can be in the broker twice: an old delivery in
+    kombu's unacked hash beside a new copy waiting or delivered later."""
+    import json as json_lib
+
+    from workers.recovery import broker_messages
+
+    client = redis.Redis.from_url(client_url(redis_url))
+    queue, index, unacked = f"q-{uuid.uuid4().hex[:8]}", "unacked_index", "unacked"
+
+    def message(task_id: str) -> str:
+        return json_lib.dumps({"headers": {"id": task_id, "task": SYNTHESIZE}})
+
+    saved = (client.zrange(index, 0, -1, withscores=True), client.hgetall(unacked))
+    client.delete(index, unacked)
+    try:
+        # Given task a delivered twice (at 100 and 200) and task b delivered once and waiting again
+        client.hset(unacked, mapping={"t1": json_lib.dumps([json_lib.loads(message("a")), "", ""]),
+                                      "t2": json_lib.dumps([json_lib.loads(message("a")), "", ""]),
+                                      "t3": json_lib.dumps([json_lib.loads(message("b")), "", ""])})
+        client.zadd(index, {"t1": 100.0, "t2": 200.0, "t3": 50.0})
+        client.rpush(queue, message("b"))
+        # Then a is known by its latest delivery and b as waiting
+        assert broker_messages(client, [queue]) == {"a": 200.0, "b": None}
+    finally:
+        client.delete(index, unacked, queue)
+        if saved[0]:
+            client.zadd(index, dict(saved[0]))
+        if saved[1]:
+            client.hset(unacked, mapping=saved[1])

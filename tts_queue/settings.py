@@ -311,7 +311,8 @@ def describe() -> list[SettingInfo]:
 
 
 def current_values(settings: Settings) -> dict[str, str]:
-    """The value of every variable in ``settings``, as text."""
+    """The value of every variable in ``settings``, as text that ``Settings.from_env`` parses back
+    to the same settings (how a process hands its settings to the processes it starts)."""
     return {variable: _show(value) for variable, value, _ in _walk(settings, PREFIX)}
 
 
@@ -329,8 +330,11 @@ def _code(value: str) -> str:
 
 
 def _show(value: Any) -> str:
+    """A value as its variable would spell it (so ``current_values`` parses back to the same)."""
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, Mapping):
+        return ",".join(f"{key}={item}" for key, item in value.items())
     return "" if value is None else str(value)
 
 

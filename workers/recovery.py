@@ -23,8 +23,9 @@ from workers.runtime import RuntimeHolder
 
 
 def broker_messages(client: Any, queues: list[str]) -> dict[str, float | None]:
-    """The synthesis task ids the Redis transport holds: waiting in ``queues`` (``None``) or
-    delivered and not yet acknowledged (kombu's ``unacked`` hash, with the delivery time)."""
+    """The synthesis task ids the Redis transport holds: waiting in ``queues`` (``None``), else
+    delivered and not yet acknowledged (kombu's ``unacked`` hash), with the latest delivery time
+    (a task sent again after its worker died can have an old delivery beside the new message)."""
     held: dict[str, float | None] = {}
     for queue in queues:
         for raw in client.lrange(queue, 0, -1):
@@ -34,8 +35,8 @@ def broker_messages(client: Any, queues: list[str]) -> dict[str, float | None]:
     delivered = dict(client.zrange("unacked_index", 0, -1, withscores=True))
     for tag, raw in client.hgetall("unacked").items():
         task_id = _task_id(raw, wrapped=True)
-        if task_id:
-            held[task_id] = float(delivered.get(tag, 0.0))
+        if task_id and (task_id not in held or held[task_id] is not None):
+            held[task_id] = max(float(delivered.get(tag, 0.0)), held.get(task_id) or 0.0)
     return held
 
 

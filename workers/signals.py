@@ -7,7 +7,8 @@ neither adds handlers that fire for the first nor keeps it alive.
 - a task message arrives (``task_received``): the row records which worker holds it, under a lease;
 - a task ends (``task_postrun``): its lease is no longer renewed;
 - the worker is ready (``worker_ready``): the recovery sweep runs once, the default voice is warmed,
-  and the heartbeat thread starts (it also renews the leases of every task held);
+  the heartbeat thread starts (it also renews the leases of every task held), and the consumed
+  marker is set (its consumer is up);
 - a task starts (``task_prerun``): the consumed marker is set (``/readyz``);
 - the worker shuts down (``worker_shutdown``): the heartbeat stops.
 """
@@ -103,6 +104,9 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
             return WorkerInfo(name, settings.worker.pool, runtime.registry.providers())
 
         heartbeats.start(beat, stop)
+        # A worker that has just started consumes (its consumer is up): readiness need not wait
+        # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
+        consumed.mark()
 
     def shutdown(sender: Any = None, **_: Any) -> None:
         if mine(sender):

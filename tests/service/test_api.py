@@ -15,39 +15,9 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from api.services import Services
-from tts_queue.migrate import upgrade
+from tests.support import FakeQueue, migrate
 from tts_queue.settings import Settings
 from tts_queue.synthesis.audio import Audio
-
-
-class FakeQueue:
-    """Records dispatches; can be told to fail like an unreachable broker."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
-        self.assembled: list[tuple[str, int, str]] = []
-        self.broken = False
-        self.stalled = False
-
-    def dispatch(self, task_id: str, queue: str) -> None:
-        if self.broken:
-            raise ConnectionError("broker down")
-        self.sent.append((task_id, queue))
-
-    def assemble(self, book_id: str, chapter: int, queue: str) -> None:
-        if self.broken:
-            raise ConnectionError("broker down")
-        self.assembled.append((book_id, chapter, queue))
-
-    def ping_broker(self) -> None:
-        if self.broken:
-            raise ConnectionError("broker down")
-
-    def ping_workers(self, timeout: float = 1.0) -> list[str]:
-        return [] if self.broken else ["fake@worker"]
-
-    def consuming(self) -> bool:
-        return not self.stalled
 
 
 @pytest.fixture()
@@ -59,13 +29,17 @@ def queue() -> FakeQueue:
 def services(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> Services:
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                   "TTS_MAX_TEXT_CHARS": "500", "TTS_VOICE_POOLS": "tiny=gpu"})
-    upgrade(settings.database_url)
+    migrate(settings)
     return Services.build(settings, dispatcher=queue, probe=queue)
 
 
 @pytest.fixture()
 def client(services: Services) -> FlaskClient:
     return create_app(services.settings, services).test_client()
+
+
+UNKNOWN_ID = "7c1e5b7a-5d2e-4b8e-9a43-2f6d0c9e1a11"  # a well-formed id no task has (fixed: pytest-xdist
+# workers must collect the same test ids)
 
 
 def error_of(response: Any) -> str:
@@ -120,9 +94,9 @@ def test_bad_requests_get_a_json_4xx(
 
 @pytest.mark.parametrize(("method", "path", "status", "code"), [
     ("get", "/v1/tasks/not-a-uuid", 404, "task_not_found"),
-    ("get", f"/v1/tasks/{uuid.uuid4()}", 404, "task_not_found"),
-    ("get", f"/v1/tasks/{uuid.uuid4()}/audio", 404, "task_not_found"),
-    ("delete", f"/v1/tasks/{uuid.uuid4()}", 404, "task_not_found"),
+    ("get", f"/v1/tasks/{UNKNOWN_ID}", 404, "task_not_found"),
+    ("get", f"/v1/tasks/{UNKNOWN_ID}/audio", 404, "task_not_found"),
+    ("delete", f"/v1/tasks/{UNKNOWN_ID}", 404, "task_not_found"),
     ("get", "/v1/nothing-here", 404, "not_found"),
     ("put", "/v1/tts", 405, "method_not_allowed"),
 ])

@@ -18,12 +18,10 @@ from sqlalchemy import func, select
 
 from api import create_app
 from tests.conftest import sherlock_epub
-from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
+from tests.support import QUEUE_PREFIX, WorkerProcess, flush_queues, service_settings, wait_until
 from tts_queue.books.assembler import decode
 from tts_queue.books.source import parse_book
 from tts_queue.db import Database
-from tts_queue.migrate import upgrade
-from tts_queue.settings import Settings
 from tts_queue.tables import TaskRow
 from workers.factory import make_celery
 
@@ -44,9 +42,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     """A worker and an API over one SQLite database."""
     data_dir = tmp_path_factory.mktemp("books")
     flush_queues(redis_url)
-    settings = Settings.from_env({"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url,
-                                  "TTS_QUEUE_PREFIX": QUEUE_PREFIX, "TTS_SYNC_WAIT_S": "60"})
-    upgrade(settings.database_url)
+    settings = service_settings(data_dir, redis_url, TTS_SYNC_WAIT_S="60")  # the real voice
     worker = WorkerProcess(settings, f"books-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
     worker.wait_ready(make_celery(settings))
     yield {"settings": settings, "client": create_app(settings).test_client(), "worker": worker,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,17 +15,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.service.conftest import ROOT, unavailable, wait_until
+from tests.support import ROOT, free_port, unavailable, wait_until
 from tts_queue.migrate import upgrade
 
 pytestmark = pytest.mark.integration
 MACHINE_REDIS = "redis://127.0.0.1:6379/15"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def redis_server_binary() -> str:

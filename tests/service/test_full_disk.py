@@ -16,15 +16,27 @@ import soundfile
 from sqlalchemy import select
 
 from api import create_app
-from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, unavailable, wait_until
+from tests.support import (
+    WorkerProcess,
+    flush_queues,
+    free_port,
+    hooked,
+    ready,
+    service_settings,
+    start_up,
+    stop,
+    tiny_voice_env,
+    unavailable,
+    wait_until,
+)
 from tts_queue.db import Database
 from tts_queue.enums import TaskStatus
-from tts_queue.migrate import upgrade
-from tts_queue.settings import Settings
 from tts_queue.tables import CacheEntry, TaskRow
 from workers.factory import make_celery, sweep_now
 
 pytestmark = pytest.mark.integration
+# The tiny voice makes about 100 KB of WAV per 1,000 characters: long texts fill the disk quickly.
+FILLER = "A fairly long sentence of filler words makes the audio of this request bigger. "
 ENV = {"TTS_STORAGE_RESERVE_BYTES": str(1024 * 1024), "TTS_STORAGE_RETRY_S": "2", "TTS_LEASE_S": "6"}
 
 
@@ -64,15 +76,16 @@ def fill(directory: Path, leave: int) -> Path:
     return filler
 
 
-def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str) -> None:
+def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str, voices_dir: Path) -> None:
     # Given the whole data directory (audio and SQLite) on a 12 MB filesystem, and a worker
     flush_queues(redis_url)
-    settings = Settings.from_env({"TTS_DATA_DIR": str(small_disk), "TTS_REDIS_URL": redis_url,
-                                  "TTS_QUEUE_PREFIX": QUEUE_PREFIX, **ENV})
-    upgrade(settings.database_url)
+    settings = service_settings(small_disk, redis_url, voices_dir, **ENV)
     app = make_celery(settings)
     log = small_disk.parent / "w.log"
-    worker = WorkerProcess(settings, f"disk-{uuid.uuid4().hex[:6]}@localhost", log, **ENV)
+    # (a slow model: submissions queue up before the worker has written their audio, as with the
+    # real voice)
+    worker = WorkerProcess(settings, f"disk-{uuid.uuid4().hex[:6]}@localhost", log,
+                           **hooked(TTS_TEST_BATCH_DELAY_MS="150"))
     client = create_app(settings).test_client()
     db = Database(settings.database_url)
     try:
@@ -84,7 +97,7 @@ def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str) 
         accepted: list[str] = []
 
         def submit(n: int) -> None:
-            text = f"Submission number {n} arrives while the disk is filling up with other audio."
+            text = f"Submission number {n} arrives while the disk is filling up. " + FILLER * 12
             response = client.post("/v1/tts", json={"text": text})
             statuses.append(response.status_code)
             body = response.get_json()
@@ -137,17 +150,18 @@ def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str) 
 
 
 @pytest.mark.disk_size("24m")
-def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path, tmp_path: Path) -> None:
+def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path, tmp_path: Path,
+                                                              voices_dir: Path) -> None:
     """The issue's own scenario: `tts-queue up` (embedded Redis with its append-only file, SQLite
     and audio all in one data directory) on a small filesystem, filled under load."""
     import requests
 
-    from tests.service.test_up import free_port, ready, start_up, stop
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / "up.log"
-    env = {"TTS_STORAGE_RESERVE_BYTES": str(3 * 1024 * 1024), "TTS_STORAGE_RETRY_S": "2"}
+    env = {"TTS_STORAGE_RESERVE_BYTES": str(3 * 1024 * 1024), "TTS_STORAGE_RETRY_S": "2",
+           **tiny_voice_env(voices_dir), **hooked(TTS_TEST_BATCH_DELAY_MS="150")}
     up = start_up(small_disk, port, log, env)
     try:
         wait_until(lambda: ready(url) or up.poll() is not None, timeout=120, interval=0.5)
@@ -158,7 +172,7 @@ def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path,
         refused: list[str] = []
 
         def submit(n: int) -> None:
-            text = f"Request {n} comes in while the small disk of this service is filling up with audio."
+            text = f"Request {n} comes in while the small disk of this service is filling up. " + FILLER * 24
             answer = requests.post(f"{url}/v1/tts", json={"text": text}, timeout=30)
             assert answer.status_code in (202, 503), (answer.status_code, answer.text)
             if answer.status_code == 202:

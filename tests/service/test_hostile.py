@@ -17,20 +17,21 @@ import requests
 
 from api import WAITERS, create_app, json_error_response, max_waiters
 from api.services import Services
-from tests.service.conftest import QUEUE_PREFIX, ROOT, announce_idle_worker, settings_env, wait_until
-from tests.service.test_api import FakeQueue
+from tests.support import (
+    QUEUE_PREFIX,
+    ROOT,
+    FakeQueue,
+    announce_idle_worker,
+    free_port,
+    migrate,
+    settings_env,
+    wait_until,
+)
 from tts_queue.cli.launcher import api_command
-from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 
 pytestmark = pytest.mark.integration
 THREADS = 64  # TTS_API_THREADS' default: `up` serves the API with this many threads
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def api_url(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     data_dir = tmp_path_factory.mktemp("hostile")
     settings = Settings.from_env({"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url,
                                   "TTS_QUEUE_PREFIX": QUEUE_PREFIX})
-    upgrade(settings.database_url)
+    migrate(settings)
     announce_idle_worker(redis_url, QUEUE_PREFIX, "gpu")  # gpu looks served; nothing consumes it
     port = free_port()
     log = open(data_dir / "gunicorn.log", "ab")  # noqa: SIM115 - closed below
@@ -167,7 +168,7 @@ def test_long_polls_cannot_take_every_api_thread(api_url: str) -> None:
 
     # When 200 clients long-poll it at once (3x more than the API's 64 threads)
     slots = THREADS // 2
-    polls = LongPolls(api_url, task_id, clients=200, wait_s=15)
+    polls = LongPolls(api_url, task_id, clients=200, wait_s=6)
     # The clients beyond the waiter slots are answered at once, the others hold their slot
     wait_until(lambda: polls.answered() >= 200 - slots, timeout=30, interval=0.05)
 
@@ -200,7 +201,7 @@ def small_api(tmp_path: Path, voices_dir: Path) -> Any:
     """The app with 2 API threads, so one long-poll slot; a fake queue, no worker."""
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                   "TTS_API_THREADS": "2"})
-    upgrade(settings.database_url)
+    migrate(settings)
     queue = FakeQueue()
     return create_app(settings, Services.build(settings, dispatcher=queue, probe=queue))
 

@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from api import create_app
-from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
-from tts_queue.migrate import upgrade
-from tts_queue.settings import Settings
+from tests.support import QUEUE_PREFIX, WorkerProcess, flush_queues, service_settings, wait_until
 from tts_queue.tasks.keys import worker_queues
 from workers.factory import make_celery
 
@@ -19,18 +17,15 @@ pytestmark = pytest.mark.integration
 WINDOW_S = 3
 
 
-def test_a_worker_that_stops_consuming_makes_readiness_fail(tmp_path: Path, redis_url: str) -> None:
+def test_a_worker_that_stops_consuming_makes_readiness_fail(tmp_path: Path, redis_url: str,
+                                                           voices_dir: Path) -> None:
     # Given a worker, an API, and a short consumption window
     flush_queues(redis_url)
-    settings = Settings.from_env({
-        "TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX,
-        "TTS_CONSUMED_WINDOW_S": str(WINDOW_S),
-    })
-    upgrade(settings.database_url)
+    settings = service_settings(tmp_path, redis_url, voices_dir, TTS_CONSUMED_WINDOW_S=str(WINDOW_S))
     app = make_celery(settings)
     client = create_app(settings).test_client()
     name = f"ready-{uuid.uuid4().hex[:6]}@localhost"
-    worker = WorkerProcess(settings, name, tmp_path / "worker.log", TTS_CONSUMED_WINDOW_S=str(WINDOW_S))
+    worker = WorkerProcess(settings, name, tmp_path / "worker.log")
     try:
         worker.wait_ready(app)
         # And a task it took off its queue, so it is ready

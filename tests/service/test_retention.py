@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from api import create_app
-from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
+from tests.support import QUEUE_PREFIX, WorkerProcess, flush_queues, service_settings, wait_until
 from tts_queue.cli.main import main
 from tts_queue.enums import Lane
 from tts_queue.migrate import upgrade
-from tts_queue.settings import Settings
+from tts_queue.settings import Settings, current_values
 from tts_queue.tasks.keys import CLEANUP, queue_name
 from workers.factory import make_celery
 
@@ -23,14 +23,13 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[dict[str, Any]]:
+def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
+            voices_dir: Path) -> Iterator[dict[str, Any]]:
     """An API and a worker whose cleanup deletes everything unpinned (ages of zero, no grace)."""
     data_dir = tmp_path_factory.mktemp("retention")
     flush_queues(redis_url)
-    env = {"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX,
-           "TTS_DELETE_GRACE_S": "0"}
-    settings = Settings.from_env(env)
-    upgrade(settings.database_url)
+    settings = service_settings(data_dir, redis_url, voices_dir, TTS_DELETE_GRACE_S="0")
+    env = {k: v for k, v in current_values(settings).items() if v}
     app = make_celery(settings)
     worker = WorkerProcess(settings, f"ret-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log",
                            TTS_DELETE_GRACE_S="0", TTS_AUDIO_TTL_DAYS="0", TTS_TASK_TTL_DAYS="0")
@@ -100,7 +99,7 @@ def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voice
     import threading
 
     from api.services import Services
-    from tests.service.test_api import FakeQueue
+    from tests.support import FakeQueue
     from tts_queue.db import Database, utcnow
     from tts_queue.enums import TaskStatus
     from tts_queue.storage.cache import AudioCache

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -18,30 +19,27 @@ import pytest
 import requests
 
 from api import create_app
-from tests.service.conftest import QUEUE_PREFIX, WorkerProcess, flush_queues, wait_until
+from tests.support import WorkerProcess, flush_queues, service_settings, wait_until
 from tts_queue.cli.main import main
-from tts_queue.migrate import upgrade
-from tts_queue.settings import Settings
+from tts_queue.settings import current_values
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
-            s3_endpoint: str) -> Iterator[dict[str, Any]]:
+def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str,
+            voices_dir: Path) -> Iterator[dict[str, Any]]:
     """A worker and an API whose storage is ``s3://<bucket>/tts`` (no grace before deletion)."""
     bucket = f"tts-svc-{uuid.uuid4().hex[:10]}"
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=bucket)
     data_dir = tmp_path_factory.mktemp("s3-service")
     flush_queues(redis_url)
-    env = {"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX,
-           "TTS_STORAGE_URL": f"s3://{bucket}/tts", "TTS_DELETE_GRACE_S": "0", "TTS_SYNC_WAIT_S": "60"}
-    settings = Settings.from_env(env)
-    upgrade(settings.database_url)
-    worker = WorkerProcess(settings, f"s3-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log",
-                           TTS_STORAGE_URL=env["TTS_STORAGE_URL"])
+    settings = service_settings(data_dir, redis_url, voices_dir, TTS_STORAGE_URL=f"s3://{bucket}/tts",
+                                TTS_DELETE_GRACE_S="0", TTS_SYNC_WAIT_S="60")
+    env = {k: v for k, v in current_values(settings).items() if v}
+    worker = WorkerProcess(settings, f"s3-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
     worker.wait_ready(make_celery(settings))
     app = create_app(settings)
     yield {"settings": settings, "env": env, "bucket": bucket, "s3": s3, "app": app,
@@ -64,7 +62,9 @@ def submit_done(client: Any, text: str, **fields: Any) -> dict[str, Any]:
 def test_audio_is_stored_in_the_bucket_and_served_with_ranges(service: dict[str, Any]) -> None:
     client = service["client"]
     # Given a task a worker on "another host" finished
-    task = submit_done(client, "The audio of this sentence lives in a bucket.", format="wav")
+    # (long enough that the tiny voice makes well over 5,000 bytes of WAV)
+    text = "The audio of this sentence lives in a bucket. " * 4
+    task = submit_done(client, text, format="wav")
     # Then its audio and alignment are objects in the bucket, and nothing is on the local disk
     stored = keys(service, "tts/audio/")
     assert len(stored) == 2 and stored[0].endswith(".align.json") and stored[1].endswith(".wav")

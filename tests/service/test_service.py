@@ -15,7 +15,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from api import create_app
-from tests.service.conftest import WorkerProcess, announce_idle_worker, wait_until
+from tests.support import WorkerProcess, announce_idle_worker, wait_until
 from tts_queue.db import Database
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis.engine import BatchEngine
@@ -48,9 +48,9 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def client(service_settings: Settings, worker: WorkerProcess) -> FlaskClient:
+def client(backend_settings: Settings, worker: WorkerProcess) -> FlaskClient:
     """A test client of the real app (real Celery dispatcher) with a worker running."""
-    return create_app(service_settings).test_client()
+    return create_app(backend_settings).test_client()
 
 
 def wait_done(client: FlaskClient, task_id: str, rounds: int = 4) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def test_submit_poll_download(client: FlaskClient) -> None:
 
 
 def test_concurrent_requests_are_batched_and_exact(
-    client: FlaskClient, service_settings: Settings
+    client: FlaskClient, backend_settings: Settings
 ) -> None:
     # Given 16 different sentences with noise off, submitted at once
     ids = []
@@ -101,7 +101,7 @@ def test_concurrent_requests_are_batched_and_exact(
         assert wait_done(client, task_id)["status"] == "done"
 
     # Then the worker recorded batches larger than one
-    db = Database(service_settings.database_url)
+    db = Database(backend_settings.database_url)
     with db.read() as session:
         rows = session.scalars(select(TaskRow).where(TaskRow.id.in_(ids))).all()
     sizes = [row.batch_size for row in rows]
@@ -109,7 +109,7 @@ def test_concurrent_requests_are_batched_and_exact(
     assert max(size for size in sizes if size) > 1, sizes
 
     # And each task's audio equals its sentence synthesized alone
-    registry = VoiceRegistry.from_settings(service_settings)
+    registry = VoiceRegistry.from_settings(backend_settings)
     engine = BatchEngine(registry, PoolSettings(max_batch=1)).start()
     alone = Synthesizer(registry, engine)
     try:
@@ -117,7 +117,7 @@ def test_concurrent_requests_are_batched_and_exact(
             queued = soundfile.read(io.BytesIO(client.get(f"/v1/tasks/{task_id}/audio").data),
                                     dtype="int16")[0]
             request = build_request({"text": text, "noise_scale": 0, "noise_w": 0}, registry,
-                                    service_settings)
+                                    backend_settings)
             single = alone.synthesize(request).audio.to_int16()
             assert len(queued) == len(single), text
             assert np.max(np.abs(queued.astype(int) - single.astype(int))) <= 64, text
@@ -126,13 +126,13 @@ def test_concurrent_requests_are_batched_and_exact(
 
 
 def test_resubmission_is_a_cache_hit_that_needs_no_worker(
-    client: FlaskClient, service_settings: Settings
+    client: FlaskClient, backend_settings: Settings
 ) -> None:
     # Given a finished request
     first = client.post("/v1/tts", json={"text": "Cached words are served at once."})
     assert wait_done(client, first.get_json()["task_id"])["status"] == "done"
-    broker = redis.Redis.from_url(client_url(str(service_settings.services.redis_url)))
-    queued_before = broker.llen(f"{service_settings.services.queue_prefix}.cpu")
+    broker = redis.Redis.from_url(client_url(str(backend_settings.services.redis_url)))
+    queued_before = broker.llen(f"{backend_settings.services.queue_prefix}.cpu")
 
     # When the same request comes again (text differing only in spacing)
     again = client.post("/v1/tts", json={"text": "  Cached words are   served at once. "})
@@ -140,8 +140,8 @@ def test_resubmission_is_a_cache_hit_that_needs_no_worker(
     # Then it is done at once, nothing was queued, and no worker touched the new task
     body = again.get_json()
     assert again.status_code == 200 and body["status"] == "done" and body["cache_hit"] is True
-    assert broker.llen(f"{service_settings.services.queue_prefix}.cpu") == queued_before
-    db = Database(service_settings.database_url)
+    assert broker.llen(f"{backend_settings.services.queue_prefix}.cpu") == queued_before
+    db = Database(backend_settings.database_url)
     with db.read() as session:
         row = session.get(TaskRow, body["task_id"])
     assert row is not None and row.worker is None and row.attempts == 0
@@ -151,13 +151,13 @@ def test_resubmission_is_a_cache_hit_that_needs_no_worker(
     assert client.get(f"/v1/tasks/{first.get_json()['task_id']}").get_json()["cache_hit"] is False
 
 
-def test_cache_survives_a_restart(client: FlaskClient, service_settings: Settings) -> None:
+def test_cache_survives_a_restart(client: FlaskClient, backend_settings: Settings) -> None:
     # Given a finished request
     first = client.post("/v1/tts", json={"text": "This survives a restart."})
     assert wait_done(client, first.get_json()["task_id"])["status"] == "done"
 
     # When a new app process starts on the same database and data directory
-    fresh = create_app(service_settings).test_client()
+    fresh = create_app(backend_settings).test_client()
     again = fresh.post("/v1/tts", json={"text": "This survives a restart."})
 
     # Then the request is a hit with the same audio
@@ -185,10 +185,10 @@ def test_a_pool_without_a_live_worker_is_refused_with_no_worker(client: FlaskCli
     assert response.headers["Retry-After"] == "10"
 
 
-def test_cancel_a_queued_task(client: FlaskClient, service_settings: Settings) -> None:
+def test_cancel_a_queued_task(client: FlaskClient, backend_settings: Settings) -> None:
     # Given a task routed to the gpu pool, whose only worker consumes nothing, so it stays queued
-    url = str(service_settings.services.redis_url)
-    idle = announce_idle_worker(url, service_settings.services.queue_prefix)
+    url = str(backend_settings.services.redis_url)
+    idle = announce_idle_worker(url, backend_settings.services.queue_prefix)
     try:
         response = client.post("/v1/tts", json={"text": "Nobody will run this.", "pool": "gpu"})
     finally:
@@ -216,10 +216,10 @@ def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -
     assert worker.name in body["checks"]["workers"]
 
 
-def test_long_poll_is_woken_by_the_workers_signal(service_settings: Settings) -> None:
+def test_long_poll_is_woken_by_the_workers_signal(backend_settings: Settings) -> None:
     # Given an API that re-reads a waiting task's row only every 60 s, so that within a 30 s
     # long-poll nothing but the worker's finished signal can wake it before the deadline
-    api = create_app(service_settings.replace(**{"api.wait_recheck_s": 60.0})).test_client()
+    api = create_app(backend_settings.replace(**{"api.wait_recheck_s": 60.0})).test_client()
     task_id = api.post("/v1/tts", json={"text": "Wake me when it is done."}).get_json()["task_id"]
     # When the client long-polls once
     started = time.monotonic()
@@ -231,11 +231,11 @@ def test_long_poll_is_woken_by_the_workers_signal(service_settings: Settings) ->
     assert waited < 15, f"answered after {waited:.1f} s: the finished signal did not wake the wait"
 
 
-def test_cancelling_a_running_task_is_a_conflict(client: FlaskClient, service_settings: Settings) -> None:
+def test_cancelling_a_running_task_is_a_conflict(client: FlaskClient, backend_settings: Settings) -> None:
     # Given a long task that a worker has started
     text = " ".join(f"Sentence number {n} keeps the worker busy for a while." for n in range(1, 16))
     task_id = client.post("/v1/tts", json={"text": text}).get_json()["task_id"]
-    db = Database(service_settings.database_url)
+    db = Database(backend_settings.database_url)
 
     def running() -> bool:
         with db.read() as session:

@@ -16,39 +16,9 @@ import pytest
 import requests
 import soundfile
 
-from tests.service.conftest import ROOT, wait_until
+from tests.support import ROOT, free_port, hooked, ready, start_up, stop, tiny_voice_env, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_up(data_dir: Path, port: int, log: Path,
-             extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra or {})
-    return subprocess.Popen(
-        [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir),
-         "--port", str(port)],
-        env=env, cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
-    )
-
-
-def ready(url: str) -> bool:
-    try:
-        return requests.get(url + "/readyz", timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def stop(process: subprocess.Popen[bytes]) -> int:
-    process.send_signal(signal.SIGTERM)
-    return process.wait(timeout=60)
 
 
 def test_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
@@ -109,10 +79,10 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def test_a_signal_while_starting_stops_everything(tmp_path: Path) -> None:
+def test_a_signal_while_starting_stops_everything(tmp_path: Path, voices_dir: Path) -> None:
     # Given `tts-queue up` that has started its children but is not ready yet
     data_dir, port = tmp_path / "data", free_port()
-    up = start_up(data_dir, port, tmp_path / "up.log")
+    up = start_up(data_dir, port, tmp_path / "up.log", tiny_voice_env(voices_dir))
     wait_until(lambda: len(processes_mentioning(str(data_dir))) >= 5, timeout=60)
     # When it gets SIGTERM during start-up
     code = stop(up)
@@ -173,19 +143,26 @@ def submit(url: str, text: str) -> str:
     return str(response.json()["task_id"])
 
 
-def start_ready(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, str, Path]:
-    """`up` on a fresh data dir and a free port, ready; the process, data dir, URL and log."""
+def start_ready(tmp_path: Path, voices_dir: Path) -> tuple[subprocess.Popen[bytes], Path, str, Path]:
+    """`up` on a fresh data dir, a free port and the tiny voice, ready; the process, data dir, URL
+    and log."""
     data_dir, port, log = tmp_path / "data", free_port(), tmp_path / "up.log"
     url = f"http://127.0.0.1:{port}"
-    up = start_up(data_dir, port, log)
+    slow = hooked(TTS_TEST_BATCH_DELAY_MS="100")  # a slow model: tasks wait and run when killed
+    # A short lease and a frequent sweep: a message lost between Redis's pop and kombu's unacked
+    # bookkeeping when Redis dies is found in seconds, not after the default 30 s lease.
+    quick = {"TTS_LEASE_S": "6", "TTS_SWEEP_INTERVAL_S": "2", "TTS_OUTBOX_GRACE_S": "2"}
+    up = start_up(data_dir, port, log, {**tiny_voice_env(voices_dir), **slow, **quick})
     wait_until(lambda: ready(url) or up.poll() is not None, timeout=120, interval=0.2)
     assert up.poll() is None, log.read_text()[-3000:]
     return up, data_dir, url, log
 
 
-def test_up_restarts_a_killed_redis_and_every_task_finishes(tmp_path: Path) -> None:
-    # Given `up` on the embedded Redis with 30 tasks accepted, some running, some reserved, some queued
-    up, data_dir, url, log = start_ready(tmp_path)
+def test_up_restarts_every_killed_child_and_every_task_finishes(tmp_path: Path,
+                                                                voices_dir: Path) -> None:
+    # Given `up` on the embedded Redis with 30 tasks accepted, some running, some reserved, some
+    # queued (its worker's model slowed down, so they take a while)
+    up, data_dir, url, log = start_ready(tmp_path, voices_dir)
     try:
         tasks = [submit(url, f"Sentence {i} of the broker test, long enough to take a moment.")
                  for i in range(30)]
@@ -206,56 +183,46 @@ def test_up_restarts_a_killed_redis_and_every_task_finishes(tmp_path: Path) -> N
         assert statuses == ["done"] * len(tasks), log.read_text()[-3000:]
         # And a new submission goes through the restarted broker
         assert finish(url, submit(url, "After the broker came back.")) == "done"
-        print(f"\nredis SIGKILL: restarted after {restarted:.1f} s, /readyz 200 after {back:.1f} s, "
-              f"all {len(tasks)} tasks done after {all_done:.1f} s")
-        assert up.poll() is None and "restarted redis" in log.read_text()
-    finally:
-        code = stop(up)
-    assert code == 0, log.read_text()[-3000:]
-    assert not (data_dir / "up.pids").exists()
-
-
-def test_up_restarts_a_killed_worker_api_and_scheduler(tmp_path: Path) -> None:
-    # Given `up` running, its worker warm
-    up, data_dir, url, log = start_ready(tmp_path)
-    try:
-        assert finish(url, submit(url, "Warm up.")) == "done"
+        assert "restarted redis" in log.read_text()
 
         # When the worker is SIGKILLed and a task is submitted as soon as it is dead
         worker_pid = child_pids(data_dir)["worker 0"]
         os.kill(worker_pid, signal.SIGKILL)
-        killed = time.monotonic()
+        worker_killed = time.monotonic()
         # (not sooner: a message Redis hands a dying worker between kombu's BRPOP and its unacked
-        # bookkeeping is lost, and its row stays queued: issue 7's outbox sweep is for that)
+        # bookkeeping is lost, and its row stays queued until the sweep's outbox check sends it)
         wait_until(lambda: dead(worker_pid), timeout=10, interval=0.01)
         task = submit(url, "Submitted while the worker was dead.")
         # Then a new worker is started and finishes it
         assert finish(url, task) == "done", log.read_text()[-3000:]
-        worker_s = time.monotonic() - killed
+        worker_s = time.monotonic() - worker_killed
         assert replaced(data_dir, "worker 0", worker_pid)
 
         # When the API (the gunicorn master) is SIGKILLed
         api_pid = child_pids(data_dir)["api"]
         os.kill(api_pid, signal.SIGKILL)
-        killed = time.monotonic()
+        api_killed = time.monotonic()
         # Then it answers again (its orphaned worker does not keep the port) and takes submissions
         wait_until(lambda: replaced(data_dir, "api", api_pid) and answers(url, "/healthz"), timeout=30,
                    interval=0.05)
-        api_s = time.monotonic() - killed
+        api_s = time.monotonic() - api_killed
         assert finish(url, submit(url, "Submitted to the new API.")) == "done"
 
         # When the scheduler is SIGKILLed
         scheduler_pid = child_pids(data_dir)["scheduler"]
         os.kill(scheduler_pid, signal.SIGKILL)
-        killed = time.monotonic()
+        scheduler_killed = time.monotonic()
         # Then a new one runs
         new_scheduler = wait_until(lambda: replaced(data_dir, "scheduler", scheduler_pid), timeout=30,
                                    interval=0.05)
-        scheduler_s = time.monotonic() - killed
+        scheduler_s = time.monotonic() - scheduler_killed
         assert Path(f"/proc/{new_scheduler}").exists()
-        print(f"\nworker SIGKILL: a task submitted at once done after {worker_s:.1f} s; api SIGKILL: "
-              f"/healthz after {api_s:.1f} s; scheduler SIGKILL: restarted after {scheduler_s:.1f} s")
+        print(f"\nredis SIGKILL: restarted after {restarted:.1f} s, /readyz 200 after {back:.1f} s, "
+              f"all {len(tasks)} tasks done after {all_done:.1f} s; worker SIGKILL: a task submitted at "
+              f"once done after {worker_s:.1f} s; api SIGKILL: /healthz after {api_s:.1f} s; scheduler "
+              f"SIGKILL: restarted after {scheduler_s:.1f} s")
         assert up.poll() is None
     finally:
         code = stop(up)
     assert code == 0, log.read_text()[-3000:]
+    assert not (data_dir / "up.pids").exists()

@@ -157,9 +157,11 @@ class TaskRows:
     def stranded(self, messages: Mapping[str, float | None]) -> list[tuple[str, str]]:
         """Queued rows, sent more than a lease ago and held by no worker, whose message is gone:
         not in the broker at all (a worker popped it and died before the broker recorded the
-        delivery), or delivered more than a lease ago to a receiver that never recorded it (it died
-        at once). ``messages`` maps the task ids the broker holds to their delivery time (epoch
-        seconds; ``None`` while still waiting in a queue). The rows are marked as sent now."""
+        delivery), delivered only before the last send (the broker holds an older message of the
+        task, from a worker that died with it; the one sent since vanished), or delivered more than
+        a lease ago to a receiver that never recorded it (it died at once). ``messages`` maps the
+        task ids the broker holds to their latest delivery time (epoch seconds; ``None`` while
+        still waiting in a queue). The rows are marked as sent now."""
         now = self.clock()
         cutoff = now - self.lease
         with self.db.read() as session:
@@ -174,9 +176,8 @@ class TaskRows:
                 lost.append((task_id, queue))
                 continue
             delivered = messages[task_id]
-            if delivered is not None and sent is not None and (
-                    sent.timestamp() <= delivered < cutoff.timestamp()):
-                lost.append((task_id, queue))
+            if delivered is not None and sent is not None and delivered < cutoff.timestamp():
+                lost.append((task_id, queue))  # before the last send, or unrecorded for a lease
         if lost:
             with self.db.write() as session:
                 session.execute(update(TaskRow).where(

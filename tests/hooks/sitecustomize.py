@@ -1,0 +1,35 @@
+"""Test-only hooks for the worker processes some tests start (``tests.support.hooked`` puts this
+directory first on their PYTHONPATH, so Python imports it at start-up). Nothing else loads it.
+
+- ``TTS_TEST_BATCH_DELAY_MS``: every model call also sleeps this long, so the tiny voice behaves
+  like a slow model (tasks take time, workers hold them when killed) without loading the CPU.
+- ``TTS_TEST_POISON``: a request whose text contains this word kills the worker process
+  (``os._exit(137)``) whenever it is synthesized, as a segfault in a native library would.
+"""
+
+import os
+import time
+
+from tts_queue.synthesis import inference, synthesizer
+
+_DELAY_S = float(os.environ.get("TTS_TEST_BATCH_DELAY_MS", "0")) / 1000
+_POISON = os.environ.get("TTS_TEST_POISON", "")
+
+if _DELAY_S:
+    _run_batch = inference.VoiceModel.run_batch
+
+    def _slow_run_batch(self, ids, scales, speaker_id=None):  # type: ignore[no-untyped-def]
+        time.sleep(_DELAY_S)
+        return _run_batch(self, ids, scales, speaker_id)
+
+    inference.VoiceModel.run_batch = _slow_run_batch  # type: ignore[method-assign]
+
+if _POISON:
+    _synthesize = synthesizer.Synthesizer.synthesize
+
+    def _poisoned(self, request, priority=0):  # type: ignore[no-untyped-def]
+        if _POISON in request.text:
+            os._exit(137)
+        return _synthesize(self, request, priority)
+
+    synthesizer.Synthesizer.synthesize = _poisoned  # type: ignore[method-assign]

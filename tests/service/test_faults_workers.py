@@ -1,0 +1,273 @@
+"""Workers that die: real worker processes on a real Redis and database, killed under load.
+
+- **Worker deaths under load**: worker process groups SIGKILLed at random moments while they hold
+  running and reserved tasks, replacements started: nothing lost, nothing finished runs again,
+  executions per task bounded by the attempts cap, on the default visibility timeout (an hour):
+  the sweep finds the dead workers' tasks by their expired leases.
+- **Poison task**: a task that kills its worker every time ends ``failed`` after the cap.
+- **A book** survives the death of its worker without redoing finished sentences.
+- **The outbox**: a row whose API died between commit and dispatch is sent by the sweep.
+
+Workers run the tiny voice with a model-call delay (``tests/hooks``), so tasks take time without
+loading the CPU. Each test has its own redis-server (embedded, unix socket, nothing on disk). The
+lease is short (``TTS_LEASE_S``) and the sweep runs on demand every half second, as the scheduler
+would. Figures are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api import create_app
+from tests.support import ROOT, Fleet, hooked, private_redis, service_settings, settings_env, settle, submit
+from tests.support import wait_until as wait_for
+from tts_queue.db import utcnow
+from tts_queue.enums import TaskStatus
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = "4"
+# What every worker of these tests runs with (the sweep in the test process reads the same).
+FAULT_ENV = {"TTS_LEASE_S": LEASE_S, "TTS_OUTBOX_GRACE_S": "1", "TTS_CPU_MAX_BATCH": "1"}
+SWEEP_EVERY_S = 0.5
+UNFINISHED = (TaskStatus.QUEUED, TaskStatus.RUNNING)
+
+
+def sentence(n: int, tag: str = "") -> str:
+    """One short sentence, different for every ``n`` (no two tasks share a cache key)."""
+    return f"{tag}Request number {n} asks for one short sentence."
+
+
+@pytest.fixture
+def make_fleet(tmp_path: Path, voices_dir: Path) -> Iterator[Callable[..., Fleet]]:
+    """Build a ``Fleet`` on its own private broker and a migrated SQLite file (tiny voice); every
+    worker and broker it started is stopped afterwards."""
+    fleets: list[Fleet] = []
+    brokers = []
+
+    def make(delay_ms: int = 0, **env: str) -> Fleet:
+        broker = private_redis()
+        brokers.append(broker)
+        settings = service_settings(tmp_path / "data", broker.start(), voices_dir, **{**FAULT_ENV, **env})
+        fleet = Fleet(settings, tmp_path / "logs", **hooked(TTS_TEST_BATCH_DELAY_MS=str(delay_ms)))
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.stop()
+    for broker in brokers:
+        broker.stop()
+
+
+def attempts_report(rows: dict[str, Any]) -> str:
+    """``executions per task: count`` for the rows."""
+    histogram = Counter(r.attempts for r in rows.values())
+    return ", ".join(f"{n}x: {histogram[n]}" for n in sorted(histogram))
+
+
+# --- worker deaths under load -------------------------------------------------------------------
+
+TASKS = 80
+KILLS = 3
+
+
+@dataclass
+class Kill:
+    """One injected crash: when, whom, how many tasks it held, its processes, and the attempts
+    of every task already done at that moment."""
+
+    at: datetime
+    worker: str
+    held: int
+    pids: list[int]
+    done_attempts: dict[str, int] = field(default_factory=dict)
+
+
+def test_worker_deaths_under_load_lose_nothing_and_redo_nothing_finished(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    # Given two workers (each leading its own process group) and a backlog of tasks that take time
+    fleet = make_fleet(delay_ms=120)
+    for worker in [fleet.start(ready=False) for _ in range(2)]:
+        worker.wait_ready(fleet.app)
+    api = create_app(fleet.settings).test_client()
+    ids = [submit(api, sentence(n)) for n in range(TASKS)]
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    kill_points = sorted(rng.sample(range(TASKS // 10, TASKS * 7 // 10), KILLS))  # done counts
+    kills: list[Kill] = []
+    cap = fleet.settings.worker.max_retries + 1
+
+    def step() -> bool:
+        fleet.sweep()
+        rows = fleet.rows(ids)
+        done = {i: r.attempts for i, r in rows.items() if r.status is TaskStatus.DONE}
+        if kill_points and len(done) >= kill_points[0]:
+            kill_points.pop(0)
+            held = Counter(r.worker for r in rows.values() if r.status in UNFINISHED and r.worker)
+            # When a worker's whole process group is SIGKILLed (preferably one holding tasks)
+            candidates = [w for w in fleet.live() if held[w.name]] or fleet.live()
+            victim = rng.choice(candidates)
+            pids = victim.kill_group()
+            kills.append(Kill(utcnow(), victim.name, held[victim.name], pids, done))
+            fleet.start(ready=False)  # and a replacement is started at once
+        return all(r.status.finished for r in rows.values())
+
+    # (the sweep runs every half second while the load drains)
+    finished = settle(step, timeout=90, interval=SWEEP_EVERY_S)
+    rows = fleet.rows(ids)
+    lost = [i for i, r in rows.items() if r.status is not TaskStatus.DONE]
+    last_done = max((r.finished_at for r in rows.values() if r.finished_at), default=None)
+    recovery = (last_done - kills[-1].at).total_seconds() if kills and last_done else float("nan")
+    extra = sum(r.attempts - 1 for r in rows.values() if r.attempts > 1)
+    print(f"\nseed {seed}: {len(kills)} kills " + "; ".join(
+        f"{k.worker} held {k.held} (group {k.pids})" for k in kills)
+        + f"\nlast kill -> last completion {recovery:.1f} s (lease {LEASE_S} s); executions per task "
+        f"{attempts_report(rows)}; {extra} extra execution(s)")
+    # Then every task ends done: nothing lost, nothing stranded
+    assert finished and not lost, f"{len(lost)} of {TASKS} not done: " + ", ".join(
+        f"{rows[i].status.value} (worker {rows[i].worker}, {rows[i].attempts} attempts)" for i in lost)
+    # And the kills hit workers holding several tasks, running and reserved
+    assert len(kills) == KILLS and max(k.held for k in kills) >= 2, [k.held for k in kills]
+    # And nothing that had finished before a kill ran again
+    for kill in kills:
+        assert all(rows[i].attempts == attempts for i, attempts in kill.done_attempts.items())
+    # And a task ran again only because a worker died with it: extra executions are bounded by what
+    # the dead workers held, and no task went past the attempts cap
+    assert all(r.attempts <= cap for r in rows.values())
+    assert extra <= sum(k.held for k in kills)
+
+
+# --- poison task --------------------------------------------------------------------------------
+
+
+def test_a_poison_task_fails_after_the_cap_and_the_others_finish(make_fleet: Callable[..., Fleet]) -> None:
+    # Given workers that die (exit 137) whenever they synthesize a text containing POISON (a lease
+    # of 2 s: each death is found sooner)
+    fleet = make_fleet(delay_ms=20, TTS_LEASE_S="2")
+    poisoned = {"TTS_TEST_POISON": "POISON"}
+    fleet.start("poison", **poisoned)
+    api = create_app(fleet.settings).test_client()
+    # And a poison task among normal ones
+    normal = [submit(api, sentence(n)) for n in range(10)]
+    poison = submit(api, sentence(10, "POISON. "))
+    normal += [submit(api, sentence(n)) for n in range(11, 21)]
+    dead: list[tuple[str, int]] = []  # (worker, exit code)
+
+    # When each dead worker is replaced at once and the sweep runs every half second
+    def step() -> bool:
+        for worker in fleet.workers:
+            if worker.process.poll() is not None and worker.name not in {w for w, _ in dead}:
+                dead.append((worker.name, worker.process.returncode))
+                fleet.start("poison", ready=False, **poisoned)
+        fleet.sweep()
+        rows = fleet.rows([*normal, poison])
+        return all(r.status.finished for r in rows.values())
+
+    finished = settle(step, timeout=90, interval=SWEEP_EVERY_S)
+    deaths = [code for _, code in dead]
+    rows = fleet.rows([*normal, poison])
+    cap = fleet.settings.worker.max_retries + 1
+    print(f"\npoison: {rows[poison].status.value} ({rows[poison].error_code}) after "
+          f"{rows[poison].attempts} claims; {len(deaths)} worker deaths {deaths}; normal tasks "
+          f"{dict(Counter(rows[i].status.value for i in normal))}, executions per normal task "
+          f"{attempts_report({i: rows[i] for i in normal})}")
+    # Then the poison fails with too_many_attempts once the cap is spent (each attempt killed a worker)
+    assert finished, [f"{r.status.value} (worker {r.worker}, {r.attempts} attempts)"
+                      for r in rows.values() if not r.status.finished]
+    assert rows[poison].status is TaskStatus.FAILED
+    assert rows[poison].error_code == "too_many_attempts"
+    assert len(deaths) == cap and set(deaths) == {137}
+    # And every normal task ends done
+    assert all(rows[i].status is TaskStatus.DONE for i in normal), {
+        i: (rows[i].status.value, rows[i].error_code, rows[i].attempts) for i in normal
+        if rows[i].status is not TaskStatus.DONE}
+
+
+# --- a book whose worker dies -------------------------------------------------------------------
+
+BOOK = "# The Chapter\n\n" + "\n\n".join(
+    " ".join(f"Paragraph {p} has sentence number {n} in it." for n in range(1, 4)) for p in range(1, 6))
+
+
+def test_a_book_finishes_after_its_worker_dies_without_redoing_finished_sentences(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    # Given a book rendering on a worker
+    fleet = make_fleet(delay_ms=150)
+    first = fleet.start("book")
+    client = create_app(fleet.settings).test_client()
+    book_id = client.post("/v1/books", json={"text": BOOK, "input_format": "markdown",
+                                             "format": "wav"}).get_json()["book_id"]
+    wait_for(lambda: client.get(f"/v1/books/{book_id}").get_json()["sentences_done"] >= 3,
+             timeout=60, interval=0.05)
+    # When every worker is SIGKILLed halfway and a new one started
+    first.kill_group()
+    tasks = {i: r for i, r in fleet.rows().items() if r.book_id == book_id}
+    done_before = {i for i, r in tasks.items() if r.status is TaskStatus.DONE}
+    assert 3 <= len(done_before) < len(tasks), "the kill came halfway"
+    fleet.start("book")
+
+    # Then the book completes with every sentence (the sweep assembles what the dead worker never
+    # got to), and no sentence finished before the kill ran again
+    def book_done() -> bool:
+        fleet.sweep()
+        return client.get(f"/v1/books/{book_id}").get_json()["status"] == "done"
+
+    assert settle(book_done, timeout=90, interval=SWEEP_EVERY_S), client.get(f"/v1/books/{book_id}").json
+    final = fleet.rows(list(tasks))
+    assert all(final[i].attempts == 1 for i in done_before)
+    assert all(r.status is TaskStatus.DONE for r in final.values())
+    twice = sum(1 for r in final.values() if r.attempts == 2)
+    print(f"\nbook of {len(tasks)} sentences: {len(done_before)} done before the kill, {twice} "
+          f"in flight at the kill ran twice")
+    assert client.get(f"/v1/books/{book_id}/chapters/1/audio").status_code == 200
+
+
+# --- the outbox ---------------------------------------------------------------------------------
+
+
+def test_a_row_whose_api_died_before_dispatch_is_sent_by_the_sweep(make_fleet: Callable[..., Fleet]) -> None:
+    # Given an API process that dies (os._exit) at the injected crash point between commit and dispatch
+    fleet = make_fleet()
+    fleet.start("outbox")
+    script = textwrap.dedent("""
+        import os, sys
+        from tts_queue.settings import Settings
+        from api.services import Services
+
+        class CrashBeforeSend:
+            def dispatch(self, task_id, queue):
+                print(task_id, flush=True)
+                os._exit(9)  # the crash point: the row is committed, the message never sent
+
+        settings = Settings.from_env(os.environ)
+        services = Services.build(settings, dispatcher=CrashBeforeSend())
+        services.tasks.submit({"text": "Sent by the sweep, not by the API."})
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=settings_env(fleet.settings),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 9, result.stderr
+    task_id = result.stdout.strip()
+    assert fleet.rows([task_id])[task_id].status is TaskStatus.QUEUED
+
+    # When the sweep runs (after the grace period)
+    def done() -> bool:
+        fleet.sweep()
+        return bool(fleet.rows([task_id])[task_id].status is TaskStatus.DONE)
+
+    # Then the task is sent once and completes
+    assert settle(done, timeout=60, interval=SWEEP_EVERY_S)
+    assert create_app(fleet.settings).test_client().get(f"/v1/tasks/{task_id}/audio").status_code == 200

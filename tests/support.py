@@ -1,0 +1,438 @@
+"""Helpers every tier of the tests shares: waiting with a deadline, ports, settings for real
+services (on the tiny voice unless a test checks speech), migrated databases copied from one
+template, real worker processes, private Redis and PostgreSQL servers, ``tts-queue up``, and the
+fake queue of the adapter tests. Fixtures live in the ``conftest.py`` files; test modules import
+helpers from here, never from each other."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tts_queue.cli.embedded_redis import EmbeddedRedis
+from tts_queue.migrate import upgrade
+from tts_queue.settings import Settings, current_values
+from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.keys import RedisKeys
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = Path(__file__).resolve().parent / "hooks"
+# Queues unique to this test run, so a stray worker of another run never takes our tasks.
+QUEUE_PREFIX = f"tts-test-{uuid.uuid4().hex[:8]}"
+
+
+# --- waiting -------------------------------------------------------------------------------------
+
+
+def unavailable(reason: str) -> None:
+    """Skip on a laptop, fail in CI: CI must exercise every real service."""
+    if IN_CI:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.05) -> Any:
+    """Poll ``check`` until it returns something truthy, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout} s: {check}")
+        time.sleep(interval)
+
+
+def settle(step: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
+    """Poll ``step`` until it returns True or ``timeout`` passes; whether it did (the caller
+    asserts, with the figures that explain a failure)."""
+    deadline = time.monotonic() + timeout
+    while not step():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- settings and databases ----------------------------------------------------------------------
+
+
+def tiny_voice_env(voices_dir: Path) -> dict[str, str]:
+    """Settings that make ``tiny`` (``tests/tiny_voice.py``) the only voice: delivery and fault
+    tests need a worker, not speech, and the tiny voice loads and runs in milliseconds."""
+    manifest = voices_dir / "empty-manifest.json"
+    if not manifest.exists():
+        manifest.write_text(json.dumps({"voices": []}), encoding="utf-8")
+    return {"TTS_VOICES_DIR": str(voices_dir), "TTS_DEFAULT_VOICE": "tiny", "TTS_MANIFEST": str(manifest)}
+
+
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a child process that shares ``settings`` (every ``TTS_*`` variable)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
+    env.update({k: v for k, v in current_values(settings).items() if v != ""})
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+_SQLITE_TEMPLATE: list[Path] = []
+
+
+def _sqlite_template() -> Path:
+    """A SQLite file migrated to head once per test process (copied for every test that needs one)."""
+    if not _SQLITE_TEMPLATE:
+        directory = Path(tempfile.mkdtemp(prefix="tts-template-"))
+        atexit.register(shutil.rmtree, directory, True)
+        path = directory / "template.db"
+        upgrade(f"sqlite:///{path}")
+        _SQLITE_TEMPLATE.append(path)
+    return _SQLITE_TEMPLATE[0]
+
+
+def migrate(settings: Settings) -> Settings:
+    """Bring the settings' database to the head revision: a new SQLite file is a copy of the
+    migrated template (sqlite3's backup API), anything else runs the migrations."""
+    url = settings.database_url
+    path = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    if path is None or path.exists():
+        upgrade(url)
+        return settings
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source, target = sqlite3.connect(_sqlite_template()), sqlite3.connect(path)
+    try:
+        source.backup(target)
+    finally:
+        target.close()
+        source.close()
+    return settings
+
+
+def service_settings(data_dir: Path, redis_url: str, voices_dir: Path | None = None, **env: str) -> Settings:
+    """Migrated settings of one test service: its data dir, a real Redis with this run's queue
+    prefix, the tiny voice (``voices_dir``; ``None`` keeps the real default voice), and ``env``."""
+    values = {"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX}
+    if voices_dir is not None:
+        values.update(tiny_voice_env(voices_dir))
+    return migrate(Settings.from_env({**values, **env}))
+
+
+def flush_queues(url: str) -> None:
+    """Empty the test Redis database (queues, unacked messages, kombu bindings)."""
+    redis.Redis.from_url(client_url(url)).flushdb()
+
+
+def announce_idle_worker(redis_url: str, prefix: str, pool: str = "gpu", ttl_s: int = 600) -> str:
+    """Make a pool look served by a live worker that consumes nothing (a heartbeat, no process):
+    submissions to it are accepted and stay ``queued``. Returns the heartbeat key."""
+    name = f"idle-{pool}-{uuid.uuid4().hex[:6]}@test"
+    key = RedisKeys(prefix).worker(name)
+    redis.Redis.from_url(client_url(redis_url)).set(
+        key, json.dumps({"name": name, "pool": pool, "providers": {}}), ex=ttl_s)
+    return key
+
+
+# --- worker processes ----------------------------------------------------------------------------
+
+
+def hooked(**hooks: str) -> dict[str, str]:
+    """Environment additions that load ``tests/hooks/sitecustomize.py`` in a worker, with its hooks
+    (``TTS_TEST_BATCH_DELAY_MS``: every model call also sleeps, a slow model without the CPU
+    load; ``TTS_TEST_POISON``: a text containing it kills the worker)."""
+    return {"PYTHONPATH": f"{HOOKS}{os.pathsep}{ROOT}", **hooks}
+
+
+class WorkerProcess:
+    """A real ``celery worker`` child process (cpu pool unless ``TTS_WORKER_POOL`` says gpu)."""
+
+    new_session = False  # GroupWorkerProcess leads its own process group
+
+    def __init__(self, settings: Settings, name: str, log_path: Path, **env: str) -> None:
+        from tts_queue.cli.launcher import worker_command
+
+        self.name = name
+        self.settings = settings
+        self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            worker_command(env.get("TTS_WORKER_POOL", "cpu"), 16, name, settings.services.queue_prefix),
+            env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=self.new_session,
+        )
+
+    def wait_ready(self, app: Any, timeout: float = 90.0) -> None:
+        """Until the worker answers a ping (it has loaded and warmed its voice)."""
+        def answered() -> bool:
+            if self.process.poll() is not None:
+                pytest.fail(f"worker exited with {self.process.returncode}; see {self.log.name}")
+            return bool(app.control.ping(destination=[self.name], timeout=0.5))
+
+        wait_until(answered, timeout=timeout, interval=0.2)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no clean shutdown."""
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM and wait (warm shutdown)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
+
+
+def process_group(pgid: int) -> list[int]:
+    """The pids whose process group is ``pgid`` (read from ``/proc``; zombies included)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        if int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
+
+
+class GroupWorkerProcess(WorkerProcess):
+    """A worker leading its own process group (its own session, as a supervisor or a container
+    runtime starts it), so a crash can take the whole group at once: ``kill_group``."""
+
+    new_session = True
+
+    def kill_group(self) -> list[int]:
+        """SIGKILL every process of the worker's group at once (an OOM kill, a power cut) and wait
+        until none is left; return the pids the group had."""
+        members = process_group(self.process.pid)
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        wait_until(lambda: not process_group(self.process.pid), timeout=10)
+        return members
+
+
+class Fleet:
+    """One test's worker processes (each leading its own process group) over one service's
+    settings, its database, and the recovery sweep the scheduler would run (here on demand)."""
+
+    def __init__(self, settings: Settings, logs: Path, **env: str) -> None:
+        from tts_queue.db import Database
+        from workers.factory import make_celery
+
+        self.settings = settings
+        self.logs = logs
+        logs.mkdir(parents=True, exist_ok=True)
+        self.env = env
+        self.app = make_celery(settings)
+        self.db = Database(settings.database_url)
+        self.workers: list[GroupWorkerProcess] = []
+
+    def start(self, prefix: str = "w", ready: bool = True, **env: str) -> GroupWorkerProcess:
+        """Start one more worker; wait until it answers a ping unless ``ready`` is False."""
+        name = f"{prefix}-{len(self.workers) + 1}@localhost"
+        worker = GroupWorkerProcess(self.settings, name, self.logs / f"{name}.log", **{**self.env, **env})
+        self.workers.append(worker)
+        if ready:
+            worker.wait_ready(self.app)
+        return worker
+
+    def live(self) -> list[GroupWorkerProcess]:
+        """The workers whose process still runs."""
+        return [w for w in self.workers if w.process.poll() is None]
+
+    def sweep(self) -> int:
+        """What the scheduler runs every ``TTS_SWEEP_INTERVAL_S``; how many tasks it sent again."""
+        from workers.factory import sweep_now
+
+        return sweep_now(self.app)
+
+    def rows(self, ids: list[str] | None = None) -> dict[str, Any]:
+        """Task rows by id (every row when ``ids`` is None)."""
+        from sqlalchemy import select
+
+        from tts_queue.tables import TaskRow
+
+        query = select(TaskRow) if ids is None else select(TaskRow).where(TaskRow.id.in_(ids))
+        with self.db.read() as session:
+            return {row.id: row for row in session.scalars(query)}
+
+    def unfinished(self) -> int:
+        """Rows of the whole table still queued or running."""
+        return sum(not row.status.finished for row in self.rows().values())
+
+    def log_text(self) -> str:
+        """Every worker's log, concatenated."""
+        for worker in self.workers:
+            worker.log.flush()
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log")))
+
+    def stop(self) -> None:
+        """Stop every worker still running."""
+        for worker in self.workers:
+            worker.stop()
+        self.db.engine.dispose()
+
+
+def submit(client: Any, text: str, **fields: Any) -> str:
+    """Submit one task through a Flask test client; its id (the answer must be 202)."""
+    response = client.post("/v1/tts", json={"text": text, **fields})
+    assert response.status_code == 202, response.get_json()
+    return str(response.get_json()["task_id"])
+
+
+# --- private servers -----------------------------------------------------------------------------
+
+
+def private_redis(persist: bool = False) -> EmbeddedRedis:
+    """A private redis-server on a unix socket in a short temporary path (sockets allow about 100
+    characters); ``persist`` keeps an append-only file. The caller starts and stops it."""
+    return EmbeddedRedis(Path(tempfile.mkdtemp(prefix="tts-redis-")), persist=persist)
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster (``initdb`` in a temporary directory) on a free port, run as
+    the ``postgres`` OS user when the tests run as root (PostgreSQL refuses root)."""
+
+    def __init__(self) -> None:
+        self.initdb, self.pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+        if not self.initdb or not self.pg_ctl:
+            unavailable("initdb/pg_ctl not found: cannot run a private PostgreSQL")
+        self.as_user: list[str] = []
+        self.directory = Path(tempfile.mkdtemp(prefix="tts-pg-"))  # /tmp: postgres can reach it
+        if os.geteuid() == 0:
+            try:
+                owner = pwd.getpwnam("postgres")
+            except KeyError:
+                unavailable("no `postgres` OS user to run a private PostgreSQL as")
+            if not shutil.which("runuser"):
+                unavailable("runuser not found: cannot run PostgreSQL as `postgres`")
+            os.chown(self.directory, owner.pw_uid, owner.pw_gid)
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.data = self.directory / "data"
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        """SQLAlchemy URL of the cluster's ``postgres`` database."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=60)
+
+    def init(self) -> None:
+        """Create the cluster (trust authentication, no fsync: a test's throwaway data)."""
+        assert self.initdb
+        self._run(self.initdb, "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync",
+                  "-E", "UTF8")
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        assert self.pg_ctl
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   f"-c unix_socket_directories={self.directory}")
+        self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.directory / "postgres.log"),
+                  "-w", "-t", "30", "-o", options, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``fast``: disconnect clients, roll back their transactions)."""
+        assert self.pg_ctl
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", mode, "-w", "-t", "30", "stop")
+
+    def destroy(self) -> None:
+        """Stop the server if it runs and delete the cluster."""
+        if (self.data / "postmaster.pid").exists():
+            try:
+                self.stop("immediate")
+            except subprocess.SubprocessError:
+                pass
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+# --- tts-queue up --------------------------------------------------------------------------------
+
+
+def start_up(data_dir: Path, port: int, log: Path,
+             extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``tts-queue up --data-dir DIR --port PORT`` as the README runs it (no ``TTS_*`` inherited)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir), "--port", str(port)],
+        env=env, cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
+    )
+
+
+def ready(url: str) -> bool:
+    """Whether ``url/readyz`` answers 200."""
+    import requests
+
+    try:
+        return requests.get(url + "/readyz", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def stop(process: subprocess.Popen[bytes]) -> int:
+    """SIGTERM and the exit code."""
+    process.send_signal(signal.SIGTERM)
+    return process.wait(timeout=60)
+
+
+# --- the adapter tests' fake queue ---------------------------------------------------------------
+
+
+class FakeQueue:
+    """Records dispatches; can be told to fail like an unreachable broker."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.assembled: list[tuple[str, int, str]] = []
+        self.broken = False
+        self.stalled = False
+
+    def dispatch(self, task_id: str, queue: str) -> None:
+        if self.broken:
+            raise ConnectionError("broker down")
+        self.sent.append((task_id, queue))
+
+    def assemble(self, book_id: str, chapter: int, queue: str) -> None:
+        if self.broken:
+            raise ConnectionError("broker down")
+        self.assembled.append((book_id, chapter, queue))
+
+    def ping_broker(self) -> None:
+        if self.broken:
+            raise ConnectionError("broker down")
+
+    def ping_workers(self, timeout: float = 1.0) -> list[str]:
+        return [] if self.broken else ["fake@worker"]
+
+    def consuming(self) -> bool:
+        return not self.stalled
