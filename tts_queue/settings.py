@@ -197,6 +197,15 @@ class BookSettings:
                              env="TTS_MAX_BOOK_BYTES")
     default_format: str = setting("mp3", "chapter audio format when a book names none",
                                   env="TTS_BOOK_FORMAT", choices=BOOK_FORMATS)
+    max_unpacked_bytes: int = setting(256 * 1024 * 1024, "most bytes read out of one EPUB, every read "
+                                      "of an archive entry counted (256 MB)",
+                                      env="TTS_MAX_BOOK_UNPACKED_BYTES")
+    max_chars: int = setting(10_000_000, "most characters of text extracted from one book (War and "
+                             "Peace has about 3.2 million)", env="TTS_MAX_BOOK_CHARS")
+    max_sentences: int = setting(100_000, "most sentences in one book (War and Peace has about "
+                                 "35,000)", env="TTS_MAX_BOOK_SENTENCES")
+    ttl_days: float = setting(30.0, "books not read for this long (status, downloads) are deleted by "
+                              "the cleanup unless kept", env="TTS_BOOK_TTL_DAYS")
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,7 @@ class TaskExecutor:
         if self.cache.peek(row.cache_key) is not None:
             if leader is None:
                 self._end_lead(row.cache_key)
-            self.rows.finish(task_id, batch_size=None, cache_hit=True)
-            return TaskStatus.DONE
+            return TaskStatus.DONE if self.rows.finish(task_id, batch_size=None, cache_hit=True) else None
         if leader is not None:  # the leader failed; do the work ourselves
             return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue))
         try:
@@ -104,8 +103,9 @@ class TaskExecutor:
 
     def execute_uncached(
         self, task_id: str, key: str, request: SynthesisRequest, priority: int = 0
-    ) -> TaskStatus:
-        """Synthesize, store atomically, and finish the row."""
+    ) -> TaskStatus | None:
+        """Synthesize, store atomically, and finish the row; ``None`` if the row did not move (it
+        finished meanwhile)."""
         try:
             result = self.synthesizer.synthesize(request, priority=priority)
         except PERMANENT as exc:
@@ -127,8 +127,7 @@ class TaskExecutor:
         except StorageUnavailable:  # the bucket is down: wait for it like for space, uncounted
             self.rows.uncount_attempt(task_id)
             raise
-        self.rows.finish(task_id, batch_size=result.batch_size)
-        return TaskStatus.DONE
+        return TaskStatus.DONE if self.rows.finish(task_id, batch_size=result.batch_size) else None
 
     def _end_lead(self, key: str) -> None:
         """This process's synthesis of ``key`` ended: wake the identical requests that waited."""
