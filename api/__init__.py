@@ -19,6 +19,7 @@ from api.books import bp as books_bp
 from api.errors import register_error_handlers
 from api.routes import WAITERS, bp
 from api.services import Services
+from tts_queue.errors import public_message
 from tts_queue.settings import Settings
 
 # Stable codes for what gunicorn rejects before the app runs (status -> code).
@@ -78,9 +79,10 @@ def json_error_response(page: bytes, exc: BaseException) -> bytes:
     """gunicorn's HTML error response ``page`` rewritten as the API's JSON error, same status."""
     status_line = page.split(b"\r\n", 1)[0].decode("latin-1")  # "HTTP/1.1 414 URI Too Long"
     _, status, reason = (status_line.split(" ", 2) + ["", ""])[:3]
-    code = GUNICORN_CODES.get(int(status) if status.isdigit() else 500, "http_error")
-    message = "an unexpected error occurred; it was logged" if code == "internal_error" else (
-        f"{reason}: {exc}"[:300])
+    number = int(status) if status.isdigit() else 500
+    code = GUNICORN_CODES.get(number, "http_error")
+    # gunicorn's own text for what the client sent (a 4xx) helps it; a 5xx's is server-side
+    message = public_message(code, f"{reason}: {exc}"[:300], number)
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
     head = (f"HTTP/1.1 {status or 500} {reason or 'Internal Server Error'}\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")

@@ -12,6 +12,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Response as BaseResponse
 
 from api.downloads import presigned, send_stored
+from api.routes import json_body
 from api.services import Services
 from tts_queue.books.service import Upload
 from tts_queue.enums import BookStatus
@@ -20,8 +21,8 @@ from tts_queue.errors import (
     AudioNotReady,
     BookNotFound,
     BookTooLarge,
+    InvalidBook,
     InvalidRequest,
-    MalformedJSON,
     UnsupportedMediaType,
 )
 from tts_queue.storage.backend import Storage
@@ -63,12 +64,10 @@ def _upload() -> Upload:
                           form.get("split_pattern"), options)
         if not request.is_json:
             raise UnsupportedMediaType("send a book as multipart/form-data (field 'file') or as JSON")
-        body = request.get_json(silent=True)
+        body = json_body()  # malformed or too deeply nested JSON: a 400 malformed_json
     except RequestEntityTooLarge:
         raise BookTooLarge(f"the upload is larger than the limit of {limit} bytes") from None
-    if body is None:
-        raise MalformedJSON("the request body is not valid JSON")
-    if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+    if not isinstance(body.get("text"), str):
         raise InvalidRequest("a JSON book needs a 'text' string (and optionally 'title', 'input_format')")
     unknown = set(body) - {"text", "title", "input_format", "split_pattern", *OPTION_FIELDS}
     if unknown:
@@ -76,7 +75,11 @@ def _upload() -> Upload:
     fmt = body.get("input_format", "text")
     if fmt not in ("text", "markdown"):
         raise InvalidRequest("input_format must be 'text' or 'markdown' for a JSON book")
-    return Upload(body["text"].encode("utf-8"), None, fmt, body.get("title"), body.get("split_pattern"),
+    try:
+        data = body["text"].encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidBook(f"the text is not valid Unicode: lone surrogate at position {exc.start}") from None
+    return Upload(data, None, fmt, body.get("title"), body.get("split_pattern"),
                   {k: body[k] for k in OPTION_FIELDS if k in body})
 
 
@@ -100,10 +103,12 @@ def book_json(book_id: str) -> dict[str, Any]:
 
 @bp.post("/v1/books")
 def create_book() -> tuple[Response, int, dict[str, str]]:
-    """Upload a book; 202 with its id and status URL."""
-    book_id = services().books.create(_upload())
+    """Accept a book (cheap checks only); 202 with its id, status ``parsing`` and status URL. A
+    worker parses it; a book that breaks a limit ends ``failed`` with a stable code."""
+    book_id = services().books.accept(_upload())
     status_url = url_for("books.get_book", book_id=book_id, _external=True)
-    return jsonify(book_id=book_id, status_url=status_url), 202, {"Location": status_url}
+    return (jsonify(book_id=book_id, status=BookStatus.PARSING.value, status_url=status_url), 202,
+            {"Location": status_url})
 
 
 @bp.get("/v1/books/<book_id>")
@@ -113,15 +118,24 @@ def get_book(book_id: str) -> Response:
 
 
 @bp.delete("/v1/books/<book_id>")
-def cancel_book(book_id: str) -> Response:
-    """Cancel a book: queued sentences are dropped, nothing half-written is served."""
-    services().books.cancel(book_id)
+def delete_book(book_id: str) -> Response:
+    """Delete a finished book (its files, rows and pins); an unfinished one is cancelled: its
+    queued sentences are dropped, nothing half-written is served."""
+    if services().books.delete(book_id):
+        return jsonify(book_id=book_id, status="deleted", deleted=True)
+    return jsonify(book_json(book_id))
+
+
+@bp.delete("/v1/books/<book_id>/keep")
+def unpin_book(book_id: str) -> Response:
+    """Release a book's ``keep`` pin: it follows the book TTL and its audio the normal retention."""
+    services().books.unpin(book_id)
     return jsonify(book_json(book_id))
 
 
 def _chapter(book_id: str, number: int) -> tuple[ChapterRow, Any, str]:
     books = services().books
-    book = books.book(book_id)
+    book = books.touch(book_id)
     chapter = next((c for c in books.chapters(book_id) if c.number == number), None)
     if chapter is None:
         raise BookNotFound(f"book {book_id} has no chapter {number}")
@@ -174,7 +188,7 @@ def chapter_captions(book_id: str, number: int, kind: str) -> BaseResponse:
 def manifest(book_id: str) -> Response:
     """The book, its chapters and, for assembled chapters, every sentence with its offsets."""
     books = services().books
-    book = books.book(book_id)
+    book = books.touch(book_id)
     fmt = str(book.options.get("format", "mp3"))
     chapters = []
     for chapter in books.chapters(book_id):
@@ -196,7 +210,7 @@ def manifest(book_id: str) -> Response:
 @bp.get("/v1/books/<book_id>/audiobook.m4b")
 def audiobook(book_id: str) -> BaseResponse:
     """The whole book as one M4B with chapter marks, once done."""
-    book = services().books.book(book_id)
+    book = services().books.touch(book_id)
     if book.status is not BookStatus.DONE or not book.m4b_path:
         raise AudioNotReady(f"book {book_id} is {book.status.value}; the M4B is made when it is done")
     safe = _UNSAFE.sub(" ", book.title).strip(" .") or "audiobook"

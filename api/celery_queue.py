@@ -1,6 +1,8 @@
-"""The API's view of the queue: a bare Celery client to send and ping, Redis for signals and readiness.
+"""The API's view of the queue: a bare Celery client to send, Redis for signals and readiness.
 
 It builds no worker app: no tasks, no runtime, no signal handlers (``workers.dispatch``).
+Readiness never broadcasts a ping (each one waited a whole timeout for replies): a live heartbeat
+proves a worker lives and which pool it serves, the consumed marker that some worker consumes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from workers.dispatch import CeleryDispatcher, make_client
 
 
 class CeleryQueue(CeleryDispatcher):
-    """Dispatcher plus broker and worker probes."""
+    """Dispatcher plus broker and worker probes (``api.services.QueueProbe``): a few Redis
+    commands each, with a 2 s timeout."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(make_client(settings))

@@ -3,11 +3,16 @@
 Every route raises; nothing else builds an error response. ``register_error_handlers`` takes an
 optional body shape, so a later blueprint with a different error format (an OpenAI-compatible one)
 reuses the same mapping of exceptions to statuses and codes.
+
+Nothing secret leaves: a 5xx (and a synthesis or voice failure) answers the fixed sentence of its
+stable code (``tts_queue.errors.PUBLIC_MESSAGES``), never the exception's text, which can name
+hosts, users, socket paths, buckets or a URL with its password; that text goes to the log.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +21,15 @@ import sqlalchemy.exc
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from tts_queue.errors import ServiceUnavailable, StorageFull, TTSQueueError, is_storage_full
+from tts_queue.errors import (
+    NotReady,
+    ServiceUnavailable,
+    StorageFull,
+    TTSQueueError,
+    is_storage_full,
+    public_message,
+)
+from tts_queue.tasks.doctor import redacted
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +54,11 @@ def default_body(exc: TTSQueueError) -> dict[str, Any]:
     return {"error": {"code": exc.code, "message": exc.message}, **exc.details}
 
 
+def detail(exc: BaseException) -> str:
+    """An exception's type and text for the log, with URL passwords masked."""
+    return redacted(f"{type(exc).__name__}: {exc}")
+
+
 def as_error(exc: Exception) -> TTSQueueError:
     """Any exception as a ``TTSQueueError`` with the status and code clients see."""
     if isinstance(exc, TTSQueueError):
@@ -51,18 +69,35 @@ def as_error(exc: Exception) -> TTSQueueError:
         error.http_status = status
         return error
     if is_storage_full(exc):
-        log.warning("storage full: %s", exc)
-        return StorageFull(f"the service has no room to store work ({type(exc).__name__}); retry later")
+        log.warning("storage full: %s", detail(exc))
+        return StorageFull(detail(exc))
     if isinstance(exc, OUTAGES):
-        log.warning("service outage: %s", exc)
-        return ServiceUnavailable(f"a backing service is unreachable ({type(exc).__name__}); retry later")
-    log.exception("unhandled error", exc_info=exc)
-    return TTSQueueError("an unexpected error occurred; it was logged", "internal_error")
+        log.warning("service outage: %s", detail(exc))
+        return ServiceUnavailable(detail(exc))
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    log.error("unhandled error: %s\n%s", detail(exc), redacted(trace.rstrip()))
+    return TTSQueueError(detail(exc), "internal_error")
+
+
+def public(error: TTSQueueError) -> TTSQueueError:
+    """``error`` as a client may see it: same status, code, details and ``Retry-After``, and the
+    message ``public_message`` allows."""
+    message = public_message(error.code, error.message, error.http_status)
+    if message == error.message:
+        return error
+    shown = TTSQueueError(message, error.code, error.details)
+    shown.http_status = error.http_status
+    shown.retry_after_s = error.retry_after_s
+    return shown
 
 
 def to_response(exc: Exception, body: BodyShape = default_body) -> tuple[Response, int]:
-    """The JSON response and status of ``exc``, with ``Retry-After`` where it has one."""
-    error = as_error(exc)
+    """The JSON response and status of ``exc``, with ``Retry-After`` where it has one; a message
+    replaced by its code's sentence is logged (``as_error`` logs what it wraps itself; readiness
+    logs each check where it fails)."""
+    error = public(as_error(exc))
+    if error is not exc and isinstance(exc, TTSQueueError) and not isinstance(exc, NotReady):
+        log.warning("%s %s: %s", exc.http_status, exc.code, redacted(exc.message))
     response = jsonify(body(error))
     if error.retry_after_s is not None:
         response.headers["Retry-After"] = str(error.retry_after_s)

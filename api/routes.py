@@ -28,9 +28,9 @@ from tts_queue.errors import (
     NotReady,
     TaskFailed,
     UnsupportedMediaType,
+    public_message,
 )
 from tts_queue.storage.stats import cache_stats
-from tts_queue.tasks.doctor import redis_warnings, schema_warnings
 from tts_queue.tasks.service import TaskView
 
 bp = Blueprint("tts", __name__)
@@ -76,8 +76,9 @@ def task_json(view: TaskView) -> dict[str, Any]:
     if view.status is TaskStatus.DONE:
         body["audio_url"] = url_for("tts.get_audio", task_id=view.id, _external=True)
         body["duration_s"] = round(view.duration_s, 3) if view.duration_s is not None else None
-    if view.error_code:
-        body["error"] = {"code": view.error_code, "message": view.error_message}
+    if view.error_code:  # a server-side failure reads as its code's sentence, even in an old row
+        body["error"] = {"code": view.error_code, "message": public_message(
+            view.error_code, view.error_message or "", TaskFailed.http_status)}
     return body
 
 
@@ -249,7 +250,7 @@ def _live_workers() -> list[Any]:
     live = getattr(probe, "workers", None)
     try:
         return list(live()) if live is not None else []
-    except Exception:  # voices and readiness still answer when Redis is down
+    except Exception:  # the voices still answer when Redis is down
         return []
 
 
@@ -261,54 +262,11 @@ def healthz() -> Response:
 
 @bp.get("/readyz")
 def readyz() -> Response:
-    """Broker, database and at least one worker reachable and consuming; else 503 ``not_ready``."""
-    svc = services()
-    checks: dict[str, Any] = {}
-    for name, check in (("database", svc.db.ping), ("broker", _ping_broker), ("storage", _check_storage)):
-        try:
-            check()
-            checks[name] = "ok"
-        except Exception as exc:  # report any failure
-            checks[name] = f"error: {exc}"
-    try:
-        workers = svc.probe.ping_workers(timeout=1.0) if svc.probe else []
-        checks["workers"] = workers or "error: no worker answered"
-        consuming = getattr(svc.probe, "consuming", None)
-        if consuming is not None:
-            checks["consuming"] = "ok" if consuming() else (
-                f"error: no worker took a task off a queue in the last "
-                f"{svc.settings.worker.consumed_window_s:.0f} s (is the scheduler running?)")
-    except Exception as exc:
-        checks["workers"] = f"error: {exc}"
-    live = _live_workers()
-    checks["pools"] = {pool: [w.name for w in live if w.pool == pool] for pool in POOLS}
-    checks["providers"] = {w.name: w.providers for w in live}
-    failed = [name for name, v in checks.items() if isinstance(v, str) and v.startswith("error")]
-    warnings = _warnings()
-    if failed:
-        raise NotReady(f"not ready: {', '.join(failed)}",
-                       details={"ready": False, "checks": checks, "warnings": warnings})
-    return jsonify(ready=True, checks=checks, warnings=warnings)
-
-
-def _warnings() -> list[dict[str, str]]:
-    """``tts-queue doctor``'s findings (eviction, no persistence, schema behind); never a failure."""
-    svc = services()
-    found = schema_warnings(svc.db.engine)
-    client = getattr(svc.probe, "redis", None)
-    if client is not None:
-        found += redis_warnings(client)
-    return [w.as_json() for w in found]
-
-
-def _check_storage() -> None:
-    """Room on local storage, or a bucket that answers."""
-    tasks = services().tasks
-    tasks.require_storage()
-    tasks.cache.store.storage.ping()
-
-
-def _ping_broker() -> None:
-    probe = services().probe
-    if probe is not None:
-        probe.ping_broker()
+    """Database, broker, storage, a live worker (heartbeat) and recent consumption; else 503
+    ``not_ready``. Answered from a report shared by every thread and refreshed at most every
+    couple of seconds by one of them (``Readiness``), so looping probes never hold the threads."""
+    report = services().readiness.report()
+    if report.failed:
+        raise NotReady(f"not ready: {', '.join(report.failed)}",
+                       details={"ready": False, "checks": report.checks, "warnings": report.warnings})
+    return jsonify(ready=True, checks=report.checks, warnings=report.warnings)

@@ -1,30 +1,43 @@
-"""The services the API's views use, built once per app and kept in ``app.extensions["tts"]``."""
+"""The services the API's views use, built once per app and kept in ``app.extensions["tts"]``.
+
+``Readiness`` is what ``/readyz`` answers: computed at most once per short TTL and shared by every
+thread of the process, so probes in a loop cost a dictionary read, not a round of checks each.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
+from api.errors import OUTAGES
 from tts_queue.books.assembler import ChapterAssembler
 from tts_queue.books.service import BookDispatcher, BookService
 from tts_queue.db import Database
+from tts_queue.enums import POOLS
+from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.settings import Settings
 from tts_queue.storage import open_storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.tasks.doctor import HealthWarning, redacted, redis_warnings, schema_warnings
 from tts_queue.tasks.heartbeat import WorkerInfo
 from tts_queue.tasks.service import TaskService
 
+log = logging.getLogger(__name__)
+
 
 class QueueProbe(Protocol):
-    """What readiness asks of the queue."""
+    """What the views ask of the queue. Readiness reads ``workers`` (heartbeats) and
+    ``consuming``; a probe without heartbeats may offer ``ping_workers(timeout)`` instead."""
 
     def ping_broker(self) -> None:
         """Raise if the broker is unreachable."""
-
-    def ping_workers(self, timeout: float = 1.0) -> list[str]:
-        """Names of live workers."""
 
     def wait_finished(self, task_id: str, timeout: float) -> None:
         """Block until ``task_id`` may have finished (or ``timeout``)."""
@@ -47,6 +60,10 @@ class Services:
     probe: QueueProbe | None
     books: BookService
     assembler: ChapterAssembler
+    readiness: Readiness = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.readiness = Readiness(self)
 
     @classmethod
     def build(
@@ -66,3 +83,183 @@ class Services:
         books = BookService(tasks, dispatcher)
         return cls(settings, db, registry, tasks, probe, books,
                    ChapterAssembler(books, cache, storage.child("books")))
+
+
+# --- readiness -----------------------------------------------------------------------------------
+
+CHECKS_TTL_S = 2.0  # database, broker and storage pings, heartbeats, the consumed marker
+FAILING_TTL_S = 0.5  # ... while a check fails, so a recovery (or `up` starting) shows at once
+WARNINGS_TTL_S = 60.0  # the doctor's findings: Alembic scripts read, Redis CONFIG GETs
+UNREACHABLE = "error: unreachable"
+NO_BUCKET = "error: the bucket does not exist (or these credentials cannot see it)"
+STORAGE_FULL = "error: full"
+FAILED = "error: failed (the API's log says why)"
+NO_HEARTBEAT = "error: no live worker (no heartbeat)"
+
+
+@dataclass(frozen=True)
+class ReadinessReport:
+    """One round of readiness checks: ``checks`` as ``/readyz`` shows them (a failed check is a
+    string starting with ``error``, never an exception's text), the doctor's ``warnings``, and
+    when each was computed (``time.monotonic``)."""
+
+    checks: dict[str, Any]
+    warnings: list[dict[str, str]]
+    checked_at: float
+    warned_at: float
+
+    @cached_property
+    def failed(self) -> list[str]:
+        """The names of the failed checks."""
+        return [name for name, value in self.checks.items()
+                if isinstance(value, str) and value.startswith("error")]
+
+
+# What callers read while the very first round runs in another thread (they do not wait for it).
+PENDING = ReadinessReport(
+    {name: "error: not checked yet" for name in ("database", "broker", "storage", "workers")},
+    [], checked_at=-1e18, warned_at=-1e18)
+
+
+class Readiness:
+    """``/readyz``'s report, shared by every thread: the checks run at most once per
+    ``checks_ttl_s`` (``failing_ttl_s`` while one fails) and the doctor's warnings at most once
+    per ``warnings_ttl_s``. When the report is stale, one caller refreshes it while the others
+    answer the last one, so checks hold at most one API thread at a time however many probes
+    loop; nobody waits for a slow dependency but the refresher, and it only as long as that
+    dependency's own timeout (2 s for Redis)."""
+
+    def __init__(self, services: Services, checks_ttl_s: float = CHECKS_TTL_S,
+                 warnings_ttl_s: float = WARNINGS_TTL_S, failing_ttl_s: float = FAILING_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.services = services
+        self.checks_ttl_s = checks_ttl_s
+        self.failing_ttl_s = failing_ttl_s
+        self.warnings_ttl_s = warnings_ttl_s
+        self.clock = clock
+        self._last: ReadinessReport | None = None
+        self._refreshing = threading.Lock()
+
+    def report(self) -> ReadinessReport:
+        """The latest report: fresh enough, refreshed by this caller, or (while another thread
+        refreshes it) the previous one."""
+        last = self._last
+        if last is not None and self._fresh(last):
+            return last
+        if not self._refreshing.acquire(blocking=False):
+            return last if last is not None else PENDING
+        try:
+            last = self._last  # another thread may have refreshed it while we looked
+            if last is None or not self._fresh(last):
+                last = self._last = self._refresh(last)
+            return last
+        finally:
+            self._refreshing.release()
+
+    def _fresh(self, report: ReadinessReport) -> bool:
+        ttl = min(self.checks_ttl_s, self.failing_ttl_s) if report.failed else self.checks_ttl_s
+        return self.clock() - report.checked_at < ttl
+
+    def _refresh(self, last: ReadinessReport | None) -> ReadinessReport:
+        checked_at = self.clock()
+        checks = self._checks(last.checks if last is not None else {})
+        report = ReadinessReport(checks, [], checked_at, checked_at)
+        # The warnings are kept for their own TTL, but not past a recovery: warnings read while a
+        # check failed may describe only the outage.
+        if (last is not None and checked_at - last.warned_at < self.warnings_ttl_s
+                and (not last.failed or report.failed)):
+            return ReadinessReport(checks, last.warnings, checked_at, last.warned_at)
+        return ReadinessReport(checks, [w.as_json() for w in self._warnings()], checked_at, checked_at)
+
+    def _checks(self, before: dict[str, Any]) -> dict[str, Any]:
+        """Database, broker, storage, live workers (heartbeats), consumption, pools, providers;
+        a check that starts failing (or fails differently) is logged with its exception's text,
+        one that keeps failing the same way only at debug level."""
+        svc = self.services
+        probe = svc.probe
+        outcome = _Outcomes(before)
+        checks: dict[str, Any] = {
+            "database": outcome.of("database", svc.db.ping),
+            "broker": outcome.of("broker", probe.ping_broker if probe is not None else _nothing),
+            "storage": outcome.of("storage", self._check_storage),
+        }
+        live: list[WorkerInfo] = []
+        heartbeats = getattr(probe, "workers", None)
+        try:
+            if heartbeats is not None:
+                live = list(heartbeats())
+                names = [w.name for w in live]
+            else:  # a probe without heartbeats (the adapter tests' fake) may still answer pings
+                ping = getattr(probe, "ping_workers", None)
+                names = list(ping(timeout=1.0)) if ping is not None else []
+            checks["workers"] = names or outcome.failed("workers", NO_HEARTBEAT)
+        except Exception as exc:  # noqa: BLE001 - any failure is reported, its text logged
+            checks["workers"] = outcome.failure("workers", exc)
+        consuming = getattr(probe, "consuming", None)
+        if consuming is not None:
+            try:
+                checks["consuming"] = "ok" if consuming() else outcome.failed("consuming", (
+                    f"error: no worker took a task off a queue in the last "
+                    f"{svc.settings.worker.consumed_window_s:.0f} s (is the scheduler running?)"))
+            except Exception as exc:  # noqa: BLE001
+                checks["consuming"] = outcome.failure("consuming", exc)
+        checks["pools"] = {pool: [w.name for w in live if w.pool == pool] for pool in POOLS}
+        checks["providers"] = {w.name: w.providers for w in live}
+        return checks
+
+    def _check_storage(self) -> None:
+        """Room on local storage, or a bucket that answers."""
+        tasks = self.services.tasks
+        tasks.require_storage()
+        tasks.cache.store.storage.ping()
+
+    def _warnings(self) -> list[HealthWarning]:
+        """``tts-queue doctor``'s findings (eviction, no persistence, schema behind); never a failure."""
+        found: list[HealthWarning] = []
+        try:
+            found += schema_warnings(self.services.db.engine)
+            client = getattr(self.services.probe, "redis", None)
+            if client is not None:
+                found += redis_warnings(client)
+        except Exception as exc:  # noqa: BLE001 - a warning that cannot be computed is not one
+            log.warning("readiness: the doctor's checks failed: %s", redacted(f"{type(exc).__name__}: {exc}"))
+        return found
+
+
+def _nothing() -> None:
+    """A check with nothing to reach."""
+
+
+class _Outcomes:
+    """Turns checks into what ``/readyz`` shows, logging a failure when it is new."""
+
+    def __init__(self, before: dict[str, Any]) -> None:
+        self.before = before
+
+    def of(self, name: str, check: Callable[[], object]) -> str:
+        """``"ok"``, or what kind of failure ``check`` met."""
+        try:
+            check()
+        except Exception as exc:  # noqa: BLE001 - any failure is reported
+            return self.failure(name, exc)
+        return "ok"
+
+    def failure(self, name: str, exc: BaseException) -> str:
+        """A failed check as ``/readyz`` shows it: a fixed sentence per kind of failure, because
+        an exception's text can name hosts, users, socket paths, the bucket's endpoint or a
+        password; the text itself goes to the log (URL passwords masked)."""
+        if is_storage_full(exc):
+            shown = STORAGE_FULL
+        elif isinstance(exc, StorageUnavailable) and isinstance(exc.__context__, FileNotFoundError):
+            shown = NO_BUCKET  # S3Storage.ping: the bucket answered 404
+        elif isinstance(exc, (*OUTAGES, OSError, StorageUnavailable)):
+            shown = UNREACHABLE
+        else:
+            shown = FAILED
+        return self.failed(name, shown, redacted(f"{type(exc).__name__}: {exc}"))
+
+    def failed(self, name: str, shown: str, detail: str = "") -> str:
+        """Log ``name``'s failure (a warning when it is new), and return what is shown."""
+        level = logging.DEBUG if self.before.get(name) == shown else logging.WARNING
+        log.log(level, "readiness: %s: %s%s", name, shown, f" ({detail})" if detail else "")
+        return shown

@@ -405,6 +405,28 @@ def stop(process: subprocess.Popen[bytes]) -> int:
     return process.wait(timeout=60)
 
 
+def start_api(settings: Settings, log: Path, threads: int = 64) -> tuple[subprocess.Popen[bytes], str]:
+    """gunicorn serving the API as ``tts-queue up`` does, on a free port, ready; its process and URL."""
+    import requests
+
+    from tts_queue.cli.launcher import api_command
+
+    port = free_port()
+    server = subprocess.Popen(api_command("127.0.0.1", port, threads), cwd=ROOT, stdout=open(log, "ab"),  # noqa: SIM115
+                              stderr=subprocess.STDOUT, env=settings_env(settings))
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert server.poll() is None, log.read_text(errors="replace")[-3000:]
+        try:
+            return requests.get(url + "/healthz", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(healthy, timeout=60, interval=0.2)
+    return server, url
+
+
 # --- the adapter tests' fake queue ---------------------------------------------------------------
 
 
@@ -414,6 +436,7 @@ class FakeQueue:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
         self.assembled: list[tuple[str, int, str]] = []
+        self.ingested: list[tuple[str, str]] = []
         self.broken = False
         self.stalled = False
 
@@ -421,6 +444,11 @@ class FakeQueue:
         if self.broken:
             raise ConnectionError("broker down")
         self.sent.append((task_id, queue))
+
+    def ingest(self, book_id: str, queue: str) -> None:
+        if self.broken:
+            raise ConnectionError("broker down")
+        self.ingested.append((book_id, queue))
 
     def assemble(self, book_id: str, chapter: int, queue: str) -> None:
         if self.broken:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Callable
 
 import pytest
 from ebooklib import epub
 
 from tests.conftest import sherlock_epub
 from tts_queue.books.chapter import Book
-from tts_queue.books.source import parse_book
+from tts_queue.books.source import BookLimits, parse_book
 from tts_queue.errors import BookTooLarge, EmptyBook, InvalidBook
 
 STORIES = [
@@ -48,6 +49,18 @@ def test_sherlock_skips_front_and_back_matter(sherlock: Book) -> None:
     assert "League of Moveable Type" not in text
     # And the stories' words are all there (the EPUB says 104,582 words in all)
     assert 100_000 < sherlock.word_count < 106_000
+
+
+def test_sherlock_reads_within_the_default_limits_and_not_within_small_ones() -> None:
+    # Given the real EPUB and the limits the settings give by default (256 MB, 10 million characters)
+    data = sherlock_epub().read_bytes()
+    # Then it reads; with a 100,000-character or 1 MB limit it is refused, with a clear reason
+    default = BookLimits(unpacked_bytes=256 * 1024 * 1024, chars=10_000_000)
+    assert len(parse_book(data, limits=default).chapters) == 12
+    with pytest.raises(BookTooLarge, match="more than 100000 characters"):
+        parse_book(data, limits=BookLimits(unpacked_bytes=default.unpacked_bytes, chars=100_000))
+    with pytest.raises(BookTooLarge, match="unpacks to more than 1000000 bytes"):
+        parse_book(data, limits=BookLimits(unpacked_bytes=1_000_000, chars=10_000_000))
 
 
 def test_sherlock_chapters_start_with_their_heading(sherlock: Book) -> None:
@@ -260,6 +273,39 @@ def test_drm_encrypted_epub_is_refused() -> None:
     # Then it is refused with a clear reason
     with pytest.raises(InvalidBook, match="DRM"):
         parse_book(buffer.getvalue())
+
+
+def _epub2_with(name: str, change: Callable[[bytes], bytes]) -> bytes:
+    """The hand-made EPUB 2 with one entry changed."""
+    source = zipfile.ZipFile(io.BytesIO(_epub2()))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for info in source.infolist():
+            content = source.read(info)
+            archive.writestr(info, change(content) if info.filename == name else content)
+    return buffer.getvalue()
+
+
+def test_deeply_nested_chapter_is_invalid_not_a_crash() -> None:
+    # Given an EPUB whose chapter nests 5,000 divs (RecursionError, after seconds, before)
+    deep = "<div>" * 5000 + f"<p>{PROSE}</p>" + "</div>" * 5000
+    data = _epub2_with("OEBPS/Text/body.html", lambda body: body.replace(b"<body>", f"<body>{deep}".encode()))
+    # Then it is InvalidBook, naming the nesting
+    with pytest.raises(InvalidBook, match="nests elements more than 256 deep"):
+        parse_book(data)
+
+
+def test_manifest_items_sharing_one_file_count_every_read() -> None:
+    # Given an EPUB 2 whose manifest names its body file 30 more times (ebooklib reads it each time)
+    extra = "".join(f'<item id="again{i}" href="Text/body.html" media-type="application/xhtml+xml"/>'
+                    for i in range(30)).encode()
+    data = _epub2_with("OEBPS/content.opf", lambda opf: opf.replace(b"</manifest>", extra + b"</manifest>"))
+    unpacked = sum(info.file_size for info in zipfile.ZipFile(io.BytesIO(data)).infolist())
+    # Then a limit above what the archive says it unpacks to, but below what is read, refuses it
+    with pytest.raises(BookTooLarge, match="the EPUB unpacks to more than"):
+        parse_book(data, limits=BookLimits(unpacked_bytes=unpacked * 3, chars=1_000_000))
+    enough = BookLimits(unpacked_bytes=unpacked * 30, chars=1_000_000)
+    assert len(parse_book(data, limits=enough).chapters) == 2
 
 
 def test_size_limit() -> None:

@@ -84,6 +84,25 @@ def test_long_paragraph_is_split_in_chunks_with_the_same_boundaries() -> None:
     assert sentences == unit * 800
 
 
+@pytest.mark.parametrize("text", ["1. 2. " * 3000, "a " * 10_000, "x" * 9_000, "i. ii. iii. " * 1000])
+def test_text_without_sentence_ends_goes_to_pysbd_in_bounded_pieces(text: str) -> None:
+    # Given a long paragraph with no unmistakable sentence end (pysbd is quadratic on it)
+    # When it is split (in pieces of at most FALLBACK_CHARS, cut after a stop or at a space)
+    sentences = split_sentences(text, 300)
+    # Then nothing is lost or added, and every sentence fits
+    assert "".join("".join(s.split()) for s in sentences) == "".join(text.split())
+    assert all(len(s) <= 300 for s in sentences)
+
+
+def test_lone_surrogates_and_stray_punctuation_are_spoken_cleanly() -> None:
+    # Given a lone surrogate, and a long run of punctuation that glues onto one sentence
+    sentences = split_sentences("Hello \ud800 there. " + "! " * 2000 + "Next one.", 300)
+    # Then the surrogate is U+FFFD, every sentence fits and encodes, nothing is lost
+    assert sentences[0].startswith("Hello \ufffd there.!") and sentences[-1] == "Next one."
+    assert all(len(s) <= 300 and s.encode() for s in sentences)
+    assert sum(s.count("!") for s in sentences) == 2000
+
+
 def test_max_chars_below_minimum_is_refused() -> None:
     # Given a limit too small to hold a clause
     # Then it is InvalidRequest

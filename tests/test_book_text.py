@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tts_queue.books.chapter import Book, Chapter, select_chapters
-from tts_queue.books.markdown import strip_inline
-from tts_queue.books.source import detect_format, parse_book
+from tts_queue.books.markdown import markdown_blocks, strip_inline
+from tts_queue.books.plaintext import read_plaintext
+from tts_queue.books.source import compile_pattern, detect_format, parse_book
 from tts_queue.errors import EmptyBook, InvalidBook, InvalidRequest, UnknownChapters
 
 PROSE = ("Alice was beginning to get very tired of sitting by her sister on the bank, and of "
@@ -89,6 +90,41 @@ def test_bad_split_pattern_is_invalid_book(pattern: str) -> None:
         parse_book(PROSE.encode(), "x.txt", split_pattern=pattern)
 
 
+@pytest.mark.parametrize(("pattern", "reason"), [
+    (r"^(\w+)\s\1$", "backreferences"), (r"^(?=Chapter)", "lookarounds"), (r"(?<!x)Part", "lookarounds"),
+])
+def test_split_pattern_is_re2_which_has_no_backreferences_or_lookarounds(pattern: str, reason: str) -> None:
+    # Given a pattern Python's re accepts but RE2 (linear time, whatever the input) does not
+    # Then it is refused with a message that says why, before any text is read
+    with pytest.raises(InvalidBook, match=reason):
+        compile_pattern(pattern)
+    with pytest.raises(InvalidBook, match="RE2"):
+        parse_book(PROSE.encode(), "x.txt", split_pattern=pattern)
+
+
+def test_split_pattern_that_backtracks_for_hours_on_re_is_instant() -> None:
+    # Given the pattern and the line that take hours on Python's re (nested quantifiers)
+    text = "Chapter one\n\n" + "a" * 40 + "!\n\n" + PROSE
+    # When it is read with that pattern (RE2, so linear)
+    book = parse_book(text.encode(), "x.txt", split_pattern=r"^(\w+\s?)+$")
+    # Then "Chapter one" is the one chapter line
+    assert [c.title for c in book.chapters] == ["Chapter one"]
+
+
+def test_lone_surrogates_and_odd_unicode_are_read_or_refused_cleanly() -> None:
+    # Given text with lone surrogates (valid in a Python string, in no encoding) and odd characters
+    text = f"Chapter 1\n\n{PROSE} \ud800 \udfff \ue000 \ue0007\ue001 \u2028 İ ﬁ\n\nChapter 2\n\n{PROSE}"
+    # Then text and Markdown read, with every lone surrogate as U+FFFD, and all of it encodes
+    for markdown in (False, True):
+        book = read_plaintext(text, markdown=markdown)
+        spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+        assert "\ufffd \ufffd" in spoken and spoken.encode()
+    assert all(b.text.encode() for b in markdown_blocks(f"# \ud800 title\n\n*{PROSE}*\ud83d"))
+    # And a pattern with a lone surrogate is an invalid pattern, not a crash
+    with pytest.raises(InvalidBook, match="pattern"):
+        parse_book(PROSE.encode(), "x.txt", split_pattern="\ud800")
+
+
 @pytest.mark.parametrize("data", [b"", b"   \n\n  \n", b"*** --- ***\n\n# \n"])
 def test_text_without_prose_is_an_empty_book(data: bytes) -> None:
     # Given text with nothing to read
@@ -162,6 +198,33 @@ def test_strip_inline_keeps_text_as_written() -> None:
     assert strip_inline("a_b_c and 2 * 3 * 4") == "a_b_c and 2 * 3 * 4"
     assert strip_inline("<em>x</em> <br/> y") == "x y"
     assert strip_inline("[text][ref] and <https://x.org>") == "text and"
+
+
+@pytest.mark.parametrize(("markdown", "spoken"), [
+    ("**strong** and __also__, *em* and _em_, ~~gone~~", "strong and also, em and em, gone"),
+    ("***both*** and **a *nested* one**", "both and a nested one"),
+    ("snake_case_name, 2*3*4 and * loose * stars", "snake_case_name, 2*3*4 and * loose * stars"),
+    ("``code with ` inside`` and `x`", "code with ` inside and x"),
+    ("an unclosed `tick and [bracket and ![image", "an unclosed `tick and [bracket and ![image"),
+    ("[a [nested] link](u) ![alt](i.png) [^1] <mailto:x@y.z> done", "[a [nested] link](u) done"),
+    ("[a](b [c](d) e]", "a e]"),
+    ("<!-- hidden --> shown <!-- open", "shown <!-- open"),
+])
+def test_inline_markup_on_odd_but_valid_input(markdown: str, spoken: str) -> None:
+    # Given inline markup nested, unclosed or mixed
+    # Then it is stripped as before (the rules are now linear scans, not lazy regexes)
+    assert " ".join(b.text for b in markdown_blocks(markdown)) == spoken
+
+
+def test_front_matter_headings_and_tables_read_as_before() -> None:
+    # Given front matter with a blank line, an ATX heading with a closing run, a table with a rule
+    text = ("---\n\ntitle:  My *Book*  \nauthor: x\n...\n# Chapter One ##\n\n"
+            f"| a | b |\n|:--|--:|\n| 1 | 2 |\n\n{PROSE}\n\n# Chapter#Two\n\n{PROSE}\n")
+    book = parse_book(text.encode(), "x.md")
+    # Then the title comes from the front matter, the headings lose their markers, the rule goes
+    assert book.title == "My Book"
+    assert [c.title for c in book.chapters] == ["Chapter One", "Chapter#Two"]
+    assert book.chapters[0].paragraphs[:3] == ("Chapter One", "a, b", "1, 2")
 
 
 def test_detect_format() -> None:

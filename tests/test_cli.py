@@ -67,6 +67,7 @@ def test_a_demanded_provider_that_is_missing_fails_loudly(
     (["status", "00000000-0000-0000-0000-000000000000", "--api", "http://127.0.0.1:9"], {},
      "service_unavailable"),
     (["up"], {"TTS_CPU_MAX_BATCH": "0"}, "config_error"),
+    (["migrate"], {"TTS_DATABASE_URL": "postgresql+psycopg://tts:pw@127.0.0.1:9/none"}, "migration_failed"),
 ])
 def test_errors_are_one_clear_line_and_exit_code_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], env: dict[str, str],
@@ -75,3 +76,26 @@ def test_errors_are_one_clear_line_and_exit_code_2(
     code = main(argv, env={"TTS_DATA_DIR": str(tmp_path), **env})
     err = capsys.readouterr().err
     assert code == 2 and f"[{message}]" in err and "Traceback" not in err
+
+
+def test_migrate_says_where_without_the_password(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a database nobody migrated yet
+    url = f"sqlite:///{tmp_path / 'tts.db'}"
+    # When it is migrated, then it says which one is up to date
+    assert main(["migrate"], env={"TTS_DATA_DIR": str(tmp_path), "TTS_DATABASE_URL": url}) == 0
+    assert f"database at {url} is up to date" in capsys.readouterr().err
+
+
+def test_settings_lists_defaults_and_current_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a deployment with a broker URL that has a password
+    env = {"TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": "redis://:pw-in-url@broker:6379/0"}
+    # When the defaults, then the values in effect, are listed
+    assert main(["settings"], env=env) == 0
+    defaults = capsys.readouterr().out
+    assert main(["settings", "--current"], env=env) == 0
+    current = capsys.readouterr().out
+    # Then both list every variable; the current broker URL is there, its password masked
+    assert "TTS_REDIS_URL" in defaults and "pw-in-url" not in defaults
+    assert "redis://:***@broker:6379/0" in current and "pw-in-url" not in current

@@ -12,7 +12,16 @@ import pytest
 
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
 from tts_queue.synthesis.audio import Audio
-from tts_queue.synthesis.encoder import FORMATS, M4B, audio_format, encode, write_m4b
+from tts_queue.synthesis.encoder import (
+    BLOCK_SAMPLES,
+    FORMATS,
+    M4B,
+    audio_format,
+    decode_blocks,
+    encode,
+    open_writer,
+    write_m4b,
+)
 
 RATE = 22050
 # format -> (decoder name, decoded sample rate, allowed length error in output samples)
@@ -83,6 +92,39 @@ def test_lossless_formats_keep_the_samples(fmt: str) -> None:
     np.testing.assert_allclose(samples, audio.samples, atol=1 / 32767 + 1e-6)
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_file_written_in_pieces_is_the_file_encoded_whole(fmt: str, tmp_path: Path) -> None:
+    # Given 2 s of a tone, cut into uneven pieces (some empty, some longer than a frame)
+    audio = tone(2.0)
+    rng = np.random.default_rng(7)
+    cuts = np.sort([*rng.integers(0, len(audio.samples), 12), BLOCK_SAMPLES + 5, BLOCK_SAMPLES + 5])
+    pieces = np.split(audio.samples, cuts)
+    # When the pieces are streamed into a file on disk one by one
+    path = tmp_path / f"out{FORMATS[fmt].suffix}"
+    with open_writer(path, fmt, RATE) as writer:
+        for piece in pieces:
+            writer.write(piece)
+    # Then it decodes to exactly what encoding the whole audio at once gives (the bytes differ only
+    # where Ogg draws a random stream serial number)
+    whole = encode(audio, fmt)
+    if fmt not in ("ogg", "opus"):
+        assert path.read_bytes() == whole
+    assert np.array_equal(decode(path.read_bytes())[2], decode(whole)[2])
+
+
+def test_decode_blocks_reads_a_file_frame_by_frame(tmp_path: Path) -> None:
+    # Given an MP3 of 1.5 s on disk
+    path = tmp_path / "a.mp3"
+    path.write_bytes(encode(tone(1.5), "mp3"))
+    # When it is decoded block by block
+    blocks = list(decode_blocks(path))
+    # Then every block is one codec frame (576 samples at 22,050 Hz) at the file's rate, and
+    # together they are the sound
+    assert {b.sample_rate for b in blocks} == {RATE} and max(len(b.samples) for b in blocks) == 576
+    samples = np.concatenate([b.samples for b in blocks])
+    assert np.array_equal(samples, decode(path.read_bytes())[2])
+
+
 def test_clipping_and_bad_input() -> None:
     # Given samples far outside [-1, 1] and a NaN
     loud = Audio(np.array([3.0, -3.0, np.nan] * 1000, np.float32), RATE)
@@ -97,12 +139,18 @@ def test_clipping_and_bad_input() -> None:
 
 
 def test_m4b_has_chapter_marks_that_read_back(tmp_path: Path) -> None:
-    # Given three chapters of 1.0, 2.5 and 0.75 s, produced lazily one at a time
+    # Given three chapters of 1.0, 2.5 and 0.75 s, produced lazily one at a time, two as blocks
     lengths = [1.0, 2.5, 0.75]
 
-    def chapters() -> Iterator[tuple[str, Audio]]:
+    def blocks(audio: Audio, size: int) -> Iterator[Audio]:
+        for start in range(0, len(audio.samples), size):
+            yield Audio(audio.samples[start:start + size], audio.sample_rate)
+
+    def chapters() -> Iterator[tuple[str, Audio | Iterator[Audio]]]:
         for number, seconds in enumerate(lengths, start=1):
-            yield f"Chapter {number}", tone(seconds, 300 + 100 * number)
+            audio = tone(seconds, 300 + 100 * number)
+            # a whole chapter, then chapters as blocks of uneven sizes
+            yield f"Chapter {number}", audio if number == 1 else blocks(audio, 1000 * number + 7)
 
     # When they are written as an M4B with 500 ms between chapters
     path = tmp_path / "book.m4b"
@@ -130,11 +178,13 @@ def test_m4b_has_chapter_marks_that_read_back(tmp_path: Path) -> None:
 
 
 def test_m4b_refuses_mixed_rates_and_leaves_nothing(tmp_path: Path) -> None:
-    # Given chapters at two sample rates, and then no chapters
-    mixed = [("One", tone(0.2)), ("Two", tone(0.2, rate=16000))]
+    # Given chapters at two sample rates (the second in blocks), and then no chapters
+    mixed = [("One", tone(0.2)), ("Two", iter([tone(0.1, rate=16000)]))]
     # Then writing fails with InvalidRequest and leaves no file, complete or partial
     with pytest.raises(InvalidRequest):
         write_m4b(tmp_path / "x.m4b", mixed)
     with pytest.raises(InvalidRequest):
         write_m4b(tmp_path / "y.m4b", [])
+    with pytest.raises(InvalidRequest):
+        write_m4b(tmp_path / "z.m4b", [("Empty", iter([]))])
     assert list(tmp_path.iterdir()) == []

@@ -5,6 +5,7 @@ full disk never leaves a file or a finished row behind."""
 from __future__ import annotations
 
 import errno
+import logging
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ import pytest
 
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import TaskStatus
+from tts_queue.errors import PUBLIC_MESSAGES, ModelLoadError, SynthesisError, VoiceFilesMissing
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
@@ -115,7 +117,9 @@ def test_a_voice_that_disappeared_fails_the_task_with_its_code(world: dict[str, 
         assert found is not None
         found.request = {**found.request, "voice": "gone"}
     assert world["executor"].execute(task_id) is TaskStatus.FAILED
-    assert row(world, task_id).error_code == "unknown_voice"
+    failed = row(world, task_id)
+    # (a 4xx message the project wrote about the request itself stays as it is)
+    assert failed.error_code == "unknown_voice" and "'gone'" in (failed.error_message or "")
 
 
 def test_identical_requests_in_one_worker_are_synthesized_once(world: dict[str, Any]) -> None:
@@ -264,3 +268,51 @@ def test_the_last_part_of_a_local_disk_is_left_to_the_broker_and_database(
     # And once there is room it completes
     monkeypatch.setattr(world["cache"].store.storage, "free_bytes", lambda: 50_000_000)
     assert executor.execute(task_id) is TaskStatus.DONE
+
+
+SECRET = "cannot reach postgresql://tts:hunter2@10.9.8.7/tts (socket /run/private/db.sock)"
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (RuntimeError(SECRET), "internal_error"),
+    (OSError(SECRET), "internal_error"),
+], ids=["runtime", "os"])
+def test_an_unexpected_error_is_stored_as_its_codes_sentence_and_logged(
+    world: dict[str, Any], caplog: pytest.LogCaptureFixture, error: Exception, code: str
+) -> None:
+    # Given a task whose retries ran out on an error that quotes a URL, a host and a socket path
+    task_id = add_task(world, "Unlucky.")
+    # When the worker gives up on it
+    with caplog.at_level(logging.WARNING, logger="tts_queue.tasks.executor"):
+        status = world["executor"].fail_unexpected(task_id, error)
+    # Then the row has the stable code and its fixed sentence, nothing of the exception
+    failed = row(world, task_id)
+    assert status is TaskStatus.FAILED and failed.error_code == code
+    assert failed.error_message == PUBLIC_MESSAGES[code]
+    # And the log has what happened, the URL's password masked
+    assert type(error).__name__ in caplog.text and "/run/private/db.sock" in caplog.text
+    assert "tts:***@10.9.8.7" in caplog.text and "hunter2" not in caplog.text
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (SynthesisError(f"phonemizer failed reading /srv/espeak-ng-data: {SECRET}"), "synthesis_failed"),
+    (ModelLoadError(f"cannot read ONNX model /srv/voices/x.onnx: {SECRET}"), "model_load_failed"),
+    (VoiceFilesMissing("voice 'x': missing file /srv/private/voices/x.onnx"), "voice_files_missing"),
+], ids=["synthesis", "model-load", "files-missing"])
+def test_a_synthesis_or_voice_failure_is_stored_as_its_codes_sentence(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    error: Exception, code: str,
+) -> None:
+    # Given a model that fails with an error built from an exception's text and paths
+    def fail(request: Any, priority: int = 0) -> Any:
+        raise error
+
+    monkeypatch.setattr(world["synth"], "synthesize", fail)
+    task_id = add_task(world, "Say this.")
+    # When the task runs, it fails at once (another attempt cannot fix it)
+    with caplog.at_level(logging.WARNING, logger="tts_queue.tasks.executor"):
+        assert world["executor"].execute(task_id) is TaskStatus.FAILED
+    # Then the row has the stable code and its fixed sentence; the log has the details
+    failed = row(world, task_id)
+    assert failed.error_code == code and failed.error_message == PUBLIC_MESSAGES[code]
+    assert "/srv/" in caplog.text and "hunter2" not in caplog.text

@@ -23,6 +23,7 @@ from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.retention import Cleaner
 from tts_queue.storage.stats import cache_stats
 from tts_queue.storage.store import AudioStore
+from tts_queue.storage.store import sidecar as sidecar_of
 from tts_queue.tables import BookRow, CacheEntry, SentenceRow, TaskRow
 
 DAY = timedelta(days=1)
@@ -70,23 +71,32 @@ def live_keys(cache: AudioCache) -> set[str]:
         return set(session.scalars(select(CacheEntry.key)))
 
 
+def path_of(cache: AudioCache, key_: str) -> str:
+    """The stored name the cache row of ``key_`` gives (each write has a name of its own)."""
+    with cache.db.read() as session:
+        row = session.get(CacheEntry, key_)
+        assert row is not None
+        return row.path
+
+
 def test_stale_audio_is_expired_then_purged_after_the_grace(cache: AudioCache, clock: Clock) -> None:
     # Given entries last used 10, 8 and 1 days before now
     clock.now = START + 20 * DAY
     stale = [put(cache, clock, 1, clock.now - 10 * DAY), put(cache, clock, 2, clock.now - 8 * DAY)]
     fresh = put(cache, clock, 3, clock.now - DAY)
+    files = [path_of(cache, k) for k in stale]
     # When the cleanup runs
     first = cleaner(cache, clock).run()
     # Then the stale ones are expired at once (no longer hits) but their files wait out the grace
     assert first.expired_by_age == 2 and first.entries == 0
     assert cache.lookup(stale[0]) is None and cache.lookup(fresh) is not None
-    assert all(cache.store.exists(f"{k[:2]}/{k}.wav") for k in stale)
+    assert all(cache.store.exists(path) for path in files)
     # And a run after the grace deletes their files and rows, and only theirs
     clock.now += timedelta(seconds=61)
     second = cleaner(cache, clock).run()
     assert second.entries == 2 and second.bytes == 2 * 10  # audio bytes, as cache stats count them
     assert live_keys(cache) == {fresh}
-    assert not any(cache.store.exists(f"{k[:2]}/{k}.wav") for k in stale)
+    assert not any(cache.store.exists(path) for path in files)
 
 
 def test_old_finished_task_rows_go_and_the_others_stay(cache: AudioCache, clock: Clock) -> None:
@@ -148,9 +158,10 @@ def test_drift_is_found_and_repaired(cache: AudioCache, clock: Clock) -> None:
     clock.now = START + DAY
     lost = put(cache, clock, 1, START)
     kept = put(cache, clock, 2, START)
-    os.unlink(cache.store.storage.path(f"{lost[:2]}/{lost}.wav"))
+    lost_path = path_of(cache, lost)
+    os.unlink(cache.store.storage.path(lost_path))
     root = cache.store.local_root
-    lost_sidecar = root / lost[:2] / f"{lost}.align.json"
+    lost_sidecar = root / sidecar_of(lost_path)
     (root / "ff").mkdir(parents=True, exist_ok=True)
     orphan = root / "ff" / f"{'f' * 64}.wav"
     orphan.write_bytes(b"audio without a row")
@@ -269,3 +280,62 @@ def test_drift_repair_stops_when_the_listing_breaks_key_order(cache: AudioCache,
     # Then it stopped instead of taking every row for one without a file
     assert counts["rows_without_file"] == 0 and counts["files_without_row"] == 0
     assert live_keys(cache) == set(keys)
+
+
+def test_versions_a_row_no_longer_names_are_removed_by_drift_repair(cache: AudioCache, clock: Clock) -> None:
+    # Given a key stored twice (each write has a name of its own), the first version a day old
+    clock.now = START
+    first = path_of(cache, put(cache, clock, 1, START))
+    clock.now = START + DAY
+    second = path_of(cache, put(cache, clock, 1, clock.now))
+    root = cache.store.local_root
+    assert root is not None and first != second
+    old = (START - DAY).timestamp()
+    for name in (first, sidecar_of(first)):
+        os.utime(root / name, (old, old))
+    # When the cleanup runs
+    report = cleaner(cache, clock).run()
+    # Then the superseded version and its sidecar go, the live one stays and is still a hit
+    assert report.drift["files_without_row"] == 1 and report.drift["orphan_sidecars"] == 1
+    assert not cache.store.exists(first) and cache.store.exists(second)
+    assert cache.lookup(key(1)) is not None and (root / sidecar_of(second)).is_file()
+
+
+def test_a_cleanup_racing_stores_of_the_same_keys_never_leaves_a_live_row_without_its_file(
+    cache: AudioCache,
+) -> None:
+    """Cleanup with age and grace 0 in a loop while the same keys are stored again and again (as
+    workers do): a live cache row (a task just reported done serves it) always has its file."""
+    import threading
+
+    from tts_queue.db import utcnow
+
+    cache.clock = utcnow
+    policy = CacheSettings(audio_ttl_days=0.0, task_ttl_days=7.0, delete_grace_s=0.0, disk_min_free=0.0)
+    stop = threading.Event()
+    runs = 0
+
+    def clean() -> None:
+        nonlocal runs
+        while not stop.is_set():
+            Cleaner(cache, policy).run(older_than=timedelta(0))
+            runs += 1
+
+    cleaner_thread = threading.Thread(target=clean)
+    cleaner_thread.start()
+    stores = broken = 0
+    try:
+        deadline = datetime.now().timestamp() + 3
+        while datetime.now().timestamp() < deadline or runs < 20:
+            for n in range(5):
+                cache.put(key(n), "wav", "v", b"RIFF" + bytes(40), 0.1, {"sentence_starts": [0]})
+                stores += 1
+                # the task is now reported done: if its row is live, its audio must be readable
+                hit = cache.lookup(key(n))
+                if hit is not None and not cache.store.exists(hit.path):
+                    broken += 1
+    finally:
+        stop.set()
+        cleaner_thread.join(timeout=30)
+    assert runs >= 20 and stores >= 100
+    assert broken == 0, f"{broken} of {stores} stores left a live row whose file the cleanup deleted"

@@ -51,11 +51,25 @@ class FakeBooks:
 
     finished: list[tuple[str, TaskStatus]] = field(default_factory=list)
 
-    def after_task(self, task_id: str, status: TaskStatus) -> list[Any]:
+    def sentence_finished(self, task_id: str, status: TaskStatus) -> list[Any]:
         self.finished.append((task_id, status))
         return []
 
-    def due_assemblies(self) -> list[tuple[str, int]]:
+    def due_assemblies(self) -> list[tuple[str, int, str]]:
+        return []
+
+    def reconcile(self, quiet_for: Any) -> int:
+        return 0
+
+    def expire(self, ttl: Any) -> int:
+        return 0
+
+
+@dataclass
+class FakeIngester:
+    """No books parsing."""
+
+    def stalled(self) -> list[tuple[str, str]]:
         return []
 
 
@@ -68,6 +82,7 @@ class FakeRuntime:
     cache: AudioCache
     rows: TaskRows
     books: FakeBooks = field(default_factory=FakeBooks)
+    ingester: FakeIngester = field(default_factory=FakeIngester)
 
 
 @pytest.fixture

@@ -272,3 +272,43 @@ def is_storage_full(exc: BaseException) -> bool:
         code = getattr(driver, "sqlite_errorcode", None)  # Python 3.11+; the message before
         return code == SQLITE_FULL if code is not None else "database or disk is full" in str(driver)
     return False
+
+
+# --- what a client reads ----------------------------------------------------------------------
+
+# The text of a server-side failure can name hosts, users, socket paths, buckets or a URL with its
+# password: a client reads one fixed sentence per stable code instead, and the details go to the
+# log. Messages of the 4xx errors the project writes itself (what was wrong with the request) stay.
+PUBLIC_MESSAGES: dict[str, str] = {
+    "tts_error": "the service failed; the details were logged",
+    "internal_error": "an unexpected error occurred; it was logged",
+    "config_error": "the service is misconfigured; the details were logged",
+    "service_unavailable": "a backing service (broker or database) is unreachable; retry later",
+    "storage_full": "the service has no room to store work; retry later",
+    "storage_unavailable": "the audio storage cannot be reached; retry later",
+    "no_worker": "no live worker serves the pool this request is routed to; retry later, or start "
+                 "one (`tts-queue worker --pool POOL`)",
+    "not_ready": "the service is not ready; `checks` says which check failed",
+    "voice_error": "the voice cannot be used on the worker; the details were logged",
+    "voice_files_missing": "the voice's files are missing on the worker; the details were logged",
+    "voice_digest_mismatch": "the voice's model file does not match its manifest; the details were logged",
+    "model_load_failed": "the voice's model could not be loaded; the details were logged",
+    "synthesis_failed": "the voice could not synthesize this text; the details were logged",
+}
+SERVER_ERROR_MESSAGE = "the service could not handle this request; the details were logged"
+
+
+def public_message(code: str, message: str, http_status: int = 500) -> str:
+    """What a client may read of an error with ``code``: the fixed sentence of a server-side code
+    (any 5xx, synthesis and voice failures), else ``message`` (a 4xx text the project wrote)."""
+    if code in PUBLIC_MESSAGES:
+        return PUBLIC_MESSAGES[code]
+    return SERVER_ERROR_MESSAGE if http_status >= 500 else message
+
+
+def public_error(exc: BaseException) -> tuple[str, str]:
+    """The stable code of ``exc`` and the message a client (or a task row) may carry: never the
+    text of an exception the project did not write for clients."""
+    if isinstance(exc, TTSQueueError):
+        return exc.code, public_message(exc.code, exc.message, exc.http_status)
+    return "internal_error", PUBLIC_MESSAGES["internal_error"]

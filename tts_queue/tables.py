@@ -15,6 +15,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -134,6 +135,20 @@ class BookRow(Base):
     error_message: Mapped[str | None] = mapped_column(Text, default=None)
     m4b_path: Mapped[str | None] = mapped_column(String(512), default=None)
     keep: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The upload while it is parsed: its storage name, file name, input format, split pattern.
+    source: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # Ingestion in a worker: its lease (renewed while it works) and attempts (a book that kills
+    # its parser fails after the cap).
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Progress counters, moved by one statement per finished sentence (no count over the book);
+    # ``progress_at`` is the last progress (while parsing: when the ingestion was last sent).
+    sentences_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    audio_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # Read by a client (status, downloads): the cleanup deletes books unread for TTS_BOOK_TTL_DAYS.
+    last_access_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True, default=None)
 
 
 class ChapterRow(Base):
@@ -147,6 +162,8 @@ class ChapterRow(Base):
     title: Mapped[str] = mapped_column(String(512))
     status: Mapped[BookStatus] = mapped_column(_status_column(BookStatus))
     sentences_total: Mapped[int] = mapped_column(Integer)
+    sentences_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    audio_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     # content address of the assembled chapter (its sentences' cache keys, format and stitch settings)
     digest: Mapped[str | None] = mapped_column(String(64), default=None)
     duration_s: Mapped[float | None] = mapped_column(Float, default=None)
@@ -158,7 +175,8 @@ class SentenceRow(Base):
     synthesizes it (an ordinary cached task on the bulk lane)."""
 
     __tablename__ = "book_chunks"
-    __table_args__ = (UniqueConstraint("book_id", "index"),)
+    __table_args__ = (UniqueConstraint("book_id", "index"),
+                      Index("ix_book_chunks_chapter_order", "book_id", "chapter", "index"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     book_id: Mapped[str] = mapped_column(String(36), ForeignKey("books.id", ondelete="CASCADE"), index=True)

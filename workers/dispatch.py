@@ -14,7 +14,7 @@ from celery import Celery
 from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import kombu_url
-from tts_queue.tasks.keys import ASSEMBLE, SYNTHESIZE, queue_name
+from tts_queue.tasks.keys import ASSEMBLE, INGEST, SYNTHESIZE, queue_name
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -62,6 +62,10 @@ class CeleryDispatcher:
     def dispatch(self, task_id: str, queue: str) -> None:
         """Send ``tts.synthesize(task_id)`` to ``queue``."""
         self.app.send_task(SYNTHESIZE, args=[task_id], queue=queue, task_id=task_id)
+
+    def ingest(self, book_id: str, queue: str) -> None:
+        """Send ``tts.ingest_book(book_id)`` to ``queue``."""
+        self.app.send_task(INGEST, args=[book_id], queue=queue)
 
     def assemble(self, book_id: str, chapter: int, queue: str) -> None:
         """Send ``tts.assemble_chapter(book_id, chapter)`` to ``queue``."""

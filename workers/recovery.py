@@ -8,18 +8,20 @@ from kombu's Redis structures) and sends the chapters whose sentences are all do
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 from typing import Any
 
 from tts_queue.books.service import BookDispatcher, BookService
-from tts_queue.enums import Lane
 from tts_queue.settings import Settings
-from tts_queue.tasks.keys import SYNTHESIZE, queue_name, task_queues
+from tts_queue.tasks.keys import SYNTHESIZE, task_queues
 from tts_queue.tasks.recovery import requeue_lost
 from tts_queue.tasks.rows import TaskRows
 from tts_queue.tasks.service import Dispatcher
 from workers.markers import BrokerMarker
 from workers.runtime import RuntimeHolder
+
+log = logging.getLogger(__name__)
 
 
 def broker_messages(client: Any, queues: list[str]) -> dict[str, float | None]:
@@ -65,15 +67,18 @@ def sweep(holder: RuntimeHolder, marker: BrokerMarker) -> int:
     but never were; how many tasks were sent."""
     runtime = holder.get()
     sent = requeue(holder.settings, runtime.rows, holder.dispatcher, marker)
-    assemble_due(holder.settings, runtime.books, holder.dispatcher)
+    runtime.books.reconcile(timedelta(seconds=holder.settings.worker.lease_s))
+    assemble_due(runtime.books, holder.dispatcher)
+    for book_id, pool in runtime.ingester.stalled():
+        log.warning("book %s: its ingestion stalled; sending it again", book_id)
+        holder.dispatcher.ingest(book_id, runtime.books.ingest_queue(pool))
     return sent
 
 
-def assemble_due(settings: Settings, books: BookService, dispatcher: BookDispatcher) -> int:
+def assemble_due(books: BookService, dispatcher: BookDispatcher) -> int:
     """Send the assembly of every chapter whose sentences are all done but that was never
-    assembled (its worker died in between); how many."""
+    assembled (its worker died in between), to its book's pool; how many."""
     due = books.due_assemblies()
-    for book_id, number in due:
-        dispatcher.assemble(book_id, number, queue_name(settings.worker.pool, Lane.BULK,
-                                                        settings.services.queue_prefix))
+    for book_id, number, pool in due:
+        dispatcher.assemble(book_id, number, books.queue(pool))
     return len(due)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from tts_queue.books.assembler import ChapterAssembler
+from tts_queue.books.ingest import Ingester
 from tts_queue.books.service import BookDispatcher, BookService
 from tts_queue.db import Database
 from tts_queue.settings import Settings
@@ -39,6 +40,7 @@ class WorkerRuntime:
     rows: TaskRows
     books: BookService
     assembler: ChapterAssembler
+    ingester: Ingester
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: BookDispatcher, name: str | None = None) -> WorkerRuntime:
@@ -55,11 +57,13 @@ class WorkerRuntime:
             storage_floor_bytes=settings.cache.storage_reserve_bytes // 2,
         )
         tasks = TaskService(settings, db, cache, registry, dispatcher)
-        books = BookService(tasks, dispatcher)
+        books = BookService(tasks, dispatcher, storage=storage.child("books"))
         assembler = ChapterAssembler(
-            books, cache, storage.child("books"),
+            books, cache, books.storage,
             id_map=lambda voice: read_config(registry.get(voice).config_path)["phoneme_id_map"])
-        return cls(settings, db, cache, registry, engine, executor, executor.rows, books, assembler)
+        ingester = Ingester(books, lease=timedelta(seconds=settings.worker.lease_s),
+                            max_attempts=settings.worker.max_retries + 1)
+        return cls(settings, db, cache, registry, engine, executor, executor.rows, books, assembler, ingester)
 
     def warm_up(self) -> None:
         """Load the default voice and run one sentence so the first request is not slow."""

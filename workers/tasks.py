@@ -1,5 +1,7 @@
 """The worker's task bodies: each turns one queue message into one call on the core.
 
+- ``tts.ingest_book(book_id)``: ``Ingester.run``: an accepted upload parsed into rows and dispatched;
+
 - ``tts.synthesize(task_id)``: ``TaskExecutor.execute``; then the finished signal, and a book's
   chapter assembly once its last sentence is done;
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -24,7 +27,7 @@ from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.storage.retention import Cleaner
 from tts_queue.tasks.finish import FinishSignals
-from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, REQUEUE, SYNTHESIZE, queue_name
+from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, INGEST, REQUEUE, SYNTHESIZE, queue_name
 from workers.markers import AssemblyLock, BrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
@@ -67,10 +70,11 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
     storage_wait_s = settings.cache.storage_retry_s
 
     def after(task_id: str, status: TaskStatus) -> None:
-        """Signal waiters; queue a book chapter's assembly once its last sentence is done."""
+        """Signal waiters; count a book's sentence and queue its chapter's assembly once its last
+        sentence is done."""
         finished.notify(task_id, status.value)
         runtime = holder.get()
-        for book, number in runtime.books.after_task(task_id, status):
+        for book, number in runtime.books.sentence_finished(task_id, status):
             holder.dispatcher.assemble(book.id, number, queue_name(book.pool, Lane.BULK,
                                                                     settings.services.queue_prefix))
 
@@ -101,8 +105,21 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
             return retry_or_give_up(self, exc, partial(fail_book, book_id, number, exc))
         return status.value if status else None
 
+    @app.task(name=INGEST, bind=True, max_retries=settings.worker.max_retries, shared=False)
+    def ingest_book(self: Task[Any, Any], book_id: str) -> str | None:
+        """Parse an accepted upload into chapters, sentences and tasks, and dispatch them."""
+        try:
+            status = holder.get().ingester.run(book_id)
+        except Exception as exc:
+            if resend_when_storage_blocked(self, exc, f"book {book_id} ingestion", storage_wait_s):
+                return None
+            return retry_or_give_up(self, exc, partial(fail_book, book_id, 0, exc))
+        return status.value if status else None
+
     def fail_book(book_id: str, number: int, exc: Exception) -> str:
-        holder.get().books.fail(book_id, "assembly_failed", f"chapter {number}: {exc}")
+        log.error("book %s chapter %d: %s", book_id, number, exc, exc_info=exc)
+        code, what = ("assembly_failed", f"chapter {number}") if number else ("invalid_book", "the book")
+        holder.get().books.fail(book_id, code, f"{what} could not be made; the error was logged")
         return "failed"
 
     @app.task(name=REQUEUE, shared=False)
@@ -115,6 +132,9 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
     def cleanup() -> dict[str, Any]:
         """Retention: expire by age and pressure, purge, drop old task rows, repair drift; one
         cleaner at a time."""
-        report = Cleaner(holder.get().cache, settings.cache).run()
+        runtime = holder.get()
+        report = Cleaner(runtime.cache, settings.cache).run()
+        if not report.skipped:
+            report.books = runtime.books.expire(timedelta(days=settings.books.ttl_days))
         log.info("cleanup: %s", report.as_json())
         return report.as_json()

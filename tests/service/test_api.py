@@ -5,7 +5,10 @@ Every bad request must give a 4xx with ``{"error": {"code", "message"}}``, never
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from flask.testing import FlaskClient
 from api import create_app
 from api.services import Services
 from tests.support import FakeQueue, migrate
+from tts_queue.errors import PUBLIC_MESSAGES
 from tts_queue.settings import Settings
 from tts_queue.synthesis.audio import Audio
 
@@ -152,6 +156,9 @@ def test_broker_down_is_a_503_and_loses_nothing_silently(
     assert statuses == [TaskStatus.FAILED]
     ready = client.get("/readyz")
     assert ready.status_code == 503 and ready.get_json()["ready"] is False
+    # And no answer carries the exception's text, only the code's sentence and the check's kind
+    assert "broker down" not in response.get_data(as_text=True) + ready.get_data(as_text=True)
+    assert ready.get_json()["checks"]["broker"] == "error: unreachable"
 
 
 def cache_audio(services: Services, text: str, samples: int) -> Any:
@@ -236,3 +243,151 @@ def test_a_worker_that_answers_pings_but_consumes_nothing_is_not_ready(
     body = response.get_json()
     assert response.status_code == 503 and body["checks"]["workers"] == ["fake@worker"]
     assert body["checks"]["consuming"].startswith("error")
+
+
+def test_readiness_is_one_shared_report_refreshed_by_one_caller(
+    client: FlaskClient, queue: FakeQueue, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given readiness on a clock the test moves, and a broker ping that counts its calls and can
+    # be held (a slow dependency)
+    now = [0.0]
+    services.readiness.clock = lambda: now[0]
+    pings: list[float] = []
+    entered, release = threading.Event(), threading.Event()
+    release.set()
+
+    def ping() -> None:
+        pings.append(now[0])
+        entered.set()
+        assert release.wait(10)
+
+    monkeypatch.setattr(queue, "ping_broker", ping)
+    app = client.application
+    assert client.get("/readyz").status_code == 200 and len(pings) == 1
+    # When probes loop within the TTL, nothing is checked again
+    now[0] = 1.9
+    assert {client.get("/readyz").status_code for _ in range(50)} == {200} and len(pings) == 1
+    # When the report is stale and its refresh is slow
+    now[0] = 10.0
+    entered.clear()
+    release.clear()
+    refresher = threading.Thread(target=lambda: app.test_client().get("/readyz"))
+    refresher.start()
+    assert entered.wait(10)
+    # Then every other caller, from many threads at once, answers at once from the last report
+    started = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: app.test_client().get("/readyz").status_code, range(64)))
+    elapsed = time.monotonic() - started
+    release.set()
+    refresher.join(10)
+    assert answers == [200] * 64 and elapsed < 5
+    # And the checks ran once more, in the one refreshing thread
+    assert pings == [0.0, 10.0]
+
+
+def test_readiness_sees_a_change_once_its_report_is_stale(
+    client: FlaskClient, queue: FakeQueue, services: Services
+) -> None:
+    # Given a ready service
+    now = [0.0]
+    services.readiness.clock = lambda: now[0]
+    assert client.get("/readyz").status_code == 200
+    # When the broker goes down, readiness says so after at most the TTL
+    queue.broken = True
+    now[0] = 1.0
+    assert client.get("/readyz").status_code == 200
+    now[0] = 2.5
+    down = client.get("/readyz")
+    assert down.status_code == 503 and down.get_json()["checks"]["broker"] == "error: unreachable"
+    # And when it comes back, so does readiness, sooner: a failing report lives only half a second
+    queue.broken = False
+    now[0] = 2.9
+    assert client.get("/readyz").status_code == 503
+    now[0] = 3.1
+    assert client.get("/readyz").status_code == 200
+
+
+def test_the_first_check_runs_once_however_many_callers_come(
+    client: FlaskClient, queue: FakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a broker that answers slowly, and no readiness report yet
+    entered, release = threading.Event(), threading.Event()
+    pings: list[int] = []
+
+    def ping() -> None:
+        pings.append(1)
+        entered.set()
+        assert release.wait(10)
+
+    monkeypatch.setattr(queue, "ping_broker", ping)
+    app = client.application
+    first = threading.Thread(target=lambda: app.test_client().get("/readyz"))
+    first.start()
+    assert entered.wait(10)
+    # When others ask while the first round runs
+    pending = client.get("/readyz")
+    release.set()
+    first.join(10)
+    # Then they are told it is not checked yet (503), without running the checks themselves
+    assert pending.status_code == 503 and error_of(pending) == "not_ready"
+    assert pending.get_json()["checks"]["database"] == "error: not checked yet"
+    assert len(pings) == 1 and client.get("/readyz").status_code == 200
+
+
+def test_the_doctors_warnings_are_computed_once_a_minute(
+    client: FlaskClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given readiness on a moved clock, and a schema check that counts its calls
+    import api.services
+
+    now = [0.0]
+    services.readiness.clock = lambda: now[0]
+    calls: list[float] = []
+    real = api.services.schema_warnings
+    monkeypatch.setattr(api.services, "schema_warnings", lambda engine: calls.append(now[0]) or real(engine))
+    # When readiness is refreshed every 3 s for a minute and a half
+    for step in range(31):
+        now[0] = step * 3.0
+        assert client.get("/readyz").status_code == 200
+    # Then the schema was read at the start and once a minute after
+    assert calls == [0.0, 60.0]
+
+
+def test_a_5xx_answers_its_codes_sentence_and_logs_the_exception(
+    client: FlaskClient, services: Services, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a route that fails unexpectedly, with an exception that quotes a URL with a password
+    def broken(task_id: str) -> None:
+        raise RuntimeError("cannot read from postgresql://tts:hunter22@10.9.8.7/tts")
+
+    monkeypatch.setattr(services.tasks, "get", broken)
+    # When a client asks
+    response = client.get(f"/v1/tasks/{UNKNOWN_ID}")
+    # Then it gets a 500 with the stable code and its fixed sentence, nothing of the exception
+    assert response.status_code == 500 and error_of(response) == "internal_error"
+    assert response.get_json()["error"]["message"] == PUBLIC_MESSAGES["internal_error"]
+    assert "10.9.8.7" not in response.get_data(as_text=True)
+    # And the log has the exception, its password masked
+    assert "10.9.8.7" in caplog.text and "hunter22" not in caplog.text
+
+
+@pytest.mark.parametrize(("code", "message", "shown"), [
+    ("internal_error", "OperationalError: connection to 10.0.0.9 failed", PUBLIC_MESSAGES["internal_error"]),
+    ("service_unavailable", "broker: Error 111 connecting to redis:6379",
+     PUBLIC_MESSAGES["service_unavailable"]),
+    ("synthesis_failed", "phonemizer failed on this text: /opt/espeak", PUBLIC_MESSAGES["synthesis_failed"]),
+    ("too_many_attempts", "gave up after 4 attempts (worker crashes or errors)",
+     "gave up after 4 attempts (worker crashes or errors)"),
+    ("unknown_voice", "unknown voice 'gone'", "unknown voice 'gone'"),
+], ids=["internal", "outage", "synthesis", "attempts", "validation"])
+def test_a_tasks_error_shows_its_codes_sentence_even_from_an_old_row(
+    client: FlaskClient, services: Services, code: str, message: str, shown: str
+) -> None:
+    # Given a failed task whose row kept an error's raw text (written before messages were fixed)
+    task_id = client.post("/v1/tts", json={"text": f"Old failure {code}."}).get_json()["task_id"]
+    services.tasks.rows.fail(task_id, code, message)
+    # When it is read
+    error = client.get(f"/v1/tasks/{task_id}").get_json()["error"]
+    # Then a server-side failure reads as its code's sentence; the project's own 4xx texts stay
+    assert error == {"code": code, "message": shown}

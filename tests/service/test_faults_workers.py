@@ -121,7 +121,10 @@ def test_worker_deaths_under_load_lose_nothing_and_redo_nothing_finished(
             candidates = [w for w in fleet.live() if held[w.name]] or fleet.live()
             victim = rng.choice(candidates)
             pids = victim.kill_group()
-            kills.append(Kill(utcnow(), victim.name, held[victim.name], pids, done))
+            # what it held when it died (it may have taken more since the rows were read)
+            after = fleet.rows(ids)
+            dead_held = sum(1 for r in after.values() if r.status in UNFINISHED and r.worker == victim.name)
+            kills.append(Kill(utcnow(), victim.name, dead_held, pids, done))
             fleet.start(ready=False)  # and a replacement is started at once
         return all(r.status.finished for r in rows.values())
 

@@ -214,6 +214,12 @@ def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -
     assert body["checks"]["database"] == "ok" and body["checks"]["broker"] == "ok"
     assert body["checks"]["consuming"] == "ok"
     assert worker.name in body["checks"]["workers"]
+    # the worker is known from its heartbeat: its pool and where its voices run
+    assert worker.name in body["checks"]["pools"]["cpu"] and worker.name in body["checks"]["providers"]
+    # and a probe in a loop is answered from the shared report, without checking again
+    started = time.monotonic()
+    assert all(client.get("/readyz").status_code == 200 for _ in range(20))
+    assert time.monotonic() - started < 2
 
 
 def test_long_poll_is_woken_by_the_workers_signal(backend_settings: Settings) -> None:

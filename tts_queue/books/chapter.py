@@ -1,15 +1,21 @@
-"""A book as read aloud: frozen ``Book`` and ``Chapter`` values, and chapter range selection."""
+"""A book as read aloud: frozen ``Book`` and ``Chapter`` values, chapter range selection, and
+the limits on what reading one book may cost (``BookLimits``, counted by ``TextBudget``)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from tts_queue.errors import UnknownChapters
+from tts_queue.errors import BookTooLarge, UnknownChapters
 
 # Invisible characters books use for typesetting: soft hyphen, zero-width space, word joiner,
 # byte order mark. They would split words for the sentence splitter and mean nothing when read.
-_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None)
+# Lone surrogates (which no encoder accepts) become the replacement character.
+_INVISIBLE: dict[int, str | None] = {
+    **dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None),
+    **dict.fromkeys(range(0xD800, 0xE000), "\ufffd"),
+}
+_SURROGATES = re.compile("[\ud800-\udfff]")
 _SPACES = re.compile(r"\s+")
 _RANGE = re.compile(r"^(\d{1,6})(?:\s*-\s*(\d{1,6}))?$")
 
@@ -17,6 +23,34 @@ _RANGE = re.compile(r"^(\d{1,6})(?:\s*-\s*(\d{1,6}))?$")
 def normalize_text(text: str) -> str:
     """Text as written, minus invisible typesetting characters, with whitespace runs as one space."""
     return _SPACES.sub(" ", text.translate(_INVISIBLE)).strip()
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (valid in a Python string, in no encoding) as U+FFFD."""
+    return _SURROGATES.sub("\ufffd", text)
+
+
+@dataclass(frozen=True)
+class BookLimits:
+    """What reading one book may cost: bytes decompressed out of an EPUB (every read of an entry
+    counts, the same entry read twice counts twice) and characters of extracted text (any format)."""
+
+    unpacked_bytes: int
+    chars: int
+
+
+class TextBudget:
+    """Characters of text extracted so far, counted as they are produced, against a limit."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def add(self, text: str) -> None:
+        """Count ``text``; ``BookTooLarge`` once the total passes the limit."""
+        self.used += len(text)
+        if self.limit is not None and self.used > self.limit:
+            raise BookTooLarge(f"the book has more than {self.limit} characters of text")
 
 
 @dataclass(frozen=True)
@@ -77,7 +111,7 @@ def select_chapters(book: Book, spec: str | None) -> list[Chapter]:
     if spec is None or not spec.strip():
         return list(book.chapters)
     total = len(book.chapters)
-    wanted: set[int] = set()
+    starts = [0] * (total + 2)  # +1 where a range starts, -1 after it ends: linear in spec and book
     for part in spec.split(","):
         match = _RANGE.match(part.strip())
         if match is None:
@@ -88,5 +122,12 @@ def select_chapters(book: Book, spec: str | None) -> list[Chapter]:
             raise UnknownChapters(f"chapter range {part.strip()!r} is reversed")
         if first < 1 or last > total:
             raise UnknownChapters(f"the book has chapters 1-{total}; {part.strip()!r} is outside that")
-        wanted.update(range(first, last + 1))
+        starts[first] += 1
+        starts[last + 1] -= 1
+    wanted: set[int] = set()
+    covering = 0
+    for number in range(1, total + 1):
+        covering += starts[number]
+        if covering:
+            wanted.add(number)
     return [chapter for chapter in book.chapters if chapter.number in wanted]

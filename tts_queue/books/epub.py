@@ -5,6 +5,11 @@ ebooklib reads the package (manifest, spine, nav/NCX, guide); each spine documen
 (epub:type on its body, EPUB 3 landmarks, EPUB 2 guide), when its title names such a page, or when
 it has too little prose. A document that the navigation enters at several anchors of the same
 level is split there into several chapters.
+
+What a book may cost is bounded by what is really done: every read of an archive entry (ebooklib
+reads the same entry once per manifest item that names it) and every parse of a spine document
+counts its decompressed bytes against ``BookLimits.unpacked_bytes``, stopping as soon as the total
+passes it; the text extracted counts against ``BookLimits.chars``.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from urllib.parse import unquote
 
 from bs4 import BeautifulSoup, Tag
 
-from tts_queue.books.chapter import Book, normalize_text, number_chapters
+from tts_queue.books.chapter import Book, BookLimits, TextBudget, normalize_text, number_chapters
 from tts_queue.books.xhtml import SKIP_TYPES, Block, Document, html_soup, parse_document, semantic_types
-from tts_queue.errors import BookTooLarge, EmptyBook, InvalidBook
+from tts_queue.errors import BookError, BookTooLarge, EmptyBook, InvalidBook
 
-MAX_UNCOMPRESSED_BYTES = 512 * 1024 * 1024
+MAX_UNCOMPRESSED_BYTES = 512 * 1024 * 1024  # without ``BookLimits``
+READ_BLOCK = 64 * 1024
 MIN_PROSE_WORDS = 20
 _SKIP_TITLES = re.compile(
     r"(table of )?contents|copyright( page)?|colophon|imprint|uncopyright|cover|title ?page|"
@@ -33,6 +39,7 @@ _SKIP_TITLES = re.compile(
 _FONT_OBFUSCATION = ("http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC")
 
 Draft = tuple[str, list[str], list[int]]
+_END = object()
 
 
 @dataclass(frozen=True)
@@ -45,21 +52,56 @@ class NavEntry:
     depth: int
 
 
-def read_epub(data: bytes, title: str | None = None) -> Book:
-    """Parse an EPUB file's bytes; ``InvalidBook`` if unreadable, ``EmptyBook`` if no prose."""
-    check_archive(data)
-    package = _load(data)
-    entries = toc_entries(package)
+class UnpackBudget:
+    """Bytes decompressed out of one EPUB so far, every read counted, against a limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def read(self, archive: zipfile.ZipFile, name: str) -> bytes:
+        """One entry's bytes, decompressed a block at a time: ``BookTooLarge`` as soon as the total
+        passes the limit, so no more than the limit and one block is ever decompressed."""
+        blocks: list[bytes] = []
+        with archive.open(name) as entry:
+            while block := entry.read(min(READ_BLOCK, self.limit - self.used + 1)):
+                self.charge(len(block))
+                blocks.append(block)
+        return b"".join(blocks)
+
+    def charge(self, size: int) -> None:
+        """Count ``size`` bytes of work on decompressed data."""
+        self.used += size
+        if self.used > self.limit:
+            raise BookTooLarge(f"the EPUB unpacks to more than {self.limit} bytes")
+
+
+def read_epub(data: bytes, title: str | None = None, limits: BookLimits | None = None) -> Book:
+    """Parse an EPUB file's bytes; ``InvalidBook`` if unreadable, ``EmptyBook`` if no prose,
+    ``BookTooLarge`` past ``limits`` (without them, past ``MAX_UNCOMPRESSED_BYTES`` unpacked)."""
+    budget = UnpackBudget(limits.unpacked_bytes if limits else MAX_UNCOMPRESSED_BYTES)
+    text = TextBudget(limits.chars if limits else None)
+    check_archive(data, budget)
+    package = _load(data, budget)
+    entries: dict[str, list[NavEntry]] = {}
+    for entry in toc_entries(package):
+        entries.setdefault(entry.path, []).append(entry)
     skipped = landmark_paths(package)
     drafts: list[Draft] = []
+    parsed: set[str] = set()
     for item in _spine_documents(package):
         name = item.get_name()
         if name in skipped:
             continue
+        if name in parsed:  # listed again in the spine: parsed again, so counted again
+            budget.charge(len(item.content))
+        parsed.add(name)
         document = parse_document(item.content)
+        for block in document.blocks:
+            text.add(block.text)
         if document.types & SKIP_TYPES or not document.blocks:
             continue
-        mine = [e for e in entries if e.path == name]
+        mine = entries.get(name, [])
         if entries and not mine and drafts and not document.blocks[0].heading:
             _continue_draft(drafts[-1], document.blocks)  # a file split off the previous one
             continue
@@ -73,19 +115,29 @@ def read_epub(data: bytes, title: str | None = None) -> Book:
                 chapters=number_chapters(drafts), author=_metadata(package, "creator"))
 
 
-def check_archive(data: bytes) -> None:
-    """Reject what is not a safe, unencrypted EPUB container before parsing it."""
+def check_archive(data: bytes, budget: UnpackBudget | None = None) -> None:
+    """Reject what is not a safe, unencrypted EPUB container before parsing it: its central
+    directory says what it unpacks to, which must be within the budget before anything is read."""
+    budget = budget or UnpackBudget(MAX_UNCOMPRESSED_BYTES)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError) as exc:
+    except Exception as exc:  # BadZipFile, ValueError, struct and size errors on a corrupt directory
         raise InvalidBook(f"not a readable EPUB (corrupt zip archive: {exc})") from exc
     with archive:
         names = set(archive.namelist())
         if "META-INF/container.xml" not in names:
             raise InvalidBook("not an EPUB: the zip archive has no META-INF/container.xml")
-        if sum(info.file_size for info in archive.infolist()) > MAX_UNCOMPRESSED_BYTES:
-            raise BookTooLarge(f"the EPUB unpacks to more than {MAX_UNCOMPRESSED_BYTES} bytes")
-        if "META-INF/encryption.xml" in names and _encrypts_text(archive.read("META-INF/encryption.xml")):
+        if sum(info.file_size for info in archive.infolist()) > budget.limit:
+            raise BookTooLarge(f"the EPUB unpacks to more than {budget.limit} bytes")
+        if "META-INF/encryption.xml" not in names:
+            return
+        try:
+            encryption = budget.read(archive, "META-INF/encryption.xml")
+        except BookError:
+            raise
+        except Exception as exc:  # bad CRC, unknown compression, a password...
+            raise InvalidBook(f"not a readable EPUB: {type(exc).__name__}: {exc}") from exc
+        if _encrypts_text(encryption):
             raise InvalidBook("the EPUB is encrypted (DRM); only DRM-free books can be read")
 
 
@@ -102,12 +154,24 @@ def _encrypts_text(encryption_xml: bytes) -> bool:
     return False
 
 
-def _load(data: bytes) -> Any:
-    """The ebooklib package; any parser failure is ``InvalidBook``."""
+def _load(data: bytes, budget: UnpackBudget) -> Any:
+    """The ebooklib package, every entry read through ``budget``; a parser failure is ``InvalidBook``."""
     from ebooklib import epub
 
+    class Reader(epub.EpubReader):  # type: ignore[misc]
+        """ebooklib's reader, reading entries through the budget instead of ``ZipFile.read``."""
+
+        def read_file(self, name: str) -> bytes:
+            """The bytes of one archive entry (``KeyError`` when missing, as ebooklib expects)."""
+            return budget.read(self.zf, posixpath.normpath(name))
+
     try:
-        return epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
+        reader = Reader(io.BytesIO(data), options={"ignore_ncx": True})
+        package = reader.load()
+        reader.process()
+        return package
+    except BookError:
+        raise
     except Exception as exc:  # ebooklib raises KeyError, IndexError, lxml errors... on bad input
         raise InvalidBook(f"not a readable EPUB: {type(exc).__name__}: {exc}") from exc
 
@@ -116,9 +180,12 @@ def _spine_documents(package: Any) -> list[Any]:
     """Linear spine items that are ordinary content documents, in reading order."""
     from ebooklib import epub
 
+    by_id: dict[Any, Any] = {}
+    for item in package.get_items():
+        by_id.setdefault(item.get_id(), item)  # the first of an id, as get_item_with_id
     items = []
     for idref, linear in package.spine:
-        item = package.get_item_with_id(idref)
+        item = by_id.get(idref)
         if linear == "no" or not isinstance(item, epub.EpubHtml):
             continue
         if isinstance(item, (epub.EpubNav, epub.EpubCoverHtml)):
@@ -135,19 +202,22 @@ def toc_entries(package: Any) -> list[NavEntry]:
     ncx = next((i for i in package.get_items() if isinstance(i, epub.EpubNcx)), None)
     base = "" if has_nav or ncx is None else posixpath.dirname(ncx.get_name())
     entries: list[NavEntry] = []
-
-    def visit(nodes: Any, depth: int) -> None:
-        """Entries of one navigation level, then of their children."""
-        for node in nodes:
-            head, children = (node if isinstance(node, tuple) else (node, []))
-            href = str(getattr(head, "href", "") or "")
-            if href:
-                path, _, fragment = unquote(href).partition("#")
-                full = posixpath.normpath(posixpath.join(base, path)) if path else ""
-                entries.append(NavEntry(full, fragment or None, normalize_text(head.title or ""), depth))
-            visit(children, depth + 1)
-
-    visit(package.toc, 0)
+    top = package.toc if isinstance(package.toc, (list, tuple)) else [package.toc]
+    stack: list[tuple[Any, int]] = [(iter(top), 0)]  # entries, then their children: no recursion
+    while stack:
+        node = next(stack[-1][0], _END)
+        if node is _END:
+            stack.pop()
+            continue
+        depth = stack[-1][1]
+        head, children = (node if isinstance(node, tuple) and len(node) == 2 else (node, []))
+        href = str(getattr(head, "href", "") or "")
+        if href:
+            path, _, fragment = unquote(href).partition("#")
+            full = posixpath.normpath(posixpath.join(base, path)) if path else ""
+            title = normalize_text(str(getattr(head, "title", "") or ""))
+            entries.append(NavEntry(full, fragment or None, title, depth))
+        stack.append((iter(children if isinstance(children, (list, tuple)) else []), depth + 1))
     return entries
 
 
@@ -180,10 +250,16 @@ def split_document(document: Document, entries: list[NavEntry]) -> list[tuple[st
         return [("", blocks)]
     top = min(e.depth for e in entries)
     level = [e for e in entries if e.depth == top]
+    first_with: dict[str, int] = {}  # anchor -> first block holding it, found once
+    for number, block in enumerate(blocks):
+        for anchor in block.anchors:
+            first_with.setdefault(anchor, number)
     starts: list[tuple[int, str]] = []
+    seen: set[int] = set()
     for entry in level:
-        index = 0 if entry.fragment is None else _block_with_anchor(blocks, entry.fragment)
-        if index is not None and all(index != s for s, _ in starts):
+        index = 0 if entry.fragment is None else first_with.get(entry.fragment)
+        if index is not None and index not in seen:
+            seen.add(index)
             starts.append((index, entry.title))
     if not starts:
         return [(level[0].title, blocks)]
@@ -194,10 +270,6 @@ def split_document(document: Document, entries: list[NavEntry]) -> list[tuple[st
     bounds = [s for s, _ in starts[1:]] + [len(blocks)]
     parts.extend((title, blocks[start:end]) for (start, title), end in zip(starts, bounds, strict=True))
     return parts
-
-
-def _block_with_anchor(blocks: list[Block], anchor: str) -> int | None:
-    return next((i for i, block in enumerate(blocks) if anchor in block.anchors), None)
 
 
 def make_draft(title: str, blocks: list[Block], types: frozenset[str]) -> Draft | None:

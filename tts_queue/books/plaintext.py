@@ -1,17 +1,30 @@
-"""Plain text and Markdown to a ``Book``.
+r"""Plain text and Markdown to a ``Book``.
 
 Chapters start at Markdown headings (the shallowest level that occurs more than once), at lines
 such as "CHAPTER IV", "Chapter 4" or "Chapter Four" (also "Part" and "Book"), or at lines matching
 a caller's regex. Paragraphs are separated by blank lines; hard-wrapped lines are joined. A
 Project Gutenberg header and licence around the text are dropped.
+
+A caller's regex runs on RE2 (linear time, whatever the pattern and the text), never on Python's
+backtracking ``re``: RE2 has no backreferences or lookarounds, and its ``\w``, ``\d``, ``\s`` and
+``\b`` are ASCII (``\pL``, ``\pN`` match letters and digits of every script).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Protocol, cast
 
-from tts_queue.books.chapter import Book, normalize_text, number_chapters
+from tts_queue.books.chapter import (
+    Book,
+    BookLimits,
+    TextBudget,
+    normalize_text,
+    number_chapters,
+    without_surrogates,
+)
 from tts_queue.books.markdown import TextBlock, front_matter_title, markdown_blocks
 from tts_queue.errors import EmptyBook, InvalidBook
 
@@ -29,27 +42,50 @@ _SHORT_LINE = 80
 _WRAP_WIDTH = 100
 
 
-def compile_pattern(split_pattern: str | None) -> re.Pattern[str] | None:
-    """The caller's chapter regex compiled, or ``InvalidBook`` naming what is wrong with it."""
+class LinePattern(Protocol):
+    """A compiled chapter-line pattern: ``search`` returns a match object or ``None``."""
+
+    def search(self, text: str) -> Any:
+        """The first match in ``text``, or ``None``."""
+
+
+def compile_pattern(split_pattern: str | None) -> LinePattern | None:
+    """The caller's chapter regex compiled with RE2 (multi-line), or ``InvalidBook`` naming what
+    is wrong with it: a syntax RE2 lacks (backreferences, lookarounds) or a pattern that matches
+    an empty line. Cheap enough to validate a request before accepting it."""
+    import re2
+
     if split_pattern is None or not split_pattern.strip():
         return None
+    options = re2.Options()
+    options.log_errors = False
     try:
-        pattern = re.compile(split_pattern, re.MULTILINE)
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise InvalidBook(f"the split pattern is not a valid regular expression: {exc}") from exc
-    if pattern.search(""):
+        pattern = re2.compile(f"(?m){split_pattern}", options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else ""
+        reason = reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
+        reason = reason.replace("(?m)", "", 1)
+        raise InvalidBook(f"the split pattern is not a valid RE2 regular expression ({reason}); "
+                          "backreferences and lookarounds are not supported") from exc
+    except (UnicodeError, TypeError, ValueError) as exc:
+        raise InvalidBook(f"the split pattern is not valid text: {exc}") from exc
+    if pattern.search("") is not None:
         raise InvalidBook("the split pattern matches an empty line; it must match chapter lines only")
-    return pattern
+    return cast(LinePattern, pattern)
 
 
 def read_plaintext(text: str, *, markdown: bool, split_pattern: str | None = None,
-                   title: str | None = None, fallback_title: str | None = None) -> Book:
-    """A book from text or Markdown; ``EmptyBook`` when it has no prose."""
+                   title: str | None = None, fallback_title: str | None = None,
+                   limits: BookLimits | None = None) -> Book:
+    """A book from text or Markdown; ``EmptyBook`` when it has no prose, ``BookTooLarge`` when its
+    text passes ``limits.chars`` (counted as paragraphs are found)."""
     pattern = compile_pattern(split_pattern)
-    text = _strip_gutenberg(text.replace("\r\n", "\n").replace("\r", "\n"))
+    budget = TextBudget(limits.chars if limits else None)
+    text = _strip_gutenberg(without_surrogates(text).replace("\r\n", "\n").replace("\r", "\n"))
     if markdown:
         title = title or front_matter_title(text)
-    blocks = _markdown_chapter_blocks(text, pattern) if markdown else text_blocks(text, pattern)
+    blocks = (_markdown_chapter_blocks(text, pattern, budget) if markdown
+              else text_blocks(text, pattern, budget))
     split_level = _split_level(blocks)
     book_title, drafts = assemble(blocks, split_level, title)
     if not drafts:
@@ -59,10 +95,10 @@ def read_plaintext(text: str, *, markdown: bool, split_pattern: str | None = Non
         [(t or final_title, p, h) for t, p, h in drafts]))
 
 
-def _markdown_chapter_blocks(text: str, pattern: re.Pattern[str] | None) -> list[TextBlock]:
+def _markdown_chapter_blocks(text: str, pattern: LinePattern | None, budget: TextBudget) -> list[TextBlock]:
     """Markdown blocks; with a caller's pattern its matches are the chapters (other headings go
     one level down), and without any heading "Chapter N" paragraphs start chapters."""
-    blocks = markdown_blocks(text)
+    blocks = markdown_blocks(text, budget)
     if pattern is not None:
         return [TextBlock(b.text, 1 if pattern.search(b.text) else min(b.level, 1) * 2) for b in blocks]
     if not any(b.level for b in blocks):
@@ -89,27 +125,36 @@ def _is_chapter_line(line: str, lines_in_block: int, next_line: str = "") -> boo
     return _TITLED_CHAPTER_LINE.match(line) is not None
 
 
-def text_blocks(text: str, pattern: re.Pattern[str] | None) -> list[TextBlock]:
-    """Headings (level 1 chapter lines, level 2 subtitles) and paragraphs of a plain text."""
+def text_blocks(text: str, pattern: LinePattern | None, budget: TextBudget | None = None) -> list[TextBlock]:
+    """Headings (level 1 chapter lines, level 2 subtitles) and paragraphs of a plain text, their
+    characters counted by ``budget`` as they are found."""
     raw = [[line.strip() for line in part.split("\n") if line.strip()] for part in re.split(r"\n\s*\n", text)]
     raw = [lines for lines in raw if lines]
-    if pattern is not None:
-        found = [block for lines in raw for block in _pattern_blocks(lines, pattern)]
-        return [block for block in found if any(ch.isalnum() for ch in block.text)]
     blocks: list[TextBlock] = []
+
+    def add(found: Iterable[TextBlock]) -> None:
+        """Keep the blocks with something to read, counting them."""
+        for block in found:
+            if any(ch.isalnum() for ch in block.text):
+                if budget is not None:
+                    budget.add(block.text)
+                blocks.append(block)
+
     index = 0
     while index < len(raw):
         lines = raw[index]
         index += 1
-        if not _is_chapter_line(lines[0], len(lines), lines[1] if len(lines) > 1 else ""):
-            blocks.extend(TextBlock(normalize_text(p)) for p in _paragraphs(lines))
+        if pattern is not None:
+            add(_pattern_blocks(lines, pattern))
+        elif not _is_chapter_line(lines[0], len(lines), lines[1] if len(lines) > 1 else ""):
+            add(TextBlock(normalize_text(p)) for p in _paragraphs(lines))
         elif sum(_is_chapter_line(line, 1) for line in lines) == 1:  # several: a table of contents
             rest = lines[1:]
             if not rest and index < len(raw) and _is_subtitle(raw[index]):
                 rest = raw[index]
                 index += 1
-            blocks.extend(_heading_blocks(lines[0], rest))
-    return [block for block in blocks if any(ch.isalnum() for ch in block.text)]
+            add(_heading_blocks(lines[0], rest))
+    return blocks
 
 
 def _paragraphs(lines: list[str]) -> list[str]:
@@ -136,7 +181,7 @@ def _heading_blocks(line: str, rest: list[str]) -> list[TextBlock]:
     return blocks
 
 
-def _pattern_blocks(lines: list[str], pattern: re.Pattern[str]) -> list[TextBlock]:
+def _pattern_blocks(lines: list[str], pattern: LinePattern) -> list[TextBlock]:
     """A block cut at every line the caller's pattern matches; those lines become headings."""
     blocks: list[TextBlock] = []
     paragraph: list[str] = []
@@ -198,12 +243,10 @@ def _merge_heading_only(groups: list[list[TextBlock]]) -> list[list[TextBlock]]:
     merged: list[list[TextBlock]] = []
     carry: list[TextBlock] = []
     for group in groups:
-        group = carry + group
-        carry = []
+        carry.extend(group)  # in place: a long run of prose-less groups stays linear
         if _prose_words(group):
-            merged.append(group)
-        else:
-            carry = group
+            merged.append(carry)
+            carry = []
     return merged
 
 

@@ -4,6 +4,10 @@
 rules keep "Mr. Holmes", "St. James's" and "e.g." inside their sentences; a sentence longer than
 ``max_chars`` is cut at the clause boundary nearest an even split (``;`` or ``:`` first, then
 ``,``, then a dash, then a space), never inside a word unless one word alone is too long.
+
+pysbd's time grows with the square of its input (far faster on numbered-list-like text such as
+"1. 2. 3."), so it never sees more than ``PIECE_CHARS`` characters at once: the time per
+character is bounded and a paragraph of any length costs time in proportion to its length.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ PauseKind = Literal["sentence", "paragraph", "heading"]
 DEFAULT_MAX_CHARS = 300
 MIN_MAX_CHARS = 20
 PIECE_CHARS = 2000
+FALLBACK_CHARS = 250  # a piece of text without a safe sentence end in PIECE_CHARS is cut shorter
 _SAFE_BREAK = re.compile(r"(?:(?<=[a-z]{4}[.!?])|(?<=[a-z]{4}[.!?][\"”’)]))\s+(?=[\"“‘(]?[A-Z])")
+_WEAK_BREAK = re.compile("[.!?…][\"”’)]*\\s")
 _QUOTES = re.compile("[\"“”«»„]")
 _CLOSING = "”’\"')]}».,;:!?…"
 _OPENING = "“„«\""
@@ -54,33 +60,43 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
     text = normalize_text(text)
     if not text:
         return []
-    sentences: list[str] = []
+    sentences: list[list[str]] = []  # each as its parts, joined once at the end (linear)
     segmenter = pysbd.Segmenter(language="en", clean=False)
     for raw in (raw for piece in _pieces(text) for raw in segmenter.segment(piece)):
         for sentence in _inside_quotes(normalize_text(raw)):
             if sentences and not any(ch.isalnum() for ch in sentence):
                 glue = "" if sentence[0] in _CLOSING else " "  # a stray closing quote
-                sentences[-1] = f"{sentences[-1]}{glue}{sentence}"
+                sentences[-1].extend((glue, sentence))
             elif sentence:
-                sentences.append(sentence)
-    return [piece for sentence in sentences for piece in split_long(sentence, max_chars)]
+                sentences.append([sentence])
+    return [piece for parts in sentences for piece in split_long("".join(parts), max_chars)]
 
 
 def _pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
-    """A long paragraph cut at unmistakable sentence ends into pieces of about ``size``.
+    """A long paragraph cut into pieces of at most ``size`` characters for pysbd.
 
-    pysbd's time grows with the square of its input past a few thousand characters; a cut
-    needs four lower-case letters before the stop ("Mr.", "Capt." never qualify).
+    A cut is at the last unmistakable sentence end in the piece's last three quarters (four
+    lower-case letters before the stop: "Mr.", "Capt." never qualify), so it moves no sentence
+    boundary. Text with no such end there is not prose: from there on, until such an end comes
+    again, it goes in pieces of ``FALLBACK_CHARS``, cut after a stop, else at a space, else anywhere.
     """
     pieces: list[str] = []
     start = 0
-    while len(text) - start > size:
-        breaks = [m.end() for m in _SAFE_BREAK.finditer(text, start + size // 4, start + size)]
-        if not breaks:
-            following = _SAFE_BREAK.search(text, start + size)
-            breaks = [following.end()] if following else [len(text)]
-        pieces.append(text[start:breaks[-1]])
-        start = breaks[-1]
+    prose = True
+    while len(text) - start > (size if prose else FALLBACK_CHARS):
+        end = 0
+        for match in _SAFE_BREAK.finditer(text, start + size // 4, start + size):
+            end = match.end()
+        prose = end > 0
+        if not prose:
+            low, high = start + FALLBACK_CHARS // 4, start + FALLBACK_CHARS
+            for match in _WEAK_BREAK.finditer(text, low, high):
+                end = match.end()
+            if not end:
+                space = text.rfind(" ", low, high)
+                end = space + 1 if space != -1 else high
+        pieces.append(text[start:end])
+        start = end
     return [*pieces, text[start:]] if start < len(text) else pieces
 
 
@@ -104,49 +120,63 @@ def _inside_quotes(sentence: str) -> list[str]:
             cut -= 1
         while cut < span.start and sentence[cut].isspace():
             cut += 1
-        first_letter = next((ch for ch in sentence[cut:] if ch.isalpha()), "")
-        if cut > previous and first_letter.isupper():
+        if cut > previous and _first_letter(sentence, cut).isupper():
             pieces.append(sentence[previous:cut].strip())
             previous = cut
     pieces.append(sentence[previous:].strip())
     return [piece for piece in pieces if piece]
 
 
+def _first_letter(text: str, start: int) -> str:
+    """The first letter of ``text`` at or after ``start`` (no copy of the rest), or ``""``."""
+    for index in range(start, len(text)):
+        if text[index].isalpha():
+            return text[index]
+    return ""
+
+
 def split_long(sentence: str, max_chars: int) -> list[str]:
     """One sentence cut into pieces of at most ``max_chars`` at the best clause boundaries."""
     pieces: list[str] = []
     rest = sentence.strip()
-    while len(rest) > max_chars:
-        cut = _cut_position(rest, max_chars)
-        pieces.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip()
-    if rest:
-        pieces.append(rest)
+    start = 0
+    while len(rest) - start > max_chars:
+        window = rest[start:start + max_chars + 1]  # no cut looks further: linear in the sentence
+        cut = _cut_position(window, len(rest) - start, max_chars)
+        pieces.append(window[:cut].rstrip())
+        start += cut
+        while start < len(rest) and rest[start].isspace():
+            start += 1
+    if start < len(rest):
+        pieces.append(rest[start:])
     return pieces
 
 
-def _cut_position(text: str, max_chars: int) -> int:
-    """Where to cut ``text``: the best-tier boundary nearest an even split, within the limit."""
-    target = len(text) / math.ceil(len(text) / max_chars)
+def _cut_position(window: str, length: int, max_chars: int) -> int:
+    """Where to cut a text of ``length`` characters that starts with ``window`` (its first
+    ``max_chars + 1``): the best-tier boundary nearest an even split, within the limit."""
+    target = length / math.ceil(length / max_chars)
     low = max(1, int(target / 2))
+    text_start = len(window) - len(window.lstrip())  # a cut must leave some text before it
     for tier, pattern in enumerate(_TIERS):
-        matches = pattern.finditer(text, 0, max_chars + 1)
+        matches = pattern.finditer(window, 0, max_chars + 1)
         ends = [m.start() if tier == len(_TIERS) - 1 else m.end() for m in matches]
-        window = [end for end in ends if low <= end <= max_chars and text[:end].strip()]
-        if window:
-            return min(window, key=lambda end: abs(end - target))
+        window_ends = [end for end in ends if low <= end <= max_chars and end > text_start]
+        if window_ends:
+            return min(window_ends, key=lambda end: abs(end - target))
     return max_chars  # one word longer than the limit: nothing else to do
 
 
 def segment_chapter(chapter: Chapter, max_chars: int = DEFAULT_MAX_CHARS) -> list[Segment]:
     """Every sentence of a chapter in reading order, with the pause kind after each."""
     segments: list[Segment] = []
+    headings = set(chapter.headings)
     for paragraph, text in enumerate(chapter.paragraphs):
         sentences = split_sentences(text, max_chars)
         for position, sentence in enumerate(sentences):
             pause: PauseKind = "sentence"
             if position == len(sentences) - 1:
-                pause = "heading" if chapter.is_heading(paragraph) else "paragraph"
+                pause = "heading" if paragraph in headings else "paragraph"
             segments.append(Segment(chapter=chapter.number, index_in_chapter=len(segments),
                                     paragraph=paragraph, text=sentence, pause_after=pause))
     return segments

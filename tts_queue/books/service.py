@@ -1,52 +1,81 @@
-"""The book service: a whole book in, one ordinary cached task per sentence out, progress from rows.
+"""The book service: a book's life as rows, from an accepted upload to deletion.
 
-A book is parsed, its chapters selected and cut into sentences (``tts_queue.books``); each sentence
-becomes an ordinary synthesis task on the bulk lane of its pool, so the content-hash cache, dedup,
-batching and the recovery sweep apply to books unchanged. The book, chapter, sentence and task rows
-are written in one transaction (nothing half-created), then the tasks are dispatched. Progress and
-completion are read from the rows, never from Celery; chapters are assembled by the worker that
-finishes a chapter's last sentence, and by the periodic sweep when that did not happen.
+``accept`` is what the API does with an upload: cheap checks only (size, type, the fields' types
+and values, the chapter range's syntax, the split pattern compiled by RE2, the archive's central
+directory), then the upload is stored, a book row in status ``parsing`` is written and the
+ingestion is queued; parsing, segmentation and task creation run in a worker
+(``tts_queue.books.ingest``), which ends the book ``queued`` or ``failed`` with a stable code.
+
+Each sentence becomes an ordinary synthesis task on the bulk lane of its pool, so the cache, dedup,
+batching and the recovery sweep apply to books unchanged. Progress is two counters per chapter and
+per book, moved by one statement per finished sentence (``sentence_finished``), never a count over
+the book; the sweep repairs counters a crash left behind (``reconcile``). Chapters are assembled
+by the worker that finishes a chapter's last sentence, and by the sweep when that did not happen.
+A finished book can be deleted (rows, chapter files, its sentences' pins); books nobody read for
+``TTS_BOOK_TTL_DAYS`` are deleted by the cleanup unless kept.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import PurePath
 from typing import Any, Protocol
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, delete, func, select, update
 
-from tts_queue.books.chapter import select_chapters
 from tts_queue.books.progress import book_progress
-from tts_queue.books.segment import segment_book
-from tts_queue.books.source import parse_book
 from tts_queue.db import get_by_id, utcnow
-from tts_queue.enums import BOOK_FORMATS, POOLS, BookStatus, Lane, TaskStatus, book_sources
+from tts_queue.enums import (
+    BOOK_FORMATS,
+    INPUT_FORMATS,
+    OPEN_BOOK,
+    POOLS,
+    BookStatus,
+    Lane,
+    TaskStatus,
+    book_sources,
+)
 from tts_queue.errors import (
     BookNotFound,
+    BookTooLarge,
     EmptyBook,
+    InvalidBook,
     InvalidRequest,
-    NothingToSpeak,
     ServiceUnavailable,
-    TaskNotCancellable,
+    UnknownChapters,
 )
+from tts_queue.storage import open_storage
+from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.request import build_request
-from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
+from tts_queue.tables import BookRow, CacheEntry, ChapterRow, SentenceRow, TaskRow
 from tts_queue.tasks.keys import queue_name
 from tts_queue.tasks.service import TaskService
+
+log = logging.getLogger(__name__)
 
 OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep")
 # Sentences are cached as WAV: lossless for stitching, and shared with interactive WAV requests.
 SENTENCE_FORMAT = "wav"
+MAX_TITLE_CHARS = 512  # the column's width, on every database
+MAX_CHAPTER_SPEC_CHARS = 1000
+BATCH_ROWS = 500
+ACCESS_EVERY = timedelta(minutes=1)  # a book's last access is written at most this often
+_CHAPTER_SPEC = re.compile(r"\s*\d{1,6}(?:\s*-\s*\d{1,6})?(?:\s*,\s*\d{1,6}(?:\s*-\s*\d{1,6})?)*\s*")
 
 
 class BookDispatcher(Protocol):
-    """Puts task ids and chapter assemblies on queues."""
+    """Puts sentence tasks, ingestions and chapter assemblies on queues."""
 
     def dispatch(self, task_id: str, queue: str) -> None:
         """Enqueue one sentence's task."""
+
+    def ingest(self, book_id: str, queue: str) -> None:
+        """Enqueue the parsing of an accepted upload."""
 
     def assemble(self, book_id: str, chapter: int, queue: str) -> None:
         """Enqueue the assembly of one chapter."""
@@ -64,151 +93,147 @@ class Upload:
     options: Mapping[str, Any] | None = None
 
 
+def _text_field(value: object, name: str, limit: int) -> str | None:
+    """An optional string field of an upload, or a 400."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{name} must be a string")
+    if len(value) > limit:
+        raise InvalidRequest(f"{name} is longer than {limit} characters")
+    return value
+
+
 def book_options(raw: Mapping[str, Any], default_format: str = "mp3") -> dict[str, Any]:
-    """The rendering options of a book, validated (voice and speaker are checked per sentence)."""
+    """The rendering options of a book, checked for type and value (voice and speaker against the
+    registry by ``BookService.accept``)."""
     unknown = sorted(set(raw) - set(OPTIONS))
     if unknown:
         raise InvalidRequest(f"unknown book option(s): {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
     options = {k: v for k, v in raw.items() if v not in (None, "")}
-    fmt = str(options.get("format", default_format)).lower()
-    if fmt not in BOOK_FORMATS:
+    fmt = options.get("format", default_format)
+    if not isinstance(fmt, str) or fmt.lower() not in BOOK_FORMATS:
         raise InvalidRequest(f"format must be one of {', '.join(BOOK_FORMATS)}; got {fmt!r}",
                              code="unsupported_format")
-    options["format"] = fmt
+    options["format"] = fmt.lower()
+    for name in ("voice", "pool"):
+        if name in options and not isinstance(options[name], str):
+            raise InvalidRequest(f"{name} must be a string")
+    if "speaker" in options and (isinstance(options["speaker"], bool)
+                                 or not isinstance(options["speaker"], (str, int))):
+        raise InvalidRequest("speaker must be a name or a number")
     if "speed" in options:
         try:
             options["speed"] = float(options["speed"])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InvalidRequest("speed must be a number") from None
     if "keep" in options:
         keep = options["keep"]
         if isinstance(keep, str):
             keep = keep.lower() in ("1", "true", "yes", "on")
-        options["keep"] = bool(keep)
+        elif not isinstance(keep, bool):
+            raise InvalidRequest("keep must be true or false")
+        options["keep"] = keep
     if "pool" in options and options["pool"] not in POOLS:
         raise InvalidRequest(f"pool must be one of {', '.join(POOLS)}")
+    if "chapters" in options:
+        spec = _text_field(options["chapters"], "chapters", MAX_CHAPTER_SPEC_CHARS)
+        if spec is None or not _CHAPTER_SPEC.fullmatch(spec):
+            raise UnknownChapters(f"chapter range {options['chapters']!r} does not parse; use a form "
+                                  "like 2-5 or 1,3,7-9")
     return options
 
 
+def upload_format(upload: Upload) -> str:
+    """The format the upload will be read as (EPUB, text or Markdown), from cheap checks only: the
+    name and type fields, the zip magic, an EPUB's central directory and container, text's
+    encoding."""
+    from tts_queue.books.epub import check_archive
+    from tts_queue.books.source import ZIP_MAGIC, decode_text, detect_format
+
+    if upload.input_format is not None and upload.input_format not in INPUT_FORMATS:
+        raise InvalidRequest(f"input_format must be one of {', '.join(INPUT_FORMATS)}")
+    fmt = detect_format(upload.data, upload.filename, upload.input_format)
+    if fmt == "epub":
+        if not upload.data.startswith(ZIP_MAGIC):
+            raise InvalidBook("not an EPUB: an EPUB is a zip archive and this file is not one")
+        check_archive(upload.data)
+    else:
+        if upload.data.startswith(ZIP_MAGIC):
+            raise InvalidBook(f"the file is a zip archive, not {fmt}; send an EPUB as input_format 'epub'")
+        if not any(ch.isalnum() for ch in decode_text(upload.data)):
+            raise EmptyBook("the text has no prose to read")
+    return fmt
+
+
 class BookService:
-    """Creates books as rows plus bulk tasks, reports their progress, cancels them."""
+    """Accepts books, counts their progress, cancels, unpins and deletes them."""
 
     def __init__(self, tasks: TaskService, dispatcher: BookDispatcher,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] = utcnow, storage: Storage | None = None) -> None:
         self.tasks = tasks
         self.db = tasks.db
         self.settings = tasks.settings
         self.dispatcher = dispatcher
         self.clock = clock
+        # where uploads wait for their parser and chapter files live (``books/``)
+        self.storage = storage or open_storage(self.settings.storage_url).child("books")
 
-    def create(self, upload: Upload) -> str:
-        """Parse, split and queue a book; return its id. Nothing is written if anything is invalid."""
+    # --- accepting ------------------------------------------------------------------------------
+
+    def accept(self, upload: Upload) -> str:
+        """Check an upload cheaply, store it and queue its parsing; the new book's id (status
+        ``parsing``). Nothing is written when a check fails."""
+        from tts_queue.books.plaintext import compile_pattern
+
+        limit = self.settings.books.max_bytes
+        if len(upload.data) > limit:
+            raise BookTooLarge(f"the book is {len(upload.data)} bytes; the limit is {limit}")
         options = book_options(upload.options or {}, self.settings.books.default_format)
-        book = parse_book(upload.data, upload.filename, upload.input_format, upload.split_pattern,
-                          title=upload.title, max_bytes=self.settings.books.max_bytes)
-        chapters = select_chapters(book, options.get("chapters"))
-        segments = segment_book(chapters)
-        payload: dict[str, Any] = {k: options[k] for k in ("voice", "speaker", "speed") if k in options}
-        planned = []
-        for segment in segments:
-            try:
-                request = build_request({**payload, "text": segment.text, "format": SENTENCE_FORMAT},
-                                        self.tasks.registry, self.settings)
-            except NothingToSpeak:  # "* * *" scene breaks and the like
-                continue
-            planned.append((segment, request))
-        if not planned:
-            raise EmptyBook("the selected chapters have no sentences to speak")
+        title = _text_field(upload.title, "title", 100_000)
+        pattern = _text_field(upload.split_pattern, "split_pattern", 1000)
+        filename = _text_field(upload.filename, "filename", 1000)
+        fmt = upload_format(upload)
+        if pattern is not None and fmt != "epub":
+            compile_pattern(pattern)  # RE2: refused here if it does not compile
+        voice: dict[str, Any] = {k: options[k] for k in ("voice", "speaker", "speed") if k in options}
+        probe = build_request({**voice, "text": "Probe.", "format": SENTENCE_FORMAT}, self.tasks.registry,
+                              self.settings)
+        pool = self.tasks.pool_for(probe, options.get("pool"))
+        self.tasks.require_worker(pool)
+        self.tasks.require_storage()
         book_id = str(uuid.uuid4())
-        pool = self.tasks.pool_for(planned[0][1], options.get("pool"))
-        queue = queue_name(pool, Lane.BULK, self.settings.services.queue_prefix)
+        upload_name = f"uploads/{book_id}"
+        self.storage.put(upload_name, upload.data, "application/octet-stream")
         now = self.clock()
-        numbers = sorted({segment.chapter for segment, _ in planned})
-        titles = {c.number: c.title for c in chapters}
-        pending: list[str] = []
-        if any(self.tasks.cache.peek(self.tasks.key_of(request)) is None for _, request in planned):
-            self.tasks.require_worker(pool)
-            self.tasks.require_storage()
+        fallback = PurePath(filename).stem if filename else None
+        source = {"upload": upload_name, "filename": filename, "input_format": fmt, "split_pattern": pattern,
+                  "title": title[:MAX_TITLE_CHARS] if title else None}
         with self.db.write() as session:
-            session.add(BookRow(id=book_id, title=book.title, author=book.author, status=BookStatus.QUEUED,
-                                options=options, pool=pool, chapters_total=len(numbers),
-                                sentences_total=len(planned), created_at=now,
-                                keep=bool(options.get("keep", False))))
-            for number in numbers:
-                count = sum(1 for segment, _ in planned if segment.chapter == number)
-                session.add(ChapterRow(book_id=book_id, number=number, title=titles[number],
-                                       status=BookStatus.QUEUED, sentences_total=count))
-            session.flush()
-            for index, (segment, request) in enumerate(planned):
-                key = self.tasks.key_of(request)
-                hit = self.tasks.cache.peek(key) is not None
-                task = TaskRow(id=str(uuid.uuid4()), cache_key=key, request=request.to_dict(), pool=pool,
-                               queue=queue, book_id=book_id, created_at=now)
-                self.tasks.rows.add(session, task, cache_hit=hit)
-                session.add(SentenceRow(book_id=book_id, index=index, chapter=segment.chapter,
-                                     paragraph=segment.paragraph, text=segment.text,
-                                     pause_after=segment.pause_after, task_id=task.id, cache_key=key))
-                if not hit:
-                    pending.append(task.id)
-        self._dispatch(book_id, pending, queue, numbers)
+            session.add(BookRow(
+                id=book_id, title=(title or fallback or "Untitled")[:MAX_TITLE_CHARS],
+                status=BookStatus.PARSING, options=options, pool=pool, chapters_total=0, sentences_total=0,
+                created_at=now, keep=bool(options.get("keep", False)), source=source, attempts=0,
+                last_access_at=now,
+                progress_at=now))
+        try:
+            self.dispatcher.ingest(book_id, self.ingest_queue(pool))
+        except Exception as exc:
+            log.warning("book %s: the ingestion could not be queued: %s", book_id, exc)
+            self.fail(book_id, "service_unavailable", "the job queue was unreachable; nothing was queued")
+            raise ServiceUnavailable("the job queue is unreachable; the book was not queued") from exc
         return book_id
 
-    def _dispatch(self, book_id: str, pending: list[str], queue: str, chapters: list[int]) -> None:
-        try:
-            for task_id in pending:
-                self.dispatcher.dispatch(task_id, queue)
-            self.tasks.rows.mark_dispatched(pending)
-            for number in self.complete_chapters(book_id):
-                self.dispatcher.assemble(book_id, number, queue)
-        except Exception as exc:
-            self.fail(book_id, "service_unavailable", f"broker: {exc}")
-            raise ServiceUnavailable(
-                f"the job queue is unreachable; the book was not queued ({exc})") from exc
+    def queue(self, pool: str) -> str:
+        """The bulk queue of ``pool`` (a book's sentences and chapter assemblies)."""
+        return queue_name(pool, Lane.BULK, self.settings.services.queue_prefix)
 
-    def complete_chapters(self, book_id: str) -> list[int]:
-        """Chapters not yet assembled whose every sentence is done."""
-        with self.db.read() as session:
-            waiting = session.execute(
-                select(SentenceRow.chapter, func.count())
-                .join(TaskRow, TaskRow.id == SentenceRow.task_id)
-                .where(SentenceRow.book_id == book_id, TaskRow.status != TaskStatus.DONE)
-                .group_by(SentenceRow.chapter)
-            ).all()
-            open_chapters = session.scalars(select(ChapterRow.number).where(
-                ChapterRow.book_id == book_id,
-                ChapterRow.status.in_(book_sources(BookStatus.DONE)),
-            )).all()
-        busy = {number for number, count in waiting if count}
-        return [number for number in open_chapters if number not in busy]
+    def ingest_queue(self, pool: str) -> str:
+        """Where a book's parsing goes: the interactive queue of ``pool``, so an upload never
+        waits behind another book's backlog of sentences."""
+        return queue_name(pool, Lane.INTERACTIVE, self.settings.services.queue_prefix)
 
-    def after_task(self, task_id: str, status: TaskStatus) -> list[tuple[BookRow, int]]:
-        """After a sentence's task finished: ``(book, chapter)`` now ready to assemble, if any.
-
-        A failed sentence fails its book (with the reason); ordinary tasks return nothing.
-        """
-        with self.db.read() as session:
-            sentence = session.scalar(select(SentenceRow).where(SentenceRow.task_id == task_id))
-        if sentence is None:
-            return []
-        if status is TaskStatus.FAILED:
-            with self.db.read() as session:
-                task = session.get(TaskRow, task_id)
-            reason = f"{task.error_code}: {task.error_message}" if task else "unknown error"
-            self.fail(sentence.book_id, "sentence_failed", f"sentence {sentence.index} failed: {reason}")
-            return []
-        with self.db.read() as session:  # only this chapter: one indexed count per finished sentence
-            waiting = session.scalar(
-                select(func.count()).select_from(SentenceRow).join(TaskRow, TaskRow.id == SentenceRow.task_id)
-                .where(SentenceRow.book_id == sentence.book_id, SentenceRow.chapter == sentence.chapter,
-                       TaskRow.status != TaskStatus.DONE))
-        return [] if waiting else [(self.book(sentence.book_id), sentence.chapter)]
-
-    def due_assemblies(self) -> list[tuple[str, int]]:
-        """``(book_id, chapter)`` of every unfinished book's chapter whose sentences are all done."""
-        with self.db.read() as session:
-            open_books = session.scalars(select(BookRow.id).where(
-                BookRow.status.in_(book_sources(BookStatus.DONE)))).all()
-        return [(book_id, n) for book_id in open_books for n in self.complete_chapters(book_id)]
+    # --- rows -----------------------------------------------------------------------------------
 
     def book(self, book_id: str) -> BookRow:
         """The row of ``book_id`` or ``BookNotFound`` (malformed ids included)."""
@@ -221,7 +246,8 @@ class BookService:
                 select(ChapterRow).where(ChapterRow.book_id == book_id).order_by(ChapterRow.number)))
 
     def sentences(self, book_id: str, chapter: int | None = None) -> list[tuple[SentenceRow, TaskStatus]]:
-        """The sentence rows of a book (or one chapter), in order, with their task's status."""
+        """The sentence rows of a book (or one chapter), in order, with their task's status
+        (small books and tests; the assembler pages through a chapter instead)."""
         query = (select(SentenceRow, TaskRow.status).join(TaskRow, TaskRow.id == SentenceRow.task_id)
                  .where(SentenceRow.book_id == book_id).order_by(SentenceRow.index))
         if chapter is not None:
@@ -230,14 +256,109 @@ class BookService:
             return [(sentence, status) for sentence, status in session.execute(query).all()]
 
     def progress(self, book_id: str) -> dict[str, Any]:
-        """Status, counts, audio seconds so far and an ETA, from the rows."""
-        return book_progress(self.db, self.book(book_id), self.chapters(book_id), self.clock())
+        """Status, counts, audio seconds so far and an ETA, from the book's and chapters' counters
+        (the reader's visit counts as an access)."""
+        row = self.touch(book_id)
+        return book_progress(row, self.chapters(book_id), self.clock())
+
+    def touch(self, book_id: str) -> BookRow:
+        """The book's row, its last access recorded (at most once a minute: polling stays a read)."""
+        row = self.book(book_id)
+        now = self.clock()
+        if row.last_access_at is None or row.last_access_at < now - ACCESS_EVERY:
+            with self.db.write() as session:
+                session.execute(update(BookRow).where(BookRow.id == book_id).values(last_access_at=now))
+            row.last_access_at = now
+        return row
+
+    # --- progress -------------------------------------------------------------------------------
+
+    def sentence_finished(self, task_id: str, status: TaskStatus) -> list[tuple[BookRow, int]]:
+        """A task just finished (its row moved): if it is a book's sentence, count it; return
+        ``(book, chapter)`` when that chapter's last sentence is done. A failed sentence fails its
+        book (with the reason). Ordinary tasks cost one indexed read."""
+        with self.db.read() as session:
+            sentence = session.execute(
+                select(SentenceRow.book_id, SentenceRow.chapter, SentenceRow.index, SentenceRow.cache_key)
+                .where(SentenceRow.task_id == task_id)).first()
+        if sentence is None:
+            return []
+        book_id, number, index, key = sentence
+        if status is TaskStatus.FAILED:
+            with self.db.read() as session:
+                code = session.scalar(select(TaskRow.error_code).where(TaskRow.id == task_id))
+            self.fail(book_id, "sentence_failed", f"sentence {index} could not be synthesized ({code})")
+            return []
+        if status is not TaskStatus.DONE:
+            return []
+        with self.db.read() as session:
+            seconds = float(session.scalar(select(CacheEntry.duration_s).where(CacheEntry.key == key)) or 0.0)
+        now = self.clock()
+        with self.db.write() as session:
+            done = session.execute(
+                update(ChapterRow).where(ChapterRow.book_id == book_id, ChapterRow.number == number)
+                .values(sentences_done=ChapterRow.sentences_done + 1,
+                        audio_seconds=ChapterRow.audio_seconds + seconds)
+                .returning(ChapterRow.sentences_done, ChapterRow.sentences_total, ChapterRow.status)).first()
+            book_status = session.execute(
+                update(BookRow).where(BookRow.id == book_id)
+                .values(sentences_done=BookRow.sentences_done + 1,
+                        audio_seconds=BookRow.audio_seconds + seconds, progress_at=now,
+                        status=case((BookRow.status == BookStatus.QUEUED, BookStatus.RUNNING),
+                                    else_=BookRow.status))
+                .returning(BookRow.status)).scalar()
+        # (a book still parsing has its whole chapters assembled when its ingestion ends)
+        if (done is None or done[0] < done[1] or done[2] not in book_sources(BookStatus.DONE)
+                or book_status not in book_sources(BookStatus.DONE)):
+            return []
+        return [(self.book(book_id), number)]
+
+    def complete_chapters(self, book_id: str) -> list[int]:
+        """Chapters not yet assembled whose every sentence is done (by their counters)."""
+        with self.db.read() as session:
+            return list(session.scalars(select(ChapterRow.number).where(
+                ChapterRow.book_id == book_id, ChapterRow.status.in_(book_sources(BookStatus.DONE)),
+                ChapterRow.sentences_done >= ChapterRow.sentences_total)))
+
+    def due_assemblies(self) -> list[tuple[str, int, str]]:
+        """``(book_id, chapter, pool)`` of every open book's chapter whose sentences are all done
+        (one query over the chapter rows)."""
+        with self.db.read() as session:
+            return [(book_id, number, pool) for book_id, number, pool in session.execute(
+                select(ChapterRow.book_id, ChapterRow.number, BookRow.pool)
+                .join(BookRow, BookRow.id == ChapterRow.book_id)
+                .where(BookRow.status.in_(book_sources(BookStatus.DONE)),
+                       ChapterRow.status.in_(book_sources(BookStatus.DONE)),
+                       ChapterRow.sentences_done >= ChapterRow.sentences_total))]
+
+    def reconcile(self, quiet_for: timedelta) -> int:
+        """Recount the counters of open books that made no progress for ``quiet_for`` and are
+        not complete (a worker died between finishing a sentence and counting it); how many
+        books were recounted. A count over the book, only for books that stalled."""
+        cutoff = self.clock() - quiet_for
+        with self.db.read() as session:
+            stalled = list(session.scalars(select(BookRow.id).where(
+                BookRow.status.in_((BookStatus.QUEUED, BookStatus.RUNNING)),
+                BookRow.sentences_done < BookRow.sentences_total,
+                func.coalesce(BookRow.progress_at, BookRow.started_at, BookRow.created_at) < cutoff)))
+        for book_id in stalled:
+            with self.db.write() as session:
+                counts: dict[int, int] = {number: done for number, done in session.execute(
+                    select(SentenceRow.chapter, func.count()).join(TaskRow, TaskRow.id == SentenceRow.task_id)
+                    .where(SentenceRow.book_id == book_id, TaskRow.status == TaskStatus.DONE)
+                    .group_by(SentenceRow.chapter))}
+                for number, done in counts.items():
+                    session.execute(update(ChapterRow).where(ChapterRow.book_id == book_id,
+                                                             ChapterRow.number == number)
+                                    .values(sentences_done=done))
+                session.execute(update(BookRow).where(BookRow.id == book_id).values(
+                    sentences_done=sum(counts.values()), progress_at=self.clock()))
+        return len(stalled)
+
+    # --- ending ---------------------------------------------------------------------------------
 
     def cancel(self, book_id: str) -> None:
-        """Cancel a book: its queued sentences are dropped; finished books cannot be cancelled."""
-        row = self.book(book_id)
-        if row.status.finished:
-            raise TaskNotCancellable(f"book {book_id} is {row.status.value}; it cannot be cancelled")
+        """Cancel an unfinished book: its queued sentences are dropped."""
         with self.db.write() as session:
             session.execute(update(BookRow).where(BookRow.id == book_id, BookRow.status.in_(
                 book_sources(BookStatus.CANCELLED))).values(status=BookStatus.CANCELLED,
@@ -254,3 +375,67 @@ class BookService:
                     status=BookStatus.FAILED, finished_at=self.clock(), error_code=code,
                     error_message=message))
         self.tasks.rows.cancel_book(book_id)
+
+    def unpin(self, book_id: str) -> None:
+        """Release a book's ``keep`` pin: it and its sentences follow the normal retention again."""
+        self.book(book_id)
+        with self.db.write() as session:
+            session.execute(update(BookRow).where(BookRow.id == book_id).values(keep=False))
+
+    def delete(self, book_id: str) -> bool:
+        """Delete a finished book: its chapter files (unless another book has the same chapter),
+        captions, manifests, M4B and upload, then its sentence, task, chapter and book rows (its
+        sentences' audio is no longer pinned). An unfinished book is cancelled instead; whether it
+        was deleted."""
+        row = self.book(book_id)
+        if not row.status.finished:
+            self.cancel(book_id)
+            return False
+        self._delete_files(row)
+        while True:  # in batches: a book may have hundreds of thousands of sentences
+            with self.db.write() as session:
+                ids = list(session.scalars(select(SentenceRow.task_id).where(SentenceRow.book_id == book_id)
+                                           .limit(BATCH_ROWS)))
+                if not ids:
+                    break
+                session.execute(delete(SentenceRow).where(SentenceRow.book_id == book_id,
+                                                          SentenceRow.task_id.in_(ids)))
+                session.execute(delete(TaskRow).where(TaskRow.id.in_(ids)))
+        with self.db.write() as session:
+            session.execute(delete(TaskRow).where(TaskRow.book_id == book_id))
+            session.execute(delete(ChapterRow).where(ChapterRow.book_id == book_id))
+            session.execute(delete(BookRow).where(BookRow.id == book_id))
+        log.info("book %s deleted", book_id)
+        return True
+
+    def _delete_files(self, row: BookRow) -> None:
+        from tts_queue.books.assembler import ChapterFiles
+
+        fmt = str(row.options.get("format", "mp3"))
+        names: list[str] = []
+        with self.db.read() as session:
+            digests = [d for d in session.scalars(select(ChapterRow.digest).where(
+                ChapterRow.book_id == row.id, ChapterRow.digest.is_not(None))) if d]
+            shared = set(session.scalars(select(ChapterRow.digest).where(
+                ChapterRow.digest.in_(digests), ChapterRow.book_id != row.id))) if digests else set()
+        for digest in digests:
+            if digest not in shared:
+                files = ChapterFiles.of(digest, fmt)
+                names += [files.manifest, files.audio, files.srt, files.vtt]
+        if row.m4b_path and not row.m4b_path.startswith("/"):
+            names.append(row.m4b_path)
+        if row.source and row.source.get("upload"):
+            names.append(str(row.source["upload"]))
+        self.storage.delete(names)
+
+    def stale(self, ttl: timedelta, now: datetime | None = None) -> list[str]:
+        """Ids of finished, unkept books nobody read for ``ttl``."""
+        cutoff = (now or self.clock()) - ttl
+        with self.db.read() as session:
+            return list(session.scalars(select(BookRow.id).where(
+                BookRow.status.not_in(OPEN_BOOK), BookRow.keep.is_(False),
+                func.coalesce(BookRow.last_access_at, BookRow.created_at) < cutoff)))
+
+    def expire(self, ttl: timedelta, now: datetime | None = None) -> int:
+        """Delete finished, unkept books nobody read for ``ttl``; how many (the cleanup's books)."""
+        return sum(self.delete(book_id) for book_id in self.stale(ttl, now))

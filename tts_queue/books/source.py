@@ -1,14 +1,23 @@
-"""An uploaded book's bytes to a ``Book``: format sniffing, size limit, decoding, dispatch."""
+"""An uploaded book's bytes to a ``Book``: format sniffing, size limits, decoding, dispatch.
+
+Limits: ``max_bytes`` bounds the upload; ``BookLimits`` (defined beside ``Book`` in ``chapter``,
+exported here) bounds what reading it costs: bytes decompressed out of an EPUB, every read
+counted, and characters of text extracted, in every format. ``compile_pattern`` validates a
+``split_pattern`` cheaply, before a book is accepted.
+"""
 
 from __future__ import annotations
 
 from pathlib import PurePath
 from typing import Literal, cast
 
-from tts_queue.books.chapter import Book
+from tts_queue.books.chapter import Book, BookLimits
 from tts_queue.books.epub import read_epub
-from tts_queue.books.plaintext import read_plaintext
+from tts_queue.books.plaintext import compile_pattern, read_plaintext
 from tts_queue.errors import BookTooLarge, InvalidBook, InvalidRequest
+
+__all__ = ["INPUT_FORMATS", "ZIP_MAGIC", "BookLimits", "InputFormat", "compile_pattern", "decode_text",
+           "detect_format", "parse_book"]
 
 InputFormat = Literal["epub", "text", "markdown"]
 INPUT_FORMATS: tuple[str, ...] = ("epub", "text", "markdown")
@@ -56,12 +65,14 @@ def parse_book(
     *,
     title: str | None = None,
     max_bytes: int | None = None,
+    limits: BookLimits | None = None,
 ) -> Book:
     """Parse an uploaded EPUB, text or Markdown book.
 
     ``InvalidBook`` for a corrupt or unreadable file or a bad ``split_pattern``, ``EmptyBook``
-    when nothing is left to read, ``BookTooLarge`` past ``max_bytes``, ``InvalidRequest`` for an
-    unknown ``input_format``. ``split_pattern`` applies to text and Markdown only.
+    when nothing is left to read, ``BookTooLarge`` past ``max_bytes`` or ``limits`` (``None``:
+    only the built-in bound on an EPUB's unpacked size), ``InvalidRequest`` for an unknown
+    ``input_format``. ``split_pattern`` (RE2 syntax) applies to text and Markdown only.
     """
     if max_bytes is not None and len(data) > max_bytes:
         raise BookTooLarge(f"the book is {len(data)} bytes; the limit is {max_bytes}")
@@ -69,9 +80,9 @@ def parse_book(
     if fmt == "epub":
         if not data.startswith(ZIP_MAGIC):
             raise InvalidBook("not an EPUB: an EPUB is a zip archive and this file is not one")
-        return read_epub(data, title=title)
+        return read_epub(data, title=title, limits=limits)
     if data.startswith(ZIP_MAGIC):
         raise InvalidBook(f"the file is a zip archive, not {fmt}; send an EPUB as input_format 'epub'")
     stem = PurePath(filename).stem if filename else None
     return read_plaintext(decode_text(data), markdown=fmt == "markdown", split_pattern=split_pattern,
-                          title=title, fallback_title=stem)
+                          title=title, fallback_title=stem, limits=limits)

@@ -4,18 +4,27 @@ Parsed with BeautifulSoup over lxml's HTML parser (lenient with real-world EPUB 
 never read: scripts, styles, images, navigation, footnote markers and footnote bodies, page-break
 markers, ruby annotations, and whole sections whose ``epub:type`` (or ARIA ``role``) marks them as
 front or back matter without prose (cover, title page, table of contents, copyright, colophon).
+
+Linear in the document, and no Python recursion per level of nesting: one pass from the leaves up
+finds what is never read and which elements hold blocks (the tree is never modified), then a
+walker with an explicit stack reads it. A document nested deeper than ``MAX_DEPTH`` is refused.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from bs4 import BeautifulSoup, Tag, XMLParsedAsHTMLWarning
-from bs4.element import NavigableString
+from bs4.element import CData, NavigableString, PageElement
 
-from tts_queue.books.chapter import normalize_text
+from tts_queue.books.chapter import normalize_text, without_surrogates
+from tts_queue.errors import InvalidBook
+
+MAX_DEPTH = 256  # elements inside elements; libxml2 keeps no deeper levels in its own trees
 
 HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "hgroup"})
 BLOCKS = HEADINGS | frozenset({
@@ -23,9 +32,10 @@ BLOCKS = HEADINGS | frozenset({
     "dt", "figcaption", "figure", "footer", "header", "hr", "li", "main", "ol", "p", "pre",
     "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul",
 })
-_BLOCK_LIST = sorted(BLOCKS)
-_DROPPED_TAGS = ["script", "style", "img", "svg", "math", "audio", "video", "object", "iframe",
-                 "embed", "canvas", "template", "noscript", "nav", "rt", "rp", "head"]
+_DROPPED_TAGS = frozenset({"script", "style", "img", "svg", "math", "audio", "video", "object", "iframe",
+                           "embed", "canvas", "template", "noscript", "nav", "rt", "rp", "head"})
+_TEXT_TYPES = (NavigableString, CData)  # what get_text() reads: no comments, doctypes, scripts
+_SHORT = 64  # a footnote marker's text is shorter than this
 # Semantic types (epub:type, and ARIA roles without their "doc-" prefix) that are never read.
 SKIP_TYPES = frozenset({
     "cover", "titlepage", "halftitlepage", "title-page", "toc", "landmarks", "page-list", "loi",
@@ -67,10 +77,30 @@ def semantic_types(tag: Tag) -> set[str]:
 
 
 def html_soup(content: bytes | str) -> BeautifulSoup:
-    """A document parsed by lxml's HTML parser, which forgives more than an XML parser."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
-        return BeautifulSoup(content, "lxml")
+    """A document parsed by lxml's HTML parser, which forgives more than an XML parser;
+    ``InvalidBook`` when it cannot be parsed or nests elements deeper than ``MAX_DEPTH``."""
+    if isinstance(content, str):
+        content = without_surrogates(content)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+            soup = BeautifulSoup(content, "lxml")
+    except Exception as exc:  # bs4 and lxml raise ParserRejectedMarkup, ValueError... on bad input
+        raise InvalidBook(f"a content document cannot be parsed: {type(exc).__name__}: {exc}") from exc
+    if nesting_depth(soup) > MAX_DEPTH:
+        raise InvalidBook(f"a content document nests elements more than {MAX_DEPTH} deep")
+    return soup
+
+
+def nesting_depth(root: Tag) -> int:
+    """How deep elements nest under ``root`` (a child is 1), counted up to ``MAX_DEPTH + 1``."""
+    deepest = 0
+    stack: list[tuple[Tag, int]] = [(root, 0)]
+    while stack and deepest <= MAX_DEPTH:
+        tag, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in tag.contents if isinstance(child, Tag))
+    return deepest
 
 
 def parse_document(content: bytes | str) -> Document:
@@ -81,51 +111,88 @@ def parse_document(content: bytes | str) -> Document:
     body = soup.find("body")
     if not isinstance(body, Tag):
         return Document(title=title, types=frozenset(), blocks=())
-    types = frozenset(semantic_types(body))
-    _prune(body)
-    walker = _Walker()
+    survey = _Survey(body)
+    walker = _Walker(survey.skipped, survey.holding)
     walker.walk(body)
     walker.flush()
-    return Document(title=title, types=types, blocks=tuple(walker.blocks))
+    return Document(title=title, types=frozenset(semantic_types(body)), blocks=tuple(walker.blocks))
 
 
-def _prune(body: Tag) -> None:
-    """Remove everything that is never read, in place."""
-    for tag in body.find_all(_DROPPED_TAGS):
-        tag.decompose()
-    for br in body.find_all("br"):
-        br.replace_with(" ")
-    for tag in list(body.find_all(True)):
-        if tag.decomposed:
-            continue
-        if _is_skipped(tag):
-            tag.decompose()
+class _Survey:
+    """One pass from the leaves up over what is under a body: which elements are never read
+    (markers, skipped sections) and which hold a block element that is read, by ``id()``.
+
+    What is dropped outright (scripts, images, navigation...) is not looked into, and a ``<br>``
+    counts as a space, as before any element is judged.
+    """
+
+    def __init__(self, body: Tag) -> None:
+        self.short: dict[int, str | None] = {}  # an element's text while it is short
+        self.linked: set[int] = set()  # elements with an <a> inside
+        self.skipped: set[int] = set()
+        self.holding: set[int] = set()
+        order: list[Tag] = []
+        stack = [body]
+        while stack:  # parents before children; judged in reverse, children before parents
+            tag = stack.pop()
+            order.append(tag)
+            stack.extend(child for child in tag.contents if _kept(child))
+        for tag in reversed(order):
+            self._judge(tag, tag is body)
+
+    def _judge(self, tag: Tag, is_body: bool) -> None:
+        parts: list[str] = []
+        size = 0
+        link = block = False
+        for child in tag.contents:
+            text: str | None
+            if isinstance(child, Tag):
+                if child.name in _DROPPED_TAGS:
+                    continue
+                key = id(child)
+                text = " " if child.name == "br" else self.short[key]
+                link = link or child.name == "a" or key in self.linked
+                block = block or (key not in self.skipped and (child.name in BLOCKS or key in self.holding))
+            elif isinstance(child, NavigableString) and type(child) in _TEXT_TYPES:
+                text = str(child) if len(child) <= _SHORT else None
+            else:
+                continue
+            size = _SHORT + 1 if text is None else size + len(text)
+            if text is not None and size <= _SHORT:
+                parts.append(text)
+        key = id(tag)
+        self.short[key] = "".join(parts) if size <= _SHORT else None
+        if link:
+            self.linked.add(key)
+        if block:
+            self.holding.add(key)
+        if not is_body and _is_skipped(tag, self.short[key], link):
+            self.skipped.add(key)
 
 
-def _is_skipped(tag: Tag) -> bool:
-    """Whether an element is a marker or a section that is never read."""
+def _kept(node: PageElement) -> TypeGuard[Tag]:
+    """An element that is looked into (not dropped outright, not a line break)."""
+    return isinstance(node, Tag) and node.name not in _DROPPED_TAGS and node.name != "br"
+
+
+def _is_skipped(tag: Tag, text: str | None, has_link: bool) -> bool:
+    """Whether an element is a marker or a section that is never read (``text``: its text when
+    short, else ``None``; ``has_link``: whether an ``<a>`` is inside it)."""
     if semantic_types(tag) & SKIP_TYPES:
         return True
     classes = set(tag.get_attribute_list("class"))
     if classes & _SKIP_CLASSES or tag.get("id") in _SKIP_IDS:
         return True
     if tag.name == "sup":  # footnote markers: a link, or a short run of digits and symbols
-        return tag.find("a") is not None or bool(_MARKER.match(tag.get_text()) and _has_digit_or_sign(tag))
+        return has_link or (text is not None and bool(_MARKER.match(text)) and _has_digit_or_sign(text))
     if tag.name == "a" and str(tag.get("href") or "").startswith("#"):
-        text = tag.get_text().strip()
-        return bool(text) and _MARKER.match(text) is not None and _has_digit_or_sign(tag)
+        stripped = (text or "").strip()
+        return bool(stripped) and _MARKER.match(stripped) is not None and _has_digit_or_sign(stripped)
     return False
 
 
-def _has_digit_or_sign(tag: Tag) -> bool:
-    return any(ch.isdigit() or ch in "*†‡§¶#" for ch in tag.get_text())
-
-
-def heading_text(tag: Tag) -> str:
-    """A heading as spoken: hgroup parts joined by ': ', a bare roman numeral as a number."""
-    parts = [tag] if tag.name != "hgroup" else [c for c in tag.children if isinstance(c, Tag)]
-    texts = [normalize_text(p.get_text()) for p in parts]
-    return ": ".join(_roman_to_number(t) for t in texts if t)
+def _has_digit_or_sign(text: str) -> bool:
+    return any(ch.isdigit() or ch in "*†‡§¶#" for ch in text)
 
 
 def _roman_to_number(text: str) -> str:
@@ -137,40 +204,68 @@ def _roman_to_number(text: str) -> str:
     return str(total)
 
 
-class _Walker:
-    """Collects blocks in document order; loose text between blocks becomes its own paragraph."""
+@dataclass
+class _Gathered:
+    """What an element holds, as read: its text, the ids inside it, and whether it is a list of
+    links inside the book (a contents entry: every letter inside such a link)."""
 
-    def __init__(self) -> None:
+    text: str
+    ids: list[str]
+    link_list: bool
+
+
+class _Walker:
+    """Collects blocks in document order; loose text between blocks becomes its own paragraph.
+
+    Elements that are never read (``skipped``) are passed over; an element holding blocks
+    (``holding``) is walked into, any other is read whole. An explicit stack, not recursion.
+    """
+
+    def __init__(self, skipped: set[int], holding: set[int]) -> None:
+        self.skipped = skipped
+        self.holding = holding
         self.blocks: list[Block] = []
         self.loose: list[str] = []
         self.anchors: list[str] = []
 
     def walk(self, node: Tag) -> None:
-        """Visit the children of ``node`` in document order."""
-        for child in node.children:
-            if isinstance(child, NavigableString):
+        """Visit the children of ``node`` in document order, and theirs where they hold blocks."""
+        stack: list[Iterator[PageElement]] = [iter(node.contents)]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+                if stack:
+                    self.flush()  # the end of an element that held blocks
+            elif not isinstance(child, Tag):
                 if type(child) is NavigableString:  # skips comments, CDATA, doctypes
                     self.loose.append(str(child))
-            elif isinstance(child, Tag):
-                self._visit(child)
+            elif child.name == "br":
+                self.loose.append(" ")
+            elif self._read(child):
+                stack.append(iter(child.contents))
 
-    def _visit(self, tag: Tag) -> None:
+    def _read(self, tag: Tag) -> bool:
+        """Read one element; whether its children are to be walked (it holds blocks)."""
+        if tag.name in _DROPPED_TAGS or id(tag) in self.skipped:
+            return False
         if tag.get("id"):
             self.anchors.append(str(tag["id"]))
         if tag.name in HEADINGS:
             self.flush()
-            self._emit(heading_text(tag), heading=True, inner=tag)
-        elif tag.find(_BLOCK_LIST) is not None:
+            self._emit(self._heading_text(tag), heading=True, inner=tag)
+        elif id(tag) in self.holding:
             self.flush()
-            self.walk(tag)
-            self.flush()
+            return True
         elif tag.name in BLOCKS:
             self.flush()
-            text = "" if _is_link_list(tag) else normalize_text(tag.get_text())
-            self._emit(text, heading=False, inner=tag)
+            inside = self._gather(tag)
+            self._emit("" if inside.link_list else normalize_text(inside.text), heading=False, inner=tag)
         else:
-            self.loose.append(tag.get_text())
-            self.anchors.extend(str(t["id"]) for t in tag.find_all(id=True))
+            inside = self._gather(tag)
+            self.loose.append(inside.text)
+            self.anchors.extend(inside.ids)
+        return False
 
     def flush(self) -> None:
         """Emit pending loose text as a paragraph."""
@@ -181,20 +276,42 @@ class _Walker:
 
     def _emit(self, text: str, heading: bool, inner: Tag | None) -> None:
         if inner is not None:
-            self.anchors.extend(str(t["id"]) for t in inner.find_all(id=True))
+            self.anchors.extend(self._gather(inner).ids)
         if not text or not any(ch.isalnum() for ch in text):
             return
         self.blocks.append(Block(text=text, heading=heading, anchors=tuple(self.anchors)))
         self.anchors.clear()
 
+    def _heading_text(self, tag: Tag) -> str:
+        """A heading as spoken: hgroup parts joined by ': ', a bare roman numeral as a number."""
+        parts = [tag] if tag.name != "hgroup" else [
+            c for c in tag.children if _kept(c) and id(c) not in self.skipped]
+        texts = [normalize_text(self._gather(p).text) for p in parts]
+        return ": ".join(_roman_to_number(t) for t in texts if t)
 
-
-def _is_link_list(tag: Tag) -> bool:
-    """A block made only of links inside the book (a contents entry), which is not prose."""
-    links = [a for a in tag.find_all("a", href=True) if "://" not in str(a["href"])]
-    linked = "".join(a.get_text() for a in links)
-    return bool(links) and _letters(linked) == _letters(tag.get_text())
-
-
-def _letters(text: str) -> str:
-    return "".join(ch for ch in text if ch.isalnum())
+    def _gather(self, tag: Tag) -> _Gathered:
+        """The text, ids and links inside ``tag`` as read (what is never read left out)."""
+        texts: list[str] = []
+        ids: list[str] = []
+        links = 0
+        bare_letters = False  # a letter outside every link inside the book
+        stack: list[tuple[Iterator[PageElement], bool]] = [(iter(tag.contents), False)]
+        while stack:
+            children, in_link = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+            elif not isinstance(child, Tag):
+                if type(child) in _TEXT_TYPES:
+                    texts.append(str(child))
+                    bare_letters = bare_letters or (not in_link and any(ch.isalnum() for ch in texts[-1]))
+            elif child.name == "br":
+                texts.append(" ")
+            elif child.name not in _DROPPED_TAGS and id(child) not in self.skipped:
+                if child.get("id") is not None:
+                    ids.append(str(child["id"]))
+                href = child.get("href")
+                internal = child.name == "a" and href is not None and "://" not in str(href)
+                links += internal
+                stack.append((iter(child.contents), in_link or internal))
+        return _Gathered("".join(texts), ids, links > 0 and not bare_letters)

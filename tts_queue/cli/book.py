@@ -1,14 +1,16 @@
 """``tts-queue book``: render a whole book through a running service, with a live progress bar.
 
 ``book chapters BOOK`` lists the chapters locally (numbers for ``--chapters``); ``book render``
-uploads, shows progress and downloads chapter audio, captions, ``manifest.json`` and (``--m4b``)
-the M4B into ``--out``; ``book status``, ``book fetch`` and ``book cancel`` work on a book later.
+uploads, shows progress (``parsing`` while a worker reads the book) and downloads chapter audio,
+captions, ``manifest.json`` and (``--m4b``) the M4B into ``--out``, only ever inside it; ``book
+status``, ``book fetch``, ``book cancel`` and ``book delete`` work on a book later.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -16,6 +18,9 @@ from typing import Any
 
 from tts_queue.cli.client import Client
 from tts_queue.settings import Settings
+
+FINISHED = ("done", "failed", "cancelled")
+UNSAFE_NAME = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')
 
 
 def cmd_chapters(args: argparse.Namespace, settings: Settings) -> int:
@@ -71,9 +76,21 @@ def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    """Cancel a book."""
-    book = Client(settings.client.api_url).cancel_book(args.book_id)
+    """Cancel a book that is still being rendered (a finished one is left alone)."""
+    client = Client(settings.client.api_url)
+    if client.book(args.book_id)["status"] in FINISHED:
+        print(f"book {args.book_id} has already finished; `tts-queue book delete` deletes it",
+              file=sys.stderr)
+        return 1
+    book = client.delete_book(args.book_id)
     print(json.dumps({k: book[k] for k in ("book_id", "status")}, indent=2))
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
+    """Delete a book: a finished one with its files; an unfinished one is cancelled."""
+    answer = Client(settings.client.api_url).delete_book(args.book_id)
+    print(json.dumps({k: answer[k] for k in ("book_id", "status")}, indent=2))
     return 0
 
 
@@ -95,27 +112,39 @@ def follow(client: Client, book_id: str, interval: float = 1.0) -> dict[str, Any
         book = client.book(book_id)
         sys.stderr.write("\r" + progress_line(book))
         sys.stderr.flush()
-        if book["status"] in ("done", "failed", "cancelled"):
+        if book["status"] in FINISHED:
             sys.stderr.write("\n")
             return book
         time.sleep(interval)
 
 
+def inside(out: Path, name: object, fallback: str) -> Path:
+    """``out / name`` for a file name a server sent, reduced to a plain name inside ``out``: path
+    separators, ``..``, leading dots and control characters never take a file elsewhere."""
+    text = name if isinstance(name, str) else ""
+    clean = UNSAFE_NAME.sub(" ", text.replace("\\", "/").rsplit("/", 1)[-1]).strip(" .")[:200]
+    target = out / (clean or fallback)
+    if target.resolve().parent != out.resolve():
+        target = out / fallback
+    return target
+
+
 def download(client: Client, book: dict[str, Any], out: Path, m4b: bool) -> None:
-    """Chapter audio (``NN - Title.ext``), SRT and WebVTT captions, manifest.json and the M4B."""
+    """Chapter audio (``NN - Title.ext``), SRT and WebVTT captions, manifest.json and the M4B, all
+    written inside ``out`` whatever names the server gives."""
     out.mkdir(parents=True, exist_ok=True)
     manifest = client.get_json(f"/v1/books/{book['book_id']}/manifest")
     for chapter in manifest["chapters"]:
-        name = Path(chapter["file"])
+        number = int(chapter["number"])
+        name = inside(out, chapter.get("file"), f"{number:02d}.{manifest.get('format', 'audio')}")
         base = f"/v1/books/{book['book_id']}/chapters/{chapter['number']}"
-        client.download(f"{base}/audio", out / name)
-        client.download(f"{base}/captions.srt", out / name.with_suffix(".srt"))
-        client.download(f"{base}/captions.vtt", out / name.with_suffix(".vtt"))
+        client.download(f"{base}/audio", name)
+        client.download(f"{base}/captions.srt", name.with_suffix(".srt"))
+        client.download(f"{base}/captions.vtt", name.with_suffix(".vtt"))
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
     if m4b:
-        safe = Path(manifest["chapters"][0]["file"]).stem.split(" - ", 1)[0] if not manifest["title"] else (
-            manifest["title"].replace("/", " "))
-        client.download(f"/v1/books/{book['book_id']}/audiobook.m4b", out / f"{safe}.m4b")
+        title = manifest.get("title") if isinstance(manifest.get("title"), str) else ""
+        client.download(f"/v1/books/{book['book_id']}/audiobook.m4b", inside(out, f"{title}.m4b", "book.m4b"))
     print(f"wrote {len(manifest['chapters'])} chapter(s) to {out}", file=sys.stderr)
 
 
@@ -144,9 +173,11 @@ def add_book_commands(sub: Any, add_api_flag: Any) -> None:
     fetch = books.add_parser("fetch", help="wait for a book and download it")
     fetch.add_argument("--out", required=True)
     fetch.add_argument("--m4b", action="store_true")
-    cancel = books.add_parser("cancel", help="cancel a book")
-    for parser, func in ((status, cmd_status), (fetch, cmd_fetch), (cancel, cmd_cancel)):
+    cancel = books.add_parser("cancel", help="cancel a book that is still rendering")
+    delete = books.add_parser("delete", help="delete a book and its files (an unfinished one is cancelled)")
+    commands = ((status, cmd_status), (fetch, cmd_fetch), (cancel, cmd_cancel), (delete, cmd_delete))
+    for parser, func in commands:
         parser.add_argument("book_id")
         parser.set_defaults(func=func)
-    for parser in (render, status, fetch, cancel):
+    for parser in (render, status, fetch, cancel, delete):
         add_api_flag(parser)

@@ -98,8 +98,8 @@ class Client:
         """GET /v1/books/<id>."""
         return self.get_json(f"/v1/books/{book_id}")
 
-    def cancel_book(self, book_id: str) -> dict[str, Any]:
-        """DELETE /v1/books/<id>."""
+    def delete_book(self, book_id: str) -> dict[str, Any]:
+        """DELETE /v1/books/<id>: deletes a finished book, cancels an unfinished one."""
         data: dict[str, Any] = self._call("DELETE", f"/v1/books/{book_id}").json()
         return data
 

@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,20 +98,51 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
     values = {leaf.variable: leaf.default for leaf in describe()}
     if args.current:
         from tts_queue.settings import current_values
+        from tts_queue.tasks.doctor import redacted
 
-        values = current_values(settings)
+        # URLs print without their passwords (and secret query parameters): this output lands
+        # in terminals, tickets and container logs
+        values = {name: redacted(value) for name, value in current_values(settings).items()}
     for info in describe():
         print(f"{info.variable:32} {values[info.variable]:28} {info.doc}")
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    """Apply database migrations."""
+    """Apply database migrations (compose runs this, so what it prints lands in container logs:
+    the URL without its password, and a failure as one line with any secret masked)."""
     from tts_queue.migrate import upgrade
+    from tts_queue.tasks.doctor import redacted
 
-    upgrade(settings.database_url)
-    print(f"database at {settings.database_url} is up to date", file=sys.stderr)
+    url = settings.database_url
+    where = redacted(url)
+    try:
+        upgrade(url)
+    except Exception as exc:  # a driver's text (or traceback) may quote the URL it was given
+        if args.verbose:
+            import traceback
+
+            print(_masked(traceback.format_exc(), url), file=sys.stderr)
+        print(f"error [migration_failed]: the database at {where} could not be migrated: "
+              f"{_masked(f'{type(exc).__name__}: {exc}', url)}", file=sys.stderr)
+        return 2
+    print(f"database at {where} is up to date", file=sys.stderr)
     return 0
+
+
+def _masked(text: str, url: str) -> str:
+    """``text`` with URL passwords masked, and ``url``'s own password wherever it appears."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from tts_queue.tasks.doctor import redacted
+
+    text = redacted(text)
+    try:
+        password = make_url(url).password
+    except (ArgumentError, ValueError):
+        password = None
+    return text.replace(str(password), "***") if password else text
 
 
 def _cache(settings: Settings) -> Any:
@@ -123,13 +155,40 @@ def _cache(settings: Settings) -> Any:
     return AudioCache(Database(settings.database_url), AudioStore.from_settings(settings))
 
 
+def _books(settings: Settings, cache: Any) -> Any:
+    """The book service over ``cache``, for commands that delete books (no queue needed)."""
+    from tts_queue.books.service import BookService
+    from tts_queue.synthesis.registry import VoiceRegistry
+    from tts_queue.tasks.service import TaskService
+
+    class NoQueue:
+        """Deleting and cancelling books sends nothing."""
+
+        def dispatch(self, task_id: str, queue: str) -> None:
+            raise ConfigError("this command does not queue work")
+
+        def ingest(self, book_id: str, queue: str) -> None:
+            raise ConfigError("this command does not queue work")
+
+        def assemble(self, book_id: str, chapter: int, queue: str) -> None:
+            raise ConfigError("this command does not queue work")
+
+    tasks = TaskService(settings, cache.db, cache, VoiceRegistry.from_settings(settings), NoQueue())
+    return BookService(tasks, NoQueue())
+
+
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     """Run the retention cleanup now (or, with --dry-run, print what it would remove)."""
     from tts_queue.cli.flags import parse_duration
     from tts_queue.storage.retention import Cleaner
 
     older = parse_duration(args.older_than) if args.older_than else None
-    report = Cleaner(_cache(settings), settings.cache).run(older_than=older, dry_run=args.dry_run)
+    cache = _cache(settings)
+    report = Cleaner(cache, settings.cache).run(older_than=older, dry_run=args.dry_run)
+    if not report.skipped:  # books nobody read for TTS_BOOK_TTL_DAYS, unless kept
+        books = _books(settings, cache)
+        ttl = timedelta(days=settings.books.ttl_days)
+        report.books = len(books.stale(ttl)) if report.dry_run else books.expire(ttl)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
         return 0
@@ -145,6 +204,8 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
               f"({report.pressure_reason or 'no pressure'}); they are deleted after "
               f"TTS_DELETE_GRACE_S={settings.cache.delete_grace_s:.0f} s")
         print("drift repaired: " + ", ".join(f"{k} {v}" for k, v in report.drift.items()))
+    print(f"books {'that would be' if report.dry_run else ''} deleted, unread for "
+          f"{settings.books.ttl_days:g} days: {report.books}")
     print(f"pinned entries kept: {report.pinned}")
     return 0
 
@@ -341,7 +402,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         code: int = args.func(args, settings)
         return code
     except TTSQueueError as exc:
-        print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
+        from tts_queue.tasks.doctor import redacted
+
+        print(f"error [{exc.code}]: {redacted(exc.message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -140,17 +140,17 @@ class AudioCache:
             session.execute(delete(CacheEntry).where(CacheEntry.key == key, CacheEntry.path == path))
 
     def forget(self, key: str, session: Session | None = None) -> None:
-        """Drop ``key`` from memory and the database (its file is deleted too)."""
+        """Drop ``key`` from memory and the database, then the file its row named (never a file
+        another writer stored for the key since: each write has a name of its own)."""
         with self._lock:
             self._hot.pop(key, None)
         if session is None:
             with self.db.write() as own:
                 self.forget(key, own)
             return
-        row = session.get(CacheEntry, key)
-        if row is not None:
-            self.store.delete([row.path])
-            session.delete(row)
+        gone = session.execute(delete(CacheEntry).where(CacheEntry.key == key)
+                               .returning(CacheEntry.path)).scalars().all()
+        self.store.delete(gone)
 
 
 def _cached(row: CacheEntry) -> CachedAudio:

@@ -5,10 +5,11 @@ pages) and the cache rows (read 500 at a time). That finds, without a request pe
 
 - rows whose file is gone (only rows not touched within the grace: a writer stores the file before
   its row, and a listing can pass a directory before a new file lands there);
-- audio files with no row, and sidecars without audio (older than the grace, for the same reason);
+- audio files with no row, versions of a key its row no longer names (it was stored again), and
+  sidecars without their audio (older than the grace, for the same reason);
 - temporary files left by crashed writes (older than ``tmp_age``; a bucket has none).
 
-Only names of the store's own layout (``ab/<64 hex, starting ab>.<ext>``) are considered: anything
+Only names of the store's own layout (``ab/<64 hex, starting ab>[.<version>].<ext>``) are considered: anything
 else under the root is left alone, and a listing that comes out of key order stops the pass
 before it decides anything from it. Files are deleted a directory at a time, after checking once
 more that no row was written for them meanwhile. Each kind is counted.
@@ -25,14 +26,14 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 
 from tts_queue.db import Database
-from tts_queue.storage.store import SIDECAR, AudioStore
+from tts_queue.storage.store import SIDECAR, AudioStore, sidecar
 from tts_queue.tables import CacheEntry
 
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 500
 KINDS = ("rows_without_file", "files_without_row", "temporary_files", "orphan_sidecars")
-AUDIO_NAME = re.compile(r"^([0-9a-f]{2})/(\1[0-9a-f]{62})\.(align\.json|[a-z0-9]+)$")
+AUDIO_NAME = re.compile(r"^([0-9a-f]{2})/(\1[0-9a-f]{62})(?:\.[0-9a-f]{8})?\.(align\.json|[a-z0-9]+)$")
 TEMPORARY_NAME = re.compile(r"^[0-9a-f]{2}/\.[^/]*\.tmp$")
 
 
@@ -110,13 +111,21 @@ def repair_drift(db: Database, store: AudioStore, now: datetime, grace: timedelt
         if row is not None and row[0] == stored.key:
             if row[1] not in stored.audio and row[2] < state.cutoff:
                 state.row_without_file(stored.key)
+            # versions of the key its row no longer names (stored again since), once old enough
+            superseded = [name for name, modified in stored.audio.items()
+                          if name != row[1] and modified < newest]
+            state.doomed.extend(superseded)
+            state.counts["files_without_row"] += len(superseded)
+            kept = {sidecar(name) for name in stored.audio if name not in superseded}
             row = next(rows, None)
         elif stored.audio and all(modified < newest for modified in stored.audio.values()):
             state.orphans[stored.key] = [*stored.audio, *stored.sidecars]
-        if not stored.audio:
-            old = [name for name, modified in stored.sidecars.items() if modified < newest]
-            state.doomed.extend(old)
-            state.counts["orphan_sidecars"] += len(old)
+            kept = set(state.orphans[stored.key])
+        else:
+            kept = {sidecar(name) for name in stored.audio}
+        old = [name for name, modified in stored.sidecars.items() if name not in kept and modified < newest]
+        state.doomed.extend(old)
+        state.counts["orphan_sidecars"] += len(old)
     while row is not None and not state.out_of_order:
         if row[2] < state.cutoff:
             state.row_without_file(row[0])

@@ -7,8 +7,9 @@ One run, with ``now`` passed in (tests move the clock):
    book still rendering, of a book or task a client asked to keep.
 2. **Expire by pressure**: above ``TTS_AUDIO_MAX_BYTES``, or under ``TTS_DISK_MIN_FREE`` free
    space, the least recently used unpinned entries are expired until back under the low watermark.
-3. **Purge**: entries expired longer than the grace lose their file, then their row (a download
-   already streaming completes; a later one gets 410 ``audio_expired``).
+3. **Purge**: entries expired longer than the grace lose their row, then the file that row named
+   (a download already streaming completes; a later one gets 410 ``audio_expired``). A row stored
+   again meanwhile is not expired any more and is left alone, with its new file.
 4. **Task rows**: finished rows older than the task TTL go (book sentences and kept tasks stay).
 5. **Drift repair**: rows whose file is gone, files with no row, temporary files of crashed writes
    and sidecars without audio are removed, and counted.
@@ -58,6 +59,7 @@ class CleanupReport:
     oldest_access: str | None = None
     newest_access: str | None = None
     drift: dict[str, int] = field(default_factory=dict)
+    books: int = 0  # books deleted for not being read for TTS_BOOK_TTL_DAYS (the books layer's part)
 
     def as_json(self) -> dict[str, Any]:
         """JSON-safe form."""
@@ -175,24 +177,30 @@ class Cleaner:
             report.expired_by_pressure += len(chosen)
 
     def _purge(self, now: datetime) -> tuple[int, int]:
-        """Files then rows of entries expired longer than the grace; (entries, bytes)."""
+        """Rows, then files, of entries expired longer than the grace; (entries, bytes).
+
+        The delete re-checks the expiry and returns the paths of the rows it really removed, so
+        an entry stored again since it was read (not expired any more, a new file) keeps its file.
+        """
         cutoff = now - timedelta(seconds=self.policy.delete_grace_s)
         entries = freed = 0
         while True:
             with self.db.read() as session:
-                rows = session.execute(
-                    select(CacheEntry.key, CacheEntry.path, CacheEntry.size_bytes)
+                keys = session.scalars(
+                    select(CacheEntry.key)
                     .where(CacheEntry.expired_at.is_not(None), CacheEntry.expired_at <= cutoff)
                     .limit(BATCH_ROWS)
                 ).all()
-            if not rows:
+            if not keys:
                 return entries, freed
-            self.store.delete(path for _, path, _ in rows)  # one request per batch on a bucket
             with self.db.write() as session:
-                session.execute(delete(CacheEntry).where(CacheEntry.key.in_([k for k, _, _ in rows]),
-                                                         CacheEntry.expired_at.is_not(None)))
-            entries += len(rows)
-            freed += sum(size for _, _, size in rows)
+                gone = session.execute(
+                    delete(CacheEntry).where(CacheEntry.key.in_(keys), CacheEntry.expired_at.is_not(None),
+                                             CacheEntry.expired_at <= cutoff)
+                    .returning(CacheEntry.path, CacheEntry.size_bytes)).all()
+            self.store.delete(path for path, _ in gone)  # one request per batch on a bucket
+            entries += len(gone)
+            freed += sum(size for _, size in gone)
 
     def _old_tasks(self, now: datetime) -> list[Any]:
         cutoff = now - timedelta(days=self.policy.task_ttl_days)

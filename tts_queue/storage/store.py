@@ -1,8 +1,15 @@
-"""Content-addressed audio in a storage (local directory or bucket), written atomically."""
+"""Content-addressed audio in a storage (local directory or bucket), written atomically.
+
+Every write of a key gets a name of its own (``ab/<key>.<version>.<format>``): the row says which
+version is live, so a cleanup deleting an expired version can never delete a newer one written
+for the same key meanwhile (the purge deletes the row it read, with its path, then that file).
+Superseded versions are removed by drift repair.
+"""
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -15,7 +22,8 @@ SIDECAR = ".align.json"
 
 
 class AudioStore:
-    """Audio under ``<key[:2]>/<key>.<format>``, plus an alignment sidecar ``<key>.align.json``."""
+    """Audio under ``<key[:2]>/<key>.<version>.<format>``, plus an alignment sidecar
+    ``<key>.<version>.align.json``."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
@@ -42,8 +50,8 @@ class AudioStore:
         return self.storage.local_root is not None
 
     def relative_path(self, key: str, fmt: str) -> str:
-        """Where ``key`` lives, relative to the root (what the database records)."""
-        return f"{key[:2]}/{key}.{fmt}"
+        """A new name for audio of ``key``, relative to the root (what the database records)."""
+        return f"{key[:2]}/{key}.{secrets.token_hex(4)}.{fmt}"
 
     def write(self, key: str, fmt: str, data: bytes, alignment: dict[str, Any] | None = None,
               content_type: str | None = None) -> str:

@@ -1,9 +1,11 @@
 """Audio to files: soundfile for PCM formats, PyAV (FFmpeg's libraries, in the ``av`` wheel) for the rest.
 
-One encoder for ordinary requests and books alike: ``encode`` turns an ``Audio`` into the bytes of
-a WAV, FLAC or Ogg Vorbis file (soundfile, exact and fast) or an MP3, Ogg Opus or AAC (ADTS or M4A)
-file (PyAV); ``write_m4b`` writes an audiobook (AAC in MP4) with one chapter mark per chapter. No
-system ffmpeg is needed. ``FORMATS`` is the one table of formats, MIME types and suffixes.
+One encoder for ordinary requests and books alike: ``open_writer`` streams float samples, block by
+block, into a WAV, FLAC or Ogg Vorbis file (soundfile, exact and fast) or an MP3, Ogg Opus or AAC
+(ADTS or M4A) file (PyAV); ``encode`` is one ``Audio`` through it into bytes; ``write_m4b`` writes
+an audiobook (AAC in MP4) with one chapter mark per chapter, fed chapter by chapter and block by
+block; ``decode_blocks`` reads any of these files back a frame at a time. No system ffmpeg is
+needed. ``FORMATS`` is the one table of formats, MIME types and suffixes.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import io
 import itertools
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 import av
 import numpy as np
@@ -93,24 +96,57 @@ def mime_type(fmt: str) -> str:
     return audio_format(fmt).mime_type
 
 
+class AudioWriter(Protocol):
+    """Takes float samples in [-1, 1] (clipped), block after block, at the rate it was opened with."""
+
+    def write(self, samples: np.ndarray[Any, Any]) -> None:
+        """Append samples."""
+
+
+def open_writer(target: str | Path | IO[bytes], fmt: str, sample_rate: int,
+                bit_rate: int | None = None) -> AbstractContextManager[AudioWriter]:
+    """A writer of one mono file in format ``fmt`` (see ``FORMATS``) to a path or a binary file
+    object; leaving the ``with`` block finishes the file (after an error it is only closed). The
+    encoder gets frames of ``BLOCK_SAMPLES`` however the caller splits the samples, so the file
+    is the one ``encode`` makes of them all (Ogg's stream serial number aside: it is random)."""
+    spec = audio_format(fmt)
+    if sample_rate <= 0:
+        raise InvalidRequest("sample_rate must be positive")
+    where = str(target) if isinstance(target, Path) else target
+    if spec.soundfile is not None:
+        return _PcmWriter(where, spec, sample_rate)
+    return _Writer(where, spec, sample_rate, bit_rate)
+
+
 def encode(audio: Audio, fmt: str, bit_rate: int | None = None) -> bytes:
     """``audio`` as a complete file in format ``fmt`` (see ``FORMATS``)."""
-    spec = audio_format(fmt)
+    audio_format(fmt)
     if len(audio.samples) == 0:
         raise InvalidRequest("there is no audio to encode")
     buffer = io.BytesIO()
-    if spec.soundfile is not None:
-        container, subtype = spec.soundfile
-        soundfile.write(buffer, audio.to_int16(), audio.sample_rate, format=container, subtype=subtype)
-        return buffer.getvalue()
-    with _Writer(buffer, spec, audio.sample_rate, bit_rate) as writer:
+    with open_writer(buffer, fmt, audio.sample_rate, bit_rate) as writer:
         writer.write(audio.samples)
     return buffer.getvalue()
 
 
+def decode_blocks(source: str | Path | IO[bytes]) -> Iterator[Audio]:
+    """Any file the encoder writes, decoded frame by frame to mono float32 blocks (PyAV)."""
+    container: Any = av.open(str(source) if isinstance(source, Path) else source)
+    with container:
+        for frame in container.decode(audio=0):
+            array = frame.to_ndarray().astype(np.float32)
+            if frame.format.name.startswith("s16"):
+                array /= 32768.0
+            elif frame.format.name.startswith("s32"):
+                array /= 2147483648.0
+            # planar: one row per channel; packed: channels interleaved in one row (mono here)
+            samples = array.reshape(-1) if array.shape[0] == 1 else array.mean(axis=0, dtype=np.float32)
+            yield Audio(samples=samples, sample_rate=frame.sample_rate)
+
+
 def write_m4b(
     path: Path,
-    chapters: Iterable[tuple[str, Audio]],
+    chapters: Iterable[tuple[str, Audio | Iterable[Audio]]],
     *,
     title: str | None = None,
     author: str | None = None,
@@ -119,8 +155,9 @@ def write_m4b(
 ) -> list[ChapterMark]:
     """Write an audiobook to ``path`` atomically: chapters in order, each with a chapter mark.
 
-    ``chapters`` may be a generator, so only one chapter's audio is in memory at a time; all must
-    share one sample rate. ``chapter_gap_ms`` of silence ends every chapter but the last.
+    Each chapter is a title and its audio, whole or as an iterable of blocks; ``chapters`` and the
+    blocks may be generators, so no whole chapter need be in memory. All blocks must share one
+    sample rate. ``chapter_gap_ms`` of silence ends every chapter but the last.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -136,29 +173,43 @@ def write_m4b(
     return marks
 
 
-def _write_chapters(target: str, chapters: Iterable[tuple[str, Audio]], title: str | None,
-                    author: str | None, bit_rate: int | None, gap_ms: int) -> list[ChapterMark]:
-    """Encode chapters one after another into the file ``target``; returns their marks."""
+def _blocks(audio: Audio | Iterable[Audio]) -> Iterator[Audio]:
+    return iter([audio]) if isinstance(audio, Audio) else iter(audio)
+
+
+def _write_chapters(target: str, chapters: Iterable[tuple[str, Audio | Iterable[Audio]]],
+                    title: str | None, author: str | None, bit_rate: int | None,
+                    gap_ms: int) -> list[ChapterMark]:
+    """Encode chapters one after another, block by block, into the file ``target``; their marks."""
     items = iter(chapters)
     first = next(items, None)
     if first is None:
         raise InvalidRequest("an M4B needs at least one chapter")
-    rate = first[1].sample_rate
+    first_blocks = _blocks(first[1])
+    head = next(first_blocks, None)
+    if head is None:
+        raise InvalidRequest(f"chapter {first[0]!r} has no audio")
+    rate = head.sample_rate
     metadata = {key: value for key, value in (("title", title), ("artist", author)) if value}
     marks: list[ChapterMark] = []
     with _Writer(target, M4B, rate, bit_rate, metadata) as writer:
         position = 0
         gap = np.zeros(int(rate * gap_ms / 1000), dtype=np.float32)
-        for chapter_title, audio in itertools.chain([first], items):  # lazily, one at a time
-            if audio.sample_rate != rate:
-                raise InvalidRequest(f"chapter {chapter_title!r} is at {audio.sample_rate} Hz, not {rate} Hz")
+        opening = (first[0], itertools.chain([head], first_blocks))
+        lazily = ((name, _blocks(audio)) for name, audio in items)  # one chapter at a time
+        for chapter_title, blocks in itertools.chain([opening], lazily):
             if marks:  # the silence between chapters belongs to the one it ends
                 writer.write(gap)
                 position += len(gap)
                 marks[-1] = ChapterMark(marks[-1].title, marks[-1].start_s, position / rate)
-            writer.write(audio.samples)
-            marks.append(ChapterMark(chapter_title, position / rate, (position + len(audio.samples)) / rate))
-            position += len(audio.samples)
+            start = position
+            for block in blocks:
+                if block.sample_rate != rate:
+                    raise InvalidRequest(
+                        f"chapter {chapter_title!r} is at {block.sample_rate} Hz, not {rate} Hz")
+                writer.write(block.samples)
+                position += len(block.samples)
+            marks.append(ChapterMark(chapter_title, start / rate, position / rate))
         writer.chapters = [
             {"id": i, "start": round(m.start_s * rate), "end": round(m.end_s * rate),
              "time_base": Fraction(1, rate), "metadata": {"title": m.title}}
@@ -167,11 +218,64 @@ def _write_chapters(target: str, chapters: Iterable[tuple[str, Audio]], title: s
     return marks
 
 
-class _Writer:
+class _Blocked:
+    """Hands samples on in blocks of ``BLOCK_SAMPLES`` whatever the caller's blocks (the rest waits
+    for more or the end), so a file does not depend on how its samples were split."""
+
+    def __init__(self) -> None:
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def write(self, samples: np.ndarray[Any, Any]) -> None:
+        """Append float samples in [-1, 1] (clipped) at the writer's input rate."""
+        data = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if len(self._pending):
+            data = np.concatenate([self._pending, data])
+        whole = len(data) // BLOCK_SAMPLES * BLOCK_SAMPLES
+        for start in range(0, whole, BLOCK_SAMPLES):
+            self._block(data[start:start + BLOCK_SAMPLES])
+        self._pending = data[whole:].copy()
+
+    def _flush(self) -> None:
+        if len(self._pending):
+            self._block(self._pending)
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def _block(self, samples: np.ndarray[Any, Any]) -> None:
+        raise NotImplementedError
+
+
+class _PcmWriter(_Blocked):
+    """One soundfile file (WAV, FLAC, Ogg Vorbis) written as 16-bit PCM, block by block."""
+
+    def __init__(self, target: Any, spec: AudioFormat, rate: int) -> None:
+        super().__init__()
+        assert spec.soundfile is not None
+        container, subtype = spec.soundfile
+        self.rate = rate
+        self.file = soundfile.SoundFile(target, "w", samplerate=rate, channels=1, format=container,
+                                        subtype=subtype)
+
+    def __enter__(self) -> _PcmWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        try:
+            if exc_type is None:
+                self._flush()
+        finally:
+            self.file.close()
+
+    def _block(self, samples: np.ndarray[Any, Any]) -> None:
+        """Clipped and rounded to 16 bits as ``Audio.to_int16`` does."""
+        self.file.write(Audio(samples, self.rate).to_int16())
+
+
+class _Writer(_Blocked):
     """One output container with one mono audio stream; float samples in, packets muxed out."""
 
     def __init__(self, target: Any, spec: AudioFormat, rate: int, bit_rate: int | None,
                  metadata: dict[str, str] | None = None) -> None:
+        super().__init__()
         if rate <= 0:
             raise InvalidRequest("sample_rate must be positive")
         self.rate = rate
@@ -199,20 +303,19 @@ class _Writer:
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
         try:
             if exc_type is None:
+                self._flush()
                 self._encode(None)
                 if self.chapters:
                     self.container.set_chapters(self.chapters)
         finally:
             self.container.close()
 
-    def write(self, samples: np.ndarray[Any, Any]) -> None:
-        """Encode float samples in [-1, 1] (clipped) at the writer's input rate."""
-        data = np.clip(np.nan_to_num(np.asarray(samples, dtype=np.float32)), -1.0, 1.0)
-        for start in range(0, len(data), BLOCK_SAMPLES):
-            chunk = np.ascontiguousarray(data[start:start + BLOCK_SAMPLES]).reshape(1, -1)
-            frame = av.AudioFrame.from_ndarray(chunk, format="flt", layout="mono")
-            frame.sample_rate = self.rate
-            self._encode(frame)
+    def _block(self, samples: np.ndarray[Any, Any]) -> None:
+        """One frame of clipped float samples to the encoder."""
+        chunk = np.clip(np.nan_to_num(samples), -1.0, 1.0).reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(chunk), format="flt", layout="mono")
+        frame.sample_rate = self.rate
+        self._encode(frame)
 
     def _encode(self, frame: Any) -> None:
         """Resample one frame (``None`` flushes) and mux what the encoder gives back."""

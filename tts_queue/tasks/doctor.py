@@ -8,6 +8,7 @@ nothing from the shell, the adapters or a framework.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from tts_queue.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,25 @@ SCHEMA_RISK = ("the API and workers read and write columns or tables this databa
                "submissions and task updates fail; run `tts-queue migrate`")
 
 
-def redacted(url: str) -> str:
-    """``url`` without its password."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+# scheme://user:password@host: the password runs to the last "@" before the host (an unencoded
+# "@" in it included); the second form takes it up to the first "@" even across a "/", as
+# SQLAlchemy parses such a URL.
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)[^\s/?#@]*(?:@[^\s/?#@]*)*@"
+                       r"(?=[^\s/?#@]*(?:[\s/?#]|$))")
+_USERINFO_LOOSE = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)(?!\*\*\*@)[^\s@]*@")
+# ?password=...&token=... and friends: any query parameter whose name mentions a secret.
+_QUERY_SECRET = re.compile(
+    r"(?P<head>[?&;][^\s=&;#]*(?:pass|pwd|secret|token|key|auth|credential|signature|sig)[^\s=&;#]*=)"
+    r"[^\s&;#]*", re.IGNORECASE)
+
+
+def redacted(text: str) -> str:
+    """``text`` (a URL, or a message that holds URLs) with every secret a URL can carry masked:
+    the password of its userinfo (``redis://:pw@host``, ``postgresql://user:pw@host/db``) and
+    query parameters named like secrets (``?password=``, ``&X-Amz-Signature=``)."""
+    text = _USERINFO.sub(r"\g<head>***@", text)
+    text = _USERINFO_LOOSE.sub(r"\g<head>***@", text)
+    return _QUERY_SECRET.sub(r"\g<head>***", text)
 
 
 def _config(client: Any, name: str) -> str:
@@ -60,12 +79,14 @@ def redis_warnings(client: Any, where: str = "Redis") -> list[HealthWarning]:
         appendonly = _config(client, "appendonly")
         save = _config(client, "save")
     except redis.ResponseError as exc:  # CONFIG renamed or disabled (managed Redis)
+        log.info("%s does not answer CONFIG GET: %s", where, redacted(str(exc)))
         return [HealthWarning(
-            "redis_config_hidden", f"{where} does not answer CONFIG GET ({exc})",
+            "redis_config_hidden", f"{where} does not answer CONFIG GET (renamed or disabled)",
             "eviction and persistence cannot be checked here: confirm maxmemory-policy noeviction "
             "and appendonly yes with your provider")]
-    except redis.RedisError as exc:
-        return [HealthWarning("redis_unreachable", f"{where} cannot be reached ({exc})",
+    except redis.RedisError as exc:  # its text names hosts or sockets: the log has it, not the warning
+        log.warning("%s cannot be reached: %s", where, redacted(f"{type(exc).__name__}: {exc}"))
+        return [HealthWarning("redis_unreachable", f"{where} cannot be reached",
                               "no task can be queued or finished while the broker is down")]
     warnings = []
     if policy != "noeviction":

@@ -21,13 +21,14 @@ from tts_queue.errors import (
     StorageFull,
     StorageUnavailable,
     SynthesisError,
-    TTSQueueError,
     VoiceError,
+    public_error,
 )
 from tts_queue.storage.cache import AudioCache
 from tts_queue.synthesis.encoder import encode, mime_type
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.tasks.doctor import redacted
 from tts_queue.tasks.keys import lane_of
 from tts_queue.tasks.rows import TaskRows
 
@@ -108,8 +109,8 @@ class TaskExecutor:
         finished meanwhile)."""
         try:
             result = self.synthesizer.synthesize(request, priority=priority)
-        except PERMANENT as exc:
-            return self.fail(task_id, exc.code, exc.message)
+        except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
+            return self.fail(task_id, *public_error(exc), detail=exc)
         data = encode(result.audio, request.format)
         free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
         if free is not None and free - len(data) < self.storage_floor_bytes:
@@ -136,16 +137,21 @@ class TaskExecutor:
         if event is not None:
             event.set()
 
-    def fail(self, task_id: str, code: str, message: str) -> TaskStatus:
-        """Mark a task failed (unless it already finished)."""
+    def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None) -> TaskStatus:
+        """Mark a task failed (unless it already finished) with ``message``, which clients read;
+        ``detail``, the exception behind it, goes to the log only."""
         self.rows.fail(task_id, code, message)
-        log.warning("task %s failed: %s: %s", task_id, code, message)
+        if detail is None:
+            log.warning("task %s failed: %s: %s", task_id, code, message)
+        else:  # the exception's text can name hosts, paths or a URL: the log has it, not the row
+            log.warning("task %s failed: %s: %s", task_id, code,
+                        redacted(f"{type(detail).__name__}: {detail}"))
         return TaskStatus.FAILED
 
     def fail_unexpected(self, task_id: str, exc: BaseException) -> TaskStatus:
-        """Mark a task failed after retries ran out on an unexpected error."""
-        code = exc.code if isinstance(exc, TTSQueueError) else "internal_error"
-        return self.fail(task_id, code, f"{type(exc).__name__}: {exc}")
+        """Mark a task failed after retries ran out on an unexpected error: its row says what
+        kind of failure (a sentence per code), the log says what happened."""
+        return self.fail(task_id, *public_error(exc), detail=exc)
 
 
 def lane_priority(queue: str) -> int:

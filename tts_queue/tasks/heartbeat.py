@@ -2,7 +2,8 @@
 which execution provider each of its loaded voices really runs on.
 
 A heartbeat is one Redis key per worker with an expiry, so a dead worker disappears by itself.
-The API reads them for ``/readyz`` (live workers per pool) and ``/v1/voices`` (where voices run).
+The API reads them for ``/readyz`` (live workers per pool: a live heartbeat is the proof a worker
+lives, no broadcast ping is needed) and ``/v1/voices`` (where voices run).
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ class Heartbeats:
         self.client.set(self.keys.worker(info.name), json.dumps(asdict(info)), px=int(self.ttl_s * 1000))
 
     def live(self) -> list[WorkerInfo]:
-        """Every worker whose heartbeat has not expired, by name."""
+        """Every worker whose heartbeat has not expired, by name (a heartbeat that does not parse,
+        written by something else under the same prefix, is skipped rather than failing readiness)."""
         keys = sorted(self.client.scan_iter(match=self.keys.worker("*"), count=500))
         found = []
         for raw in self.client.mget(keys) if keys else []:
-            if raw:
-                data = json.loads(raw)
-                found.append(WorkerInfo(data["name"], data["pool"], dict(data.get("providers", {}))))
+            info = _parse(raw) if raw else None
+            if info is not None:
+                found.append(info)
         return found
 
     def start(self, describe: Callable[[], WorkerInfo], stop: threading.Event) -> threading.Thread:
@@ -61,3 +63,12 @@ class Heartbeats:
         thread = threading.Thread(target=run, name="tts-heartbeat", daemon=True)
         thread.start()
         return thread
+
+
+def _parse(raw: bytes | str) -> WorkerInfo | None:
+    """A heartbeat's ``WorkerInfo``, or ``None`` if it is not one."""
+    try:
+        data = json.loads(raw)
+        return WorkerInfo(str(data["name"]), str(data["pool"]), dict(data.get("providers") or {}))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None

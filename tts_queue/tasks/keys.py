@@ -15,6 +15,7 @@ SYNTHESIZE = "tts.synthesize"
 CLEANUP = "tts.cleanup"
 REQUEUE = "tts.requeue_lost"
 ASSEMBLE = "tts.assemble_chapter"
+INGEST = "tts.ingest_book"
 
 
 def queue_name(pool: str, lane: Lane = Lane.INTERACTIVE, prefix: str = "tts") -> str:

@@ -12,12 +12,12 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from tts_queue.db import Database, utcnow
-from tts_queue.enums import TaskStatus, sources
-from tts_queue.tables import TaskRow
+from tts_queue.enums import BookStatus, TaskStatus, sources
+from tts_queue.tables import BookRow, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +129,12 @@ class TaskRows:
         return int(result.rowcount)  # type: ignore[attr-defined]
 
     def mark_dispatched(self, task_ids: Collection[str]) -> None:
-        """Record that the messages of ``task_ids`` were handed to the broker (the outbox)."""
-        if task_ids:
+        """Record that the messages of ``task_ids`` were handed to the broker (the outbox), 500 ids
+        per statement (SQLite and psycopg bound the parameters of one statement)."""
+        ids = list(task_ids)
+        for start in range(0, len(ids), 500):
             with self.db.write() as session:
-                session.execute(update(TaskRow).where(TaskRow.id.in_(list(task_ids)))
+                session.execute(update(TaskRow).where(TaskRow.id.in_(ids[start:start + 500]))
                                 .values(dispatched_at=self.clock()))
 
     def reclaim_stale(self) -> list[tuple[str, str]]:
@@ -178,22 +180,26 @@ class TaskRows:
             delivered = messages[task_id]
             if delivered is not None and sent is not None and delivered < cutoff.timestamp():
                 lost.append((task_id, queue))  # before the last send, or unrecorded for a lease
-        if lost:
+        ids = [task_id for task_id, _ in lost]
+        for start in range(0, len(ids), 500):
             with self.db.write() as session:
                 session.execute(update(TaskRow).where(
-                    TaskRow.id.in_([task_id for task_id, _ in lost]), TaskRow.status == TaskStatus.QUEUED,
+                    TaskRow.id.in_(ids[start:start + 500]), TaskRow.status == TaskStatus.QUEUED,
                     TaskRow.worker.is_(None)).values(dispatched_at=now))
         return lost
 
     def unsent(self, grace: timedelta) -> list[tuple[str, str]]:
         """Queued rows committed more than ``grace`` ago whose message was never sent (the API
-        died, or the broker was down, between commit and dispatch); marked as sent now."""
+        died, or the broker was down, between commit and dispatch); marked as sent now. A book
+        still parsing sends its own tasks (its ingestion is retried if it stops)."""
         now = self.clock()
+        parsing = select(BookRow.id).where(BookRow.status == BookStatus.PARSING)
         with self.db.write() as session:
             rows = session.execute(
                 update(TaskRow)
                 .where(TaskRow.status == TaskStatus.QUEUED, TaskRow.worker.is_(None),
-                       TaskRow.dispatched_at.is_(None), TaskRow.created_at < now - grace)
+                       TaskRow.dispatched_at.is_(None), TaskRow.created_at < now - grace,
+                       or_(TaskRow.book_id.is_(None), TaskRow.book_id.not_in(parsing)))
                 .values(dispatched_at=now)
                 .returning(TaskRow.id, TaskRow.queue)
             ).all()

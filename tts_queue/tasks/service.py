@@ -7,6 +7,7 @@ it is never asked). ``Dispatcher`` is the seam to the queue: the Celery adapter 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_k
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.keys import queue_name
 from tts_queue.tasks.rows import TaskRows
+
+log = logging.getLogger(__name__)
 
 
 class Dispatcher(Protocol):
@@ -155,8 +158,9 @@ class TaskService:
         try:
             self.dispatcher.dispatch(row.id, row.queue)
         except Exception as exc:
-            self.rows.fail(row.id, "service_unavailable", f"broker: {exc}")
-            raise ServiceUnavailable(f"the job queue is unreachable; nothing was queued ({exc})") from exc
+            log.warning("task %s: the broker is unreachable: %s", row.id, exc)
+            self.rows.fail(row.id, "service_unavailable", "the job queue was unreachable; nothing was queued")
+            raise ServiceUnavailable("the job queue is unreachable; nothing was queued") from exc
         self.rows.mark_dispatched([row.id])
         return TaskView.of(row)
 
