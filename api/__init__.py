@@ -7,6 +7,7 @@ file): gunicorn's own answers, for requests it rejects before Flask sees them, a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from typing import Any
@@ -15,13 +16,16 @@ from flask import Flask
 from gunicorn import util as gunicorn_util
 from gunicorn.workers.gthread import ThreadWorker
 
+from api import auth, request_id
 from api.books import bp as books_bp
+from api.docs import bp as docs_bp
 from api.errors import register_error_handlers
 from api.routes import WAITERS, bp
 from api.services import Services
 from tts_queue.errors import public_message
 from tts_queue.settings import Settings
 
+log = logging.getLogger(__name__)
 # Stable codes for what gunicorn rejects before the app runs (status -> code).
 GUNICORN_CODES = {
     400: "bad_request",
@@ -49,9 +53,17 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["tts"] = services or Services.build(settings)
     app.extensions[WAITERS] = threading.BoundedSemaphore(max_waiters(settings))
+    request_id.install(app)  # first: every later hook and error sees the id
     register_error_handlers(app)
     app.register_blueprint(bp)
     app.register_blueprint(books_bp)
+    app.register_blueprint(docs_bp)
+    auth.install(app, settings,
+                 submissions=["tts.create_task", "tts.synthesize_sync", "books.create_book"])
+    if settings.api.auth != "required" and settings.api.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("THE API ACCEPTS REQUESTS WITHOUT KEYS (TTS_AUTH=off) AND IS SERVED ON %s: anyone "
+                    "who can reach it can submit work and read every task; set TTS_AUTH=required and "
+                    "make keys with `tts-queue keys create`", settings.api.host)
     return app
 
 

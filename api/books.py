@@ -11,6 +11,8 @@ from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Response as BaseResponse
 
+import api.contract as contract
+from api.auth import KEY, check_quota, owner
 from api.downloads import presigned, send_stored
 from api.routes import json_body
 from api.services import Services
@@ -67,8 +69,7 @@ def _upload() -> Upload:
         body = json_body()  # malformed or too deeply nested JSON: a 400 malformed_json
     except RequestEntityTooLarge:
         raise BookTooLarge(f"the upload is larger than the limit of {limit} bytes") from None
-    if not isinstance(body.get("text"), str):
-        raise InvalidRequest("a JSON book needs a 'text' string (and optionally 'title', 'input_format')")
+    contract.body(contract.BookRequest, body)  # types, names, formats: the published contract
     unknown = set(body) - {"text", "title", "input_format", "split_pattern", *OPTION_FIELDS}
     if unknown:
         raise InvalidRequest(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -84,8 +85,8 @@ def _upload() -> Upload:
 
 
 def book_json(book_id: str) -> dict[str, Any]:
-    """A book's progress with links to what is ready."""
-    progress = services().books.progress(book_id)
+    """A book's progress with links to what is ready (the caller's books only)."""
+    progress = services().books.progress(book_id, owner())
     for chapter in progress["chapters"]:
         if chapter["status"] == BookStatus.DONE.value:
             n = chapter["number"]
@@ -101,41 +102,67 @@ def book_json(book_id: str) -> dict[str, Any]:
     return progress
 
 
+JSON = ("application/json",)
+BOOK_RESPONSES: dict[int, contract.Response] = {200: ("The book", contract.Book, JSON)}
+FILE_RESPONSES: dict[int, contract.Response] = {
+    200: ("The file", None, (*contract.AUDIO, "application/x-subrip", "text/vtt")),
+    206: ("A range of the file", None, (*contract.AUDIO, "application/x-subrip", "text/vtt")),
+    302: ("A presigned URL in a bucket (TTS_STORAGE_PRESIGN_S)", None, ()),
+    304: ("Not modified", None, ()),
+    409: ("Not made yet", contract.Error, JSON), 410: ("Gone from the storage", contract.Error, JSON),
+    416: ("Range not satisfiable", contract.Error, JSON),
+}
+BOOK_PARAMS = (contract.book_id_param(),)
+CHAPTER_PARAMS = (contract.book_id_param(),
+                  contract.Param("number", "path", {"type": "integer", "minimum": 0}))
+
+
 @bp.post("/v1/books")
+@contract.operation("POST", "/v1/books", "Upload a book (202, parsed by a worker)", KEY,
+                    body=contract.BookRequest, multipart=True,
+                    responses={202: ("Accepted for parsing", contract.BookAccepted, JSON)})
 def create_book() -> tuple[Response, int, dict[str, str]]:
     """Accept a book (cheap checks only); 202 with its id, status ``parsing`` and status URL. A
     worker parses it; a book that breaks a limit ends ``failed`` with a stable code."""
-    book_id = services().books.accept(_upload())
+    upload = _upload()
+    check_quota()
+    book_id = services().books.accept(upload, owner())
     status_url = url_for("books.get_book", book_id=book_id, _external=True)
     return (jsonify(book_id=book_id, status=BookStatus.PARSING.value, status_url=status_url), 202,
             {"Location": status_url})
 
 
 @bp.get("/v1/books/<book_id>")
+@contract.operation("GET", "/v1/books/{book_id}", "A book's progress", KEY, params=BOOK_PARAMS,
+                    responses=BOOK_RESPONSES)
 def get_book(book_id: str) -> Response:
     """Status, counts, audio seconds, ETA and chapters with links once ready."""
     return jsonify(book_json(book_id))
 
 
 @bp.delete("/v1/books/<book_id>")
+@contract.operation("DELETE", "/v1/books/{book_id}", "Delete a finished book; cancel an unfinished one", KEY,
+                    params=BOOK_PARAMS, responses={200: ("Deleted, or the cancelled book", None, ())})
 def delete_book(book_id: str) -> Response:
     """Delete a finished book (its files, rows and pins); an unfinished one is cancelled: its
     queued sentences are dropped, nothing half-written is served."""
-    if services().books.delete(book_id):
+    if services().books.delete(book_id, owner()):
         return jsonify(book_id=book_id, status="deleted", deleted=True)
     return jsonify(book_json(book_id))
 
 
 @bp.delete("/v1/books/<book_id>/keep")
+@contract.operation("DELETE", "/v1/books/{book_id}/keep", "Release a book's keep pin", KEY,
+                    params=BOOK_PARAMS, responses=BOOK_RESPONSES)
 def unpin_book(book_id: str) -> Response:
     """Release a book's ``keep`` pin: it follows the book TTL and its audio the normal retention."""
-    services().books.unpin(book_id)
+    services().books.unpin(book_id, owner())
     return jsonify(book_json(book_id))
 
 
 def _chapter(book_id: str, number: int) -> tuple[ChapterRow, Any, str]:
     books = services().books
-    book = books.touch(book_id)
+    book = books.touch(book_id, owner())
     chapter = next((c for c in books.chapters(book_id) if c.number == number), None)
     if chapter is None:
         raise BookNotFound(f"book {book_id} has no chapter {number}")
@@ -166,6 +193,8 @@ def _send(name: str, mimetype: str, download_name: str, storage: Storage | None 
 
 
 @bp.get("/v1/books/<book_id>/chapters/<int:number>/audio")
+@contract.operation("GET", "/v1/books/{book_id}/chapters/{number}/audio", "One chapter's audio", KEY,
+                    params=CHAPTER_PARAMS, responses=FILE_RESPONSES)
 def chapter_audio(book_id: str, number: int) -> BaseResponse:
     """One chapter's audio (Range supported)."""
     chapter, files, fmt = _chapter(book_id, number)
@@ -174,6 +203,9 @@ def chapter_audio(book_id: str, number: int) -> BaseResponse:
 
 
 @bp.get("/v1/books/<book_id>/chapters/<int:number>/captions.<kind>")
+@contract.operation("GET", "/v1/books/{book_id}/chapters/{number}/captions.{kind}", "One chapter's "
+                    "captions: captions.srt or captions.vtt", KEY, responses=FILE_RESPONSES,
+                    params=(*CHAPTER_PARAMS, contract.Param("kind", "path", {"enum": ["srt", "vtt"]})))
 def chapter_captions(book_id: str, number: int, kind: str) -> BaseResponse:
     """One chapter's captions, SubRip (``captions.srt``) or WebVTT (``captions.vtt``)."""
     if kind not in ("srt", "vtt"):
@@ -185,10 +217,12 @@ def chapter_captions(book_id: str, number: int, kind: str) -> BaseResponse:
 
 
 @bp.get("/v1/books/<book_id>/manifest")
+@contract.operation("GET", "/v1/books/{book_id}/manifest", "Every sentence with its offsets", KEY,
+                    params=BOOK_PARAMS, responses={200: ("The manifest", contract.Manifest, JSON)})
 def manifest(book_id: str) -> Response:
     """The book, its chapters and, for assembled chapters, every sentence with its offsets."""
     books = services().books
-    book = books.touch(book_id)
+    book = books.touch(book_id, owner())
     fmt = str(book.options.get("format", "mp3"))
     chapters = []
     for chapter in books.chapters(book_id):
@@ -208,9 +242,11 @@ def manifest(book_id: str) -> Response:
 
 
 @bp.get("/v1/books/<book_id>/audiobook.m4b")
+@contract.operation("GET", "/v1/books/{book_id}/audiobook.m4b", "The whole book as one M4B", KEY,
+                    params=BOOK_PARAMS, responses=FILE_RESPONSES)
 def audiobook(book_id: str) -> BaseResponse:
     """The whole book as one M4B with chapter marks, once done."""
-    book = services().books.touch(book_id)
+    book = services().books.touch(book_id, owner())
     if book.status is not BookStatus.DONE or not book.m4b_path:
         raise AudioNotReady(f"book {book_id} is {book.status.value}; the M4B is made when it is done")
     safe = _UNSAFE.sub(" ", book.title).strip(" .") or "audiobook"

@@ -101,6 +101,8 @@ def to_response(exc: Exception, body: BodyShape = default_body) -> tuple[Respons
     response = jsonify(body(error))
     if error.retry_after_s is not None:
         response.headers["Retry-After"] = str(error.retry_after_s)
+    for name, value in getattr(error, "headers", {}).items():  # WWW-Authenticate of a 401
+        response.headers[name] = value
     if isinstance(exc, HTTPException):  # e.g. 416's Content-Range: bytes */<length>
         for name, value in exc.get_headers():
             if name.lower() in ("content-range", "allow"):

@@ -19,9 +19,11 @@ from flask import (
 )
 from werkzeug.wrappers import Response as BaseResponse
 
+import api.contract as contract
+from api.auth import ADMIN, KEY, OPEN, check_quota, is_admin, owner, require_admin
 from api.downloads import presigned, send_stored
 from api.services import Services
-from tts_queue.enums import POOLS, TaskStatus
+from tts_queue.enums import TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
     MalformedJSON,
@@ -83,17 +85,31 @@ def task_json(view: TaskView) -> dict[str, Any]:
 
 
 def _submit() -> TaskView:
-    body = json_body()
-    pool = body.pop("pool", None)
-    if pool is not None and pool not in POOLS:
-        raise InvalidRequest(f"pool must be one of {', '.join(POOLS)}")
-    keep = body.pop("keep", False)
-    if not isinstance(keep, bool):
-        raise InvalidRequest("keep must be true or false")
-    return services().tasks.submit(body, pool=pool, keep=keep)
+    """Validate the body by its contract, check the caller's quota, submit as the caller."""
+    raw = json_body()
+    speech = contract.body(contract.SpeechRequest, raw)
+    check_quota()
+    payload = {k: v for k, v in raw.items() if k not in ("pool", "keep")}
+    return services().tasks.submit(payload, pool=speech.pool, keep=speech.keep, owner=owner())
+
+
+JSON = ("application/json",)
+TASK_RESPONSES: dict[int, contract.Response] = {200: ("The task", contract.Task, JSON)}
+AUDIO_RESPONSES: dict[int, contract.Response] = {
+    200: ("The audio", None, contract.AUDIO), 206: ("A range of the audio", None, contract.AUDIO),
+    302: ("A presigned URL of the audio in a bucket (TTS_STORAGE_PRESIGN_S)", None, ()),
+    304: ("Not modified (If-None-Match)", None, ()),
+    409: ("The task has no audio (yet, or it failed)", contract.Error, ("application/json",)),
+    410: ("The audio expired", contract.Error, ("application/json",)),
+    416: ("Range not satisfiable", contract.Error, ("application/json",)),
+}
 
 
 @bp.post("/v1/tts")
+@contract.operation("POST", "/v1/tts", "Submit text: 202 with a task to poll, 200 done on a cache hit", KEY,
+                    body=contract.SpeechRequest, responses={
+                        200: ("Done at once: a cache hit", contract.Task, ("application/json",)),
+                        202: ("Queued", contract.Task, ("application/json",))})
 def create_task() -> tuple[Response, int, dict[str, str]]:
     """Submit text; 202 with a task id to poll, or 200 with ``done`` on a cache hit."""
     view = _submit()
@@ -168,35 +184,51 @@ def _block_until_finished(view: TaskView, seconds: float) -> TaskView:
 
 
 @bp.get("/v1/tasks/<task_id>")
+@contract.operation("GET", "/v1/tasks/{task_id}", "A task's status; ?wait=S long-polls", KEY,
+                    params=(contract.task_id_param(), contract.wait_param()), responses=TASK_RESPONSES)
 def get_task(task_id: str) -> Response:
     """A task's status, timestamps, error, and audio URL once done; ``?wait=S`` long-polls."""
-    view = services().tasks.get(task_id)
+    view = services().tasks.get(task_id, owner())
     return jsonify(task_json(wait_for(view, wait_seconds())))
 
 
 @bp.delete("/v1/tasks/<task_id>")
+@contract.operation("DELETE", "/v1/tasks/{task_id}", "Cancel a queued task", KEY,
+                    params=(contract.task_id_param(),), responses={
+                        **TASK_RESPONSES, 409: ("Not queued any more", contract.Error, JSON)})
 def cancel_task(task_id: str) -> Response:
     """Cancel a queued task."""
-    return jsonify(task_json(services().tasks.cancel(task_id)))
+    return jsonify(task_json(services().tasks.cancel(task_id, owner())))
 
 
 @bp.delete("/v1/tasks/<task_id>/keep")
+@contract.operation("DELETE", "/v1/tasks/{task_id}/keep", "Release a task's keep pin", KEY,
+                    params=(contract.task_id_param(),), responses=TASK_RESPONSES)
 def unpin_task(task_id: str) -> Response:
     """Release a task's ``keep`` pin: its audio follows the normal retention again."""
-    return jsonify(task_json(services().tasks.unpin(task_id)))
+    return jsonify(task_json(services().tasks.unpin(task_id, owner())))
 
 
 @bp.get("/v1/cache/stats")
+@contract.operation("GET", "/v1/cache/stats", "The cache's figures (admin keys only)", ADMIN,
+                    responses={200: ("Cache statistics", contract.CacheStats, ("application/json",))})
 def cache_statistics() -> Response:
     """Entries, bytes, hits, misses, hit ratio, pinned entries and the last cleanup."""
+    require_admin()
     return jsonify(cache_stats(services().db))
 
 
 @bp.get("/v1/tasks/<task_id>/audio")
+@contract.operation("GET", "/v1/tasks/{task_id}/audio", "The finished audio (Range, ETag)", KEY,
+                    params=(contract.task_id_param(),), responses=AUDIO_RESPONSES)
 def get_audio(task_id: str) -> BaseResponse:
     """The finished audio, with Content-Length and Range support."""
+    return _audio(task_id, owner())
+
+
+def _audio(task_id: str, caller: str | None) -> BaseResponse:
     tasks = services().tasks
-    audio = tasks.audio(task_id)
+    audio = tasks.audio(task_id, caller)
     try:
         response = presigned(tasks.cache.store.storage, audio.relative,
                              services().settings.storage.presign_s, audio.mime_type, audio.filename)
@@ -210,22 +242,29 @@ def get_audio(task_id: str) -> BaseResponse:
 
 
 @bp.post("/tts")
+@contract.operation("POST", "/tts", "Submit and wait: the audio if ready within ?wait= seconds", KEY,
+                    body=contract.SpeechRequest, params=(contract.wait_param(),), responses={
+                        200: ("The audio", None, contract.AUDIO),
+                        202: ("Not ready within the wait: the task", contract.Task, ("application/json",)),
+                        422: ("Synthesis failed", contract.Error, ("application/json",))})
 def synthesize_sync() -> Any:
     """Submit and wait: the audio if ready within ``wait`` seconds, else 202 with the task id."""
     wait = wait_seconds() if "wait" in request.args else services().settings.api.sync_wait_s
     view = wait_for(_submit(), wait)
     if view.status is TaskStatus.DONE:
-        return get_audio(view.id)
+        return _audio(view.id, owner())
     if view.status is TaskStatus.FAILED:
         raise TaskFailed(view.error_message or "synthesis failed", view.error_code)
     return jsonify(task_json(view)), 202, {"Location": task_json(view)["status_url"]}
 
 
 @bp.get("/v1/voices")
+@contract.operation("GET", "/v1/voices", "The voices (where each runs: admin keys only)", KEY,
+                    responses={200: ("The voices", contract.Voices, ("application/json",))})
 def list_voices() -> Response:
-    """Every voice the registry knows, with its state."""
+    """Every voice the registry knows, with its state (worker names and providers for admins)."""
     registry = services().registry
-    workers = _live_workers()
+    workers = _live_workers() if is_admin() else []
     voices = [
         {
             "id": spec.id,
@@ -255,18 +294,29 @@ def _live_workers() -> list[Any]:
 
 
 @bp.get("/healthz")
+@contract.operation("GET", "/healthz", "The process is up", OPEN, errors=(),
+                    responses={200: ("Up", contract.Health, ("application/json",))})
 def healthz() -> Response:
     """The process is up."""
     return jsonify(status="ok")
 
 
 @bp.get("/readyz")
+@contract.operation("GET", "/readyz", "Ready to serve (details for admin keys)", OPEN, errors=(503,),
+                    responses={200: ("Ready", contract.Ready, ("application/json",)),
+                               503: ("Not ready", contract.Error, ("application/json",))})
 def readyz() -> Response:
     """Database, broker, storage, a live worker (heartbeat) and recent consumption; else 503
     ``not_ready``. Answered from a report shared by every thread and refreshed at most every
     couple of seconds by one of them (``Readiness``), so looping probes never hold the threads."""
     report = services().readiness.report()
+    detailed = is_admin()
     if report.failed:
-        raise NotReady(f"not ready: {', '.join(report.failed)}",
-                       details={"ready": False, "checks": report.checks, "warnings": report.warnings})
+        details: dict[str, Any] = {"ready": False}
+        if detailed:
+            details.update(checks=report.checks, warnings=report.warnings)
+        raise NotReady("not ready: " + (", ".join(report.failed) if detailed else "see the service's log"),
+                       details=details)
+    if not detailed:
+        return jsonify(ready=True)
     return jsonify(ready=True, checks=report.checks, warnings=report.warnings)

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from api.errors import OUTAGES
+from tts_queue.access.keys import ApiKeys
 from tts_queue.books.assembler import ChapterAssembler
 from tts_queue.books.service import BookDispatcher, BookService
 from tts_queue.db import Database
@@ -61,9 +62,11 @@ class Services:
     books: BookService
     assembler: ChapterAssembler
     readiness: Readiness = field(init=False)
+    keys: ApiKeys = field(init=False)
 
     def __post_init__(self) -> None:
         self.readiness = Readiness(self)
+        self.keys = ApiKeys(self.db)
 
     @classmethod
     def build(

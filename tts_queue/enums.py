@@ -105,6 +105,9 @@ PROVIDERS: dict[str, str] = {
 }
 GRAPH_OPTIMIZATION: dict[str, int] = {"disable": 0, "basic": 1, "extended": 2, "all": 99}
 POLICIES: tuple[str, ...] = ("eager", "window")
+# Whether the API needs keys, and whether keys share one cache.
+AUTH_MODES: tuple[str, ...] = ("off", "required")
+CACHE_SCOPES: tuple[str, ...] = ("shared", "key")
 
 # Audio a synthesis request may ask for, and what chapters of a book may be written as.
 REQUEST_FORMATS: tuple[str, ...] = ("wav", "flac", "ogg", "mp3", "opus", "aac")

@@ -127,6 +127,43 @@ class AudioNotReady(TTSQueueError):
     http_status = 409
 
 
+class Unauthorized(TTSQueueError):
+    """The request needs a valid API key (``Authorization: Bearer KEY``): none, or not a live one."""
+
+    code = "unauthorized"
+    http_status = 401
+    headers = {"WWW-Authenticate": 'Bearer realm="tts-queue"'}
+
+
+class Forbidden(TTSQueueError):
+    """The key is valid but may not see this (deployment-wide views answer admin keys only)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class KeyInQuery(InvalidRequest):
+    """A key was sent in the query string, where access logs would keep it: send it as a header."""
+
+    code = "key_in_query"
+
+
+class RateLimited(TTSQueueError):
+    """More submissions than the key's (or the address's) rate allows; retry after ``Retry-After``."""
+
+    code = "rate_limited"
+    http_status = 429
+    retry_after_s = 1
+
+
+class QuotaExceeded(TTSQueueError):
+    """The key has as much work queued as its quota allows; retry once some of it finished."""
+
+    code = "quota_exceeded"
+    http_status = 429
+    retry_after_s = 10
+
+
 # --- voices and models (server side) ----------------------------------------------------------
 
 

@@ -17,16 +17,27 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from tts_queue.enums import BOOK_FORMATS, GRAPH_OPTIMIZATION, POLICIES, POOLS, PROVIDERS, REQUEST_FORMATS
+from tts_queue.enums import (
+    AUTH_MODES,
+    BOOK_FORMATS,
+    CACHE_SCOPES,
+    GRAPH_OPTIMIZATION,
+    POLICIES,
+    POOLS,
+    PROVIDERS,
+    REQUEST_FORMATS,
+)
 from tts_queue.errors import ConfigError
 
 PREFIX = "TTS_"
 
 
 def setting(default: Any = None, doc: str = "", *, env: str | None = None, choices: tuple[str, ...] = (),
-            flag: str | None = None, shown: str | None = None, factory: Any = None) -> Any:
-    """Declare one setting: its default, documentation, variable name, allowed values and flag."""
-    meta = {"doc": doc, "env": env, "choices": choices, "flag": flag, "shown": shown}
+            flag: str | None = None, shown: str | None = None, factory: Any = None,
+            secret: bool = False) -> Any:
+    """Declare one setting: its default, documentation, variable name, allowed values and flag
+    (``secret``: never shown by ``tts-queue settings --current``)."""
+    meta = {"doc": doc, "env": env, "choices": choices, "flag": flag, "shown": shown, "secret": secret}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -105,6 +116,15 @@ class ApiSettings:
     sync_wait_s: float = setting(30.0, "longest wait of `POST /tts` and of `?wait=` long-polls")
     wait_recheck_s: float = setting(5.0, "a long-poll waits for the worker's finished signal and "
                                     "also re-reads the row this often (in case a signal was lost)")
+    auth: str = setting("off", "`required`: every route but health, readiness, metrics and the API's "
+                        "description needs `Authorization: Bearer KEY` (`tts-queue keys create`); `off`: "
+                        "keys are ignored", env="TTS_AUTH", choices=AUTH_MODES)
+    cache_scope: str = setting("shared", "`shared`: one cache for every key (a hit on audio another key "
+                               "caused is served as a new task of the caller); `key`: a cache per key",
+                               env="TTS_CACHE_SCOPE", choices=CACHE_SCOPES)
+    rate_limit: str = setting("", "with auth off, submissions allowed per client address, e.g. "
+                              "`60/minute` (empty: no limit; with auth, each key has its own)",
+                              env="TTS_RATE_LIMIT", shown="empty")
 
 
 @dataclass(frozen=True)
@@ -113,6 +133,8 @@ class ClientSettings:
 
     api_url: str = setting("http://127.0.0.1:8000", "where `submit`, `status` and `fetch` look",
                            flag="--api")
+    api_key: str = setting("", "the key the client commands send (`Authorization: Bearer`); never "
+                           "printed", env="TTS_API_KEY", flag="--key", shown="empty", secret=True)
 
 
 @dataclass(frozen=True)
@@ -307,6 +329,7 @@ class SettingInfo:
     choices: tuple[str, ...]
     flag: str | None
     path: str
+    secret: bool = False
 
 
 def describe() -> list[SettingInfo]:
@@ -315,7 +338,7 @@ def describe() -> list[SettingInfo]:
     for variable, value, (f, path) in _walk(Settings(), PREFIX):
         shown = f.metadata.get("shown") or _show(value)
         rows.append(SettingInfo(variable, shown, f.metadata.get("doc", ""), f.metadata.get("choices", ()),
-                                f.metadata.get("flag"), path))
+                                f.metadata.get("flag"), path, bool(f.metadata.get("secret"))))
     return rows
 
 

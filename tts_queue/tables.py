@@ -94,6 +94,10 @@ class TaskRow(Base):
     # The client asked to keep the audio: never evicted by age or pressure until released.
     keep: Mapped[bool] = mapped_column(Boolean, default=False)
     worker: Mapped[str | None] = mapped_column(String(255), default=None)
+    # The API key that submitted it (``None`` with auth off): only that key sees the task.
+    owner: Mapped[str | None] = mapped_column(String(36), default=None)
+
+    __table_args__ = (Index("ix_tasks_owner_status", "owner", "status"),)
 
 
 class CacheEntry(Base):
@@ -135,6 +139,7 @@ class BookRow(Base):
     error_message: Mapped[str | None] = mapped_column(Text, default=None)
     m4b_path: Mapped[str | None] = mapped_column(String(512), default=None)
     keep: Mapped[bool] = mapped_column(Boolean, default=False)
+    owner: Mapped[str | None] = mapped_column(String(36), index=True, default=None)
     # The upload while it is parsed: its storage name, file name, input format, split pattern.
     source: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     # Ingestion in a worker: its lease (renewed while it works) and attempts (a book that kills
@@ -208,3 +213,20 @@ class CleanupRun(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
     report: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class ApiKey(Base):
+    """A client's API key: only a hash of it is stored (the key is shown once, when it is made),
+    with its limits. ``prefix`` is the public part of the key that finds the row."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    hash: Mapped[str] = mapped_column(String(64))
+    rate: Mapped[str] = mapped_column(String(64))
+    max_queued: Mapped[int] = mapped_column(Integer)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import delete, insert, or_, select, update
 
+from tts_queue.access.keys import queued_work
 from tts_queue.books.chapter import Chapter, select_chapters
 from tts_queue.books.segment import Segment, segment_chapter
 from tts_queue.books.service import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT, BookService
@@ -30,7 +31,7 @@ from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus, TaskStatus
 from tts_queue.errors import BookError, BookTooLarge, EmptyBook, NothingToSpeak
 from tts_queue.synthesis.request import SynthesisRequest, build_request
-from tts_queue.tables import BookRow, CacheEntry, ChapterRow, SentenceRow, TaskRow
+from tts_queue.tables import ApiKey, BookRow, CacheEntry, ChapterRow, SentenceRow, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class Ingester:
         """Task and sentence rows, a batch per transaction; per chapter (sentences, done, seconds)."""
         payload: dict[str, Any] = {k: v for k, v in row.options.items() if k in ("voice", "speaker", "speed")}
         limit = self.settings.books.max_sentences
+        room = self._quota_room(row.owner)
         queue = self.books.queue(row.pool)
         totals: dict[int, tuple[int, int, float]] = {c.number: (0, 0, 0.0) for c in chapters}
         index = 0
@@ -159,9 +161,12 @@ class Ingester:
                                             self.tasks.registry, self.settings)
                 except NothingToSpeak:  # "* * *" scene breaks and the like
                     continue
-                planned.append((segment, request, self.tasks.key_of(request)))
+                planned.append((segment, request, self.tasks.key_of(request, row.owner)))
             if index + len(planned) > limit:
                 raise BookTooLarge(f"the book has more than {limit} sentences (TTS_MAX_BOOK_SENTENCES)")
+            if room is not None and index + len(planned) > room:
+                raise BookError("the book has more sentences than its key may have queued (its quota); "
+                                "render it when earlier work has finished", code="quota_exceeded")
             now = self.clock()
             with self.db.write() as session:
                 cached: dict[str, float] = {key: seconds for key, seconds in session.execute(
@@ -175,7 +180,8 @@ class Ingester:
                         "id": task_id, "status": TaskStatus.DONE if hit else TaskStatus.QUEUED,
                         "cache_key": key, "request": request.to_dict(), "pool": row.pool, "queue": queue,
                         "book_id": row.id, "created_at": now, "started_at": now if hit else None,
-                        "finished_at": now if hit else None, "attempts": 0, "cache_hit": hit, "keep": False})
+                        "finished_at": now if hit else None, "attempts": 0, "cache_hit": hit, "keep": False,
+                        "owner": row.owner})
                     sentences.append({
                         "book_id": row.id, "index": index, "chapter": segment.chapter,
                         "paragraph": segment.paragraph, "text": segment.text,
@@ -188,6 +194,14 @@ class Ingester:
                     session.execute(insert(SentenceRow), sentences)
             self._renew(row.id)
         return totals
+
+    def _quota_room(self, owner: str | None) -> int | None:
+        """How many more tasks the book's key may queue (``None``: no key, no quota)."""
+        if owner is None:
+            return None
+        with self.db.read() as session:
+            quota = session.scalar(select(ApiKey.max_queued).where(ApiKey.id == owner))
+        return None if quota is None else max(0, int(quota) - queued_work(self.db, owner))
 
     def _dispatch(self, row: BookRow) -> None:
         """Send every queued task of the book, a batch at a time, the book still ``parsing`` (the

@@ -181,7 +181,7 @@ class BookService:
 
     # --- accepting ------------------------------------------------------------------------------
 
-    def accept(self, upload: Upload) -> str:
+    def accept(self, upload: Upload, owner: str | None = None) -> str:
         """Check an upload cheaply, store it and queue its parsing; the new book's id (status
         ``parsing``). Nothing is written when a check fails."""
         from tts_queue.books.plaintext import compile_pattern
@@ -213,7 +213,7 @@ class BookService:
             session.add(BookRow(
                 id=book_id, title=(title or fallback or "Untitled")[:MAX_TITLE_CHARS],
                 status=BookStatus.PARSING, options=options, pool=pool, chapters_total=0, sentences_total=0,
-                created_at=now, keep=bool(options.get("keep", False)), source=source, attempts=0,
+                created_at=now, keep=bool(options.get("keep", False)), source=source, attempts=0, owner=owner,
                 last_access_at=now,
                 progress_at=now))
         try:
@@ -235,9 +235,10 @@ class BookService:
 
     # --- rows -----------------------------------------------------------------------------------
 
-    def book(self, book_id: str) -> BookRow:
-        """The row of ``book_id`` or ``BookNotFound`` (malformed ids included)."""
-        return get_by_id(self.db, BookRow, book_id, BookNotFound, "book")
+    def book(self, book_id: str, owner: str | None = None) -> BookRow:
+        """The row of ``book_id`` or ``BookNotFound`` (malformed ids, and another owner's books,
+        included)."""
+        return get_by_id(self.db, BookRow, book_id, BookNotFound, "book", owner)
 
     def chapters(self, book_id: str) -> list[ChapterRow]:
         """The chapter rows of a book, in order."""
@@ -255,15 +256,15 @@ class BookService:
         with self.db.read() as session:
             return [(sentence, status) for sentence, status in session.execute(query).all()]
 
-    def progress(self, book_id: str) -> dict[str, Any]:
+    def progress(self, book_id: str, owner: str | None = None) -> dict[str, Any]:
         """Status, counts, audio seconds so far and an ETA, from the book's and chapters' counters
         (the reader's visit counts as an access)."""
-        row = self.touch(book_id)
+        row = self.touch(book_id, owner)
         return book_progress(row, self.chapters(book_id), self.clock())
 
-    def touch(self, book_id: str) -> BookRow:
+    def touch(self, book_id: str, owner: str | None = None) -> BookRow:
         """The book's row, its last access recorded (at most once a minute: polling stays a read)."""
-        row = self.book(book_id)
+        row = self.book(book_id, owner)
         now = self.clock()
         if row.last_access_at is None or row.last_access_at < now - ACCESS_EVERY:
             with self.db.write() as session:
@@ -376,18 +377,18 @@ class BookService:
                     error_message=message))
         self.tasks.rows.cancel_book(book_id)
 
-    def unpin(self, book_id: str) -> None:
+    def unpin(self, book_id: str, owner: str | None = None) -> None:
         """Release a book's ``keep`` pin: it and its sentences follow the normal retention again."""
-        self.book(book_id)
+        self.book(book_id, owner)
         with self.db.write() as session:
             session.execute(update(BookRow).where(BookRow.id == book_id).values(keep=False))
 
-    def delete(self, book_id: str) -> bool:
+    def delete(self, book_id: str, owner: str | None = None) -> bool:
         """Delete a finished book: its chapter files (unless another book has the same chapter),
         captions, manifests, M4B and upload, then its sentence, task, chapter and book rows (its
         sentences' audio is no longer pinned). An unfinished book is cancelled instead; whether it
         was deleted."""
-        row = self.book(book_id)
+        row = self.book(book_id, owner)
         if not row.status.finished:
             self.cancel(book_id)
             return False

@@ -38,7 +38,7 @@ def cmd_chapters(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
     """Upload a book, follow its progress, download what it made."""
-    client = Client(settings.client.api_url, timeout=600)
+    client = Client.of(settings, timeout=600)
     path = Path(args.book)
     options = {"voice": args.voice, "speaker": args.speaker, "speed": args.speed, "format": args.format,
                "chapters": args.chapters, "input_format": args.input_format,
@@ -64,20 +64,20 @@ def follow_and_download(client: Client, book_id: str, out: Path, m4b: bool) -> i
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     """Print a book's status document."""
-    book = Client(settings.client.api_url).book(args.book_id)
+    book = Client.of(settings).book(args.book_id)
     print(json.dumps(book, indent=2))
     return 1 if book["status"] == "failed" else 0
 
 
 def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
     """Wait for a book to finish, then download it."""
-    return follow_and_download(Client(settings.client.api_url, timeout=600), args.book_id,
+    return follow_and_download(Client.of(settings, timeout=600), args.book_id,
                                Path(args.out), args.m4b)
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """Cancel a book that is still being rendered (a finished one is left alone)."""
-    client = Client(settings.client.api_url)
+    client = Client.of(settings)
     if client.book(args.book_id)["status"] in FINISHED:
         print(f"book {args.book_id} has already finished; `tts-queue book delete` deletes it",
               file=sys.stderr)
@@ -89,7 +89,7 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
     """Delete a book: a finished one with its files; an unfinished one is cancelled."""
-    answer = Client(settings.client.api_url).delete_book(args.book_id)
+    answer = Client.of(settings).delete_book(args.book_id)
     print(json.dumps({k: answer[k] for k in ("book_id", "status")}, indent=2))
     return 0
 

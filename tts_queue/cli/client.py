@@ -10,6 +10,7 @@ from typing import Any
 import requests
 
 from tts_queue.errors import ServiceUnavailable, TTSQueueError
+from tts_queue.settings import Settings
 
 
 class ApiError(TTSQueueError):
@@ -24,10 +25,17 @@ class ApiError(TTSQueueError):
 class Client:
     """Talks to a running tts-queue API."""
 
-    def __init__(self, base_url: str, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, timeout: float = 30.0, key: str = "") -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.http = requests.Session()
+        if key:  # sent as a header, never in a URL (and never printed)
+            self.http.headers["Authorization"] = f"Bearer {key}"
+
+    @classmethod
+    def of(cls, settings: Settings, timeout: float = 30.0) -> Client:
+        """A client of ``TTS_API_URL`` (``--api``) with ``TTS_API_KEY`` (``--key``)."""
+        return cls(settings.client.api_url, timeout, settings.client.api_key)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from tts_queue.cli.book import add_book_commands
 from tts_queue.cli.flags import add_flags, apply_flags
+from tts_queue.cli.keys import add_key_commands
 from tts_queue.errors import ConfigError, TTSQueueError
 from tts_queue.settings import Settings
 
@@ -102,7 +103,9 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
 
         # URLs print without their passwords (and secret query parameters): this output lands
         # in terminals, tickets and container logs
-        values = {name: redacted(value) for name, value in current_values(settings).items()}
+        secret = {info.variable for info in describe() if info.secret}
+        values = {name: ("***" if value and name in secret else redacted(value))
+                  for name, value in current_values(settings).items()}
     for info in describe():
         print(f"{info.variable:32} {values[info.variable]:28} {info.doc}")
     return 0
@@ -267,7 +270,7 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     """Submit text to a running service; with --wait, wait and download."""
     from tts_queue.cli.client import Client
 
-    client = Client(settings.client.api_url)
+    client = Client.of(settings)
     text = sys.stdin.read() if args.text == "-" else args.text
     task = client.submit(text, voice=args.voice, speaker=args.speaker, format=args.format,
                          speed=args.speed)
@@ -286,7 +289,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     """Show a task; with --wait, wait until it finishes."""
     from tts_queue.cli.client import Client
 
-    client = Client(settings.client.api_url)
+    client = Client.of(settings)
     task = client.wait(args.task_id) if args.wait else client.status(args.task_id)
     print(json.dumps(task, indent=2))
     return 0 if task["status"] != "failed" else 1
@@ -296,7 +299,7 @@ def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
     """Wait for a task and download its audio."""
     from tts_queue.cli.client import Client
 
-    client = Client(settings.client.api_url)
+    client = Client.of(settings)
     task = client.wait(args.task_id)
     if task["status"] != "done":
         print(json.dumps(task, indent=2))
@@ -372,7 +375,7 @@ def _add_client_commands(sub: Any) -> None:
     fetch = sub.add_parser("fetch", help="wait for a task and download its audio")
     fetch.add_argument("-o", "--output", required=True)
     for parser, func in ((submit, cmd_submit), (status, cmd_status), (fetch, cmd_fetch)):
-        add_flags(parser, "client.api_url")
+        add_flags(parser, "client.api_url", "client.api_key")
         if parser is not submit:
             parser.add_argument("task_id")
         parser.set_defaults(func=func)
@@ -386,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_local_commands(sub)
     _add_service_commands(sub)
     _add_client_commands(sub)
-    add_book_commands(sub, lambda parser: add_flags(parser, "client.api_url"))
+    add_book_commands(sub, lambda parser: add_flags(parser, "client.api_url", "client.api_key"))
+    add_key_commands(sub, lambda parser: add_flags(parser, "data_dir"))
     return parser
 
 

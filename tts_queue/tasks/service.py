@@ -112,9 +112,13 @@ class TaskService:
         self.pool_alive = pool_alive
         self.rows = TaskRows(db, clock, timedelta(seconds=settings.worker.lease_s))
 
-    def key_of(self, request: SynthesisRequest) -> str:
-        """The cache key of a validated request."""
-        return cache_key(request, self.registry.voice_digest(self.registry.get(request.voice)))
+    def key_of(self, request: SynthesisRequest, owner: str | None = None) -> str:
+        """The cache key of a validated request (of its owner's own cache with
+        ``TTS_CACHE_SCOPE=key``)."""
+        digest = self.registry.voice_digest(self.registry.get(request.voice))
+        if owner is not None and self.settings.api.cache_scope == "key":
+            digest = f"{digest}:owner:{owner}"
+        return cache_key(request, digest)
 
     def pool_for(self, request: SynthesisRequest, preferred: str | None = None) -> str:
         """The worker pool that serves a request: the caller's choice, the voice's, or the default."""
@@ -136,16 +140,17 @@ class TaskService:
 
     def submit(
         self, payload: Mapping[str, Any], lane: Lane = Lane.INTERACTIVE, book_id: str | None = None,
-        pool: str | None = None, keep: bool = False,
+        pool: str | None = None, keep: bool = False, owner: str | None = None,
     ) -> TaskView:
-        """Validate and queue a request; a cache hit is answered at once as ``done``."""
+        """Validate and queue a request; a cache hit is answered at once as ``done`` (a new task of
+        ``owner``, whoever's request made the audio)."""
         request = build_request(payload, self.registry, self.settings)
-        key = self.key_of(request)
+        key = self.key_of(request, owner)
         chosen_pool = self.pool_for(request, pool)
         row = TaskRow(
             id=str(uuid.uuid4()), cache_key=key, request=request.to_dict(), pool=chosen_pool,
             queue=queue_name(chosen_pool, lane, self.settings.services.queue_prefix), book_id=book_id,
-            created_at=self.clock(), keep=keep,
+            created_at=self.clock(), keep=keep, owner=owner,
         )
         with self.db.write() as session:
             hit = self.cache.lookup(key, session)
@@ -164,36 +169,37 @@ class TaskService:
         self.rows.mark_dispatched([row.id])
         return TaskView.of(row)
 
-    def row(self, task_id: str) -> TaskRow:
-        """The row of ``task_id`` or ``TaskNotFound`` (malformed ids included)."""
-        return get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task")
+    def row(self, task_id: str, owner: str | None = None) -> TaskRow:
+        """The row of ``task_id`` or ``TaskNotFound`` (malformed ids, and another owner's tasks,
+        included)."""
+        return get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task", owner)
 
-    def get(self, task_id: str) -> TaskView:
+    def get(self, task_id: str, owner: str | None = None) -> TaskView:
         """Status of a task, with the audio's duration once done."""
-        row = self.row(task_id)
+        row = self.row(task_id, owner)
         duration = None
         if row.status is TaskStatus.DONE:
             entry = self.cache.peek(row.cache_key)
             duration = entry.duration_s if entry else None
         return TaskView.of(row, duration)
 
-    def cancel(self, task_id: str) -> TaskView:
+    def cancel(self, task_id: str, owner: str | None = None) -> TaskView:
         """Cancel a queued task; running or finished tasks raise ``TaskNotCancellable``."""
-        row = self.row(task_id)
+        row = self.row(task_id, owner)
         if not self.rows.cancel(task_id):
             current = self.row(task_id).status.value
             raise TaskNotCancellable(f"task {task_id} is {current}; only queued tasks can be cancelled")
         return self.get(row.id)
 
-    def unpin(self, task_id: str) -> TaskView:
+    def unpin(self, task_id: str, owner: str | None = None) -> TaskView:
         """Release a task's keep pin: its audio follows the normal retention again."""
-        self.row(task_id)
+        self.row(task_id, owner)
         self.rows.set_keep(task_id, False)
         return self.get(task_id)
 
-    def audio(self, task_id: str) -> AudioFile:
+    def audio(self, task_id: str, owner: str | None = None) -> AudioFile:
         """The finished audio of a task, or ``AudioNotReady``."""
-        row = self.row(task_id)
+        row = self.row(task_id, owner)
         if row.status is not TaskStatus.DONE:
             raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
         entry = self.cache.lookup(row.cache_key)

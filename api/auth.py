@@ -1,0 +1,171 @@
+"""Who may call what: API keys, per-key isolation, admin-only views, rates and quotas.
+
+Every route has an access level, declared next to its view with ``access(...)`` and kept in
+``ACCESS``; a test walks the URL map and fails on a route without one:
+
+- ``open``: health, readiness (its details only for admins when keys are required), metrics, the
+  API's description and its page, static files;
+- ``key``: everything a client does with its own work;
+- ``admin``: deployment-wide views (cache statistics).
+
+With ``TTS_AUTH=off`` every caller is the anonymous principal (``None``), admin views are open, and
+any ``Authorization`` header is ignored (OpenAI-style clients always send one). With ``required``
+a request without a live key gets 401 ``unauthorized``. A key in the query string is always a 400
+(``key_in_query``): access logs keep query strings. Submissions are rate-limited per key (the
+key's own rate) through flask-limiter on the broker's Redis, shared by every API process; with auth
+off, per client address only when ``TTS_RATE_LIMIT`` is set. A key with as much work queued as its
+quota gets 429 ``quota_exceeded``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import Flask, current_app, g, request
+from flask_limiter import Limiter
+from flask_limiter.errors import RateLimitExceeded
+
+from api.services import Services
+from tts_queue.access.keys import Principal, queued_work
+from tts_queue.errors import Forbidden, KeyInQuery, QuotaExceeded, RateLimited, Unauthorized
+from tts_queue.settings import Settings
+
+log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+OPEN, KEY, ADMIN = "open", "key", "admin"
+ACCESS: dict[str, str] = {}  # view function qualified name -> access level
+QUERY_KEY_NAMES = ("api_key", "key", "token", "access_token")
+LIMITER = "tts.limiter"
+
+
+def access(level: str) -> Callable[[F], F]:
+    """Declare a view's access level (``open``, ``key`` or ``admin``)."""
+
+    def mark(view: F) -> F:
+        ACCESS[f"{view.__module__}.{view.__qualname__}"] = level
+        return view
+
+    return mark
+
+
+def level_of(app: Flask, endpoint: str | None) -> str | None:
+    """The access level of an endpoint (``None``: undeclared)."""
+    if endpoint is None:
+        return OPEN  # no route matched: the 404/405 is the answer
+    if endpoint == "static":
+        return OPEN
+    view = app.view_functions.get(endpoint)
+    return None if view is None else ACCESS.get(f"{view.__module__}.{view.__qualname__}")
+
+
+def principal() -> Principal | None:
+    """The caller's key (``None``: no auth, every caller is one anonymous tenant)."""
+    found: Principal | None = g.get("principal")
+    return found
+
+
+def owner() -> str | None:
+    """The id that owns what the caller makes and sees."""
+    who = principal()
+    return who.id if who is not None else None
+
+
+def is_admin() -> bool:
+    """Whether the caller may see deployment-wide views (anyone, with auth off)."""
+    who = principal()
+    return who.admin if who is not None else not _required()
+
+
+def require_admin() -> None:
+    """403 ``forbidden`` unless the caller is an admin (or auth is off)."""
+    if not is_admin():
+        raise Forbidden("this view is for admin keys only")
+
+
+def _required() -> bool:
+    services: Services = current_app.extensions["tts"]
+    return services.settings.api.auth == "required"
+
+
+def _authenticate() -> None:
+    """``before_request``: refuse keys in the query string; resolve the bearer key."""
+    if any(name in request.args for name in QUERY_KEY_NAMES):
+        raise KeyInQuery("send the key in the Authorization header (Bearer), never in the URL: "
+                         "URLs are kept in access logs")
+    services: Services = current_app.extensions["tts"]
+    level = level_of(current_app, request.endpoint)
+    if level is None:
+        log.error("route %s has no access level; refusing it", request.endpoint)
+        raise Forbidden("this route has no access decision")
+    g.principal = None
+    if services.settings.api.auth != "required":
+        return
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    found = services.keys.verify(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+    if found is None and level != OPEN:
+        raise Unauthorized("send a valid API key: Authorization: Bearer KEY")
+    g.principal = found
+
+
+def check_quota() -> None:
+    """429 ``quota_exceeded`` when the caller's key has as much work queued as its quota."""
+    who = principal()
+    if who is None:
+        return
+    services: Services = current_app.extensions["tts"]
+    queued = queued_work(services.db, who.id)
+    if queued >= who.max_queued:
+        raise QuotaExceeded(f"this key has {queued} tasks queued or running; its quota is {who.max_queued}")
+
+
+def _limit_key() -> str:
+    who = principal()
+    return f"key:{who.id}" if who is not None else f"addr:{request.remote_addr}"
+
+
+def _limit_value() -> str:
+    who = principal()
+    if who is not None:
+        return who.rate
+    services: Services = current_app.extensions["tts"]
+    return services.settings.api.rate_limit or "1000000/second"
+
+
+def _not_limited() -> bool:
+    services: Services = current_app.extensions["tts"]
+    return principal() is None and not services.settings.api.rate_limit
+
+
+def storage_uri(settings: Settings) -> str:
+    """The limiter's storage: the broker's Redis (shared by every API process), else memory."""
+    url = settings.services.redis_url
+    if not url:
+        return "memory://"
+    for prefix in ("unix://", "redis+socket://"):
+        if url.startswith(prefix):
+            return "redis+unix://" + url[len(prefix):]
+    return url
+
+
+def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
+    """Authentication before every request, rate limits on the ``submissions`` endpoints."""
+    app.before_request(_authenticate)
+    limiter = Limiter(key_func=_limit_key, app=app, storage_uri=storage_uri(settings), headers_enabled=True,
+                      strategy="moving-window", key_prefix=f"{settings.services.queue_prefix}:limits",
+                      swallow_errors=True)
+    app.extensions[LIMITER] = limiter
+    for endpoint in submissions:
+        limited = limiter.limit(_limit_value, key_func=_limit_key, exempt_when=_not_limited)
+        app.view_functions[endpoint] = limited(app.view_functions[endpoint])  # type: ignore[assignment]
+
+    @app.errorhandler(RateLimitExceeded)
+    def _limited(exc: RateLimitExceeded) -> Any:
+        from api.errors import to_response
+
+        error = RateLimited(f"more submissions than this key's rate allows ({exc.description}); retry later")
+        response, status = to_response(error)
+        response.headers.pop("Retry-After", None)  # flask-limiter sets the honest one after this
+        return response, status

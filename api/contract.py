@@ -1,0 +1,362 @@
+"""The API's published contract: pydantic models of every request and response, and one
+``operation(...)`` declaration per route, from which both request validation and
+``GET /openapi.json`` come (``/docs`` renders it with Swagger UI, served from the package).
+
+Validation keeps the project's stable error codes, not pydantic's own body: a malformed field is
+a 400 ``invalid_request`` (``invalid_text`` for the text, ``unsupported_format`` for a format name);
+what the models cannot know (the configured text limit, voices, speakers) is checked after them by
+the core (``build_request``) and documented in each field's description.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from api.auth import access
+from tts_queue import __version__
+from tts_queue.enums import BOOK_FORMATS, POOLS, REQUEST_FORMATS
+from tts_queue.errors import InvalidRequest, InvalidText, UnsupportedFormat
+
+F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M", bound=BaseModel)
+
+RequestFormat = Literal[REQUEST_FORMATS]  # type: ignore[valid-type]
+BookFormat = Literal[BOOK_FORMATS]  # type: ignore[valid-type]
+Pool = Literal[POOLS]  # type: ignore[valid-type]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SpeechRequest(_Body):
+    """What to synthesize (``POST /v1/tts`` and ``POST /tts``)."""
+
+    text: str = Field(description="The text, at most TTS_MAX_TEXT_CHARS characters (5,000 by default) "
+                                  "before and after Unicode normalization.", max_length=100_000)
+    voice: str | None = Field(None, description="A voice id or alias (GET /v1/voices); the default "
+                              "voice when absent.", max_length=256)
+    speaker: str | int | None = Field(None, description="Speaker name or number of a multi-speaker voice.")
+    language: str | None = Field(None, description="Picks a voice of this language, or must match the "
+                                 "voice's.", max_length=32)
+    format: RequestFormat | None = Field(None, description="Audio format (TTS_DEFAULT_FORMAT when absent).")
+    speed: float | None = Field(None, ge=0.25, le=4.0, description="1.0 is normal (the bounds are "
+                                "TTS_MIN_SPEED and TTS_MAX_SPEED).")
+    noise_scale: float | None = Field(None, ge=0.0, le=2.0, description="Piper's variation (0: none).")
+    noise_w: float | None = Field(None, ge=0.0, le=2.0, description="Piper's duration variation.")
+    pool: Pool | None = Field(None, description="The worker pool (routing per voice when absent).")
+    keep: bool = Field(False, description="Never evict the audio by age or pressure until released.")
+
+
+class BookRequest(_Body):
+    """A book sent as JSON (``POST /v1/books``; files go as multipart/form-data field ``file``)."""
+
+    text: str = Field(description="The book's text (at most TTS_MAX_BOOK_BYTES as UTF-8).")
+    title: str | None = Field(None, max_length=100_000)
+    input_format: Literal["text", "markdown"] | None = Field(None, description="text (default) or markdown.")
+    split_pattern: str | None = Field(None, max_length=1000, description="RE2 pattern of chapter heading "
+                                      "lines.")
+    voice: str | None = Field(None, max_length=256)
+    speaker: str | int | None = None
+    speed: float | None = Field(None, ge=0.25, le=4.0)
+    format: BookFormat | None = Field(None, description="Chapter audio format (TTS_BOOK_FORMAT).")
+    chapters: str | None = Field(None, max_length=1000, description="A range such as 2-5 or 1,3,7-9.")
+    pool: Pool | None = None
+    keep: bool = False
+
+
+class ErrorDetail(BaseModel):
+    """A stable ``code`` (clients branch on it) and a message for people."""
+
+    code: str
+    message: str
+
+
+class Error(BaseModel):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+class Task(BaseModel):
+    """A task's state."""
+
+    task_id: str
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
+    status_url: str
+    voice: str
+    format: str
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    cache_hit: bool
+    keep: bool
+    audio_url: str | None = None
+    duration_s: float | None = None
+    error: ErrorDetail | None = None
+
+
+class Voice(BaseModel):
+    """A voice the registry knows."""
+
+    id: str
+    aliases: list[str]
+    language: str
+    sample_rate: int
+    speakers: list[str]
+    num_speakers: int
+    status: Literal["verified", "unverified", "mismatch", "missing"]
+    default: bool
+    providers: dict[str, str] = Field(description="Worker -> execution provider (admin keys only).")
+
+
+class Voices(BaseModel):
+    """``GET /v1/voices``."""
+
+    voices: list[Voice]
+
+
+class Health(BaseModel):
+    """``GET /healthz``."""
+
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    """``GET /readyz``: details for admin keys (all callers with auth off)."""
+
+    ready: bool
+    checks: dict[str, Any] | None = None
+    warnings: list[dict[str, str]] | None = None
+
+
+class CacheStats(BaseModel):
+    """``GET /v1/cache/stats`` (admin keys only)."""
+
+    entries: int
+    bytes: int
+    hits: int
+    misses: int
+    hit_ratio: float | None
+    pinned: int
+    last_cleanup: dict[str, Any] | None
+
+
+class BookAccepted(BaseModel):
+    """A book accepted for parsing."""
+
+    book_id: str
+    status: Literal["parsing"]
+    status_url: str
+
+
+class Chapter(BaseModel):
+    """A chapter's state."""
+
+    number: int
+    title: str
+    status: str
+    sentences_total: int
+    sentences_done: int
+    duration_s: float | None
+    audio_url: str | None = None
+    srt_url: str | None = None
+    vtt_url: str | None = None
+
+
+class Book(BaseModel):
+    """A book's progress."""
+
+    book_id: str
+    title: str
+    author: str | None
+    status: Literal["parsing", "queued", "running", "done", "failed", "cancelled"]
+    format: str | None
+    voice: str | None
+    keep: bool
+    chapters_total: int
+    chapters_done: int
+    sentences_total: int
+    sentences_done: int
+    audio_seconds: float
+    speed_x_realtime: float | None
+    eta_s: float | None
+    created_at: str
+    finished_at: str | None
+    error: ErrorDetail | None
+    chapters: list[Chapter]
+    status_url: str
+    manifest_url: str
+    m4b_url: str | None = None
+
+
+class BookDeleted(BaseModel):
+    """A finished book deleted with its files."""
+
+    book_id: str
+    status: Literal["deleted"]
+    deleted: Literal[True]
+
+
+class Manifest(BaseModel):
+    """A book, its chapters and, for assembled chapters, every sentence with its offsets."""
+
+    book_id: str
+    title: str
+    author: str | None
+    format: str
+    status: str
+    options: dict[str, Any]
+    chapters: list[dict[str, Any]]
+
+
+# --- operations ---------------------------------------------------------------------------------
+
+AUDIO = ("audio/wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/aac", "audio/mp4")
+COMMON_ERRORS = (400, 401, 403, 404, 413, 415, 429, 503)
+Response = tuple[str, type[BaseModel] | None, tuple[str, ...]]  # description, model, content types
+
+
+@dataclass(frozen=True)
+class Param:
+    """A path or query parameter."""
+
+    name: str
+    where: Literal["path", "query"]
+    schema: dict[str, Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One route: its method and path (OpenAPI style), who may call it, what it takes and answers."""
+
+    method: str
+    path: str
+    summary: str
+    level: str
+    body: type[BaseModel] | None = None
+    multipart: bool = False
+    params: tuple[Param, ...] = ()
+    responses: dict[int, Response] = field(default_factory=dict)
+    errors: tuple[int, ...] = COMMON_ERRORS
+
+
+OPERATIONS: list[Operation] = []
+
+
+def operation(method: str, path: str, summary: str, level: str, **details: Any) -> Callable[[F], F]:
+    """Declare a route's contract and access level (the view's Flask route is declared beside it)."""
+
+    def register(view: F) -> F:
+        OPERATIONS.append(Operation(method, path, summary, level, **details))
+        return access(level)(view)
+
+    return register
+
+
+def body(model: type[M], data: Any) -> M:
+    """``data`` (a parsed JSON value) validated by ``model``, or a 4xx with the project's codes."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+
+
+def _invalid(exc: ValidationError) -> InvalidRequest:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the body"
+    if first["type"] == "missing":
+        return InvalidRequest(f"the field {where!r} is required")
+    if first["type"] == "extra_forbidden":
+        names = sorted(str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden")
+        return InvalidRequest(f"unknown field(s): {', '.join(names)}")
+    if first["loc"][:1] == ("text",):
+        return InvalidText(f"text: {first['msg']}")
+    if first["loc"][:1] == ("format",) and isinstance(first.get("input"), str):
+        return UnsupportedFormat(f"unsupported format {first['input']!r}: {first['msg']}")
+    return InvalidRequest(f"{where}: {first['msg']}")
+
+
+def task_id_param() -> Param:
+    return Param("task_id", "path", {"type": "string", "format": "uuid"}, "The task's id.")
+
+
+def book_id_param() -> Param:
+    return Param("book_id", "path", {"type": "string", "format": "uuid"}, "The book's id.")
+
+
+def wait_param() -> Param:
+    return Param("wait", "query", {"type": "number", "minimum": 0}, "Seconds to wait for the task to "
+                 "finish (at most TTS_SYNC_WAIT_S).")
+
+
+# --- the document -------------------------------------------------------------------------------
+
+
+def openapi(server_url: str | None = None, auth_required: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every declared operation."""
+    from pydantic.json_schema import models_json_schema
+
+    models: set[type[BaseModel]] = {Error}
+    for op in OPERATIONS:
+        if op.body is not None:
+            models.add(op.body)
+        models.update(model for _, model, _ in op.responses.values() if model is not None)
+    _, definitions = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
+                                        ref_template="#/components/schemas/{model}")
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, auth_required)
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": "tts-queue", "version": __version__,
+                 "description": "Asynchronous, batched text to speech: submit, poll, download."},
+        "paths": paths,
+        "components": {"schemas": definitions.get("$defs", {}),
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+    if server_url:
+        document["servers"] = [{"url": server_url}]
+    return document
+
+
+def _operation(op: Operation, auth_required: bool) -> dict[str, Any]:
+    error_ref = {"$ref": "#/components/schemas/Error"}
+    responses: dict[str, Any] = {}
+    for status, (description, model, types) in sorted(op.responses.items()):
+        if model is None and not types:
+            responses[str(status)] = {"description": description}
+            continue
+        schema = {"$ref": f"#/components/schemas/{model.__name__}"} if model is not None else {
+            "type": "string", "format": "binary"}
+        responses[str(status)] = {"description": description,
+                                  "content": {kind: {"schema": schema} for kind in types}}
+    for status in op.errors:
+        responses.setdefault(str(status), {"description": "An error with a stable code",
+                                           "content": {"application/json": {"schema": error_ref}}})
+    spec: dict[str, Any] = {
+        "summary": op.summary, "operationId": f"{op.method.lower()}_{op.path}",
+        "parameters": [{"name": p.name, "in": p.where, "required": p.where == "path", "schema": p.schema,
+                        "description": p.description} for p in op.params],
+        "responses": responses,
+    }
+    if op.body is not None:
+        content: dict[str, Any] = {"application/json": {"schema": {"$ref": f"#/components/schemas/"
+                                                                        f"{op.body.__name__}"}}}
+        if op.multipart:
+            content["multipart/form-data"] = {"schema": {
+                "type": "object", "required": ["file"],
+                "properties": {"file": {"type": "string", "format": "binary"},
+                               **{name: {"type": "string"} for name in (
+                                   "title", "input_format", "split_pattern", "voice", "speaker", "speed",
+                                   "format", "chapters", "pool", "keep")}}}}
+        spec["requestBody"] = {"required": True, "content": content}
+    if op.level != "open" and auth_required:
+        spec["security"] = [{"bearer": []}]
+    return spec
+
