@@ -74,6 +74,7 @@ class ErrorDetail(BaseModel):
 
     code: str
     message: str
+    request_id: str | None = Field(default=None, description="On a 5xx: the X-Request-ID that the logs name")
 
 
 class Error(BaseModel):

@@ -6,7 +6,8 @@ reuses the same mapping of exceptions to statuses and codes.
 
 Nothing secret leaves: a 5xx (and a synthesis or voice failure) answers the fixed sentence of its
 stable code (``tts_queue.errors.PUBLIC_MESSAGES``), never the exception's text, which can name
-hosts, users, socket paths, buckets or a URL with its password; that text goes to the log.
+hosts, users, socket paths, buckets or a URL with its password; that text goes to the log. A 5xx
+body also carries the request's ``request_id``, which every log line of that request names.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sqlalchemy.exc
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
+from api.request_id import current as current_request_id
 from tts_queue.errors import (
     NotReady,
     ServiceUnavailable,
@@ -98,7 +100,11 @@ def to_response(exc: Exception, body: BodyShape = default_body) -> tuple[Respons
     error = public(as_error(exc))
     if error is not exc and isinstance(exc, TTSQueueError) and not isinstance(exc, NotReady):
         log.warning("%s %s: %s", exc.http_status, exc.code, redacted(exc.message))
-    response = jsonify(body(error))
+    payload = body(error)
+    request_id = current_request_id()
+    if error.http_status >= 500 and request_id and isinstance(payload.get("error"), dict):
+        payload["error"]["request_id"] = request_id  # the key to the details in the logs
+    response = jsonify(payload)
     if error.retry_after_s is not None:
         response.headers["Retry-After"] = str(error.retry_after_s)
     for name, value in getattr(error, "headers", {}).items():  # WWW-Authenticate of a 401

@@ -19,16 +19,27 @@ def current() -> str | None:
     return g.get("request_id") if has_request_context() else None
 
 
-class RequestIdFilter(logging.Filter):
-    """Adds ``request_id`` to log records, and the id to messages written during a request."""
+def _tag(record: logging.LogRecord) -> logging.LogRecord:
+    """Name the request in a record written while answering one (``request_id`` and a prefix)."""
+    request_id = current()
+    record.request_id = request_id or "-"
+    if request_id:
+        record.msg = f"[request {request_id}] {record.msg}"
+    return record
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        request_id = current()
-        record.request_id = request_id or "-"
-        if request_id and not getattr(record, "tagged", False):
-            record.msg = f"[request {request_id}] {record.msg}"
-            record.tagged = True
-        return True
+
+def _install_record_factory() -> None:
+    """Tag every log record made during a request, whichever logger or handler takes it (a
+    logger's filters would miss its children, a handler's would miss handlers added later)."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "tags_request_id", False):
+        return
+
+    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        return _tag(previous(*args, **kwargs))
+
+    factory.tags_request_id = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
 
 
 def install(app: Flask) -> None:
@@ -44,7 +55,4 @@ def install(app: Flask) -> None:
         response.headers[HEADER] = current() or uuid.uuid4().hex
         return response
 
-    for name in ("api", "tts_queue", "flask.app"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, RequestIdFilter) for f in logger.filters):
-            logger.addFilter(RequestIdFilter())
+    _install_record_factory()

@@ -22,6 +22,12 @@ def compose() -> dict[str, Any]:
     return data
 
 
+def test_the_published_api_needs_keys(compose: dict[str, Any]) -> None:
+    environment = compose["x-tts"]["environment"]
+    assert environment["TTS_AUTH"] == "${TTS_AUTH:-required}"
+    assert "0.0.0.0:8000" in compose["services"]["api"]["command"]
+
+
 def test_every_role_is_defined(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert {"redis", "api", "worker-cpu", "worker-gpu", "scheduler", "postgres", "migrate"} <= set(services)
@@ -62,3 +68,13 @@ def test_dockerfile_copies_every_package() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     for package in ("tts_queue", "workers", "api", "models", "migrations"):
         assert f"COPY {package} ./{package}" in dockerfile
+
+
+def test_access_logs_never_carry_a_query_string(compose: dict[str, Any]) -> None:
+    # A refused ?api_key=... must not land in an access log either: path only, never %(r)s/%(q)s.
+    from tts_queue.cli.launcher import ACCESS_LOG
+
+    api_command = " ".join(compose["services"]["api"]["command"])
+    for form in (ACCESS_LOG, api_command):
+        assert "%(U)s" in form
+        assert "%(r)s" not in form and "%(q)s" not in form

@@ -116,7 +116,8 @@ def test_readiness_and_outages_name_no_host_and_no_password(
     assert body["checks"]["workers"].startswith("error") and body["checks"]["storage"] == "ok"
     assert submitted.status_code == 503
     assert submitted.get_json()["error"] == {"code": "service_unavailable",
-                                             "message": PUBLIC_MESSAGES["service_unavailable"]}
+                                             "message": PUBLIC_MESSAGES["service_unavailable"],
+                                             "request_id": submitted.headers["X-Request-ID"]}
     # And neither body names a host, a port, a user or a password: no exception text at all
     for text in (ready.get_data(as_text=True), submitted.get_data(as_text=True)):
         for leak in ("br0ker-pw", "datab4se-pw", "127.0.0.1", str(broker_port), str(db_port), "tts:",
@@ -125,6 +126,8 @@ def test_readiness_and_outages_name_no_host_and_no_password(
     # And the log has the details, passwords masked
     assert "Connection refused" in caplog.text and str(broker_port) in caplog.text
     assert "br0ker-pw" not in caplog.text and "datab4se-pw" not in caplog.text
+    # And the 5xx's request id finds its log line
+    assert f"[request {submitted.headers['X-Request-ID']}]" in caplog.text
 
 
 def test_a_missing_bucket_is_not_ready_without_naming_its_endpoint(

@@ -48,17 +48,23 @@ def scheduler_command(data_dir: Path) -> list[str]:
     ]
 
 
+ACCESS_LOG = '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(L)ss request %({x-request-id}o)s'
+
+
 def api_command(host: str, port: int, threads: int) -> list[str]:
     """The gunicorn command line serving the API.
 
     The worker class is gunicorn's ``gthread`` worker whose own error pages (request line or
     headers too long, malformed HTTP: answered before Flask sees the request) are the API's JSON
-    errors instead of HTML (``api.JSONErrorWorker``); gunicorn's limits stay as they are.
+    errors instead of HTML (``api.JSONErrorWorker``); gunicorn's limits stay as they are. The
+    access log names each request's ``X-Request-ID`` (never a query string's secrets: keys in URLs
+    are refused).
     """
     return [
         sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "--workers", "1",
         "--threads", str(threads), "--worker-class", "api.JSONErrorWorker", "--timeout", "120",
-        "--graceful-timeout", "20", "api.wsgi:app",
+        "--graceful-timeout", "20", "--access-logfile", "-", "--access-logformat", ACCESS_LOG,
+        "api.wsgi:app",
     ]
 
 
