@@ -62,3 +62,20 @@ def test_an_entry_expired_by_another_process_is_no_longer_a_hit_here(cache: Audi
     assert cache.lookup(key(7)) is None
     assert cache.peek(key(7)) is None
 
+
+
+def test_a_stale_hot_entry_never_forgets_the_audio_another_process_stored_since(
+    cache: AudioCache, tmp_path: Path, clock: Clock
+) -> None:
+    # Given this process holding key 3 in its hot cache (version one)
+    first = cache.put(key(3), "wav", "v", b"one", 0.1)
+    # And another process that, after the cleanup removed version one, stored version two
+    other = AudioCache(cache.db, cache.store, hot_size=2, clock=clock)
+    other.forget(key(3))
+    second = other.put(key(3), "wav", "v", b"two!", 0.1)
+    assert second.path != first.path and not cache.store.exists(first.path)
+    # When this process looks the key up and finds its stale version's file gone
+    assert cache.lookup(key(3)) is None
+    # Then only the stale version is forgotten: the other process's audio is still a hit with its file
+    hit = other.lookup(key(3))
+    assert hit is not None and hit.path == second.path and cache.store.exists(second.path)

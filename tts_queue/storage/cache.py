@@ -79,8 +79,8 @@ class AudioCache:
         hit = self._find(key)
         if hit is None:
             return None
-        if not self._present(hit):
-            self.forget(key, session)
+        if not self._present(hit):  # forget that version only: another writer's newer one stays
+            self._forget_version(hit, session)
             return None
         # Recording the hit also checks the row is not expired (another process's cleanup), so
         # every process's hot cache honours expiry at once, in the statement it runs anyway.
@@ -138,6 +138,17 @@ class AudioCache:
             return
         with self.db.write() as session:
             session.execute(delete(CacheEntry).where(CacheEntry.key == key, CacheEntry.path == path))
+
+    def _forget_version(self, hit: CachedAudio, session: Session | None) -> None:
+        """Drop ``hit``'s row if it still names ``hit``'s file (a stale hot entry, or a row whose
+        file went): a row another writer stored since, with a file of its own, is left alone."""
+        with self._lock:
+            self._hot.pop(hit.key, None)
+        if session is None:
+            with self.db.write() as own:
+                self._forget_version(hit, own)
+            return
+        session.execute(delete(CacheEntry).where(CacheEntry.key == hit.key, CacheEntry.path == hit.path))
 
     def forget(self, key: str, session: Session | None = None) -> None:
         """Drop ``key`` from memory and the database, then the file its row named (never a file
