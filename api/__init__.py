@@ -20,8 +20,9 @@ from api import auth, request_id
 from api.books import bp as books_bp
 from api.docs import bp as docs_bp
 from api.errors import register_error_handlers
-from api.routes import WAITERS, bp
-from api.services import Services
+from api.openai import bp as openai_bp
+from api.routes import bp
+from api.services import WAITERS, Services
 from tts_queue.errors import public_message
 from tts_queue.settings import Settings
 
@@ -58,8 +59,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.register_blueprint(bp)
     app.register_blueprint(books_bp)
     app.register_blueprint(docs_bp)
-    auth.install(app, settings,
-                 submissions=["tts.create_task", "tts.synthesize_sync", "books.create_book"])
+    app.register_blueprint(openai_bp)
+    auth.install(app, settings, submissions=["tts.create_task", "tts.synthesize_sync", "books.create_book",
+                                             "openai.speech"])
     if settings.api.auth != "required" and settings.api.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("THE API ACCEPTS REQUESTS WITHOUT KEYS (TTS_AUTH=off) AND IS SERVED ON %s: anyone "
                     "who can reach it can submit work and read every task; set TTS_AUTH=required and "

@@ -139,6 +139,11 @@ def _not_limited() -> bool:
     return principal() is None and not services.settings.api.rate_limit
 
 
+def rate_limited(exc: RateLimitExceeded) -> RateLimited:
+    """flask-limiter's refusal as the API's error (its ``Retry-After`` is set by the limiter)."""
+    return RateLimited(f"more submissions than this key's rate allows ({exc.description}); retry later")
+
+
 def storage_uri(settings: Settings) -> str:
     """The limiter's storage: the broker's Redis (shared by every API process), else memory."""
     url = settings.services.redis_url
@@ -165,7 +170,6 @@ def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
     def _limited(exc: RateLimitExceeded) -> Any:
         from api.errors import to_response
 
-        error = RateLimited(f"more submissions than this key's rate allows ({exc.description}); retry later")
-        response, status = to_response(error)
+        response, status = to_response(rate_limited(exc))
         response.headers.pop("Retry-After", None)  # flask-limiter sets the honest one after this
         return response, status

@@ -14,6 +14,7 @@ from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.finish import FinishSignals
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.streams import AudioStreams
 from workers.dispatch import CeleryDispatcher, make_client
 
 
@@ -29,6 +30,7 @@ class CeleryQueue(CeleryDispatcher):
                                               max_block_s=settings.api.wait_recheck_s)
         self.keys = RedisKeys(settings.services.queue_prefix)
         self.heartbeats = Heartbeats(self.redis, self.keys)
+        self.streams = AudioStreams(self.redis, self.keys)  # streamed tasks' audio (api.streaming)
         self._live_pools: set[str] = set()
         self._pools_read_at = -1e9
 

@@ -217,7 +217,7 @@ class Manifest(BaseModel):
 
 # --- operations ---------------------------------------------------------------------------------
 
-AUDIO = ("audio/wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/aac", "audio/mp4")
+AUDIO = ("audio/wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/aac", "audio/mp4", "audio/pcm")
 COMMON_ERRORS = (400, 401, 403, 404, 413, 415, 429, 503)
 Response = tuple[str, type[BaseModel] | None, tuple[str, ...]]  # description, model, content types
 
@@ -245,6 +245,7 @@ class Operation:
     params: tuple[Param, ...] = ()
     responses: dict[int, Response] = field(default_factory=dict)
     errors: tuple[int, ...] = COMMON_ERRORS
+    error_model: type[BaseModel] = field(default_factory=lambda: Error)
 
 
 OPERATIONS: list[Operation] = []
@@ -278,7 +279,7 @@ def _invalid(exc: ValidationError) -> InvalidRequest:
         return InvalidRequest(f"unknown field(s): {', '.join(names)}")
     if first["loc"][:1] == ("text",):
         return InvalidText(f"text: {first['msg']}")
-    if first["loc"][:1] == ("format",) and isinstance(first.get("input"), str):
+    if first["loc"][:1] in (("format",), ("response_format",)) and isinstance(first.get("input"), str):
         return UnsupportedFormat(f"unsupported format {first['input']!r}: {first['msg']}")
     return InvalidRequest(f"{where}: {first['msg']}")
 
@@ -289,6 +290,12 @@ def task_id_param() -> Param:
 
 def book_id_param() -> Param:
     return Param("book_id", "path", {"type": "string", "format": "uuid"}, "The book's id.")
+
+
+def stream_param() -> Param:
+    return Param("stream", "query", {"type": "string", "enum": ["0", "1", "true", "false"]},
+                 "1: send the audio as it is synthesized, sentence by sentence (chunked; formats: "
+                 "wav, flac, mp3, opus, aac, pcm).")
 
 
 def wait_param() -> Param:
@@ -308,6 +315,7 @@ def openapi(server_url: str | None = None, auth_required: bool = False) -> dict[
         if op.body is not None:
             models.add(op.body)
         models.update(model for _, model, _ in op.responses.values() if model is not None)
+        models.add(op.error_model)
     _, definitions = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
                                         ref_template="#/components/schemas/{model}")
     paths: dict[str, dict[str, Any]] = {}
@@ -327,7 +335,7 @@ def openapi(server_url: str | None = None, auth_required: bool = False) -> dict[
 
 
 def _operation(op: Operation, auth_required: bool) -> dict[str, Any]:
-    error_ref = {"$ref": "#/components/schemas/Error"}
+    error_ref = {"$ref": f"#/components/schemas/{op.error_model.__name__}"}
     responses: dict[str, Any] = {}
     for status, (description, model, types) in sorted(op.responses.items()):
         if model is None and not types:

@@ -22,8 +22,9 @@ from werkzeug.wrappers import Response as BaseResponse
 import api.contract as contract
 from api.auth import ADMIN, KEY, OPEN, check_quota, is_admin, owner, require_admin
 from api.downloads import presigned, send_stored
-from api.services import Services
-from tts_queue.enums import TaskStatus
+from api.services import WAITERS, Services
+from api.streaming import NoSlot, NotStarted, stream_response
+from tts_queue.enums import STREAM_FORMATS, TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
     MalformedJSON,
@@ -33,11 +34,11 @@ from tts_queue.errors import (
     public_message,
 )
 from tts_queue.storage.stats import cache_stats
+from tts_queue.synthesis.encoder import check_format, mime_type
 from tts_queue.tasks.service import TaskView
 
 bp = Blueprint("tts", __name__)
 POLL_INTERVAL_S = 0.02
-WAITERS = "tts.waiters"  # app.extensions key of the long-poll slots (a BoundedSemaphore)
 
 
 def services() -> Services:
@@ -84,13 +85,15 @@ def task_json(view: TaskView) -> dict[str, Any]:
     return body
 
 
-def _submit() -> TaskView:
+def _submit(stream: bool = False) -> TaskView:
     """Validate the body by its contract, check the caller's quota, submit as the caller."""
     raw = json_body()
     speech = contract.body(contract.SpeechRequest, raw)
+    if stream:
+        check_format(speech.format or services().settings.request.default_format, allowed=STREAM_FORMATS)
     check_quota()
     payload = {k: v for k, v in raw.items() if k not in ("pool", "keep")}
-    return services().tasks.submit(payload, pool=speech.pool, keep=speech.keep, owner=owner())
+    return services().tasks.submit(payload, pool=speech.pool, keep=speech.keep, owner=owner(), stream=stream)
 
 
 JSON = ("application/json",)
@@ -116,6 +119,14 @@ def create_task() -> tuple[Response, int, dict[str, str]]:
     status = 200 if view.status is TaskStatus.DONE else 202
     location = url_for("tts.get_task", task_id=view.id, _external=True)
     return jsonify(task_json(view)), status, {"Location": location}
+
+
+def stream_requested() -> bool:
+    """The ``?stream=`` query parameter: 1/true or 0/false (absent: false)."""
+    value = request.args.get("stream", "0").strip().lower()
+    if value not in ("0", "1", "true", "false", ""):
+        raise InvalidRequest("stream must be 1 or 0")
+    return value in ("1", "true")
 
 
 def wait_seconds() -> float:
@@ -243,13 +254,24 @@ def _audio(task_id: str, caller: str | None) -> BaseResponse:
 
 @bp.post("/tts")
 @contract.operation("POST", "/tts", "Submit and wait: the audio if ready within ?wait= seconds", KEY,
-                    body=contract.SpeechRequest, params=(contract.wait_param(),), responses={
-                        200: ("The audio", None, contract.AUDIO),
+                    body=contract.SpeechRequest, params=(contract.wait_param(), contract.stream_param()),
+                    responses={
+                        200: ("The audio (?stream=1: sent as it is synthesized)", None, contract.AUDIO),
                         202: ("Not ready within the wait: the task", contract.Task, ("application/json",)),
                         422: ("Synthesis failed", contract.Error, ("application/json",))})
 def synthesize_sync() -> Any:
-    """Submit and wait: the audio if ready within ``wait`` seconds, else 202 with the task id."""
+    """Submit and wait: the audio if ready within ``wait`` seconds, else 202 with the task id.
+    ``?stream=1``: the audio is sent sentence by sentence as it is synthesized."""
     wait = wait_seconds() if "wait" in request.args else services().settings.api.sync_wait_s
+    if stream_requested():
+        view = _submit(stream=True)
+        try:
+            return stream_response(view, owner(), mime_type(view.format), wait,
+                                   {"Location": task_json(view)["status_url"]})
+        except (NoSlot, NotStarted) as exc:
+            current = exc.view if isinstance(exc, NotStarted) else view
+            return jsonify(task_json(current)), 202, {"Location": task_json(current)["status_url"],
+                                                      "Retry-After": "1"}
     view = wait_for(_submit(), wait)
     if view.status is TaskStatus.DONE:
         return _audio(view.id, owner())

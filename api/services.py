@@ -88,6 +88,9 @@ class Services:
                    ChapterAssembler(books, cache, storage.child("books")))
 
 
+WAITERS = "tts.waiters"  # app.extensions key of the long-poll slots (a BoundedSemaphore)
+
+
 # --- readiness -----------------------------------------------------------------------------------
 
 CHECKS_TTL_S = 2.0  # database, broker and storage pings, heartbeats, the consumed marker

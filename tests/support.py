@@ -435,15 +435,18 @@ class FakeQueue:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
+        self.streamed: list[str] = []  # ids dispatched with stream=True
         self.assembled: list[tuple[str, int, str]] = []
         self.ingested: list[tuple[str, str]] = []
         self.broken = False
         self.stalled = False
 
-    def dispatch(self, task_id: str, queue: str) -> None:
+    def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
         if self.broken:
             raise ConnectionError("broker down")
         self.sent.append((task_id, queue))
+        if stream:
+            self.streamed.append(task_id)
 
     def ingest(self, book_id: str, queue: str) -> None:
         if self.broken:

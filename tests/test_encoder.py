@@ -10,12 +10,14 @@ import av
 import numpy as np
 import pytest
 
+from tts_queue.enums import STREAM_FORMATS
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
 from tts_queue.synthesis.audio import Audio
 from tts_queue.synthesis.encoder import (
     BLOCK_SAMPLES,
     FORMATS,
     M4B,
+    StreamEncoder,
     audio_format,
     decode_blocks,
     encode,
@@ -59,7 +61,7 @@ def dominant_frequency(samples: np.ndarray, rate: int) -> float:
 def test_the_format_table() -> None:
     # Given the formats the service writes
     # Then each has a MIME type and a file suffix, and the M4B is AAC in MP4
-    assert set(FORMATS) == {"mp3", "opus", "aac", "m4a", "flac", "wav", "ogg"}
+    assert set(FORMATS) == {"mp3", "opus", "aac", "m4a", "flac", "wav", "ogg", "pcm"}
     assert {f.mime_type for f in FORMATS.values()} >= {"audio/mpeg", "audio/ogg", "audio/aac", "audio/wav"}
     assert all(f.suffix == f".{name}" for name, f in FORMATS.items())
     assert (M4B.codec, M4B.suffix) == ("aac", ".m4b")
@@ -109,7 +111,53 @@ def test_a_file_written_in_pieces_is_the_file_encoded_whole(fmt: str, tmp_path: 
     whole = encode(audio, fmt)
     if fmt not in ("ogg", "opus"):
         assert path.read_bytes() == whole
-    assert np.array_equal(decode(path.read_bytes())[2], decode(whole)[2])
+    if fmt != "pcm":  # raw samples: no container to decode, the bytes above are the check
+        assert np.array_equal(decode(path.read_bytes())[2], decode(whole)[2])
+
+
+def test_pcm_is_raw_16_bit_mono_at_24_khz_as_openai_documents() -> None:
+    # Given 1.5 s of a 440 Hz tone at 22,050 Hz
+    audio = tone(1.5)
+    # When it is encoded as pcm
+    data = encode(audio, "pcm")
+    # Then it is headerless 16-bit little-endian samples at 24 kHz: 1.5 s long, still 440 Hz
+    samples = np.frombuffer(data, "<i2").astype(np.float32) / 32768
+    assert abs(len(samples) - 36000) <= 64
+    assert abs(dominant_frequency(samples, 24000) - 440) < 5
+    assert FORMATS["pcm"].mime_type == "audio/pcm"
+
+
+@pytest.mark.parametrize("fmt", sorted(STREAM_FORMATS))
+def test_a_streamed_file_is_sent_as_it_is_encoded_and_is_the_file_stored(fmt: str) -> None:
+    # Given 3 s of a tone arriving as three sentences of 1 s
+    audio = tone(3.0)
+    encoder = StreamEncoder(fmt, RATE)
+    # When each piece is written as it comes
+    sent = [encoder.write(piece) for piece in np.split(audio.samples, [RATE, 2 * RATE])]
+    tail, stored = encoder.close()
+    streamed = b"".join(sent) + tail
+    # Then audio leaves with the first second already, not only at the end
+    assert len(sent[0]) > 0.2 * len(streamed)
+    if fmt == "wav":
+        # a WAV is sent with its sizes unknown and stored with the real ones: the same samples,
+        # exactly those a whole-file encode writes
+        assert streamed[4:8] == b"\xff\xff\xff\xff" and streamed[44:] == stored[44:]
+        assert decode(stored)[2].tolist() == decode(encode(audio, "wav"))[2].tolist()
+        assert np.array_equal(decode(streamed)[2], decode(stored)[2])
+        return
+    # every other format is sent as the very bytes stored
+    assert streamed == stored
+    if fmt == "pcm":
+        assert stored == encode(audio, "pcm")
+        return
+    _, rate, samples = decode(stored)
+    slack = EXPECTED[fmt][2] + (1105 if fmt == "mp3" else 0)  # no LAME tag in a stream: its padding stays
+    assert abs(len(samples) - 3.0 * rate) <= slack * rate / RATE
+
+
+def test_ogg_vorbis_cannot_be_streamed() -> None:
+    with pytest.raises(UnsupportedFormat):
+        StreamEncoder("ogg", RATE)
 
 
 def test_decode_blocks_reads_a_file_frame_by_frame(tmp_path: Path) -> None:

@@ -219,8 +219,8 @@ class RecordingEngine:
         self.registry = registry
         self.keys: list[BatchKey] = []
 
-    def run_sentences(self, key: BatchKey, sentences: Sequence[Sequence[int]],
-                      priority: int = 0) -> list[SentenceResult]:
+    def run_sentences(self, key: BatchKey, sentences: Sequence[Sequence[int]], priority: int = 0,
+                      on_result: Callable[[int, SentenceResult], None] | None = None) -> list[SentenceResult]:
         self.keys.append(key)
         model = self.registry.load(key.voice).model
         items = model.run_batch(sentences, key.scales, key.speaker)
@@ -251,6 +251,22 @@ def test_synthesizer_joins_exact_sentence_audio_with_silences(
     assert result.alignment.sentence_starts == (0, len(expected[0]) + gap)
     assert [sum(p) for p in result.alignment.phoneme_samples] == [len(e) for e in expected]
     assert result.alignment.to_dict()["sentence_starts"] == [0, len(expected[0]) + gap]
+
+
+def test_streamed_pieces_come_in_order_and_join_into_the_result(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry, settings: Settings
+) -> None:
+    # Given a three-sentence request and a listener for its audio as it is made
+    synthesizer = Synthesizer(registry, make_engine())
+    request = build_request({"text": "One is here. Two follows it. Three ends it."}, registry, settings)
+    pieces: list[np.ndarray] = []
+    # When it is synthesized
+    result = call(synthesizer.synthesize, request, on_audio=lambda samples, rate: pieces.append(samples))
+    # Then the pieces are the sentences with the silences between them, in order: joined, they
+    # are exactly the result's audio
+    gap = SAMPLE_RATE * settings.request.sentence_silence_ms // 1000
+    assert len(pieces) == 5 and all(len(p) == gap and not p.any() for p in pieces[1::2])
+    np.testing.assert_array_equal(np.concatenate(pieces), result.audio.samples)
 
 
 def test_synthesizer_builds_scales_from_speed_and_noise_overrides(

@@ -110,7 +110,9 @@ AUTH_MODES: tuple[str, ...] = ("off", "required")
 CACHE_SCOPES: tuple[str, ...] = ("shared", "key")
 
 # Audio a synthesis request may ask for, and what chapters of a book may be written as.
-REQUEST_FORMATS: tuple[str, ...] = ("wav", "flac", "ogg", "mp3", "opus", "aac")
+REQUEST_FORMATS: tuple[str, ...] = ("wav", "flac", "ogg", "mp3", "opus", "aac", "pcm")
+# Formats that can be sent while they are encoded (Ogg Vorbis cannot: PyAV has no Vorbis encoder).
+STREAM_FORMATS: tuple[str, ...] = ("wav", "flac", "mp3", "opus", "aac", "pcm")
 BOOK_FORMATS: tuple[str, ...] = ("mp3", "opus", "aac", "flac", "wav")
 # What an uploaded book may be read as.
 INPUT_FORMATS: tuple[str, ...] = ("epub", "text", "markdown")

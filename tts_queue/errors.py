@@ -217,6 +217,19 @@ class ServiceUnavailable(TTSQueueError):
     retry_after_s = 5
 
 
+class Busy(ServiceUnavailable):
+    """Every slot for a long-lived answer (streams, long-polls) is taken."""
+
+    code = "busy"
+    retry_after_s = 1
+
+
+class NotStarted(ServiceUnavailable):
+    """A streamed answer had no audio within the wait: the task goes on; a retry finds it cached."""
+
+    code = "audio_not_started"
+
+
 class StorageFull(ServiceUnavailable):
     """The audio store has no room: new work waits until space returns (cleanup, or an operator)."""
 
@@ -321,6 +334,9 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "internal_error": "an unexpected error occurred; it was logged",
     "config_error": "the service is misconfigured; the details were logged",
     "service_unavailable": "a backing service (broker or database) is unreachable; retry later",
+    "busy": "every streaming slot is taken; retry in a moment",
+    "audio_not_started": "the audio did not start within the wait (the queue is long); the work goes "
+                         "on and a retry of the same request will find it",
     "storage_full": "the service has no room to store work; retry later",
     "storage_unavailable": "the audio storage cannot be reached; retry later",
     "no_worker": "no live worker serves the pool this request is routed to; retry later, or start "

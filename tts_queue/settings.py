@@ -125,6 +125,10 @@ class ApiSettings:
     rate_limit: str = setting("", "with auth off, submissions allowed per client address, e.g. "
                               "`60/minute` (empty: no limit; with auth, each key has its own)",
                               env="TTS_RATE_LIMIT", shown="empty")
+    openai_voices: Mapping[str, str] = setting(
+        None, "OpenAI voice names for `POST /v1/audio/speech` mapped to installed voices, e.g. "
+        "`alloy=en_US-joe-medium,nova=other` (a name not listed speaks with the default voice)",
+        env="TTS_OPENAI_VOICES", factory=dict, shown="empty")
 
 
 @dataclass(frozen=True)
@@ -301,6 +305,10 @@ class Settings:
         """Raise ``ConfigError`` for values that cannot work (enumerations are checked while parsing)."""
         for variable, value, _ in _walk(self, PREFIX):
             _check_choices(variable, value)
+        for voice, pool in self.routing.voice_pools.items():
+            if pool not in POOLS:
+                raise ConfigError(f"TTS_VOICE_POOLS item {voice}={pool!r}: the pool must be one of "
+                                  f"{', '.join(POOLS)}")
         for name in POOLS:
             if self.pool(name).max_batch < 1:
                 raise ConfigError(f"TTS_{name.upper()}_MAX_BATCH must be at least 1")
@@ -439,14 +447,14 @@ def _check_choices(variable: str, value: Any, choices: tuple[str, ...] = ()) -> 
 
 
 def _parse_pairs(variable: str, raw: str) -> dict[str, str]:
-    """``"voice=pool,voice2=pool"`` to a dict."""
+    """``"name=value,name2=value"`` to a dict (the values are checked by ``validate``)."""
     pairs: dict[str, str] = {}
     for item in raw.split(","):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
-        if not sep or value.strip() not in POOLS:
-            raise ConfigError(f"{variable} item {item!r} must look like 'voice=cpu'")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"{variable} item {item!r} must look like 'name=value'")
         pairs[key.strip()] = value.strip()
     return pairs
 

@@ -59,9 +59,10 @@ class CeleryDispatcher:
     def __init__(self, app: Celery) -> None:
         self.app = app
 
-    def dispatch(self, task_id: str, queue: str) -> None:
-        """Send ``tts.synthesize(task_id)`` to ``queue``."""
-        self.app.send_task(SYNTHESIZE, args=[task_id], queue=queue, task_id=task_id)
+    def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
+        """Send ``tts.synthesize(task_id)`` to ``queue`` (``stream``: a client relays its audio)."""
+        self.app.send_task(SYNTHESIZE, args=[task_id], kwargs={"stream": True} if stream else None,
+                           queue=queue, task_id=task_id)
 
     def ingest(self, book_id: str, queue: str) -> None:
         """Send ``tts.ingest_book(book_id)`` to ``queue``."""

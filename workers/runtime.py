@@ -20,11 +20,20 @@ from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.synthesis.voice import read_config
+from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.executor import TaskExecutor
+from tts_queue.tasks.keys import RedisKeys
 from tts_queue.tasks.rows import TaskRows
 from tts_queue.tasks.service import TaskService
+from tts_queue.tasks.streams import AudioStreams
 
 log = logging.getLogger(__name__)
+
+
+def _streams(settings: Settings) -> AudioStreams | None:
+    """Where streamed tasks' audio goes: the broker's Redis."""
+    url = settings.services.redis_url
+    return AudioStreams(redis_client(url), RedisKeys(settings.services.queue_prefix)) if url else None
 
 
 @dataclass
@@ -55,6 +64,7 @@ class WorkerRuntime:
             db, cache, synthesizer, name or f"{settings.worker.pool}@{socket.gethostname()}",
             max_attempts=settings.worker.max_retries + 1, lease=timedelta(seconds=settings.worker.lease_s),
             storage_floor_bytes=settings.cache.storage_reserve_bytes // 2,
+            streams=_streams(settings),
         )
         tasks = TaskService(settings, db, cache, registry, dispatcher)
         books = BookService(tasks, dispatcher, storage=storage.child("books"))

@@ -2,7 +2,7 @@
 
 - ``tts.ingest_book(book_id)``: ``Ingester.run``: an accepted upload parsed into rows and dispatched;
 
-- ``tts.synthesize(task_id)``: ``TaskExecutor.execute``; then the finished signal, and a book's
+- ``tts.synthesize(task_id, stream=False)``: ``TaskExecutor.execute``; then the finished signal, and a book's
   chapter assembly once its last sentence is done;
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
 - ``tts.requeue_lost()``: the recovery sweep (``workers.recovery``);
@@ -79,10 +79,11 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
                                                                     settings.services.queue_prefix))
 
     @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries, shared=False)
-    def synthesize(self: Task[Any, Any], task_id: str) -> str | None:
-        """Synthesize one task row; unexpected errors retry with backoff, then fail the row."""
+    def synthesize(self: Task[Any, Any], task_id: str, stream: bool = False) -> str | None:
+        """Synthesize one task row (``stream``: publish its audio as it is made); unexpected errors
+        retry with backoff, then fail the row."""
         try:
-            status = holder.get().executor.execute(task_id, self.request.hostname)
+            status = holder.get().executor.execute(task_id, self.request.hostname, stream=bool(stream))
         except Exception as exc:
             if resend_when_storage_blocked(self, exc, f"task {task_id}", storage_wait_s):
                 return None

@@ -27,9 +27,9 @@ if _DELAY_S:
 if _POISON:
     _synthesize = synthesizer.Synthesizer.synthesize
 
-    def _poisoned(self, request, priority=0):  # type: ignore[no-untyped-def]
+    def _poisoned(self, request, priority=0, **kwargs):  # type: ignore[no-untyped-def]
         if _POISON in request.text:
             os._exit(137)
-        return _synthesize(self, request, priority)
+        return _synthesize(self, request, priority, **kwargs)
 
     synthesizer.Synthesizer.synthesize = _poisoned  # type: ignore[method-assign]

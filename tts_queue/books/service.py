@@ -71,7 +71,7 @@ _CHAPTER_SPEC = re.compile(r"\s*\d{1,6}(?:\s*-\s*\d{1,6})?(?:\s*,\s*\d{1,6}(?:\s
 class BookDispatcher(Protocol):
     """Puts sentence tasks, ingestions and chapter assemblies on queues."""
 
-    def dispatch(self, task_id: str, queue: str) -> None:
+    def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
         """Enqueue one sentence's task."""
 
     def ingest(self, book_id: str, queue: str) -> None:

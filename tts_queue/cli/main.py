@@ -167,7 +167,7 @@ def _books(settings: Settings, cache: Any) -> Any:
     class NoQueue:
         """Deleting and cancelling books sends nothing."""
 
-        def dispatch(self, task_id: str, queue: str) -> None:
+        def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
             raise ConfigError("this command does not queue work")
 
         def ingest(self, book_id: str, queue: str) -> None:

@@ -10,9 +10,11 @@ needed. ``FORMATS`` is the one table of formats, MIME types and suffixes.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import os
+import struct
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -26,7 +28,7 @@ import numpy as np
 import soundfile
 from av.audio.stream import AudioStream
 
-from tts_queue.enums import REQUEST_FORMATS
+from tts_queue.enums import REQUEST_FORMATS, STREAM_FORMATS
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
 from tts_queue.synthesis.audio import Audio
 
@@ -62,6 +64,16 @@ FORMATS: dict[str, AudioFormat] = {
                         sample_rate=48_000),
     "aac": AudioFormat("aac", "audio/aac", ".aac", container="adts", codec="aac", bit_rate=64_000),
     "m4a": AudioFormat("m4a", "audio/mp4", ".m4a", container="ipod", codec="aac", bit_rate=64_000),
+    # Raw 16-bit little-endian mono at 24 kHz, as OpenAI's speech API documents its "pcm".
+    "pcm": AudioFormat("pcm", "audio/pcm", ".pcm", container="s16le", codec="pcm_s16le", sample_rate=24_000),
+}
+# How a format is written while it is being sent: each writes forward only (no header rewritten at
+# the end), so the bytes sent so far are the start of the file that is stored. FLAC goes through
+# FFmpeg's encoder (lossless: the same samples as soundfile's); Opus closes an Ogg page every
+# 60 ms instead of every second, so a sentence's audio leaves with it.
+STREAMED: dict[str, AudioFormat] = {
+    "flac": AudioFormat("flac", "audio/flac", ".flac", container="flac", codec="flac"),
+    "opus": dataclasses.replace(FORMATS["opus"], options=(("page_duration", "60000"),)),
 }
 # Audiobook brand, and the index moved to the front so players can seek before the file is all there.
 M4B = AudioFormat("m4b", "audio/mp4", ".m4b", container="ipod", codec="aac", bit_rate=64_000,
@@ -127,6 +139,78 @@ def encode(audio: Audio, fmt: str, bit_rate: int | None = None) -> bytes:
     with open_writer(buffer, fmt, audio.sample_rate, bit_rate) as writer:
         writer.write(audio.samples)
     return buffer.getvalue()
+
+
+class StreamEncoder:
+    """Encodes audio as it arrives and hands out the bytes made so far, so a client can play the
+    start while the rest is synthesized. ``close`` gives the last bytes and the whole file to store:
+    the bytes sent, in order, are that file, except a WAV's header, which is sent with its sizes
+    unknown (``0xFFFFFFFF``, as streaming servers do) and stored with the real ones. Samples are
+    clipped and quantized exactly as ``encode`` does, so a streamed WAV or PCM carries the same
+    samples as the stored file, and any other format the same encoder's output."""
+
+    def __init__(self, fmt: str, sample_rate: int) -> None:
+        self.format = check_format(fmt, allowed=STREAM_FORMATS)
+        if sample_rate <= 0:
+            raise InvalidRequest("sample_rate must be positive")
+        self.rate = sample_rate
+        self._sink = _Sink()
+        self._writer: _Writer | None = None
+        self._pcm: list[bytes] = []  # WAV: the samples, for the stored file's header
+        if self.format == "wav":
+            self._sink.write(_wav_header(sample_rate, None))
+        else:
+            spec = STREAMED.get(self.format, FORMATS[self.format])
+            self._writer = _Writer(self._sink, spec, sample_rate, None)
+            self._writer.rechunk = False  # a short first sentence leaves at once, not after 16,384 samples
+
+    def write(self, samples: np.ndarray[Any, Any]) -> bytes:
+        """Append float samples in [-1, 1]; the bytes of the file that are ready now."""
+        if self._writer is not None:
+            self._writer.write(samples)
+        else:
+            pcm = Audio(np.asarray(samples, dtype=np.float32).reshape(-1), self.rate).to_int16().tobytes()
+            self._pcm.append(pcm)
+            self._sink.write(pcm)
+        return self._sink.take()
+
+    def close(self) -> tuple[bytes, bytes]:
+        """Finish the file: ``(the bytes not handed out yet, the whole file)``."""
+        if self._writer is not None:
+            self._writer.__exit__(None, None, None)
+            return self._sink.take(), self._sink.whole()
+        pcm = b"".join(self._pcm)
+        return self._sink.take(), _wav_header(self.rate, len(pcm)) + pcm
+
+
+class _Sink:
+    """A forward-only binary file (no ``seek``: muxers then never rewrite what was sent)."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._taken = 0
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        """The bytes written since the last ``take``."""
+        fresh = b"".join(self._parts[self._taken:])
+        self._taken = len(self._parts)
+        return fresh
+
+    def whole(self) -> bytes:
+        return b"".join(self._parts)
+
+
+def _wav_header(rate: int, data_bytes: int | None) -> bytes:
+    """The 44-byte header of a 16-bit mono PCM WAV; ``None``: sizes unknown (a stream)."""
+    unknown = 0xFFFFFFFF
+    riff = unknown if data_bytes is None else 36 + data_bytes
+    data = unknown if data_bytes is None else data_bytes
+    fmt = struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)  # PCM, mono, 16 bits
+    return b"RIFF" + struct.pack("<I", riff) + b"WAVEfmt " + fmt + b"data" + struct.pack("<I", data)
 
 
 def decode_blocks(source: str | Path | IO[bytes]) -> Iterator[Audio]:
@@ -224,10 +308,15 @@ class _Blocked:
 
     def __init__(self) -> None:
         self._pending = np.zeros(0, dtype=np.float32)
+        self.rechunk = True  # False: every write goes to the encoder at once (streaming)
 
     def write(self, samples: np.ndarray[Any, Any]) -> None:
         """Append float samples in [-1, 1] (clipped) at the writer's input rate."""
         data = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if not self.rechunk:
+            if len(data):
+                self._block(data)
+            return
         if len(self._pending):
             data = np.concatenate([self._pending, data])
         whole = len(data) // BLOCK_SAMPLES * BLOCK_SAMPLES

@@ -84,9 +84,12 @@ class BatchEngine:
             self._thread = None
 
     def run_sentences(
-        self, key: BatchKey, sentences: Sequence[Sequence[int]], priority: int = 0
+        self, key: BatchKey, sentences: Sequence[Sequence[int]], priority: int = 0,
+        on_result: Callable[[int, SentenceResult], None] | None = None,
     ) -> list[SentenceResult]:
-        """Synthesize ``sentences`` (model ids) in shared batches; blocks until all are done."""
+        """Synthesize ``sentences`` (model ids) in shared batches; blocks until all are done.
+        ``on_result(index, result)`` is called in sentence order as soon as each one (and every
+        one before it) is done: streaming sends a sentence while the next ones are synthesized."""
         futures: list[Future[SentenceResult]] = []
         with self._cond:
             now = self.clock()
@@ -100,7 +103,12 @@ class BatchEngine:
             self.start()
         deadline = time.monotonic() + self.timeout_s
         try:
-            return [future.result(timeout=max(0.0, deadline - time.monotonic())) for future in futures]
+            results = []
+            for index, future in enumerate(futures):
+                results.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+                if on_result is not None:
+                    on_result(index, results[-1])
+            return results
         except FutureTimeout:
             raise ServiceUnavailable(
                 f"synthesis did not finish within {self.timeout_s:.0f} s; the model may be stuck"

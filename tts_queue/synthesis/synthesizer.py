@@ -7,10 +7,14 @@ share ONNX calls), and joins the exact per-sentence audio with short silences.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from tts_queue.synthesis.audio import Audio
-from tts_queue.synthesis.engine import BatchEngine, BatchKey
+from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest
 
@@ -49,16 +53,29 @@ class Synthesizer:
         self.registry = registry
         self.engine = engine
 
-    def synthesize(self, request: SynthesisRequest, priority: int = 0) -> SynthesisResult:
-        """Synthesize one request (blocking); ``priority`` 1 (bulk) lets interactive work overtake."""
+    def synthesize(self, request: SynthesisRequest, priority: int = 0,
+                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None) -> SynthesisResult:
+        """Synthesize one request (blocking); ``priority`` 1 (bulk) lets interactive work overtake.
+
+        ``on_audio(samples, sample_rate)`` receives the request's audio piece by piece, in order,
+        as sentences finish: each sentence, preceded (after the first) by the silence between
+        sentences, so the pieces joined are exactly the result's audio (streaming)."""
         voice = self.registry.load(request.voice)
         sentences = voice.sentence_ids(request.text, request.max_sentence_phonemes)
         scales = voice.scales(request.speed, request.noise_scale, request.noise_w)
         key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
-        results = self.engine.run_sentences(key, sentences, priority=priority)
+        gap = int(voice.sample_rate * request.sentence_silence_ms / 1000)
+
+        def piece(index: int, result: SentenceResult) -> None:
+            assert on_audio is not None
+            if index:
+                on_audio(np.zeros(gap, dtype=np.float32), voice.sample_rate)
+            on_audio(result.audio.samples.astype(np.float32, copy=False), voice.sample_rate)
+
+        results = self.engine.run_sentences(key, sentences, priority=priority,
+                                            on_result=piece if on_audio is not None else None)
         parts = [r.audio.samples for r in results]
         audio = Audio.join(parts, voice.sample_rate, request.sentence_silence_ms)
-        gap = int(voice.sample_rate * request.sentence_silence_ms / 1000)
         starts, position = [], 0
         for part in parts:
             starts.append(position)

@@ -13,9 +13,10 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from tts_queue.db import Database, utcnow
-from tts_queue.enums import Lane, TaskStatus
+from tts_queue.enums import STREAM_FORMATS, Lane, TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
     StorageFull,
@@ -25,12 +26,13 @@ from tts_queue.errors import (
     public_error,
 )
 from tts_queue.storage.cache import AudioCache
-from tts_queue.synthesis.encoder import encode, mime_type
+from tts_queue.synthesis.encoder import StreamEncoder, encode, mime_type
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.tasks.doctor import redacted
 from tts_queue.tasks.keys import lane_of
 from tts_queue.tasks.rows import TaskRows
+from tts_queue.tasks.streams import AudioStreams, StreamPublisher
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,10 @@ class TaskExecutor:
         lease: timedelta = timedelta(seconds=30),
         clock: Callable[[], datetime] = utcnow,
         storage_floor_bytes: int = 0,
+        streams: AudioStreams | None = None,
     ) -> None:
         self.cache = cache
+        self.streams = streams  # where a streamed task's audio goes as it is made
         # Audio is not written into the last ``storage_floor_bytes`` of a local disk: that part is
         # left to the broker's log and the database sharing it (``tts-queue up``), so a full disk
         # stops new audio, not the queue.
@@ -69,17 +73,20 @@ class TaskExecutor:
         # happened to be running beside it the first time.
         self._suspects = threading.Lock()
 
-    def execute(self, task_id: str, worker_name: str | None = None) -> TaskStatus | None:
-        """Process one task; return its final status, or ``None`` if there was nothing to do."""
+    def execute(self, task_id: str, worker_name: str | None = None,
+                stream: bool = False) -> TaskStatus | None:
+        """Process one task; return its final status, or ``None`` if there was nothing to do.
+        ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``)."""
         if self.rows.attempts(task_id) > 0:
             with self._suspects:
-                return self._execute(task_id, worker_name)
-        return self._execute(task_id, worker_name)
+                return self._execute(task_id, worker_name, stream)
+        return self._execute(task_id, worker_name, stream)
 
-    def _execute(self, task_id: str, worker_name: str | None) -> TaskStatus | None:
+    def _execute(self, task_id: str, worker_name: str | None, stream: bool = False) -> TaskStatus | None:
         row = self.rows.claim(task_id, worker_name or self.worker_name)
         if row is None:
             return None
+        publisher = StreamPublisher(self.streams, task_id, row.attempts) if stream and self.streams else None
         if row.attempts > self.max_attempts:
             return self.fail(task_id, "too_many_attempts",
                              f"gave up after {self.max_attempts} attempts (worker crashes or errors)")
@@ -94,24 +101,49 @@ class TaskExecutor:
         if self.cache.peek(row.cache_key) is not None:
             if leader is None:
                 self._end_lead(row.cache_key)
-            return TaskStatus.DONE if self.rows.finish(task_id, batch_size=None, cache_hit=True) else None
+            finished = self.rows.finish(task_id, batch_size=None, cache_hit=True)
+            if publisher is not None:
+                publisher.end(TaskStatus.DONE.value)  # nothing streamed: the reader sends the file
+            return TaskStatus.DONE if finished else None
         if leader is not None:  # the leader failed; do the work ourselves
-            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue))
+            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue), publisher)
         try:
-            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue))
+            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue), publisher)
         finally:
             self._end_lead(row.cache_key)
 
     def execute_uncached(
-        self, task_id: str, key: str, request: SynthesisRequest, priority: int = 0
+        self, task_id: str, key: str, request: SynthesisRequest, priority: int = 0,
+        publisher: StreamPublisher | None = None,
     ) -> TaskStatus | None:
         """Synthesize, store atomically, and finish the row; ``None`` if the row did not move (it
-        finished meanwhile)."""
+        finished meanwhile). With a ``publisher``, the audio is encoded as sentences finish and each
+        piece is published at once; the file stored is those pieces (``StreamEncoder``)."""
+        encoder: StreamEncoder | None = None
+
+        def on_audio(samples: Any, sample_rate: int) -> None:
+            nonlocal encoder
+            assert publisher is not None
+            if encoder is None:
+                encoder = StreamEncoder(request.format, sample_rate)
+            publisher.send(encoder.write(samples))
+
+        streaming = publisher is not None and request.format in STREAM_FORMATS
         try:
-            result = self.synthesizer.synthesize(request, priority=priority)
+            if streaming:
+                result = self.synthesizer.synthesize(request, priority=priority, on_audio=on_audio)
+            else:
+                result = self.synthesizer.synthesize(request, priority=priority)
         except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
-            return self.fail(task_id, *public_error(exc), detail=exc)
-        data = encode(result.audio, request.format)
+            status = self.fail(task_id, *public_error(exc), detail=exc)
+            if publisher is not None:
+                publisher.end(status.value)
+            return status
+        if encoder is not None and publisher is not None:
+            tail, data = encoder.close()
+            publisher.send(tail)
+        else:
+            data = encode(result.audio, request.format)
         free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
         if free is not None and free - len(data) < self.storage_floor_bytes:
             self.rows.uncount_attempt(task_id)
@@ -128,7 +160,10 @@ class TaskExecutor:
         except StorageUnavailable:  # the bucket is down: wait for it like for space, uncounted
             self.rows.uncount_attempt(task_id)
             raise
-        return TaskStatus.DONE if self.rows.finish(task_id, batch_size=result.batch_size) else None
+        finished = self.rows.finish(task_id, batch_size=result.batch_size)
+        if publisher is not None:
+            publisher.end(TaskStatus.DONE.value)
+        return TaskStatus.DONE if finished else None
 
     def _end_lead(self, key: str) -> None:
         """This process's synthesis of ``key`` ended: wake the identical requests that waited."""

@@ -56,6 +56,10 @@ class RedisKeys:
         """The list that signals ``task_id`` finished (``FinishSignals``)."""
         return f"{self.prefix}:finished:{task_id}"
 
+    def stream(self, task_id: str) -> str:
+        """The Redis stream of ``task_id``'s audio while it is synthesized (``AudioStreams``)."""
+        return f"{self.prefix}:stream:{task_id}"
+
     @property
     def broker_marker(self) -> str:
         """A key with no expiry: missing means the broker lost its data (recovery sweep)."""

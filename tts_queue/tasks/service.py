@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 class Dispatcher(Protocol):
     """Puts a task id on a queue."""
 
-    def dispatch(self, task_id: str, queue: str) -> None:
-        """Enqueue ``task_id`` on ``queue``; raise on failure."""
+    def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
+        """Enqueue ``task_id`` on ``queue`` (``stream``: its audio is published as it is made);
+        raise on failure."""
 
 
 @dataclass(frozen=True)
@@ -140,10 +141,11 @@ class TaskService:
 
     def submit(
         self, payload: Mapping[str, Any], lane: Lane = Lane.INTERACTIVE, book_id: str | None = None,
-        pool: str | None = None, keep: bool = False, owner: str | None = None,
+        pool: str | None = None, keep: bool = False, owner: str | None = None, stream: bool = False,
     ) -> TaskView:
         """Validate and queue a request; a cache hit is answered at once as ``done`` (a new task of
-        ``owner``, whoever's request made the audio)."""
+        ``owner``, whoever's request made the audio). ``stream``: the worker publishes the audio
+        as it is made (``tts_queue.tasks.streams``)."""
         request = build_request(payload, self.registry, self.settings)
         key = self.key_of(request, owner)
         chosen_pool = self.pool_for(request, pool)
@@ -161,7 +163,10 @@ class TaskService:
         if hit is not None:
             return TaskView.of(row, hit.duration_s)
         try:
-            self.dispatcher.dispatch(row.id, row.queue)
+            if stream:
+                self.dispatcher.dispatch(row.id, row.queue, stream=True)
+            else:
+                self.dispatcher.dispatch(row.id, row.queue)
         except Exception as exc:
             log.warning("task %s: the broker is unreachable: %s", row.id, exc)
             self.rows.fail(row.id, "service_unavailable", "the job queue was unreachable; nothing was queued")

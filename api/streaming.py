@@ -1,0 +1,159 @@
+"""Audio sent while it is made: a streamed task's pieces (``tts_queue.tasks.streams``) relayed to
+the client as a chunked response, sentence by sentence, in order.
+
+The view pulls the first piece before it answers, so everything that can go wrong before any audio
+exists is still a JSON error with its status (the task failed, it did not start within the wait,
+too many streams at once). After that the status line is sent: a stream that breaks (the worker
+died mid-way and the task was redone, whose audio may differ; no piece for a long while) is closed
+without its final chunk, which every HTTP client reports as an incomplete body, never as complete
+audio. A task that is already done (a cache hit), or finished without streaming (an identical
+request's audio was found), sends its stored file in pieces instead.
+
+A stream holds an API thread for as long as it lasts: it takes one of the long-poll slots (at most
+half the threads), like ``?wait=``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+from flask import Response, current_app, stream_with_context
+
+from api.services import WAITERS, Services
+from tts_queue.enums import TaskStatus
+from tts_queue.errors import AudioNotReady, TaskFailed
+from tts_queue.tasks.service import TaskView
+from tts_queue.tasks.streams import AudioStreams
+
+log = logging.getLogger(__name__)
+READ_BLOCK_S = 1.0  # one XREAD waits this long before the task's row is looked at
+FILE_CHUNK = 64 * 1024
+
+
+class NotStarted(Exception):
+    """No audio within the wait (the task is still queued or running): ``view`` is its state."""
+
+    def __init__(self, view: TaskView) -> None:
+        super().__init__(f"task {view.id} has not started streaming")
+        self.view = view
+
+
+class NoSlot(Exception):
+    """Every long-poll slot is taken."""
+
+
+class StreamBroken(Exception):
+    """The stream cannot be completed after audio was sent."""
+
+
+def services() -> Services:
+    svc: Services = current_app.extensions["tts"]
+    return svc
+
+
+def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: float,
+                    headers: dict[str, str] | None = None) -> Response:
+    """A chunked response of ``view``'s audio. Raises (before answering) ``NoSlot``,
+    ``NotStarted`` after ``wait_s`` without audio, ``TaskFailed``, or the audio's own errors."""
+    slots: threading.BoundedSemaphore | None = current_app.extensions.get(WAITERS)
+    if slots is not None and not slots.acquire(blocking=False):
+        raise NoSlot()
+    pieces = _pieces(services(), view, caller, wait_s)
+    try:
+        first = next(pieces, b"")
+    except BaseException:
+        if slots is not None:
+            slots.release()
+        raise
+
+    def body() -> Iterator[bytes]:
+        try:
+            if first:
+                yield first
+            yield from pieces
+        finally:
+            if slots is not None:
+                slots.release()
+
+    response = Response(stream_with_context(body()), mimetype=mime_type, headers=headers or {})
+    response.headers["X-Task-ID"] = view.id
+    return response
+
+
+def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) -> Iterator[bytes]:
+    """The task's audio as it comes: stream entries, or its stored file."""
+    streams: AudioStreams | None = getattr(svc.probe, "streams", None)
+    if view.status is TaskStatus.DONE or streams is None:
+        yield from _stored_when_done(svc, view, caller, wait_s)
+        return
+    lease_s = svc.settings.worker.lease_s
+    started = time.monotonic()
+    last_seen = started
+    after, attempt, sent = "0", None, False
+    while True:
+        entries = streams.read(view.id, after, READ_BLOCK_S)
+        now = time.monotonic()
+        if not entries:
+            view = svc.tasks.get(view.id)
+            if view.status.finished:
+                entries = streams.read(view.id, after, 0.05)  # its end may be just behind the row
+            if not entries:
+                if view.status.finished:
+                    if sent:
+                        raise _broken(view.id, f"it ended {view.status.value} without ending its stream")
+                    yield from _stored_when_done(svc, view, caller, 0)
+                    return
+                if not sent and now - started > wait_s:
+                    raise NotStarted(view)
+                if sent and now - last_seen > 2 * lease_s:
+                    raise _broken(view.id, f"no audio for {now - last_seen:.0f} s")
+                continue
+        for entry in entries:
+            after, last_seen = entry.id, now
+            if attempt is not None and entry.attempt != attempt and sent:
+                raise _broken(view.id, "the task was started again (a worker died); its audio would differ")
+            attempt = entry.attempt
+            if entry.kind == "data":
+                sent = True
+                yield entry.data
+            elif entry.kind == "end":
+                streams.delete(view.id)
+                if entry.status == TaskStatus.DONE.value:
+                    if not sent:  # nothing was streamed (found in the cache): the stored file
+                        yield from _stored_when_done(svc, svc.tasks.get(view.id), caller, 0)
+                    return
+                if sent:
+                    raise _broken(view.id, f"the task ended {entry.status}")
+                yield from _stored_when_done(svc, svc.tasks.get(view.id), caller, 0)
+                return
+
+
+def _stored_when_done(svc: Services, view: TaskView, caller: str | None, wait_s: float) -> Iterator[bytes]:
+    """The stored file of a task once done (waiting up to ``wait_s``); ``TaskFailed`` if it failed."""
+    deadline = time.monotonic() + wait_s
+    while not view.status.finished and time.monotonic() < deadline:
+        wait_finished = getattr(svc.probe, "wait_finished", None)
+        if wait_finished is not None:
+            wait_finished(view.id, min(deadline - time.monotonic(), svc.settings.api.wait_recheck_s))
+        else:
+            time.sleep(0.02)
+        view = svc.tasks.get(view.id)
+    if view.status is TaskStatus.FAILED:
+        raise TaskFailed(view.error_message or "synthesis failed", view.error_code)
+    if view.status is TaskStatus.CANCELLED:
+        raise AudioNotReady(f"task {view.id} was cancelled; it has no audio")
+    if view.status is not TaskStatus.DONE:
+        raise NotStarted(view)
+    audio = svc.tasks.audio(view.id, caller)
+    reader = svc.tasks.open_audio(audio, 0)
+    with reader:
+        while chunk := reader.read(FILE_CHUNK):
+            yield chunk
+
+
+def _broken(task_id: str, why: str) -> StreamBroken:
+    log.warning("task %s: the stream is closed unfinished: %s", task_id, why)
+    return StreamBroken(f"task {task_id}: {why}")
