@@ -16,6 +16,7 @@ from api.auth import KEY, check_quota, owner
 from api.downloads import presigned, send_stored
 from api.routes import json_body
 from api.services import Services
+from tts_queue.books.progress import book_document
 from tts_queue.books.service import Upload
 from tts_queue.enums import BookStatus
 from tts_queue.errors import (
@@ -63,14 +64,14 @@ def _upload() -> Upload:
             form = request.form
             options = {k: form[k] for k in OPTION_FIELDS if k in form}
             return Upload(file.read(limit + 1), file.filename, form.get("input_format"), form.get("title"),
-                          form.get("split_pattern"), options)
+                          form.get("split_pattern"), options, form.get("callback_url"))
         if not request.is_json:
             raise UnsupportedMediaType("send a book as multipart/form-data (field 'file') or as JSON")
         body = json_body()  # malformed or too deeply nested JSON: a 400 malformed_json
     except RequestEntityTooLarge:
         raise BookTooLarge(f"the upload is larger than the limit of {limit} bytes") from None
     contract.body(contract.BookRequest, body)  # types, names, formats: the published contract
-    unknown = set(body) - {"text", "title", "input_format", "split_pattern", *OPTION_FIELDS}
+    unknown = set(body) - {"text", "title", "input_format", "split_pattern", "callback_url", *OPTION_FIELDS}
     if unknown:
         raise InvalidRequest(f"unknown field(s): {', '.join(sorted(unknown))}")
     fmt = body.get("input_format", "text")
@@ -81,25 +82,18 @@ def _upload() -> Upload:
     except UnicodeEncodeError as exc:
         raise InvalidBook(f"the text is not valid Unicode: lone surrogate at position {exc.start}") from None
     return Upload(data, None, fmt, body.get("title"), body.get("split_pattern"),
-                  {k: body[k] for k in OPTION_FIELDS if k in body})
+                  {k: body[k] for k in OPTION_FIELDS if k in body}, body.get("callback_url"))
 
 
 def book_json(book_id: str) -> dict[str, Any]:
     """A book's progress with links to what is ready (the caller's books only)."""
-    progress = services().books.progress(book_id, owner())
-    for chapter in progress["chapters"]:
-        if chapter["status"] == BookStatus.DONE.value:
-            n = chapter["number"]
-            chapter["audio_url"] = url_for("books.chapter_audio", book_id=book_id, number=n, _external=True)
-            chapter["srt_url"] = url_for("books.chapter_captions", book_id=book_id, number=n, kind="srt",
-                                         _external=True)
-            chapter["vtt_url"] = url_for("books.chapter_captions", book_id=book_id, number=n, kind="vtt",
-                                         _external=True)
-    progress["status_url"] = url_for("books.get_book", book_id=book_id, _external=True)
-    progress["manifest_url"] = url_for("books.manifest", book_id=book_id, _external=True)
-    if progress["status"] == BookStatus.DONE.value:
-        progress["m4b_url"] = url_for("books.audiobook", book_id=book_id, _external=True)
-    return progress
+    svc = services()
+    document = book_document(svc.books.progress(book_id, owner()), request.url_root)
+    with svc.db.read() as session:
+        callback = svc.tasks.callbacks.summary(session, book_id)
+    if callback is not None:
+        document["callback"] = callback
+    return document
 
 
 JSON = ("application/json",)
@@ -126,7 +120,7 @@ def create_book() -> tuple[Response, int, dict[str, str]]:
     worker parses it; a book that breaks a limit ends ``failed`` with a stable code."""
     upload = _upload()
     check_quota()
-    book_id = services().books.accept(upload, owner())
+    book_id = services().books.accept(upload, owner(), base_url=request.url_root)
     status_url = url_for("books.get_book", book_id=book_id, _external=True)
     return (jsonify(book_id=book_id, status=BookStatus.PARSING.value, status_url=status_url), 202,
             {"Location": status_url})

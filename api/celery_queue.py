@@ -23,7 +23,7 @@ class CeleryQueue(CeleryDispatcher):
     commands each, with a 2 s timeout."""
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__(make_client(settings))
+        super().__init__(make_client(settings), settings.services.queue_prefix)
         assert settings.services.redis_url
         self.redis = redis_client(settings.services.redis_url, socket_timeout=2)
         self.signals = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix,

@@ -50,6 +50,9 @@ class SpeechRequest(_Body):
     noise_w: float | None = Field(None, ge=0.0, le=2.0, description="Piper's duration variation.")
     pool: Pool | None = Field(None, description="The worker pool (routing per voice when absent).")
     keep: bool = Field(False, description="Never evict the audio by age or pressure until released.")
+    callback_url: str | None = Field(None, max_length=2048, description="POST the task's JSON here when it "
+                                     "finishes (signed; public http(s) addresses only unless "
+                                     "TTS_WEBHOOK_ALLOW_PRIVATE).")
 
 
 class BookRequest(_Body):
@@ -67,6 +70,8 @@ class BookRequest(_Body):
     chapters: str | None = Field(None, max_length=1000, description="A range such as 2-5 or 1,3,7-9.")
     pool: Pool | None = None
     keep: bool = False
+    callback_url: str | None = Field(None, max_length=2048, description="POST the book's JSON here when it "
+                                     "finishes.")
 
 
 class ErrorDetail(BaseModel):
@@ -363,7 +368,7 @@ def _operation(op: Operation, auth_required: bool) -> dict[str, Any]:
                 "properties": {"file": {"type": "string", "format": "binary"},
                                **{name: {"type": "string"} for name in (
                                    "title", "input_format", "split_pattern", "voice", "speaker", "speed",
-                                   "format", "chapters", "pool", "keep")}}}}
+                                   "format", "chapters", "pool", "keep", "callback_url")}}}}
         spec["requestBody"] = {"required": True, "content": content}
     if op.level != "open" and auth_required:
         spec["security"] = [{"bearer": []}]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, current_app, jsonify, request
 from flask_limiter.errors import RateLimitExceeded
 from pydantic import BaseModel, Field
 
@@ -52,6 +52,8 @@ class OpenAISpeechRequest(contract._Body):
     speed: float = Field(1.0, ge=0.25, le=4.0)
     instructions: str | None = Field(None, max_length=10_000, description="Accepted and ignored.")
     stream_format: Literal["audio"] = Field("audio", description="Only raw audio (sse is not offered).")
+    callback_url: str | None = Field(None, max_length=2048, description="This service's extension: POST the "
+                                     "task's JSON here when it finishes.")
 
 
 class OpenAIErrorDetail(BaseModel):
@@ -167,7 +169,8 @@ def speech() -> Response:
     if voice is not None:
         payload["voice"] = voice
     svc = services()
-    view = svc.tasks.submit(payload, owner=owner(), stream=True)
+    view = svc.tasks.submit(payload, owner=owner(), stream=True, callback_url=speech.callback_url,
+                            base_url=request.url_root)
     try:
         return stream_response(view, owner(), mime_type(speech.response_format), svc.settings.api.sync_wait_s)
     except NoSlot:

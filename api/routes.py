@@ -31,11 +31,10 @@ from tts_queue.errors import (
     NotReady,
     TaskFailed,
     UnsupportedMediaType,
-    public_message,
 )
 from tts_queue.storage.stats import cache_stats
 from tts_queue.synthesis.encoder import check_format, mime_type
-from tts_queue.tasks.service import TaskView
+from tts_queue.tasks.service import TaskView, task_document
 
 bp = Blueprint("tts", __name__)
 POLL_INTERVAL_S = 0.02
@@ -63,26 +62,8 @@ def json_body() -> dict[str, Any]:
 
 
 def task_json(view: TaskView) -> dict[str, Any]:
-    """The JSON form of a task."""
-    body: dict[str, Any] = {
-        "task_id": view.id,
-        "status": view.status.value,
-        "status_url": url_for("tts.get_task", task_id=view.id, _external=True),
-        "voice": view.voice,
-        "format": view.format,
-        "created_at": view.created_at.isoformat(),
-        "started_at": view.started_at.isoformat() if view.started_at else None,
-        "finished_at": view.finished_at.isoformat() if view.finished_at else None,
-        "cache_hit": view.cache_hit,
-        "keep": view.keep,
-    }
-    if view.status is TaskStatus.DONE:
-        body["audio_url"] = url_for("tts.get_audio", task_id=view.id, _external=True)
-        body["duration_s"] = round(view.duration_s, 3) if view.duration_s is not None else None
-    if view.error_code:  # a server-side failure reads as its code's sentence, even in an old row
-        body["error"] = {"code": view.error_code, "message": public_message(
-            view.error_code, view.error_message or "", TaskFailed.http_status)}
-    return body
+    """The JSON form of a task, with links under the address the client used."""
+    return task_document(view, request.url_root)
 
 
 def _submit(stream: bool = False) -> TaskView:
@@ -92,8 +73,9 @@ def _submit(stream: bool = False) -> TaskView:
     if stream:
         check_format(speech.format or services().settings.request.default_format, allowed=STREAM_FORMATS)
     check_quota()
-    payload = {k: v for k, v in raw.items() if k not in ("pool", "keep")}
-    return services().tasks.submit(payload, pool=speech.pool, keep=speech.keep, owner=owner(), stream=stream)
+    payload = {k: v for k, v in raw.items() if k not in ("pool", "keep", "callback_url")}
+    return services().tasks.submit(payload, pool=speech.pool, keep=speech.keep, owner=owner(), stream=stream,
+                                   callback_url=speech.callback_url, base_url=request.url_root)
 
 
 JSON = ("application/json",)

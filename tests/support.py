@@ -436,6 +436,7 @@ class FakeQueue:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
         self.streamed: list[str] = []  # ids dispatched with stream=True
+        self.delivered: list[str] = []  # callbacks queued for delivery
         self.assembled: list[tuple[str, int, str]] = []
         self.ingested: list[tuple[str, str]] = []
         self.broken = False
@@ -447,6 +448,11 @@ class FakeQueue:
         self.sent.append((task_id, queue))
         if stream:
             self.streamed.append(task_id)
+
+    def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
+        if self.broken:
+            raise ConnectionError("broker down")
+        self.delivered.append(subject_id)
 
     def ingest(self, book_id: str, queue: str) -> None:
         if self.broken:

@@ -235,6 +235,24 @@ class BookSettings:
 
 
 @dataclass(frozen=True)
+class WebhookSettings:
+    """Callbacks: a finished task's or book's JSON POSTed to the URL its request named."""
+
+    secret: str = setting("", "HMAC-SHA256 key of the `X-TTS-Signature: t=<unix time>,v1=<hex>` header "
+                          "(over `<t>.<body>`); empty: callbacks are sent unsigned", env="TTS_WEBHOOK_SECRET",
+                          shown="empty", secret=True)
+    allow_private: bool = setting(False, "allow callbacks to loopback, private and link-local addresses "
+                                  "(refused by default: no server-side request forgery)",
+                                  env="TTS_WEBHOOK_ALLOW_PRIVATE")
+    max_attempts: int = setting(8, "deliveries tried before a callback is marked failed",
+                                env="TTS_WEBHOOK_MAX_ATTEMPTS")
+    backoff_s: float = setting(2.0, "wait before the first retry; doubled each time, at most 5 minutes",
+                               env="TTS_WEBHOOK_BACKOFF_S")
+    timeout_s: float = setting(5.0, "how long one delivery may take (connect and answer)",
+                               env="TTS_WEBHOOK_TIMEOUT_S")
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every knob of tts-queue, in groups, with its documented default."""
 
@@ -251,6 +269,7 @@ class Settings:
     cache: CacheSettings = CacheSettings()
     storage: StorageSettings = StorageSettings()
     books: BookSettings = BookSettings()
+    webhooks: WebhookSettings = WebhookSettings()
 
     @property
     def broker_dir(self) -> Path:

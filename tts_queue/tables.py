@@ -100,6 +100,29 @@ class TaskRow(Base):
     __table_args__ = (Index("ix_tasks_owner_status", "owner", "status"),)
 
 
+class Callback(Base):
+    """A webhook: where to POST a task's or book's JSON once it finishes, and how delivery goes.
+
+    ``state``: ``waiting`` (the task or book is not finished), ``pending`` (a delivery is due at
+    ``next_at``), ``delivered``, or ``failed`` (attempts spent, or the address refused)."""
+
+    __tablename__ = "callbacks"
+
+    subject_id: Mapped[str] = mapped_column(String(36), primary_key=True)  # a task's or a book's id
+    kind: Mapped[str] = mapped_column(String(8))  # "task" or "book"
+    url: Mapped[str] = mapped_column(Text)
+    base_url: Mapped[str] = mapped_column(Text)  # the API's address as the client used it (links)
+    state: Mapped[str] = mapped_column(String(16), default="waiting")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_status: Mapped[int | None] = mapped_column(Integer, default=None)
+    last_error: Mapped[str | None] = mapped_column(String(256), default=None)
+    next_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+
+    __table_args__ = (Index("ix_callbacks_state_next_at", "state", "next_at"),)
+
+
 class CacheEntry(Base):
     """Finished audio for one cache key: where it is, how big, and how it is used."""
 

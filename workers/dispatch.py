@@ -11,10 +11,11 @@ from typing import Any
 
 from celery import Celery
 
+from tts_queue.enums import Lane
 from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import kombu_url
-from tts_queue.tasks.keys import ASSEMBLE, INGEST, SYNTHESIZE, queue_name
+from tts_queue.tasks.keys import ASSEMBLE, DELIVER, INGEST, SYNTHESIZE, queue_name
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -56,13 +57,19 @@ def make_client(settings: Settings) -> Celery:
 class CeleryDispatcher:
     """The ``Dispatcher`` seam of ``TaskService``: sends ``tts.synthesize`` by name."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, prefix: str = "tts") -> None:
         self.app = app
+        self.prefix = prefix
 
     def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
         """Send ``tts.synthesize(task_id)`` to ``queue`` (``stream``: a client relays its audio)."""
         self.app.send_task(SYNTHESIZE, args=[task_id], kwargs={"stream": True} if stream else None,
                            queue=queue, task_id=task_id)
+
+    def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
+        """Send ``tts.deliver_callback(subject_id)`` to the maintenance queue (every worker reads it)."""
+        self.app.send_task(DELIVER, args=[subject_id], countdown=countdown or None,
+                           queue=queue_name("", Lane.MAINTENANCE, self.prefix))
 
     def ingest(self, book_id: str, queue: str) -> None:
         """Send ``tts.ingest_book(book_id)`` to ``queue``."""

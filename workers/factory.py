@@ -42,7 +42,7 @@ def make_celery(settings: Settings) -> Celery:
             },
         },
     )
-    holder = RuntimeHolder(settings, CeleryDispatcher(app))
+    holder = RuntimeHolder(settings, CeleryDispatcher(app, settings.services.queue_prefix))
     app.tts_runtime = holder  # type: ignore[attr-defined]
     assert settings.services.redis_url
     client = redis_client(settings.services.redis_url)  # one client for markers, heartbeats, sweep

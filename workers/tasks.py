@@ -5,6 +5,8 @@
 - ``tts.synthesize(task_id, stream=False)``: ``TaskExecutor.execute``; then the finished signal, and a book's
   chapter assembly once its last sentence is done;
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
+- ``tts.deliver_callback(subject_id)``: one delivery of a finished task's or book's webhook
+  (``workers.webhooks``);
 - ``tts.requeue_lost()``: the recovery sweep (``workers.recovery``);
 - ``tts.cleanup()``: retention (``tts_queue.storage.retention``).
 
@@ -27,10 +29,11 @@ from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.storage.retention import Cleaner
 from tts_queue.tasks.finish import FinishSignals
-from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, INGEST, REQUEUE, SYNTHESIZE, queue_name
+from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE, queue_name
 from workers.markers import AssemblyLock, BrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
+from workers.webhooks import deliver
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,6 +77,8 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
         sentence is done."""
         finished.notify(task_id, status.value)
         runtime = holder.get()
+        if runtime.books.tasks.callbacks.due(task_id):
+            holder.dispatcher.deliver(task_id)
         for book, number in runtime.books.sentence_finished(task_id, status):
             holder.dispatcher.assemble(book.id, number, queue_name(book.pool, Lane.BULK,
                                                                     settings.services.queue_prefix))
@@ -122,6 +127,12 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
         code, what = ("assembly_failed", f"chapter {number}") if number else ("invalid_book", "the book")
         holder.get().books.fail(book_id, code, f"{what} could not be made; the error was logged")
         return "failed"
+
+    @app.task(name=DELIVER, shared=False)
+    def deliver_callback(subject_id: str) -> str:
+        """POST a finished task's or book's JSON to its callback URL; retried with backoff by
+        re-sending itself with a countdown (``workers.webhooks``)."""
+        return deliver(holder.get(), holder.dispatcher, subject_id)
 
     @app.task(name=REQUEUE, shared=False)
     def requeue_lost_tasks() -> int:

@@ -90,6 +90,9 @@ class BookRows(Protocol):
     def fail(self, book_id: str, code: str, message: str) -> None:
         """Mark a book failed."""
 
+    def finished(self, book_id: str) -> None:
+        """The book ended: its callback is due."""
+
 
 @dataclass(frozen=True)
 class Line:
@@ -341,6 +344,7 @@ class ChapterAssembler:
                 BookRow.id == book_id, BookRow.status.in_(book_sources(BookStatus.DONE)),
             ).values(status=BookStatus.DONE, finished_at=self.clock(), m4b_path=name))
         log.info("book %s done: %d chapters", book_id, len(chapters))
+        self.books.finished(book_id)
 
     def _book_audio(self, chapters: list[ChapterRow], fmt: str,
                     current: tuple[int, Blocks] | None = None) -> Iterator[tuple[str, Blocks]]:

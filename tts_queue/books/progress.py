@@ -47,3 +47,20 @@ def book_progress(row: BookRow, chapters: Sequence[ChapterRow], now: datetime) -
             for c in chapters
         ],
     }
+
+
+def book_document(progress: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """``progress`` with links under ``base_url`` (the API's address, ending in ``/``) to what is
+    ready: what ``GET /v1/books/<id>`` answers and what a book's callback POSTs."""
+    book = f"{base_url}v1/books/{progress['book_id']}"
+    for chapter in progress["chapters"]:
+        if chapter["status"] == BookStatus.DONE.value:
+            chapter_url = f"{book}/chapters/{chapter['number']}"
+            chapter["audio_url"] = f"{chapter_url}/audio"
+            chapter["srt_url"] = f"{chapter_url}/captions.srt"
+            chapter["vtt_url"] = f"{chapter_url}/captions.vtt"
+    progress["status_url"] = book
+    progress["manifest_url"] = f"{book}/manifest"
+    if progress["status"] == BookStatus.DONE.value:
+        progress["m4b_url"] = f"{book}/audiobook.m4b"
+    return progress

@@ -52,7 +52,8 @@ from tts_queue.errors import (
 from tts_queue.storage import open_storage
 from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.request import build_request
-from tts_queue.tables import BookRow, CacheEntry, ChapterRow, SentenceRow, TaskRow
+from tts_queue.tables import BookRow, CacheEntry, Callback, ChapterRow, SentenceRow, TaskRow
+from tts_queue.tasks.callbacks import check_url
 from tts_queue.tasks.keys import queue_name
 from tts_queue.tasks.service import TaskService
 
@@ -74,6 +75,9 @@ class BookDispatcher(Protocol):
     def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
         """Enqueue one sentence's task."""
 
+    def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
+        """Enqueue the delivery of a callback."""
+
     def ingest(self, book_id: str, queue: str) -> None:
         """Enqueue the parsing of an accepted upload."""
 
@@ -91,6 +95,7 @@ class Upload:
     title: str | None = None
     split_pattern: str | None = None
     options: Mapping[str, Any] | None = None
+    callback_url: str | None = None  # the book's JSON is POSTed here when it finishes
 
 
 def _text_field(value: object, name: str, limit: int) -> str | None:
@@ -181,11 +186,15 @@ class BookService:
 
     # --- accepting ------------------------------------------------------------------------------
 
-    def accept(self, upload: Upload, owner: str | None = None) -> str:
+    def accept(self, upload: Upload, owner: str | None = None, base_url: str = "") -> str:
         """Check an upload cheaply, store it and queue its parsing; the new book's id (status
-        ``parsing``). Nothing is written when a check fails."""
+        ``parsing``). Nothing is written when a check fails. With ``upload.callback_url``, the
+        book's JSON is POSTed there when it finishes (links under ``base_url``)."""
         from tts_queue.books.plaintext import compile_pattern
 
+        callback_url = None
+        if upload.callback_url not in (None, ""):
+            callback_url = check_url(upload.callback_url, self.settings.webhooks.allow_private)
         limit = self.settings.books.max_bytes
         if len(upload.data) > limit:
             raise BookTooLarge(f"the book is {len(upload.data)} bytes; the limit is {limit}")
@@ -216,6 +225,8 @@ class BookService:
                 created_at=now, keep=bool(options.get("keep", False)), source=source, attempts=0, owner=owner,
                 last_access_at=now,
                 progress_at=now))
+            if callback_url is not None:
+                self.tasks.callbacks.register(session, book_id, "book", callback_url, base_url)
         try:
             self.dispatcher.ingest(book_id, self.ingest_queue(pool))
         except Exception as exc:
@@ -367,6 +378,7 @@ class BookService:
             session.execute(update(ChapterRow).where(ChapterRow.book_id == book_id, ChapterRow.status.in_(
                 book_sources(BookStatus.CANCELLED))).values(status=BookStatus.CANCELLED))
         self.tasks.rows.cancel_book(book_id)
+        self.finished(book_id)
 
     def fail(self, book_id: str, code: str, message: str) -> None:
         """Mark a book failed (unless it already finished) and drop its queued sentences."""
@@ -376,6 +388,12 @@ class BookService:
                     status=BookStatus.FAILED, finished_at=self.clock(), error_code=code,
                     error_message=message))
         self.tasks.rows.cancel_book(book_id)
+        self.finished(book_id)
+
+    def finished(self, book_id: str) -> None:
+        """The book ended (done, failed, cancelled): its callback, if it has one, is due now."""
+        if self.tasks.callbacks.due(book_id):
+            self.tasks.send_callback(book_id)
 
     def unpin(self, book_id: str, owner: str | None = None) -> None:
         """Release a book's ``keep`` pin: it and its sentences follow the normal retention again."""
@@ -406,6 +424,7 @@ class BookService:
             session.execute(delete(TaskRow).where(TaskRow.book_id == book_id))
             session.execute(delete(ChapterRow).where(ChapterRow.book_id == book_id))
             session.execute(delete(BookRow).where(BookRow.id == book_id))
+            session.execute(delete(Callback).where(Callback.subject_id == book_id))
         log.info("book %s deleted", book_id)
         return True
 

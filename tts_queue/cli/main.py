@@ -170,6 +170,9 @@ def _books(settings: Settings, cache: Any) -> Any:
         def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
             raise ConfigError("this command does not queue work")
 
+        def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
+            """A cancelled book's callback is sent by the sweep."""
+
         def ingest(self, book_id: str, queue: str) -> None:
             raise ConfigError("this command does not queue work")
 

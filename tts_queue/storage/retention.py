@@ -36,7 +36,7 @@ from tts_queue.enums import OPEN_BOOK, TaskStatus
 from tts_queue.settings import CacheSettings
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.repair import repair_drift
-from tts_queue.tables import BookRow, CacheEntry, CleanupRun, MaintenanceLock, SentenceRow, TaskRow
+from tts_queue.tables import BookRow, CacheEntry, Callback, CleanupRun, MaintenanceLock, SentenceRow, TaskRow
 
 BATCH_ROWS = 500
 LOCK = "cleanup"
@@ -215,6 +215,7 @@ class Cleaner:
                 if not ids:
                     return total
                 session.execute(delete(TaskRow).where(TaskRow.id.in_(ids)))
+                session.execute(delete(Callback).where(Callback.subject_id.in_(ids)))
             total += len(ids)
 
     def _repair(self, now: datetime) -> dict[str, int]:

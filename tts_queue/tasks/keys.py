@@ -16,6 +16,7 @@ CLEANUP = "tts.cleanup"
 REQUEUE = "tts.requeue_lost"
 ASSEMBLE = "tts.assemble_chapter"
 INGEST = "tts.ingest_book"
+DELIVER = "tts.deliver_callback"
 
 
 def queue_name(pool: str, lane: Lane = Lane.INTERACTIVE, prefix: str = "tts") -> str:

@@ -22,8 +22,10 @@ from tts_queue.errors import (
     NoWorker,
     ServiceUnavailable,
     StorageFull,
+    TaskFailed,
     TaskNotCancellable,
     TaskNotFound,
+    public_message,
 )
 from tts_queue.settings import Settings
 from tts_queue.storage.cache import AudioCache
@@ -31,6 +33,7 @@ from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
 from tts_queue.tables import TaskRow
+from tts_queue.tasks.callbacks import Callbacks, check_url
 from tts_queue.tasks.keys import queue_name
 from tts_queue.tasks.rows import TaskRows
 
@@ -43,6 +46,9 @@ class Dispatcher(Protocol):
     def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
         """Enqueue ``task_id`` on ``queue`` (``stream``: its audio is published as it is made);
         raise on failure."""
+
+    def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
+        """Enqueue the delivery of a task's or book's callback (``tts_queue.tasks.callbacks``)."""
 
 
 @dataclass(frozen=True)
@@ -61,16 +67,46 @@ class TaskView:
     voice: str
     cache_hit: bool = False
     keep: bool = False
+    callback: dict[str, Any] | None = None  # {state, attempts, last_status} when it has one
 
     @classmethod
-    def of(cls, row: TaskRow, duration_s: float | None = None) -> TaskView:
+    def of(cls, row: TaskRow, duration_s: float | None = None,
+           callback: dict[str, Any] | None = None) -> TaskView:
         """View of a row."""
         return cls(
             id=row.id, status=row.status, created_at=row.created_at, started_at=row.started_at,
             finished_at=row.finished_at, error_code=row.error_code, error_message=row.error_message,
             duration_s=duration_s, format=row.request.get("format", "wav"),
             voice=row.request.get("voice", ""), cache_hit=bool(row.cache_hit), keep=bool(row.keep),
+            callback=callback,
         )
+
+
+def task_document(view: TaskView, base_url: str) -> dict[str, Any]:
+    """The JSON form of a task, its links under ``base_url`` (the API's address, ending in ``/``):
+    what ``GET /v1/tasks/<id>`` answers and what a callback POSTs."""
+    status_url = f"{base_url}v1/tasks/{view.id}"
+    body: dict[str, Any] = {
+        "task_id": view.id,
+        "status": view.status.value,
+        "status_url": status_url,
+        "voice": view.voice,
+        "format": view.format,
+        "created_at": view.created_at.isoformat(),
+        "started_at": view.started_at.isoformat() if view.started_at else None,
+        "finished_at": view.finished_at.isoformat() if view.finished_at else None,
+        "cache_hit": view.cache_hit,
+        "keep": view.keep,
+    }
+    if view.status is TaskStatus.DONE:
+        body["audio_url"] = f"{status_url}/audio"
+        body["duration_s"] = round(view.duration_s, 3) if view.duration_s is not None else None
+    if view.error_code:  # a server-side failure reads as its code's sentence, even in an old row
+        body["error"] = {"code": view.error_code, "message": public_message(
+            view.error_code, view.error_message or "", TaskFailed.http_status)}
+    if view.callback is not None:
+        body["callback"] = view.callback
+    return body
 
 
 @dataclass(frozen=True)
@@ -112,6 +148,7 @@ class TaskService:
         self.clock = clock
         self.pool_alive = pool_alive
         self.rows = TaskRows(db, clock, timedelta(seconds=settings.worker.lease_s))
+        self.callbacks = Callbacks(db, clock)
 
     def key_of(self, request: SynthesisRequest, owner: str | None = None) -> str:
         """The cache key of a validated request (of its owner's own cache with
@@ -142,10 +179,14 @@ class TaskService:
     def submit(
         self, payload: Mapping[str, Any], lane: Lane = Lane.INTERACTIVE, book_id: str | None = None,
         pool: str | None = None, keep: bool = False, owner: str | None = None, stream: bool = False,
+        callback_url: str | None = None, base_url: str = "",
     ) -> TaskView:
         """Validate and queue a request; a cache hit is answered at once as ``done`` (a new task of
         ``owner``, whoever's request made the audio). ``stream``: the worker publishes the audio
-        as it is made (``tts_queue.tasks.streams``)."""
+        as it is made (``tts_queue.tasks.streams``). ``callback_url``: the task's JSON is POSTed
+        there when it finishes (links under ``base_url``)."""
+        if callback_url is not None:
+            callback_url = check_url(callback_url, self.settings.webhooks.allow_private)
         request = build_request(payload, self.registry, self.settings)
         key = self.key_of(request, owner)
         chosen_pool = self.pool_for(request, pool)
@@ -160,8 +201,15 @@ class TaskService:
                 self.require_worker(chosen_pool)  # nothing is written when no worker would run it
                 self.require_storage()
             self.rows.add(session, row, cache_hit=hit is not None)
+            if callback_url is not None:
+                self.callbacks.register(session, row.id, "task", callback_url, base_url,
+                                        finished=hit is not None)
+        callback = {"state": "pending" if hit else "waiting", "attempts": 0, "last_status": None} \
+            if callback_url is not None else None
         if hit is not None:
-            return TaskView.of(row, hit.duration_s)
+            if callback_url is not None:
+                self.send_callback(row.id)
+            return TaskView.of(row, hit.duration_s, callback)
         try:
             if stream:
                 self.dispatcher.dispatch(row.id, row.queue, stream=True)
@@ -172,7 +220,17 @@ class TaskService:
             self.rows.fail(row.id, "service_unavailable", "the job queue was unreachable; nothing was queued")
             raise ServiceUnavailable("the job queue is unreachable; nothing was queued") from exc
         self.rows.mark_dispatched([row.id])
-        return TaskView.of(row)
+        return TaskView.of(row, callback=callback)
+
+    def send_callback(self, subject_id: str) -> None:
+        """Queue the delivery of a due callback (a lost message is sent again by the sweep)."""
+        deliver = getattr(self.dispatcher, "deliver", None)
+        if deliver is None:
+            return
+        try:
+            deliver(subject_id)
+        except Exception as exc:  # the sweep sends due deliveries whose message never left
+            log.warning("callback of %s: the broker is unreachable: %s", subject_id, exc)
 
     def row(self, task_id: str, owner: str | None = None) -> TaskRow:
         """The row of ``task_id`` or ``TaskNotFound`` (malformed ids, and another owner's tasks,
@@ -180,13 +238,15 @@ class TaskService:
         return get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task", owner)
 
     def get(self, task_id: str, owner: str | None = None) -> TaskView:
-        """Status of a task, with the audio's duration once done."""
+        """Status of a task, with the audio's duration once done and its callback's state."""
         row = self.row(task_id, owner)
         duration = None
         if row.status is TaskStatus.DONE:
             entry = self.cache.peek(row.cache_key)
             duration = entry.duration_s if entry else None
-        return TaskView.of(row, duration)
+        with self.db.read() as session:
+            callback = self.callbacks.summary(session, task_id)
+        return TaskView.of(row, duration, callback)
 
     def cancel(self, task_id: str, owner: str | None = None) -> TaskView:
         """Cancel a queued task; running or finished tasks raise ``TaskNotCancellable``."""
@@ -194,6 +254,8 @@ class TaskService:
         if not self.rows.cancel(task_id):
             current = self.row(task_id).status.value
             raise TaskNotCancellable(f"task {task_id} is {current}; only queued tasks can be cancelled")
+        if self.callbacks.due(task_id):
+            self.send_callback(task_id)
         return self.get(row.id)
 
     def unpin(self, task_id: str, owner: str | None = None) -> TaskView:
