@@ -27,7 +27,15 @@ from sqlalchemy import func, select
 
 from api import create_app
 from api.services import Services
-from tests.support import FakeQueue, WorkerProcess, flush_queues, migrate, service_settings, start_api, wait_until
+from tests.support import (
+    FakeQueue,
+    WorkerProcess,
+    flush_queues,
+    migrate,
+    service_settings,
+    start_api,
+    wait_until,
+)
 from tts_queue.db import Database
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback, TaskRow
@@ -74,7 +82,8 @@ class Receiver:
 def verified(call: dict[str, Any]) -> dict[str, Any]:
     """The body of a delivery whose X-TTS-Signature is the HMAC of ``<t>.<body>`` under the secret."""
     fields = dict(part.split("=", 1) for part in call["headers"]["X-TTS-Signature"].split(","))
-    expected = hmac.new(SECRET.encode(), f"{fields['t']}.".encode() + call["body"], hashlib.sha256).hexdigest()
+    signed = f"{fields['t']}.".encode() + call["body"]
+    expected = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
     assert hmac.compare_digest(fields["v1"], expected)
     assert abs(int(fields["t"]) - time.time()) < 120  # a receiver can refuse replays by age
     body: dict[str, Any] = json.loads(call["body"])
@@ -101,8 +110,8 @@ def test_a_finished_task_calls_back_signed_and_retries_until_a_success(service: 
     url, receiver = service["url"], service["receiver"]
     # Given a receiver that answers 500 twice, then 200
     hook = f"/task-{uuid.uuid4().hex[:6]}"
-    task = requests.post(f"{url}/v1/tts", json={"text": f"Call me back {uuid.uuid4()}.",
-                                                "callback_url": f"{receiver.url}{hook}?fail=2"}, timeout=10).json()
+    body = {"text": f"Call me back {uuid.uuid4()}.", "callback_url": f"{receiver.url}{hook}?fail=2"}
+    task = requests.post(f"{url}/v1/tts", json=body, timeout=10).json()
     assert task["callback"] == {"state": "waiting", "attempts": 0, "last_status": None}
     # When the task finishes
     calls = wait_until(lambda: receiver.at(hook) if len(receiver.at(hook)) >= 3 else None, timeout=60)
@@ -134,8 +143,9 @@ def test_a_cache_hit_and_a_book_call_back_too(service: dict[str, Any]) -> None:
     call = wait_until(lambda: receiver.at("/hit"), timeout=30)[0]
     assert verified(call)["task_id"] == hit["task_id"]
     # A book calls back once it is done, with its JSON and links
-    book = requests.post(f"{url}/v1/books", json={"text": "# One\n\nA short book calls back.", "format": "wav",
-                                                  "callback_url": f"{receiver.url}/book"}, timeout=10).json()
+    upload = {"text": "# One\n\nA short book calls back.", "format": "wav",
+              "callback_url": f"{receiver.url}/book"}
+    book = requests.post(f"{url}/v1/books", json=upload, timeout=10).json()
     call = wait_until(lambda: receiver.at("/book"), timeout=90)[0]
     body = verified(call)
     assert body["book_id"] == book["book_id"] and body["status"] == "done"
