@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from tts_queue.settings import Settings
+from tts_queue.tasks.board import StatusBoard
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.finish import FinishSignals
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
@@ -31,6 +32,7 @@ class CeleryQueue(CeleryDispatcher):
         self.keys = RedisKeys(settings.services.queue_prefix)
         self.heartbeats = Heartbeats(self.redis, self.keys)
         self.streams = AudioStreams(self.redis, self.keys)  # streamed tasks' audio (api.streaming)
+        self.board = StatusBoard(self.redis, self.keys)  # task status records (cheap polling)
         self._live_pools: set[str] = set()
         self._pools_read_at = -1e9
 

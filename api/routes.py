@@ -38,6 +38,7 @@ from tts_queue.tasks.service import TaskView, task_document
 
 bp = Blueprint("tts", __name__)
 POLL_INTERVAL_S = 0.02
+POLL_AFTER_S = 1  # Retry-After of an unfinished task's status
 
 
 def services() -> Services:
@@ -181,8 +182,11 @@ def _block_until_finished(view: TaskView, seconds: float) -> TaskView:
                     params=(contract.task_id_param(), contract.wait_param()), responses=TASK_RESPONSES)
 def get_task(task_id: str) -> Response:
     """A task's status, timestamps, error, and audio URL once done; ``?wait=S`` long-polls."""
-    view = services().tasks.get(task_id, owner())
-    return jsonify(task_json(wait_for(view, wait_seconds())))
+    view = wait_for(services().tasks.get(task_id, owner()), wait_seconds())
+    response = jsonify(task_json(view))
+    if not view.status.finished:  # when to ask again (a long-poll with ?wait= is cheaper still)
+        response.headers["Retry-After"] = str(POLL_AFTER_S)
+    return response
 
 
 @bp.delete("/v1/tasks/<task_id>")

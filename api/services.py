@@ -82,7 +82,8 @@ class Services:
         storage = open_storage(settings.storage_url)
         cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
         tasks = TaskService(settings, db, cache, registry, dispatcher,
-                            pool_alive=getattr(probe, "pool_alive", None))
+                            pool_alive=getattr(probe, "pool_alive", None),
+                            board=getattr(probe, "board", None))
         books = BookService(tasks, dispatcher)
         return cls(settings, db, registry, tasks, probe, books,
                    ChapterAssembler(books, cache, storage.child("books")))

@@ -20,6 +20,7 @@ from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.synthesis.voice import read_config
+from tts_queue.tasks.board import StatusBoard
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.executor import TaskExecutor
 from tts_queue.tasks.keys import RedisKeys
@@ -28,6 +29,12 @@ from tts_queue.tasks.service import TaskService
 from tts_queue.tasks.streams import AudioStreams
 
 log = logging.getLogger(__name__)
+
+
+def _board(settings: Settings) -> StatusBoard | None:
+    """The status board: the broker's Redis."""
+    url = settings.services.redis_url
+    return StatusBoard(redis_client(url), RedisKeys(settings.services.queue_prefix)) if url else None
 
 
 def _streams(settings: Settings) -> AudioStreams | None:
@@ -66,7 +73,8 @@ class WorkerRuntime:
             storage_floor_bytes=settings.cache.storage_reserve_bytes // 2,
             streams=_streams(settings),
         )
-        tasks = TaskService(settings, db, cache, registry, dispatcher)
+        tasks = TaskService(settings, db, cache, registry, dispatcher, board=_board(settings))
+        executor.on_claim = executor.on_finish = tasks.publish
         books = BookService(tasks, dispatcher, storage=storage.child("books"))
         assembler = ChapterAssembler(
             books, cache, books.storage,

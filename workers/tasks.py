@@ -75,10 +75,10 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
     def after(task_id: str, status: TaskStatus) -> None:
         """Signal waiters; count a book's sentence and queue its chapter's assembly once its last
         sentence is done."""
-        finished.notify(task_id, status.value)
         runtime = holder.get()
         if runtime.books.tasks.callbacks.due(task_id):
             holder.dispatcher.deliver(task_id)
+        finished.notify(task_id, status.value)
         for book, number in runtime.books.sentence_finished(task_id, status):
             holder.dispatcher.assemble(book.id, number, queue_name(book.pool, Lane.BULK,
                                                                     settings.services.queue_prefix))

@@ -28,6 +28,7 @@ class Client:
     def __init__(self, base_url: str, timeout: float = 30.0, key: str = "") -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.retry_after: float | None = None  # the last status answer's Retry-After
         self.http = requests.Session()
         if key:  # sent as a header, never in a URL (and never printed)
             self.http.headers["Authorization"] = f"Bearer {key}"
@@ -61,7 +62,9 @@ class Client:
     def status(self, task_id: str, wait: float = 0.0) -> dict[str, Any]:
         """GET /v1/tasks/<id>; with ``wait``, the server holds the answer until it finishes."""
         params = {"wait": wait} if wait else None
-        data: dict[str, Any] = self._call("GET", f"/v1/tasks/{task_id}", params=params).json()
+        response = self._call("GET", f"/v1/tasks/{task_id}", params=params)
+        self.retry_after = _seconds(response.headers.get("Retry-After"))
+        data: dict[str, Any] = response.json()
         return data
 
     def wait(self, task_id: str, timeout: float = 600.0, progress: bool = True) -> dict[str, Any]:
@@ -73,9 +76,10 @@ class Client:
             asked = 0.0 if tick == 0 else 1.0
             started = time.monotonic()
             task = self.status(task_id, wait=asked)
-            # A busy API answers a long-poll at once (no waiter slot, Retry-After: 1): wait out
-            # the rest of the second here instead of asking again in a tight loop.
-            time.sleep(max(0.0, asked - (time.monotonic() - started)) if task["status"] in (
+            # An unfinished task's answer says when to ask again (Retry-After); a busy API answers
+            # a long-poll at once: wait out the rest of that time here, never a tight loop.
+            pause = max(asked, self.retry_after or 0.0)
+            time.sleep(max(0.0, pause - (time.monotonic() - started)) if task["status"] in (
                 "queued", "running") else 0.0)
             if task["status"] in ("done", "failed", "cancelled"):
                 if progress:
@@ -123,3 +127,11 @@ class Client:
         response = self._call("GET", path)
         write_atomic(output, response.content)
         return len(response.content)
+
+
+def _seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` in seconds (``None`` if absent or a date), at most a minute."""
+    try:
+        return min(60.0, max(0.0, float(value))) if value else None
+    except ValueError:
+        return None

@@ -29,6 +29,7 @@ from tts_queue.storage.cache import AudioCache
 from tts_queue.synthesis.encoder import StreamEncoder, encode, mime_type
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.tables import TaskRow
 from tts_queue.tasks.doctor import redacted
 from tts_queue.tasks.keys import lane_of
 from tts_queue.tasks.rows import TaskRows
@@ -54,9 +55,13 @@ class TaskExecutor:
         clock: Callable[[], datetime] = utcnow,
         storage_floor_bytes: int = 0,
         streams: AudioStreams | None = None,
+        on_claim: Callable[[TaskRow], None] | None = None,
+        on_finish: Callable[[str], None] | None = None,
     ) -> None:
         self.cache = cache
         self.streams = streams  # where a streamed task's audio goes as it is made
+        self.on_claim = on_claim  # told of each claimed row (the status board)
+        self.on_finish = on_finish  # told of each task this executor finished, before anyone else
         # Audio is not written into the last ``storage_floor_bytes`` of a local disk: that part is
         # left to the broker's log and the database sharing it (``tts-queue up``), so a full disk
         # stops new audio, not the queue.
@@ -86,6 +91,11 @@ class TaskExecutor:
         row = self.rows.claim(task_id, worker_name or self.worker_name)
         if row is None:
             return None
+        if self.on_claim is not None and row.book_id is None:
+            try:
+                self.on_claim(row)
+            except Exception as exc:  # the board only speeds up reads
+                log.warning("task %s: on_claim failed: %s", task_id, exc)
         publisher = StreamPublisher(self.streams, task_id, row.attempts) if stream and self.streams else None
         if row.attempts > self.max_attempts:
             return self.fail(task_id, "too_many_attempts",
@@ -102,6 +112,7 @@ class TaskExecutor:
             if leader is None:
                 self._end_lead(row.cache_key)
             finished = self.rows.finish(task_id, batch_size=None, cache_hit=True)
+            self._finished(task_id, finished)
             if publisher is not None:
                 publisher.end(TaskStatus.DONE.value)  # nothing streamed: the reader sends the file
             return TaskStatus.DONE if finished else None
@@ -161,9 +172,18 @@ class TaskExecutor:
             self.rows.uncount_attempt(task_id)
             raise
         finished = self.rows.finish(task_id, batch_size=result.batch_size)
+        self._finished(task_id, finished)
         if publisher is not None:
             publisher.end(TaskStatus.DONE.value)
         return TaskStatus.DONE if finished else None
+
+    def _finished(self, task_id: str, moved: bool) -> None:
+        """Tell ``on_finish`` (the status board) of a row this executor moved to its end."""
+        if moved and self.on_finish is not None:
+            try:
+                self.on_finish(task_id)
+            except Exception as exc:  # the row is the truth; the board only speeds up reads
+                log.warning("task %s: on_finish failed: %s", task_id, exc)
 
     def _end_lead(self, key: str) -> None:
         """This process's synthesis of ``key`` ended: wake the identical requests that waited."""
@@ -175,7 +195,7 @@ class TaskExecutor:
     def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None) -> TaskStatus:
         """Mark a task failed (unless it already finished) with ``message``, which clients read;
         ``detail``, the exception behind it, goes to the log only."""
-        self.rows.fail(task_id, code, message)
+        self._finished(task_id, self.rows.fail(task_id, code, message))
         if detail is None:
             log.warning("task %s failed: %s: %s", task_id, code, message)
         else:  # the exception's text can name hosts, paths or a URL: the log has it, not the row

@@ -57,6 +57,10 @@ class RedisKeys:
         """The list that signals ``task_id`` finished (``FinishSignals``)."""
         return f"{self.prefix}:finished:{task_id}"
 
+    def status(self, task_id: str) -> str:
+        """A short-lived copy of an interactive task's status (``StatusBoard``)."""
+        return f"{self.prefix}:status:{task_id}"
+
     def stream(self, task_id: str) -> str:
         """The Redis stream of ``task_id``'s audio while it is synthesized (``AudioStreams``)."""
         return f"{self.prefix}:stream:{task_id}"

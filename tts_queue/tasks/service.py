@@ -33,6 +33,7 @@ from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
 from tts_queue.tables import TaskRow
+from tts_queue.tasks.board import StatusBoard, iso
 from tts_queue.tasks.callbacks import Callbacks, check_url
 from tts_queue.tasks.keys import queue_name
 from tts_queue.tasks.rows import TaskRows
@@ -80,6 +81,27 @@ class TaskView:
             voice=row.request.get("voice", ""), cache_hit=bool(row.cache_hit), keep=bool(row.keep),
             callback=callback,
         )
+
+    def record(self, owner: str | None) -> dict[str, Any]:
+        """This view as a status board record (``tts_queue.tasks.board``)."""
+        return {"id": self.id, "status": self.status.value, "created_at": iso(self.created_at),
+                "started_at": iso(self.started_at), "finished_at": iso(self.finished_at),
+                "error_code": self.error_code, "error_message": self.error_message,
+                "duration_s": self.duration_s, "format": self.format, "voice": self.voice,
+                "cache_hit": self.cache_hit, "keep": self.keep, "owner": owner}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TaskView:
+        """The view a status board record holds."""
+        def when(value: str | None) -> datetime | None:
+            return datetime.fromisoformat(value) if value else None
+
+        return cls(id=record["id"], status=TaskStatus(record["status"]),
+                   created_at=datetime.fromisoformat(record["created_at"]),
+                   started_at=when(record["started_at"]), finished_at=when(record["finished_at"]),
+                   error_code=record["error_code"], error_message=record["error_message"],
+                   duration_s=record["duration_s"], format=record["format"], voice=record["voice"],
+                   cache_hit=record["cache_hit"], keep=record["keep"])
 
 
 def task_document(view: TaskView, base_url: str) -> dict[str, Any]:
@@ -139,8 +161,10 @@ class TaskService:
         dispatcher: Dispatcher,
         clock: Callable[[], datetime] = utcnow,
         pool_alive: Callable[[str], bool] | None = None,
+        board: StatusBoard | None = None,
     ) -> None:
         self.settings = settings
+        self.board = board  # status records in Redis: polling reads no database
         self.db = db
         self.cache = cache
         self.registry = registry
@@ -207,9 +231,12 @@ class TaskService:
         callback = {"state": "pending" if hit else "waiting", "attempts": 0, "last_status": None} \
             if callback_url is not None else None
         if hit is not None:
+            view = TaskView.of(row, hit.duration_s, callback)
             if callback_url is not None:
                 self.send_callback(row.id)
-            return TaskView.of(row, hit.duration_s, callback)
+            elif book_id is None:
+                self.post(view, owner)
+            return view
         try:
             if stream:
                 self.dispatcher.dispatch(row.id, row.queue, stream=True)
@@ -220,7 +247,32 @@ class TaskService:
             self.rows.fail(row.id, "service_unavailable", "the job queue was unreachable; nothing was queued")
             raise ServiceUnavailable("the job queue is unreachable; nothing was queued") from exc
         self.rows.mark_dispatched([row.id])
-        return TaskView.of(row, callback=callback)
+        view = TaskView.of(row, callback=callback)
+        if callback is None and book_id is None:
+            self.post(view, owner)
+        return view
+
+    def publish(self, task: TaskRow | str) -> None:
+        """Put a task's state as its row says now on the status board (the worker, after a claim
+        and a finish); book sentences and tasks with a callback have no record."""
+        if self.board is None:
+            return
+        row = task if isinstance(task, TaskRow) else self.row(task)
+        if row.book_id is not None:
+            return
+        with self.db.read() as session:
+            if self.callbacks.summary(session, row.id) is not None:
+                return
+        duration = None
+        if row.status is TaskStatus.DONE:
+            entry = self.cache.peek(row.cache_key)
+            duration = entry.duration_s if entry else None
+        self.board.put(TaskView.of(row, duration).record(row.owner))
+
+    def post(self, view: TaskView, owner: str | None) -> None:
+        """Put a task's new state on the status board (interactive tasks without a callback)."""
+        if self.board is not None and view.callback is None:
+            self.board.put(view.record(owner))
 
     def send_callback(self, subject_id: str) -> None:
         """Queue the delivery of a due callback (a lost message is sent again by the sweep)."""
@@ -237,8 +289,14 @@ class TaskService:
         included)."""
         return get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task", owner)
 
-    def get(self, task_id: str, owner: str | None = None) -> TaskView:
-        """Status of a task, with the audio's duration once done and its callback's state."""
+    def get(self, task_id: str, owner: str | None = None, fresh: bool = False) -> TaskView:
+        """Status of a task, with the audio's duration once done and its callback's state: from
+        the status board when it has the task (one Redis read), else (or ``fresh``) from the
+        database."""
+        if self.board is not None and not fresh:
+            record = self.board.get(task_id)
+            if record is not None and (owner is None or record.get("owner") == owner):
+                return TaskView.from_record(record)
         row = self.row(task_id, owner)
         duration = None
         if row.status is TaskStatus.DONE:
@@ -256,13 +314,23 @@ class TaskService:
             raise TaskNotCancellable(f"task {task_id} is {current}; only queued tasks can be cancelled")
         if self.callbacks.due(task_id):
             self.send_callback(task_id)
-        return self.get(row.id)
+        view = self._read(row.id)
+        if row.book_id is None:
+            self.post(view, row.owner)
+        return view
+
+    def _read(self, task_id: str) -> TaskView:
+        """The task's state from its row (never the board: after a change)."""
+        return self.get(task_id, fresh=True)
 
     def unpin(self, task_id: str, owner: str | None = None) -> TaskView:
         """Release a task's keep pin: its audio follows the normal retention again."""
-        self.row(task_id, owner)
+        row = self.row(task_id, owner)
         self.rows.set_keep(task_id, False)
-        return self.get(task_id)
+        view = self._read(task_id)
+        if row.book_id is None:
+            self.post(view, row.owner)
+        return view
 
     def audio(self, task_id: str, owner: str | None = None) -> AudioFile:
         """The finished audio of a task, or ``AudioNotReady``."""

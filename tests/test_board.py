@@ -1,0 +1,83 @@
+"""The status board on a real Redis: records never go back, expire soon unless finished, and a
+status read of a task the board has runs no SQL at all."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import event
+
+from tests.support import FakeQueue, migrate
+from tts_queue.db import Database
+from tts_queue.enums import TaskStatus
+from tts_queue.errors import TaskNotFound
+from tts_queue.settings import Settings
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.store import AudioStore
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.tasks.board import DONE_TTL_S, OPEN_TTL_S, StatusBoard
+from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.service import TaskService
+
+
+@pytest.fixture
+def board(redis_url: str) -> StatusBoard:
+    client = redis.Redis.from_url(client_url(redis_url))
+    return StatusBoard(client, RedisKeys(f"board-{uuid.uuid4().hex[:8]}"))
+
+
+def record(task_id: str, status: str, **fields: Any) -> dict[str, Any]:
+    return {"id": task_id, "status": status, "created_at": "2026-12-01T00:00:00+00:00", "started_at": None,
+            "finished_at": None, "error_code": None, "error_message": None, "duration_s": None,
+            "format": "wav", "voice": "tiny", "cache_hit": False, "keep": False, "owner": None, **fields}
+
+
+def test_a_record_never_goes_back_and_only_a_finished_one_lives_long(board: StatusBoard) -> None:
+    task_id = str(uuid.uuid4())
+    key = board.keys.status(task_id)
+    # Given a queued task, then running: an unfinished record lives at most 30 s
+    board.put(record(task_id, "queued"))
+    board.put(record(task_id, "running"))
+    assert board.get(task_id)["status"] == "running"  # type: ignore[index]
+    assert 0 < board.client.ttl(key) <= OPEN_TTL_S
+    # When it finishes, and a late "running" (a redelivery's claim) arrives after
+    board.put(record(task_id, "done", duration_s=1.5))
+    board.put(record(task_id, "running"))
+    # Then the board still says done, for minutes
+    found = board.get(task_id)
+    assert found is not None and found["status"] == "done" and found["duration_s"] == 1.5
+    assert OPEN_TTL_S < board.client.ttl(key) <= DONE_TTL_S
+    # And an equal rank replaces (an unpinned task's keep)
+    board.put(record(task_id, "done", duration_s=1.5, keep=True))
+    assert board.get(task_id)["keep"] is True  # type: ignore[index]
+
+
+def test_a_status_read_from_the_board_runs_no_sql_and_honours_owners(
+    tmp_path: Path, voices_dir: Path, board: StatusBoard
+) -> None:
+    # Given a task service with a board, and a submitted task
+    settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                          "TTS_DEFAULT_VOICE": "tiny"}))
+    db = Database(settings.database_url)
+    cache = AudioCache(db, AudioStore.at(tmp_path / "audio"))
+    tasks = TaskService(settings, db, cache, VoiceRegistry.from_settings(settings), FakeQueue(), board=board)
+    view = tasks.submit({"text": "Hello there."}, owner="alice")
+    statements: list[str] = []
+    event.listen(db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    # When its owner reads its status
+    read = tasks.get(view.id, "alice")
+    # Then the answer came from the board, with no SQL run
+    assert read.status is TaskStatus.QUEUED and read.id == view.id and read.created_at == view.created_at
+    assert statements == []
+    # And another owner's read goes to the database, which says the task is not theirs
+    with pytest.raises(TaskNotFound):
+        tasks.get(view.id, "bob")
+    assert statements
+    # And a cancel changes the record too
+    assert tasks.cancel(view.id, "alice").status is TaskStatus.CANCELLED
+    assert board.get(view.id)["status"] == "cancelled"  # type: ignore[index]
