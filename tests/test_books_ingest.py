@@ -102,20 +102,53 @@ def test_accepting_queues_the_parsing_and_the_worker_makes_the_rows(world: dict[
     assert world["client"].get(f"/v1/books/{book_id}").get_json()["status"] == "parsing"
     # When the worker ingests it
     assert world["ingester"].run(book_id) is BookStatus.QUEUED
-    # Then the chapters, sentences and tasks exist, every task was sent once, the upload is gone
+    # Then the chapters, sentences and tasks exist, the first window of them (4 on the CPU pool:
+    # two batches of one plus two) was sent in reading order, and the upload is gone
     tasks, sentences, chapters = counts(world, book_id)
     assert (tasks, sentences, chapters) == (6, 6, 2)
     sent = [t for t, _ in world["queue"].sent]
-    assert len(sent) == len(set(sent)) == 6
+    assert world["services"].books.window("cpu") == 4
+    with world["services"].db.read() as session:
+        in_order = list(session.scalars(select(SentenceRow.task_id).where(SentenceRow.book_id == book_id)
+                                        .order_by(SentenceRow.index)))
+        assert sent == in_order[:4]
+        assert {r.id for r in session.scalars(select(TaskRow).where(
+            TaskRow.book_id == book_id, TaskRow.dispatched_at.is_not(None)))} == set(sent)
+        upload = session.get(BookRow, book_id).source["upload"]  # type: ignore[union-attr]
     body = world["client"].get(f"/v1/books/{book_id}").get_json()
     assert body["status"] == "queued" and body["sentences_total"] == 6 and body["title"] == "Notes"
-    with world["services"].db.read() as session:
-        assert all(r.dispatched_at is not None for r in session.scalars(
-            select(TaskRow).where(TaskRow.book_id == book_id)))
-        upload = session.get(BookRow, book_id).source["upload"]  # type: ignore[union-attr]
     assert world["services"].books.storage.size(upload) is None
     # And a second delivery of the ingestion does nothing
     assert world["ingester"].run(book_id) is None and counts(world, book_id) == (6, 6, 2)
+
+
+def test_book_sentences_are_fed_a_window_at_a_time_and_never_twice(world: dict[str, Any]) -> None:
+    # Given a book of ten sentences ingested: four sent (the CPU pool's window)
+    text = " ".join(f"Sentence {n} is here." for n in range(10))
+    book_id = accept(world, text=text, format="wav")
+    world["ingester"].run(book_id)
+    books, rows = world["services"].books, world["services"].tasks.rows
+    assert len(world["queue"].sent) == 4
+    # When more feeding happens with the window full (the sweep, a duplicate call)
+    assert books.feed("cpu") == 0
+    # And the outbox rule looks for unsent rows: book sentences are not its to send
+    from datetime import timedelta
+
+    assert rows.unsent(timedelta(0)) == []
+    # When two sentences finish, each giving its place to the next
+    for task_id, _ in world["queue"].sent[:2]:
+        rows.claim(task_id, "w")
+        rows.finish(task_id, batch_size=1)
+    assert books.feed("cpu") == 2
+    # Then the next two in reading order went, and no sentence was ever sent twice
+    sent = [t for t, _ in world["queue"].sent]
+    with world["services"].db.read() as session:
+        in_order = list(session.scalars(select(SentenceRow.task_id).where(SentenceRow.book_id == book_id)
+                                        .order_by(SentenceRow.index)))
+    assert sent == in_order[:6] and len(set(sent)) == 6
+    # And the window grows with the pool's live workers
+    books.live_workers = lambda pool: 3
+    assert books.feed("cpu") == 4 and len(world["queue"].sent) == 10
 
 
 def test_finished_sentences_are_counted_once_and_complete_their_chapter(world: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from tts_queue.settings import Settings
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
 from tts_queue.tables import TaskRow
+from tts_queue.tasks.callbacks import Callbacks
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.keys import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
 from tts_queue.tasks.rows import TaskRows
@@ -50,6 +52,12 @@ class FakeBooks:
     """No books: every task is an ordinary request."""
 
     finished: list[tuple[str, TaskStatus]] = field(default_factory=list)
+    fed: list[str] = field(default_factory=list)
+    tasks: Any = None  # set by the fixture: the real task service (callbacks)
+
+    def feed(self, pool: str) -> int:
+        self.fed.append(pool)
+        return 0
 
     def sentence_finished(self, task_id: str, status: TaskStatus) -> list[Any]:
         self.finished.append((task_id, status))
@@ -97,6 +105,7 @@ def world(tmp_path: Path, redis_url: str) -> dict[str, Any]:
     app.conf.task_always_eager = True  # retries run in place, no broker round trip
     runtime = FakeRuntime(settings, FakeExecutor(), AudioCache(db, AudioStore.at(tmp_path / "audio")),
                           TaskRows(db))
+    runtime.books.tasks = SimpleNamespace(callbacks=Callbacks(db))
     app.tts_runtime._runtime = runtime  # type: ignore[attr-defined]
     client = redis.Redis.from_url(client_url(redis_url))
     yield {"app": app, "runtime": runtime, "redis": client, "keys": RedisKeys(prefix), "db": db,

@@ -163,6 +163,10 @@ class WorkerSettings:
                         flag="--pool")
     concurrency: int = setting(16, "requests in flight per worker (threads)",
                                env="TTS_WORKER_CONCURRENCY", flag="--concurrency")
+    interactive_reserve: int = setting(4, "threads of each worker that book sentences never take, so a "
+                                       "short request finds one at once (books get at most the "
+                                       "concurrency minus this, and at most two batches plus two)",
+                                       env="TTS_INTERACTIVE_RESERVE")
     warmup: bool = setting(True, "load the default voice when a worker starts")
     max_retries: int = setting(3, "retries of unexpected errors; the attempts cap is this + 1")
     visibility_timeout_s: int = setting(3600, "last resort: the broker itself returns unacked tasks "

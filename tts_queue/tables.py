@@ -97,7 +97,10 @@ class TaskRow(Base):
     # The API key that submitted it (``None`` with auth off): only that key sees the task.
     owner: Mapped[str | None] = mapped_column(String(36), default=None)
 
-    __table_args__ = (Index("ix_tasks_owner_status", "owner", "status"),)
+    __table_args__ = (Index("ix_tasks_owner_status", "owner", "status"),
+                      # the bulk window: sentences in flight per queue, the next unsent ones in order
+                      Index("ix_tasks_queue_status_dispatched", "queue", "status", "dispatched_at",
+                            "created_at"))
 
 
 class Callback(Base):

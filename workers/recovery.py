@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from tts_queue.books.service import BookDispatcher, BookService
+from tts_queue.enums import POOLS
 from tts_queue.settings import Settings
 from tts_queue.tasks.keys import SYNTHESIZE, task_queues
 from tts_queue.tasks.recovery import requeue_lost
@@ -67,6 +68,8 @@ def sweep(holder: RuntimeHolder, marker: BrokerMarker) -> int:
     but never were; how many tasks were sent."""
     runtime = holder.get()
     sent = requeue(holder.settings, runtime.rows, holder.dispatcher, marker)
+    for pool in POOLS:  # book sentences whose window was not refilled (a worker died meanwhile)
+        sent += runtime.books.feed(pool)
     runtime.books.reconcile(timedelta(seconds=holder.settings.worker.lease_s))
     assemble_due(runtime.books, holder.dispatcher)
     for book_id, pool in runtime.ingester.stalled():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -23,12 +24,37 @@ from tts_queue.synthesis.voice import read_config
 from tts_queue.tasks.board import StatusBoard
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.executor import TaskExecutor
+from tts_queue.tasks.heartbeat import Heartbeats
 from tts_queue.tasks.keys import RedisKeys
 from tts_queue.tasks.rows import TaskRows
 from tts_queue.tasks.service import TaskService
 from tts_queue.tasks.streams import AudioStreams
 
 log = logging.getLogger(__name__)
+
+
+class LiveWorkers:
+    """Live workers per pool from their heartbeats, read at most every 5 s (the bulk window)."""
+
+    def __init__(self, heartbeats: Heartbeats, every_s: float = 5.0) -> None:
+        self.heartbeats = heartbeats
+        self.every_s = every_s
+        self._counts: dict[str, int] = {}
+        self._read_at = -1e9
+        self._lock = threading.Lock()
+
+    def __call__(self, pool: str) -> int:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._read_at > self.every_s:
+                try:
+                    counts: dict[str, int] = {}
+                    for worker in self.heartbeats.live():
+                        counts[worker.pool] = counts.get(worker.pool, 0) + 1
+                    self._counts, self._read_at = counts, now
+                except Exception as exc:  # Redis hiccup: keep the last count
+                    log.warning("live workers unknown: %s", exc)
+            return max(1, self._counts.get(pool, 1))
 
 
 def _board(settings: Settings) -> StatusBoard | None:
@@ -76,6 +102,9 @@ class WorkerRuntime:
         tasks = TaskService(settings, db, cache, registry, dispatcher, board=_board(settings))
         executor.on_claim = executor.on_finish = tasks.publish
         books = BookService(tasks, dispatcher, storage=storage.child("books"))
+        if settings.services.redis_url:
+            books.live_workers = LiveWorkers(Heartbeats(redis_client(settings.services.redis_url),
+                                                        RedisKeys(settings.services.queue_prefix)))
         assembler = ChapterAssembler(
             books, cache, books.storage,
             id_map=lambda voice: read_config(registry.get(voice).config_path)["phoneme_id_map"])

@@ -29,7 +29,17 @@ from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.storage.retention import Cleaner
 from tts_queue.tasks.finish import FinishSignals
-from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE, queue_name
+from tts_queue.tasks.keys import (
+    ASSEMBLE,
+    CLEANUP,
+    DELIVER,
+    INGEST,
+    REQUEUE,
+    SYNTHESIZE,
+    lane_of,
+    pool_of,
+    queue_name,
+)
 from workers.markers import AssemblyLock, BrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
@@ -72,9 +82,9 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
     finished = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix)
     storage_wait_s = settings.cache.storage_retry_s
 
-    def after(task_id: str, status: TaskStatus) -> None:
+    def after(task_id: str, status: TaskStatus, queue: str | None = None) -> None:
         """Signal waiters; count a book's sentence and queue its chapter's assembly once its last
-        sentence is done."""
+        sentence is done; a book sentence's place in the bulk window goes to the next one."""
         runtime = holder.get()
         if runtime.books.tasks.callbacks.due(task_id):
             holder.dispatcher.deliver(task_id)
@@ -82,19 +92,23 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
         for book, number in runtime.books.sentence_finished(task_id, status):
             holder.dispatcher.assemble(book.id, number, queue_name(book.pool, Lane.BULK,
                                                                     settings.services.queue_prefix))
+        if queue is not None and lane_of(queue) is Lane.BULK:
+            runtime.books.feed(pool_of(queue))
 
     @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries, shared=False)
     def synthesize(self: Task[Any, Any], task_id: str, stream: bool = False) -> str | None:
         """Synthesize one task row (``stream``: publish its audio as it is made); unexpected errors
         retry with backoff, then fail the row."""
         try:
-            status = holder.get().executor.execute(task_id, self.request.hostname, stream=bool(stream))
+            executor = holder.get().executor
+            status = (executor.execute(task_id, self.request.hostname, stream=True) if stream
+                      else executor.execute(task_id, self.request.hostname))
         except Exception as exc:
             if resend_when_storage_blocked(self, exc, f"task {task_id}", storage_wait_s):
                 return None
             status = retry_or_give_up(self, exc, partial(holder.get().executor.fail_unexpected, task_id, exc))
         if status is not None:
-            after(task_id, status)
+            after(task_id, status, (self.request.delivery_info or {}).get("routing_key"))
         return status.value if status else None
 
     @app.task(name=ASSEMBLE, bind=True, max_retries=settings.worker.max_retries, shared=False)

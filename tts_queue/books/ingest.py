@@ -5,8 +5,8 @@ parses the stored upload within the book limits (bytes read from the archive, ch
 selects the chapters, and walks the sentences a batch at a time: each batch is validated, looked up
 in the cache with one query, and written as task and sentence rows in one transaction. Past
 ``TTS_MAX_BOOK_SENTENCES`` the book fails ``book_too_large``. Once every row is written its tasks
-are dispatched a batch at a time, and then the book is ``queued`` (it stays ``parsing`` until every
-task was sent, so the sweep's outbox rule never sends them a second time meanwhile). A book that
+are fed to the broker a few at a time (``BookService.feed``; after the counters are written, which
+finishing sentences move), and the book is ``queued``. A book that
 breaks a limit or does not parse ends ``failed`` with the error's stable code and keeps no rows but
 its own. A retry (the worker died, the broker was down) starts over: the rows of an earlier
 attempt are removed first.
@@ -133,7 +133,7 @@ class Ingester:
                 sentences_done=sum(done for _, done, _ in totals.values()),
                 audio_seconds=sum(seconds for _, _, seconds in totals.values()),
                 started_at=now, progress_at=now))
-        self._dispatch(row)
+        self.books.feed(row.pool)
         with self.db.write() as session:
             session.execute(update(BookRow).where(*parsing).values(status=BookStatus.QUEUED, claimed_at=None))
         for number in self.books.complete_chapters(row.id):  # every sentence was cached, or done already
@@ -179,7 +179,9 @@ class Ingester:
                     tasks.append({
                         "id": task_id, "status": TaskStatus.DONE if hit else TaskStatus.QUEUED,
                         "cache_key": key, "request": request.to_dict(), "pool": row.pool, "queue": queue,
-                        "book_id": row.id, "created_at": now, "started_at": now if hit else None,
+                        # a microsecond apart: fed to the broker in reading order
+                        "book_id": row.id, "created_at": now + timedelta(microseconds=index),
+                        "started_at": now if hit else None,
                         "finished_at": now if hit else None, "attempts": 0, "cache_hit": hit, "keep": False,
                         "owner": row.owner})
                     sentences.append({
@@ -202,27 +204,6 @@ class Ingester:
         with self.db.read() as session:
             quota = session.scalar(select(ApiKey.max_queued).where(ApiKey.id == owner))
         return None if quota is None else max(0, int(quota) - queued_work(self.db, owner))
-
-    def _dispatch(self, row: BookRow) -> None:
-        """Send every queued task of the book, a batch at a time, the book still ``parsing`` (the
-        sweep's outbox rule leaves its rows alone meanwhile) and its lease renewed. A broker outage
-        here raises: the ingestion is retried, and a new attempt starts over."""
-        queue = self.books.queue(row.pool)
-        after = ""
-        while True:
-            with self.db.read() as session:
-                ids = list(session.scalars(
-                    select(TaskRow.id).where(
-                        TaskRow.book_id == row.id, TaskRow.status == TaskStatus.QUEUED,
-                        TaskRow.dispatched_at.is_(None), TaskRow.id > after)
-                    .order_by(TaskRow.id).limit(BATCH_ROWS)))
-            if not ids:
-                return
-            for task_id in ids:
-                self.books.dispatcher.dispatch(task_id, queue)
-            self.tasks.rows.mark_dispatched(ids)
-            self._renew(row.id)
-            after = ids[-1]
 
     def _clear(self, book_id: str) -> None:
         """Remove the rows an earlier, interrupted attempt wrote."""

@@ -181,6 +181,7 @@ class BookService:
         self.settings = tasks.settings
         self.dispatcher = dispatcher
         self.clock = clock
+        self.live_workers: Callable[[str], int] = lambda pool: 1  # the worker runtime counts heartbeats
         # where uploads wait for their parser and chapter files live (``books/``)
         self.storage = storage or open_storage(self.settings.storage_url).child("books")
 
@@ -238,6 +239,44 @@ class BookService:
     def queue(self, pool: str) -> str:
         """The bulk queue of ``pool`` (a book's sentences and chapter assemblies)."""
         return queue_name(pool, Lane.BULK, self.settings.services.queue_prefix)
+
+    def window(self, pool: str, workers: int = 1) -> int:
+        """How many book sentences of ``pool`` may be in the broker or running at once: per live
+        worker, two batches plus two (enough to keep its model busy), never more than its threads
+        minus ``TTS_INTERACTIVE_RESERVE`` (so interactive requests always find a free thread)."""
+        worker = self.settings.worker
+        per_worker = min(2 * self.settings.pool(pool).max_batch + 2,
+                         worker.concurrency - worker.interactive_reserve)
+        return max(1, per_worker) * max(1, workers)
+
+    def feed(self, pool: str) -> int:
+        """Send the oldest unsent book sentences of ``pool`` (books in the order they came, each
+        in reading order) until ``window`` of them are in the broker or running; how many were sent.
+
+        Book sentences are not all handed to the broker at once: a worker would fill every thread
+        with them and a short request would wait for a free one. Each finished sentence, each
+        ingested batch and the sweep call this; a message lost after its row was marked sent is
+        sent again by the sweep's stranded-message rule, as any task's."""
+        queue = self.queue(pool)
+        window = self.window(pool, self.live_workers(pool))
+        now = self.clock()
+        with self.db.write() as session:
+            in_flight = int(session.scalar(select(func.count()).select_from(TaskRow).where(
+                TaskRow.queue == queue, TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)),
+                TaskRow.dispatched_at.is_not(None))) or 0)
+            if in_flight >= window:
+                return 0
+            unsent = (TaskRow.queue == queue, TaskRow.status == TaskStatus.QUEUED,
+                      TaskRow.dispatched_at.is_(None))
+            pick = select(TaskRow.id).where(*unsent).order_by(TaskRow.created_at).limit(window - in_flight)
+            if self.db.engine.dialect.name == "postgresql":
+                pick = pick.with_for_update(skip_locked=True)  # two feeders never take the same rows
+            picked = list(session.scalars(pick))
+            ids = list(session.scalars(update(TaskRow).where(TaskRow.id.in_(picked), *unsent)
+                                       .values(dispatched_at=now).returning(TaskRow.id))) if picked else []
+        for task_id in ids:
+            self.dispatcher.dispatch(task_id, queue)
+        return len(ids)
 
     def ingest_queue(self, pool: str) -> str:
         """Where a book's parsing goes: the interactive queue of ``pool``, so an upload never

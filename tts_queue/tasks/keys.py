@@ -39,6 +39,14 @@ def task_queues(prefix: str = "tts") -> list[str]:
     return [queue_name(pool, lane, prefix) for pool in POOLS for lane in (Lane.INTERACTIVE, Lane.BULK)]
 
 
+def pool_of(queue: str) -> str:
+    """The pool a task queue belongs to (``tts.cpu.bulk`` -> ``cpu``)."""
+    for pool in POOLS:
+        if queue.endswith(f".{pool}") or queue.endswith(f".{pool}.{Lane.BULK.value}"):
+            return pool
+    raise ValueError(f"{queue!r} is not a task queue")
+
+
 def lane_of(queue: str) -> Lane:
     """The lane a queue name belongs to."""
     for lane in (Lane.BULK, Lane.MAINTENANCE):

@@ -12,12 +12,12 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tts_queue.db import Database, utcnow
-from tts_queue.enums import BookStatus, TaskStatus, sources
-from tts_queue.tables import BookRow, TaskRow
+from tts_queue.enums import TaskStatus, sources
+from tts_queue.tables import TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -190,16 +190,15 @@ class TaskRows:
 
     def unsent(self, grace: timedelta) -> list[tuple[str, str]]:
         """Queued rows committed more than ``grace`` ago whose message was never sent (the API
-        died, or the broker was down, between commit and dispatch); marked as sent now. A book
-        still parsing sends its own tasks (its ingestion is retried if it stops)."""
+        died, or the broker was down, between commit and dispatch); marked as sent now. Book
+        sentences are not: they wait to be fed a few at a time (``BookService.feed``)."""
         now = self.clock()
-        parsing = select(BookRow.id).where(BookRow.status == BookStatus.PARSING)
         with self.db.write() as session:
             rows = session.execute(
                 update(TaskRow)
                 .where(TaskRow.status == TaskStatus.QUEUED, TaskRow.worker.is_(None),
                        TaskRow.dispatched_at.is_(None), TaskRow.created_at < now - grace,
-                       or_(TaskRow.book_id.is_(None), TaskRow.book_id.not_in(parsing)))
+                       TaskRow.book_id.is_(None))
                 .values(dispatched_at=now)
                 .returning(TaskRow.id, TaskRow.queue)
             ).all()
