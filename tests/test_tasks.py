@@ -105,7 +105,7 @@ def world(tmp_path: Path, redis_url: str) -> dict[str, Any]:
     app.conf.task_always_eager = True  # retries run in place, no broker round trip
     runtime = FakeRuntime(settings, FakeExecutor(), AudioCache(db, AudioStore.at(tmp_path / "audio")),
                           TaskRows(db))
-    runtime.books.tasks = SimpleNamespace(callbacks=Callbacks(db))
+    runtime.books.tasks = SimpleNamespace(callbacks=Callbacks(db), board=None)
     app.tts_runtime._runtime = runtime  # type: ignore[attr-defined]
     client = redis.Redis.from_url(client_url(redis_url))
     yield {"app": app, "runtime": runtime, "redis": client, "keys": RedisKeys(prefix), "db": db,

@@ -159,7 +159,8 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
         """Retention: expire by age and pressure, purge, drop old task rows, repair drift; one
         cleaner at a time."""
         runtime = holder.get()
-        report = Cleaner(runtime.cache, settings.cache).run()
+        board = runtime.books.tasks.board
+        report = Cleaner(runtime.cache, settings.cache, on_tasks_deleted=board.drop if board else None).run()
         if not report.skipped:
             report.books = runtime.books.expire(timedelta(days=settings.books.ttl_days))
         log.info("cleanup: %s", report.as_json())

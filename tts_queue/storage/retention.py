@@ -70,8 +70,10 @@ class Cleaner:
     """Runs retention over one database, cache and store."""
 
     def __init__(self, cache: AudioCache, policy: CacheSettings,
-                 clock: Callable[[], datetime] = utcnow, holder: str | None = None) -> None:
+                 clock: Callable[[], datetime] = utcnow, holder: str | None = None,
+                 on_tasks_deleted: Callable[[list[str]], None] | None = None) -> None:
         self.cache = cache
+        self.on_tasks_deleted = on_tasks_deleted  # told of each batch of deleted task ids (status board)
         self.db = cache.db
         self.store = cache.store
         self.policy = policy
@@ -216,6 +218,8 @@ class Cleaner:
                     return total
                 session.execute(delete(TaskRow).where(TaskRow.id.in_(ids)))
                 session.execute(delete(Callback).where(Callback.subject_id.in_(ids)))
+            if self.on_tasks_deleted is not None:
+                self.on_tasks_deleted(list(ids))
             total += len(ids)
 
     def _repair(self, now: datetime) -> dict[str, int]:
