@@ -17,6 +17,7 @@ from gunicorn import util as gunicorn_util
 from gunicorn.workers.gthread import ThreadWorker
 
 from api import auth, request_id
+from api import metrics as api_metrics
 from api.books import bp as books_bp
 from api.docs import bp as docs_bp
 from api.errors import register_error_handlers
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.extensions[WAITERS] = threading.BoundedSemaphore(max_waiters(settings))
     request_id.install(app)  # first: every later hook and error sees the id
     register_error_handlers(app)
+    api_metrics.install(app, settings, app.extensions["tts"])
     app.register_blueprint(bp)
     app.register_blueprint(books_bp)
     app.register_blueprint(docs_bp)

@@ -7,6 +7,7 @@ share ONNX calls), and joins the exact per-sentence audio with short silences.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,8 @@ class SynthesisResult:
     alignment: Alignment
     batch_size: int
     sentences: int
+    text_s: float = 0.0  # phonemization
+    inference_s: float = 0.0  # from the first sentence queued in the engine to the last one done
 
 
 class Synthesizer:
@@ -61,7 +64,9 @@ class Synthesizer:
         as sentences finish: each sentence, preceded (after the first) by the silence between
         sentences, so the pieces joined are exactly the result's audio (streaming)."""
         voice = self.registry.load(request.voice)
+        started = time.perf_counter()
         sentences = voice.sentence_ids(request.text, request.max_sentence_phonemes)
+        phonemized = time.perf_counter()
         scales = voice.scales(request.speed, request.noise_scale, request.noise_w)
         key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
         gap = int(voice.sample_rate * request.sentence_silence_ms / 1000)
@@ -74,6 +79,7 @@ class Synthesizer:
 
         results = self.engine.run_sentences(key, sentences, priority=priority,
                                             on_result=piece if on_audio is not None else None)
+        inferred = time.perf_counter()
         parts = [r.audio.samples for r in results]
         audio = Audio.join(parts, voice.sample_rate, request.sentence_silence_ms)
         starts, position = [], 0
@@ -90,4 +96,6 @@ class Synthesizer:
             alignment=alignment,
             batch_size=max(r.batch_size for r in results),
             sentences=len(results),
+            text_s=phonemized - started,
+            inference_s=inferred - phonemized,
         )
