@@ -24,6 +24,7 @@ from api.errors import register_error_handlers
 from api.openai import bp as openai_bp
 from api.routes import bp
 from api.services import WAITERS, Services
+from api.web import bp as web_bp
 from tts_queue.errors import public_message
 from tts_queue.settings import Settings
 
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.register_blueprint(books_bp)
     app.register_blueprint(docs_bp)
     app.register_blueprint(openai_bp)
+    app.register_blueprint(web_bp)
     auth.install(app, settings, submissions=["tts.create_task", "tts.synthesize_sync", "books.create_book",
                                              "openai.speech"])
     if settings.api.auth != "required" and settings.api.host not in ("127.0.0.1", "localhost", "::1"):

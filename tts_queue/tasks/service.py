@@ -326,8 +326,10 @@ class TaskService:
                                       TaskRow.book_id.is_(None))
                 .order_by(TaskRow.created_at.desc()).limit(limit)))
             keys = {row.cache_key for row in rows if row.status is TaskStatus.DONE}
-            durations = dict(session.execute(select(CacheEntry.key, CacheEntry.duration_s)
-                                             .where(CacheEntry.key.in_(keys))).tuples()) if keys else {}
+            durations: dict[str, float] = {}
+            if keys:
+                durations = {key: seconds for key, seconds in session.execute(
+                    select(CacheEntry.key, CacheEntry.duration_s).where(CacheEntry.key.in_(keys)))}
         return [TaskView.of(row, durations.get(row.cache_key)) for row in rows]
 
     def cancel(self, task_id: str, owner: str | None = None) -> TaskView:
