@@ -33,9 +33,12 @@ _enabled = True
 
 
 def configure(enabled: bool) -> None:
-    """Count (the default) or not (``TTS_METRICS=off``) in this process."""
+    """Count (the default) or not (``TTS_METRICS=off``) in this process; counting, every labelled
+    series that alerts and dashboards read starts at 0, so it is exported before its first event."""
     global _enabled
     _enabled = enabled
+    if enabled:
+        _zero_series()
 
 
 def enabled() -> bool:
@@ -176,3 +179,29 @@ def serve(port: int, extra: Iterable[Collector] = ()) -> Any:
     from prometheus_client import start_http_server
 
     return start_http_server(port, registry=registry(extra))
+
+
+# Failure codes a failed task most often carries, given a 0 series up front (others appear when
+# they first happen); the lanes and pools are every one there is.
+COMMON_FAILURES = ("synthesis_failed", "too_many_attempts", "internal_error")
+LANES = ("interactive", "bulk")
+POOL_NAMES = ("cpu", "gpu")
+WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "refused", "not_due")
+REMOVED_KINDS = ("audio_entries", "audio_bytes", "task_rows", "books")
+
+
+def _zero_series() -> None:
+    for pool in POOL_NAMES:
+        for lane in LANES:
+            for counter in (TASKS_SUBMITTED, TASKS_FINISHED, TASKS_CANCELLED):
+                counter.labels(pool=pool, lane=lane)
+            for code in COMMON_FAILURES:
+                TASKS_FAILED.labels(pool=pool, lane=lane, code=code)
+    for outcome in WEBHOOK_OUTCOMES:
+        WEBHOOKS.labels(outcome=outcome)
+    for kind in REMOVED_KINDS:
+        CLEANUP_REMOVED.labels(kind=kind)
+    for where in ("submit", "worker"):
+        CACHE_HITS.labels(where=where)
+    for name in STAGES:
+        STAGE_SECONDS.labels(stage=name)
