@@ -124,3 +124,20 @@ def test_the_page_and_its_files_are_served_with_a_strict_policy(tmp_path: Path, 
     assert client.get(f"/ui/{name}").status_code == 200
     assert client.get("/ui/../api/__init__.py").status_code == 404
     assert client.get("/ui/index.html").status_code == 404
+
+
+def test_a_worker_on_its_own_host_serves_its_own_metrics() -> None:
+    import urllib.request
+
+    from tests.support import free_port
+
+    port = free_port()
+    server, thread = metrics.serve(port)
+    try:
+        metrics.count(metrics.SWEEPS)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        assert "tts_recovery_sweeps_total" in text and "tts_stage_seconds" in text
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
