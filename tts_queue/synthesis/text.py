@@ -16,6 +16,8 @@ from typing import Any
 from tts_queue.errors import EmptyText, InvalidText, NothingToSpeak, SynthesisError, TextTooLong
 
 _SPACES = re.compile(r"\s+")
+# "1½" would become "11⁄2" under NFKC: a space keeps the whole number apart from the fraction.
+_MIXED_FRACTION = re.compile("(?<=\\d)(?=[¼½¾⅐-⅞])")
 # Unicode categories dropped from the text: control, format, surrogate, private use, unassigned
 # and "other symbol" (emoji, dingbats), none of which the voices can pronounce.
 _DROPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "So"})
@@ -43,7 +45,7 @@ def clean_text(text: str, max_chars: int) -> str:
         ) from exc
     if len(text) > max_chars:
         raise TextTooLong(f"text has {len(text)} characters; the limit is {max_chars}")
-    normalized = unicodedata.normalize("NFKC", text)
+    normalized = unicodedata.normalize("NFKC", _MIXED_FRACTION.sub(" ", text))
     kept = "".join(
         " " if unicodedata.category(ch) in _DROPPED_CATEGORIES or ch in _EMOJI_COMPONENTS else ch
         for ch in normalized
