@@ -67,10 +67,12 @@ def normalize(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | N
     return " ".join(t.spoken for t in expand(text, date_order, lexicon) if t.spoken)
 
 
-def expand(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | None = None) -> list[Token]:
+def expand(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | None = None,
+           rules: bool = True) -> list[Token]:
     """One ``Token`` per written token or group of tokens, in order (see the module docstring).
 
-    ``lexicon`` maps a written word to ``/ipa/`` (said with those phonemes) or a respelling."""
+    ``lexicon`` maps a written word to ``/ipa/`` (said with those phonemes) or a respelling;
+    ``rules=False`` applies the lexicon only (text already in spoken form)."""
     words = tokens_of(text)
     out: list[Token] = []
     index = 0
@@ -81,7 +83,7 @@ def expand(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | None
         if entry is not None:
             said, used, ipa = (entry, 1, None) if not _is_ipa(entry) else (word.bare, 1, entry.strip("/"))
         else:
-            said, used = _say(ctx)
+            said, used = _say(ctx) if rules else (word.core, 1)
             ipa = None
         last = words[index + used - 1]
         lead = "" if used > 1 and word.tail else word.lead  # "(555) 123-4567": the pair goes
@@ -247,8 +249,10 @@ def _fraction(ctx: Context, core: str) -> tuple[str, int] | None:
         return f"{n.cardinal(top)} slash {n.cardinal(bottom)}", 1
     said = n.fraction(top, bottom)
     unit = _unit(ctx.next_core, plural=True)
-    return (f"{said} of a {unit[0]}", 2) if unit and int(top) == 1 else \
-        ((f"{said} {unit[1]}", 2) if unit else (said, 1))
+    if unit is None:
+        return said, 1
+    mixed = ctx.prev_core.isdigit()  # "1 3/4 cups": the whole number said "one and"
+    return (f"{said} {unit[1]}" if mixed else f"{said} of a {unit[0]}"), 2
 
 
 def _decade(ctx: Context, core: str) -> tuple[str, int] | None:
