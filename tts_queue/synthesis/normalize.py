@@ -40,7 +40,7 @@ _PERCENT = re.compile(rf"({_NUM})%")
 _DEGREES = re.compile(rf"({_NUM})(°[CF]?)")
 _ORDINAL = re.compile(r"(\d[\d,]*)(st|nd|rd|th)")
 _FRACTION = re.compile(r"(\d{1,6})[/⁄](\d{1,6})")
-_DECADE = re.compile(r"(\d{3}0)'?s|'(\d0)s")
+_DECADE = re.compile(r"(\d{3}0)'?s|(\d0)'?s")
 _RANGE = re.compile(r"(\d{1,4})[-–](\d{1,4})")
 _ALNUM = re.compile(r"([A-Za-z]+)-?(\d+)|(\d+)([A-Za-z])")
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
@@ -103,7 +103,7 @@ def _say(ctx: Context) -> tuple[str, int]:
     bare = dotted.rstrip(".")
     if not bare or len(dotted) > MAX_TOKEN:
         return (n.digits(bare), 1) if bare.isdigit() else (dotted, 1)
-    said = _abbreviation(ctx, dotted) or _roman(ctx, dotted)
+    said = _abbreviation(ctx, dotted) or _roman(ctx, dotted) or _era(ctx, dotted) or _era(ctx, bare)
     if said is not None:
         return said
     web = _web(ctx, bare)
@@ -137,8 +137,19 @@ def _abbreviation(ctx: Context, core: str) -> tuple[str, int] | None:
         said = r.ABBREVIATIONS[core]
         if said in r.MONTHS and nxt[:1].isdigit():
             return said, 1
+        if core in r.AMBIGUOUS_DATES and not _is_date(ctx):
+            return None  # "the Sun.", "Jan." the name: read as written
         return ctx.end_period(said, core), 1
     return None
+
+
+def _is_date(ctx: Context) -> bool:
+    """Whether a weekday or month abbreviation here is one: a comma after it, a number or
+    another such abbreviation next to it, or a word such as "on" or "from" before it."""
+    return bool(ctx.word.tail.startswith(",") or ctx.next_core[:1].isdigit()
+                or ctx.next_core in r.AMBIGUOUS_DATES or ctx.prev_core in r.ABBREVIATIONS
+                or ctx.next_core in r.ABBREVIATIONS and r.ABBREVIATIONS[ctx.next_core] in r.WEEKDAYS
+                or ctx.prev_core.lower() in r.DATE_BEFORE)
 
 
 def _currency(ctx: Context, core: str) -> tuple[str, int] | None:
@@ -212,8 +223,8 @@ def _date(ctx: Context, core: str) -> tuple[str, int] | None:
 def _phone(ctx: Context, core: str) -> tuple[str, int] | None:
     raw = ctx.word.text.rstrip(".,;:!?")
     if raw.startswith("(") and raw.endswith(")") and len(raw) == 5 and raw[1:4].isdigit() \
-            and _SHORT_PHONE.fullmatch(ctx.next_core):
-        return ", ".join(n.digits(g) for g in (raw[1:4], *ctx.next_core.split("-"))), 2
+                and _SHORT_PHONE.fullmatch(ctx.next_bare):
+        return ", ".join(n.digits(g) for g in (raw[1:4], *ctx.next_bare.split("-"))), 2
     match = _PHONE.fullmatch(core) or _SHORT_PHONE.fullmatch(core)
     if not match or not any(sep in core for sep in "-.()"):
         return None
@@ -327,12 +338,20 @@ def _roman(ctx: Context, core: str) -> tuple[str, int] | None:
     if value is None or not ctx.word.text[:1].isupper():
         return None
     prev = ctx.prev_core.rstrip(".,")
+    stop = "." if core.endswith(".") else ""  # not an abbreviation: a period ends the sentence
     if prev in r.REGNAL_NAMES:
-        return f"the {n.ordinal(str(value))}", 1
+        return f"the {n.ordinal(str(value))}{stop}", 1
     if prev.lower() in r.ROMAN_CARDINAL_AFTER:
-        return n.cardinal(str(value)), 1
+        return n.cardinal(str(value)) + stop, 1
     if ctx.at_start and (core.endswith(".") and (len(bare) > 1 or ctx.next_capital) or ctx.alone):
-        return n.cardinal(str(value)).capitalize() + ("." if core.endswith(".") else ""), 1
+        return n.cardinal(str(value)).capitalize() + stop, 1
+    return None
+
+
+def _era(ctx: Context, core: str) -> tuple[str, int] | None:
+    """"BC", "A.D." after a number, said letter by letter."""
+    if core in r.ERAS and ctx.prev_core.rstrip(".,")[-1:].isdigit():
+        return r.ERAS[core] + ("." if core.endswith(".") and _ends(ctx, 1) else ""), 1
     return None
 
 

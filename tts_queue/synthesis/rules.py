@@ -31,6 +31,11 @@ ABBREVIATIONS: dict[str, str] = {
     "Mon.": "Monday", "Tue.": "Tuesday", "Tues.": "Tuesday", "Wed.": "Wednesday", "Thu.": "Thursday",
     "Thur.": "Thursday", "Thurs.": "Thursday", "Fri.": "Friday", "Sat.": "Saturday", "Sun.": "Sunday",
 }
+# Weekday and month abbreviations that are also words or names ("the Sun.", "Jan."): read as
+# dates only beside a number, a comma or another date word.
+AMBIGUOUS_DATES = frozenset({"Sun.", "Sat.", "Mar.", "Wed.", "Jan.", "Jun.", "Dec.", "Mon."})
+DATE_BEFORE = frozenset({"on", "from", "to", "until", "till", "by", "since", "and", "or", "every",
+                         "next", "last", "this", "through", "before", "after", "in"})
 # Abbreviations after which a sentence may end (said with the period kept when the next word
 # starts a sentence): places, companies, units, "etc.". Titles ("Mr.", "Dr.") never end one.
 MAY_END = frozenset({"Ave.", "Rd.", "Blvd.", "Ln.", "Hwy.", "Sq.", "Ct.", "Pl.", "etc.", "Inc.",

@@ -23,6 +23,8 @@ _MIXED_FRACTION = re.compile("(?<=\\d)(?=[¼½¾⅐-⅞])")
 # Unicode categories dropped from the text: control, format, surrogate, private use, unassigned
 # and "other symbol" (emoji, dingbats), none of which the voices can pronounce.
 _DROPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "So"})
+# Symbols of that category the normalizer reads ("25°C": twenty-five degrees Celsius).
+_KEPT_SYMBOLS = frozenset("°")
 # Emoji parts outside those categories: variation selectors (Mn) and skin-tone modifiers (Sk),
 # which espeak-ng would otherwise read out ("medium skin tone").
 _EMOJI_COMPONENTS = frozenset({"\ufe0e", "\ufe0f", *map(chr, range(0x1F3FB, 0x1F400))})
@@ -52,7 +54,8 @@ def clean_text(text: str, max_chars: int) -> str:
         raise TextTooLong(f"text has {len(text)} characters; the limit is {max_chars}")
     normalized = unicodedata.normalize("NFKC", _MIXED_FRACTION.sub(" ", text))
     kept = "".join(
-        " " if unicodedata.category(ch) in _DROPPED_CATEGORIES or ch in _EMOJI_COMPONENTS else ch
+        " " if (unicodedata.category(ch) in _DROPPED_CATEGORIES and ch not in _KEPT_SYMBOLS)
+        or ch in _EMOJI_COMPONENTS else ch
         for ch in normalized
     )
     cleaned = _SPACES.sub(" ", kept).strip()
