@@ -69,7 +69,8 @@ def merge(parts: list[Part]) -> Script:
             if not value:
                 continue
             if merged and merged[-1][0] == TEXT:
-                merged[-1] = (TEXT, f"{merged[-1][1]} {value}")
+                glue = "" if value[0] in ",.;:!?" else " "
+                merged[-1] = (TEXT, f"{merged[-1][1]}{glue}{value}")
                 continue
         merged.append((kind, value))
     return tuple(merged)

@@ -81,7 +81,9 @@ def expand(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | None
         word = words[index]
         entry = lexicon.get(word.bare) if lexicon else None
         if entry is not None:
-            said, used, ipa = (entry, 1, None) if not _is_ipa(entry) else (word.bare, 1, entry.strip("/"))
+            dots = word.core[len(word.bare):]
+            ipa = entry.strip("/") if _is_ipa(entry) else None
+            said, used = (word.bare if ipa else entry + dots), 1
         else:
             said, used = _say(ctx) if rules else (word.core, 1)
             ipa = None
