@@ -3,8 +3,11 @@ abbreviations, Roman numerals, phone numbers, addresses and symbols.
 
 ``expand`` walks the whitespace-separated tokens once, left to right, and gives one ``Token`` per
 written token (or per group, "3:00 PM", "$5 million"): its span in the input and what is said for
-it, so captions can show each spoken word's written form. A rule sees its token, the tokens next
-to it and whether a sentence starts there; it never sees the whole text, so the cost is linear.
+it, so captions can show each spoken word's written form. A text in which no rule can apply (no
+digit, symbol, inner period or Roman numeral in a place one is read: ``_SPECIAL``, one search) is
+one token said as written; most sentences of a book are like that, so normalizing costs little.
+A rule sees its token, the tokens next to it and whether a sentence starts there; it never sees
+the whole text, so the cost is linear.
 Every pattern runs on one token of at most ``MAX_TOKEN`` characters (longer ones are read as
 they are, or digit by digit), so no input makes a pattern slow. Abbreviation periods are dropped
 ("Tue., Feb. 2nd" -> "Tuesday, February second"), so they never end a sentence; a place or unit
@@ -50,6 +53,15 @@ _URL_PARTS = re.compile(r"[A-Za-z]+|\d+|[^A-Za-z\d]")
 _MONTHS = {m: m for m in r.MONTHS} | {k: v for k, v in r.ABBREVIATIONS.items() if v in r.MONTHS}
 _MONTHS |= {m[:3]: m for m in r.MONTHS}
 MAX_TOKEN = 200
+# What some rule may read differently from espeak-ng: a text without any of it is one token, said
+# as written (one search instead of a pass per word: most sentences of a book are like that).
+_SPECIAL = re.compile("[0-9$€£¥₹%°&@#+=×÷~/\\[\\]<>^_|\\\\−]|[.](?=[^\\s\"'”’)\\]])|[.][\"'”’)\\]]*\\s"
+                      "|^\\s*[\"'“‘(]*[IVXLCDM]+\\b"
+                      "|\\b(?:" + "|".join(sorted(r.REGNAL_NAMES | r.ROMAN_CARDINAL_AFTER
+                                               | {k.capitalize() for k in r.ROMAN_CARDINAL_AFTER}))
+                      + ")\\s+[IVXLCDM]+\\b")
+_NAMED = frozenset(r.ABBREVIATIONS) | frozenset(r.BEFORE_NUMBER) | frozenset(r.ERAS) | {"St.", "Dr."}
+_ROMAN_LETTERS = frozenset("IVXLCDM")
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,8 @@ def expand(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | None
 
     ``lexicon`` maps a written word to ``/ipa/`` (said with those phonemes) or a respelling;
     ``rules=False`` applies the lexicon only (text already in spoken form)."""
+    if not lexicon and rules and not _SPECIAL.search(text):
+        return [Token(0, len(text), text.strip())] if text.strip() else []
     words = tokens_of(text)
     out: list[Token] = []
     index = 0
@@ -105,6 +119,8 @@ def _say(ctx: Context) -> tuple[str, int]:
     bare = dotted.rstrip(".")
     if not bare or len(dotted) > MAX_TOKEN:
         return (n.digits(bare), 1) if bare.isdigit() else (dotted, 1)
+    if _plain(dotted, bare):
+        return dotted, 1
     said = _abbreviation(ctx, dotted) or _roman(ctx, dotted) or _era(ctx, dotted) or _era(ctx, bare)
     if said is not None:
         return said
@@ -117,6 +133,14 @@ def _say(ctx: Context) -> tuple[str, int]:
             dots = dotted[len(bare):] if said[1] == 1 else ctx.words[ctx.index + said[1] - 1].core
             return said[0] + ("." if dots.endswith(".") and _ends(ctx, said[1]) else ""), said[1]
     return _symbols(bare) + dotted[len(bare):], 1
+
+
+def _plain(dotted: str, bare: str) -> bool:
+    """Whether no rule can apply: a word of letters (apostrophes, hyphens) that no table names
+    and that could not be a Roman numeral (the common case, so it is decided first)."""
+    letters = bare.replace("'", "").replace("’", "").replace("-", "")
+    return letters.isalpha() and letters.isascii() and dotted not in _NAMED and bare not in _NAMED \
+        and not set(bare) <= _ROMAN_LETTERS
 
 
 def _ends(ctx: Context, used: int) -> bool:
