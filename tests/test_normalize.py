@@ -423,3 +423,12 @@ def test_expansion_is_bounded_and_linear(unit: str) -> None:
 
 def test_a_300_digit_number_is_read_digit_by_digit() -> None:
     assert normalize("1" + "0" * 300) == "one" + " zero" * 300
+
+
+def test_markdown_books_keep_only_slash_targets_as_overrides() -> None:
+    from tts_queue.books.markdown import strip_inline
+
+    text = strip_inline("Say [tomato](/təˈmɑːtoʊ/), see [the docs](https://x.com) and [a page](/a/b) *now*.")
+    assert text == "Say [tomato](/təˈmɑːtoʊ/), see the docs and a page now."
+    assert written(text) == "Say tomato, see the docs and a page now."
+    assert ("ipa", "təˈmɑːtoʊ") in script_of(text)
