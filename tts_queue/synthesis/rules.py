@@ -24,7 +24,7 @@ ABBREVIATIONS: dict[str, str] = {
     "tsp.": "teaspoon", "tbsp.": "tablespoon", "Tbsp.": "tablespoon", "oz.": "ounces", "lb.": "pound",
     "lbs.": "pounds", "pkg.": "package", "qt.": "quart", "doz.": "dozen", "min.": "minutes",
     "hr.": "hour", "hrs.": "hours", "sec.": "seconds", "yr.": "year", "yrs.": "years",
-    "a.m.": "A M", "p.m.": "P M", "A.M.": "A M", "P.M.": "P M", "U.S.": "U S", "U.K.": "U K",
+    "a.m.": "AM", "p.m.": "PM", "A.M.": "AM", "P.M.": "PM", "U.S.": "U S", "U.K.": "U K",
     "Jan.": "January", "Feb.": "February", "Mar.": "March", "Apr.": "April", "Jun.": "June",
     "Jul.": "July", "Aug.": "August", "Sep.": "September", "Sept.": "September", "Oct.": "October",
     "Nov.": "November", "Dec.": "December",
@@ -103,10 +103,11 @@ YEAR_BEFORE = frozenset({"in", "since", "by", "of", "from", "until", "till", "to
                          "c.", "before", "after", "during", "around", "summer", "winter", "spring",
                          "autumn", "fall", "early", "late", "mid", "between", "and", "through", "the"})
 YEAR_AFTER = frozenset({"BC", "BCE", "AD", "CE", "B.C.", "A.D.", "B.C.E.", "C.E."})
-ERAS = {"BC": "B C", "BCE": "B C E", "AD": "A D", "CE": "C E", "B.C.": "B C", "A.D.": "A D",
+ERAS = {"BC": "B C", "BCE": "B C E", "AD": "eigh D", "CE": "C E", "B.C.": "B C", "A.D.": "eigh D",
         "B.C.E.": "B C E", "C.E.": "C E"}
-MERIDIEM = {"am": "A M", "pm": "P M", "AM": "A M", "PM": "P M", "a.m.": "A M", "p.m.": "P M",
-            "A.M.": "A M", "P.M.": "P M"}
+# Letters are spelled as espeak-ng says them by name: "A" alone is the article, so "eigh".
+MERIDIEM = {"am": "AM", "pm": "PM", "AM": "AM", "PM": "PM", "a.m.": "AM", "p.m.": "PM",
+            "A.M.": "AM", "P.M.": "PM"}
 # Spoken names of characters in URLs and e-mail addresses.
 URL_SYMBOLS = {".": "dot", "/": "slash", "@": "at", "-": "dash", "_": "underscore", ":": "colon",
                "?": "question mark", "=": "equals", "&": "and", "#": "hash", "~": "tilde", "+": "plus"}

@@ -182,7 +182,8 @@ def _say_as(kind: str, content: str, date_order: str) -> str:
     bare = content.replace(",", "").replace(" ", "")
     try:
         if kind in ("characters", "spell-out"):
-            return " ".join(n.DIGITS[int(ch)] if ch.isdigit() else ch for ch in content if ch.isalnum())
+            return " ".join(n.DIGITS[int(ch)] if ch.isdigit() else ("eigh" if ch in "Aa" else ch)
+                            for ch in content if ch.isalnum())
         if kind in ("cardinal", "number"):
             return n.number(bare)
         if kind == "ordinal":
