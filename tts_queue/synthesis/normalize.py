@@ -56,7 +56,7 @@ MAX_TOKEN = 200
 # What some rule may read differently from espeak-ng: a text without any of it is one token, said
 # as written (one search instead of a pass per word: most sentences of a book are like that).
 _SPECIAL = re.compile("[0-9$€£¥₹%°&@#+=×÷~/\\[\\]<>^_|\\\\−]|[.](?=[^\\s\"'”’)\\]])|[.][\"'”’)\\]]*\\s"
-                      "|^\\s*[\"'“‘(]*[IVXLCDM]+\\b"
+                      "|^\\s*[\"'“‘(]*[IVXLCDM]+(?:[.]|\\s*$)"
                       "|\\b(?:" + "|".join(sorted(r.REGNAL_NAMES | r.ROMAN_CARDINAL_AFTER
                                                | {k.capitalize() for k in r.ROMAN_CARDINAL_AFTER}))
                       + ")\\s+[IVXLCDM]+\\b")
