@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tts_queue.books.segment import split_sentences
 from tts_queue.errors import ConfigError, InvalidSSML, UnsupportedSSML
@@ -394,6 +396,7 @@ def test_the_ssml_subset_becomes_a_script() -> None:
     ("<speak><break time='60s'/></speak>", InvalidSSML, "longest"),
     ("<speak><prosody rate='900%'>x</prosody></speak>", InvalidSSML, "rate"),
     ("<speak><say-as interpret-as='cardinal'>abc</say-as></speak>", InvalidSSML, "not a number"),
+    ("<speak>" + "<p>" * 1500 + "x" + "</p>" * 1500 + "</speak>", InvalidSSML, "nest more than"),
     ('<!DOCTYPE s [<!ENTITY a "aaaa">]><speak>&a;</speak>', InvalidSSML, "DTD"),
     ('<!DOCTYPE s [<!ENTITY a "x"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]><speak>&b;</speak>',
      InvalidSSML, "DTD"),
@@ -432,3 +435,18 @@ def test_markdown_books_keep_only_slash_targets_as_overrides() -> None:
     assert text == "Say [tomato](/təˈmɑːtoʊ/), see the docs and a page now."
     assert written(text) == "Say tomato, see the docs and a page now."
     assert ("ipa", "təˈmɑːtoʊ") in script_of(text)
+
+
+_PIECES = list("0123456789$€£%°&@#+=/.,:;-−'\"()[] aAIVXLCpm") + [
+    "St.", "Dr.", "Mr.", "Feb.", "Tue.", "a.m.", "PM", "1/2", "Louis", "Chapter", "http://", ".com", "km",
+    "°C", "(555)", "123-4567", "[x](/ab/)", "<", ">"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=40).map("".join))
+def test_any_mix_of_rule_triggers_normalizes_without_error(text: str) -> None:
+    # Given any mix of the pieces the rules look for
+    # Then the frontend makes a script (never an exception), bounded in size
+    for order in ("mdy", "dmy"):
+        script = script_of(text, date_order=order)
+        assert sum(len(value) for _, value in script) <= 12 * len(text) + 20

@@ -36,6 +36,7 @@ from tts_queue.synthesis.frontend import (
 )
 
 MAX_BREAK_MS = 10_000
+MAX_DEPTH = 32  # elements inside elements; deeper is refused before the walk recurses
 PARAGRAPH_MS = 600
 STRENGTHS = {"none": 0, "x-weak": 100, "weak": 200, "medium": 400, "strong": 700, "x-strong": 1000}
 RATES = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.25, "x-fast": 1.5}
@@ -66,9 +67,20 @@ def script_of_ssml(text: str, date_order: str = "mdy", lexicon: dict[str, str] |
         raise InvalidSSML(f"SSML may not declare a DTD or entities ({type(exc).__name__})") from None
     if _tag(root) != "speak":
         raise InvalidSSML(f"the SSML root element must be <speak>, not <{_tag(root)}>")
+    _check_depth(root)
     walker = _Walker(date_order, lexicon, normalize)
     walker.element(root)
     return merge(walker.parts)
+
+
+def _check_depth(root: Element) -> None:
+    """``InvalidSSML`` if elements nest deeper than ``MAX_DEPTH`` (an iterative walk)."""
+    level: list[tuple[Element, int]] = [(root, 1)]
+    while level:
+        element, depth = level.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidSSML(f"SSML elements nest more than {MAX_DEPTH} deep")
+        level.extend((child, depth + 1) for child in element)
 
 
 def _tag(element: Element) -> str:
@@ -77,8 +89,7 @@ def _tag(element: Element) -> str:
 
 
 class _Walker:
-    """Depth-first over the document, collecting parts (recursion depth bounded by the parser's
-    input: at most one level per opening tag, and the text limit bounds the tags)."""
+    """Depth-first over the document, collecting parts (at most ``MAX_DEPTH`` levels deep)."""
 
     def __init__(self, date_order: str, lexicon: dict[str, str] | None, normalize: bool) -> None:
         self.date_order, self.lexicon, self.normalize = date_order, lexicon, normalize
