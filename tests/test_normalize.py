@@ -450,3 +450,18 @@ def test_any_mix_of_rule_triggers_normalizes_without_error(text: str) -> None:
     for order in ("mdy", "dmy"):
         script = script_of(text, date_order=order)
         assert sum(len(value) for _, value in script) <= 12 * len(text) + 20
+
+
+def test_an_inline_override_must_be_ipa() -> None:
+    from tts_queue.errors import InvalidText
+
+    with pytest.raises(InvalidText, match="not IPA"):
+        script_of("Say [x](/a<b/) now.")
+
+
+def test_the_lexicon_applies_to_text_without_any_rule_trigger() -> None:
+    # a plain sentence (the one-search path) still gets its lexicon words, with or without rules
+    lexicon = {"Holmes": "/hoʊmz/"}
+    assert ("ipa", "hoʊmz") in script_of("I saw Holmes today", lexicon=lexicon)
+    assert ("ipa", "hoʊmz") in script_of("I saw Holmes today", normalize=False, lexicon=lexicon)
+    assert script_of("I saw Watson today", lexicon=lexicon) == (("text", "I saw Watson today"),)

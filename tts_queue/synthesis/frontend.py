@@ -36,7 +36,7 @@ def script_of(text: str, normalize: bool = True, date_order: str = "mdy",
     parts: list[Part] = []
     for kind, value in _inline(text):
         if kind == IPA:
-            parts.append((IPA, value))
+            parts.append((IPA, check_phonemes(value)))
             continue
         for token in expand(value, date_order, lexicon, rules=normalize):
             parts.append((IPA, token.phonemes) if token.phonemes is not None else (TEXT, token.spoken))

@@ -53,6 +53,7 @@ _URL_PARTS = re.compile(r"[A-Za-z]+|\d+|[^A-Za-z\d]")
 _MONTHS = {m: m for m in r.MONTHS} | {k: v for k, v in r.ABBREVIATIONS.items() if v in r.MONTHS}
 _MONTHS |= {m[:3]: m for m in r.MONTHS}
 MAX_TOKEN = 200
+_MARKS = "(\"'“‘[{«¿¡)\"'”’]}»,;:!?….-"
 # What some rule may read differently from espeak-ng: a text without any of it is one token, said
 # as written (one search instead of a pass per word: most sentences of a book are like that).
 _SPECIAL = re.compile("[0-9$€£¥₹%°&@#+=×÷~/\\[\\]<>^_|\\\\−]|[.](?=[^\\s\"'”’)\\]])|[.][\"'”’)\\]]*\\s"
@@ -85,7 +86,7 @@ def expand(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | None
 
     ``lexicon`` maps a written word to ``/ipa/`` (said with those phonemes) or a respelling;
     ``rules=False`` applies the lexicon only (text already in spoken form)."""
-    if not lexicon and rules and not _SPECIAL.search(text):
+    if (not rules or not _SPECIAL.search(text)) and not _in_lexicon(text, lexicon):
         return [Token(0, len(text), text.strip())] if text.strip() else []
     words = tokens_of(text)
     out: list[Token] = []
@@ -107,6 +108,13 @@ def expand(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | None
         out.append(Token(word.start, last.end, spoken.strip(), ipa))
         index += used
     return out
+
+
+def _in_lexicon(text: str, lexicon: Mapping[str, str] | None) -> bool:
+    """Whether a word of ``text`` (bare of marks around it) is in ``lexicon``."""
+    if not lexicon:
+        return False
+    return any(word.strip(_MARKS) in lexicon for word in text.split())
 
 
 def _is_ipa(entry: str) -> bool:
