@@ -383,7 +383,15 @@ def test_the_ssml_subset_becomes_a_script() -> None:
         ("break", ""))
 
 
+def test_say_as_date_takes_its_format() -> None:
+    assert script_of_ssml('<speak><say-as interpret-as="date" format="dmy">04/07/2025</say-as></speak>') == (
+        ("text", "July fourth, twenty twenty-five"),)
+    assert script_of_ssml('<speak><say-as interpret-as="date">04/07/2025</say-as></speak>') == (
+        ("text", "April seventh, twenty twenty-five"),)
+
+
 @pytest.mark.parametrize(("ssml", "error", "message"), [
+    ("<speak><say-as interpret-as='date' format='ymd'>1</say-as></speak>", UnsupportedSSML, "ymd"),
     ("<speak><foo>x</foo></speak>", UnsupportedSSML, "<foo>"),
     ("<speak><audio src='x.wav'/></speak>", UnsupportedSSML, "<audio>"),
     ("<speak><prosody pitch='high'>x</prosody></speak>", UnsupportedSSML, "pitch"),

@@ -43,7 +43,7 @@ RATES = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.2
 SAY_AS = ("characters", "spell-out", "cardinal", "number", "ordinal", "date", "time", "telephone")
 ATTRIBUTES = {
     "speak": {"version", "lang", "{http://www.w3.org/XML/1998/namespace}lang"},
-    "break": {"time", "strength"}, "say-as": {"interpret-as", "format", "detail"}, "sub": {"alias"},
+    "break": {"time", "strength"}, "say-as": {"interpret-as", "format"}, "sub": {"alias"},
     "phoneme": {"alphabet", "ph"}, "prosody": {"rate"}, "p": set(), "s": set(),
 }
 _TIME = re.compile(r"(\d{1,6}(?:\.\d{1,3})?)(ms|s)")
@@ -147,7 +147,10 @@ class _Walker:
         if kind not in SAY_AS:
             raise UnsupportedSSML(f"unsupported <say-as interpret-as={kind!r}>; "
                                   f"supported: {', '.join(SAY_AS)}")
-        self.parts.append((TEXT, _say_as(kind, content, self.date_order)))
+        order = element.get("format", self.date_order)
+        if kind == "date" and order not in ("mdy", "dmy"):
+            raise UnsupportedSSML(f"unsupported <say-as format={order!r}>; mdy or dmy")
+        self.parts.append((TEXT, _say_as(kind, content, order if kind == "date" else self.date_order)))
 
     def _sub(self, element: Element) -> None:
         _only_text(element, "sub")
