@@ -473,3 +473,13 @@ def test_the_lexicon_applies_to_text_without_any_rule_trigger() -> None:
     assert ("ipa", "hoʊmz") in script_of("I saw Holmes today", lexicon=lexicon)
     assert ("ipa", "hoʊmz") in script_of("I saw Holmes today", normalize=False, lexicon=lexicon)
     assert script_of("I saw Watson today", lexicon=lexicon) == (("text", "I saw Watson today"),)
+
+
+def test_book_options_take_the_normalize_flag_from_forms_and_json() -> None:
+    from tts_queue.books.service import book_options
+    from tts_queue.errors import InvalidRequest
+
+    assert book_options({"normalize": "false"})["normalize"] is False
+    assert book_options({"normalize": True})["normalize"] is True
+    with pytest.raises(InvalidRequest, match="normalize"):
+        book_options({"normalize": 3})
