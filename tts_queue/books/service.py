@@ -59,7 +59,7 @@ from tts_queue.tasks.service import TaskService
 
 log = logging.getLogger(__name__)
 
-OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep")
+OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")
 # Sentences are cached as WAV: lossless for stitching, and shared with interactive WAV requests.
 SENTENCE_FORMAT = "wav"
 MAX_TITLE_CHARS = 512  # the column's width, on every database
