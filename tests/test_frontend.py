@@ -127,3 +127,16 @@ def test_text_limit_counts_what_was_sent(registry: VoiceRegistry, tmp_path: Path
     spoken = "".join(value for _, value in request.script)
     assert len(request.text) <= 100 < len(spoken)
     assert dataclasses.asdict(request)["normalizer"] > 0
+
+
+def test_only_english_voices_are_normalized(tmp_path: Path) -> None:
+    from tests.conftest import load_voice
+    from tests.tiny_voice import write_voice
+    from tts_queue.synthesis.registry import discover_specs
+
+    write_voice(tmp_path, "deutsch", language="de_DE")
+    registry = VoiceRegistry(discover_specs(tmp_path), loader=load_voice, default="deutsch")
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(tmp_path)})
+    request = build_request({"text": "Es kostet 5 Euro, [Tomate](/toˈmaːtə/)."}, registry, settings)
+    assert request.script == (("text", "Es kostet 5 Euro,"), ("ipa", "toˈmaːtə"), ("text", "."))
+    assert request.normalizer == 0

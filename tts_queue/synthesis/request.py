@@ -96,11 +96,13 @@ def build_request(
     normalize = payload.get("normalize", True)
     if not isinstance(normalize, bool):
         raise InvalidRequest("normalize must be true or false")
-    script = _script(text, payload.get("text_type"), normalize, settings)
     for name in ("voice", "language", "format"):
         if payload.get(name) is not None and not isinstance(payload[name], str):
             raise InvalidRequest(f"{name} must be a string")
     spec = _voice_for(payload.get("voice"), payload.get("language"), registry)
+    # The normalizer's rules are English: other voices hear the text as written (overrides apply).
+    normalize = normalize and spec.language.lower().startswith("en")
+    script = _script(text, payload.get("text_type"), normalize, settings)
     speaker = payload.get("speaker")
     if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (str, int))):
         raise InvalidRequest("speaker must be a name or a number")
