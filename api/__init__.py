@@ -17,12 +17,14 @@ from gunicorn import util as gunicorn_util
 from gunicorn.workers.gthread import ThreadWorker
 
 from api import auth, request_id
+from api import metrics as api_metrics
 from api.books import bp as books_bp
 from api.docs import bp as docs_bp
 from api.errors import register_error_handlers
 from api.openai import bp as openai_bp
 from api.routes import bp
 from api.services import WAITERS, Services
+from api.web import bp as web_bp
 from tts_queue.errors import public_message
 from tts_queue.settings import Settings
 
@@ -56,10 +58,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.extensions[WAITERS] = threading.BoundedSemaphore(max_waiters(settings))
     request_id.install(app)  # first: every later hook and error sees the id
     register_error_handlers(app)
+    api_metrics.install(app, settings, app.extensions["tts"])
     app.register_blueprint(bp)
     app.register_blueprint(books_bp)
     app.register_blueprint(docs_bp)
     app.register_blueprint(openai_bp)
+    app.register_blueprint(web_bp)
     auth.install(app, settings, submissions=["tts.create_task", "tts.synthesize_sync", "books.create_book",
                                              "openai.speech"])
     if settings.api.auth != "required" and settings.api.host not in ("127.0.0.1", "localhost", "::1"):

@@ -144,6 +144,21 @@ def rate_limited(exc: RateLimitExceeded) -> RateLimited:
     return RateLimited(f"more submissions than this key's rate allows ({exc.description}); retry later")
 
 
+def _honest_retry_after(response: Any) -> Any:
+    """flask-limiter truncates ``Retry-After`` (a refusal under a second from its reset says 0, and
+    its reset time is itself rounded down): a client that obeys it can be refused again. With a
+    moving window, waiting one whole window always works, so the header is at least 1 and a
+    second more than the limiter's figure, never more than the window."""
+    window = g.get("tts_limit_window_s")
+    if response.status_code == 429 and window is not None:
+        try:
+            stated = int(response.headers.get("Retry-After", "0"))
+        except ValueError:
+            stated = window
+        response.headers["Retry-After"] = str(max(1, min(stated + 1, window)))
+    return response
+
+
 def storage_uri(settings: Settings) -> str:
     """The limiter's storage: the broker's Redis (shared by every API process), else memory."""
     url = settings.services.redis_url
@@ -158,6 +173,7 @@ def storage_uri(settings: Settings) -> str:
 def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
     """Authentication before every request, rate limits on the ``submissions`` endpoints."""
     app.before_request(_authenticate)
+    app.after_request(_honest_retry_after)  # registered first: runs after the limiter's own headers
     limiter = Limiter(key_func=_limit_key, app=app, storage_uri=storage_uri(settings), headers_enabled=True,
                       strategy="moving-window", key_prefix=f"{settings.services.queue_prefix}:limits",
                       swallow_errors=True)
@@ -170,6 +186,7 @@ def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
     def _limited(exc: RateLimitExceeded) -> Any:
         from api.errors import to_response
 
+        g.tts_limit_window_s = exc.limit.limit.get_expiry()
         response, status = to_response(rate_limited(exc))
         response.headers.pop("Retry-After", None)  # flask-limiter sets the honest one after this
         return response, status

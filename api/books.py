@@ -14,7 +14,7 @@ from werkzeug.wrappers import Response as BaseResponse
 import api.contract as contract
 from api.auth import KEY, check_quota, owner
 from api.downloads import presigned, send_stored
-from api.routes import json_body
+from api.routes import json_body, list_limit
 from api.services import Services
 from tts_queue.books.progress import book_document
 from tts_queue.books.service import Upload
@@ -124,6 +124,15 @@ def create_book() -> tuple[Response, int, dict[str, str]]:
     status_url = url_for("books.get_book", book_id=book_id, _external=True)
     return (jsonify(book_id=book_id, status=BookStatus.PARSING.value, status_url=status_url), 202,
             {"Location": status_url})
+
+
+@bp.get("/v1/books")
+@contract.operation("GET", "/v1/books", "Your newest books first (?limit=N)", KEY,
+                    params=(contract.limit_param(),), responses={200: ("The books", contract.BookList, JSON)})
+def list_books() -> Response:
+    """The caller's newest books with their progress, newest first."""
+    return jsonify(books=[book_document(progress, request.url_root)
+                          for progress in services().books.recent(owner(), list_limit())])
 
 
 @bp.get("/v1/books/<book_id>")

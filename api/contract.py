@@ -94,6 +94,17 @@ class Error(BaseModel):
     error: ErrorDetail
 
 
+class Timings(BaseModel):
+    """Milliseconds per stage; a stage that did not run (a cache hit) is null."""
+
+    queue_ms: float | None = Field(description="from submission to a worker's first claim")
+    text_ms: float | None = Field(description="text processing (phonemes)")
+    inference_ms: float | None = Field(description="the model, batching wait included")
+    encode_ms: float | None
+    store_ms: float | None
+    total_ms: float | None = Field(description="from submission to done")
+
+
 class Task(BaseModel):
     """A task's state."""
 
@@ -107,9 +118,17 @@ class Task(BaseModel):
     finished_at: str | None
     cache_hit: bool
     keep: bool
+    timings: Timings | None = Field(None, description="Where a finished task's time went, in ms (null "
+                                    "before a worker finishes it, and on a hit at submission)")
     audio_url: str | None = None
     duration_s: float | None = None
     error: ErrorDetail | None = None
+
+
+class TaskList(BaseModel):
+    """``GET /v1/tasks``: the caller's newest tasks first."""
+
+    tasks: list[Task]
 
 
 class Voice(BaseModel):
@@ -206,6 +225,12 @@ class Book(BaseModel):
     m4b_url: str | None = None
 
 
+class BookList(BaseModel):
+    """``GET /v1/books``: the caller's newest books first."""
+
+    books: list[Book]
+
+
 class BookDeleted(BaseModel):
     """A finished book deleted with its files."""
 
@@ -229,6 +254,7 @@ class Manifest(BaseModel):
 # --- operations ---------------------------------------------------------------------------------
 
 AUDIO = ("audio/wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/aac", "audio/mp4", "audio/pcm")
+DEFAULT_LIST, MAX_LIST = 20, 100  # ?limit= of GET /v1/tasks and /v1/books
 COMMON_ERRORS = (400, 401, 403, 404, 413, 415, 429, 503)
 Response = tuple[str, type[BaseModel] | None, tuple[str, ...]]  # description, model, content types
 
@@ -307,6 +333,13 @@ def stream_param() -> Param:
     return Param("stream", "query", {"type": "string", "enum": ["0", "1", "true", "false"]},
                  "1: send the audio as it is synthesized, sentence by sentence (chunked; formats: "
                  "wav, flac, mp3, opus, aac, pcm).")
+
+
+def limit_param() -> Param:
+    """``?limit=N`` of a list."""
+    return Param("limit", "query",
+                 {"type": "integer", "minimum": 1, "maximum": MAX_LIST, "default": DEFAULT_LIST},
+                 "How many, newest first")
 
 
 def wait_param() -> Param:

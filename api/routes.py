@@ -177,6 +177,24 @@ def _block_until_finished(view: TaskView, seconds: float) -> TaskView:
     return view
 
 
+def list_limit() -> int:
+    """The ``?limit=`` of a list: 1 to ``contract.MAX_LIST`` (default ``contract.DEFAULT_LIST``)."""
+    raw = request.args.get("limit", str(contract.DEFAULT_LIST)).strip()
+    if not raw.isdigit() or not 1 <= int(raw) <= contract.MAX_LIST:
+        raise InvalidRequest(f"limit must be a whole number from 1 to {contract.MAX_LIST}")
+    return int(raw)
+
+
+@bp.get("/v1/tasks")
+@contract.operation("GET", "/v1/tasks", "Your newest tasks first (?limit=N)", KEY,
+                    params=(contract.limit_param(),),
+                    responses={200: ("The tasks", contract.TaskList, JSON)})
+def list_tasks() -> Response:
+    """The caller's newest tasks (book sentences excepted), newest first."""
+    views = services().tasks.recent(owner(), list_limit())
+    return jsonify(tasks=[task_json(view) for view in views])
+
+
 @bp.get("/v1/tasks/<task_id>")
 @contract.operation("GET", "/v1/tasks/{task_id}", "A task's status; ?wait=S long-polls", KEY,
                     params=(contract.task_id_param(), contract.wait_param()), responses=TASK_RESPONSES)

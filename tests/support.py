@@ -405,7 +405,8 @@ def stop(process: subprocess.Popen[bytes]) -> int:
     return process.wait(timeout=60)
 
 
-def start_api(settings: Settings, log: Path, threads: int = 64) -> tuple[subprocess.Popen[bytes], str]:
+def start_api(settings: Settings, log: Path, threads: int = 64,
+              **env: str) -> tuple[subprocess.Popen[bytes], str]:
     """gunicorn serving the API as ``tts-queue up`` does, on a free port, ready; its process and URL."""
     import requests
 
@@ -413,7 +414,7 @@ def start_api(settings: Settings, log: Path, threads: int = 64) -> tuple[subproc
 
     port = free_port()
     server = subprocess.Popen(api_command("127.0.0.1", port, threads), cwd=ROOT, stdout=open(log, "ab"),  # noqa: SIM115
-                              stderr=subprocess.STDOUT, env=settings_env(settings))
+                              stderr=subprocess.STDOUT, env=settings_env(settings, **env))
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:

@@ -100,8 +100,8 @@ def test_every_route_has_an_access_decision(world: dict[str, Any]) -> None:
     # And the open routes are exactly the ones the issue lists
     open_routes = sorted(rule.rule for rule in app.url_map.iter_rules()
                          if level_of(app, rule.endpoint) == "open")
-    assert open_routes == ["/docs", "/docs/static/<path:name>", "/healthz", "/openapi.json", "/readyz",
-                           "/static/<path:filename>"]
+    assert open_routes == ["/", "/docs", "/docs/static/<path:name>", "/healthz", "/metrics", "/openapi.json",
+                           "/readyz", "/static/<path:filename>", "/ui/<name>"]
 
 
 def test_without_a_live_key_only_the_open_routes_answer(world: dict[str, Any]) -> None:
@@ -201,7 +201,7 @@ def test_the_contract_describes_every_route_with_its_errors(world: dict[str, Any
         for method in rule.methods - {"HEAD", "OPTIONS"}:
             operation = document["paths"][path][method.lower()]
             assert operation["responses"], path
-            if path not in ("/healthz", "/openapi.json", "/docs"):
+            if path not in ("/healthz", "/openapi.json", "/docs", "/"):
                 assert any(code.startswith("4") or code == "503" for code in operation["responses"]), path
     schema = document["components"]["schemas"]["SpeechRequest"]
     assert schema["required"] == ["text"] and schema.get("additionalProperties") is False

@@ -326,7 +326,7 @@ def test_a_cleanup_racing_stores_of_the_same_keys_never_leaves_a_live_row_withou
     stores = broken = 0
     try:
         deadline = datetime.now().timestamp() + 3
-        while datetime.now().timestamp() < deadline or runs < 20:
+        while datetime.now().timestamp() < deadline or runs < 20 or stores < 100:
             for n in range(5):
                 cache.put(key(n), "wav", "v", b"RIFF" + bytes(40), 0.1, {"sentence_starts": [0]})
                 stores += 1

@@ -261,6 +261,16 @@ class WebhookSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """Prometheus metrics (``tts_queue.metrics``): ``/metrics`` on the API, and a worker's own port."""
+
+    enabled: bool = setting(True, "count and serve `/metrics` (off: nothing is counted and `/metrics` is a "
+                            "404)", env="TTS_METRICS")
+    port: int = setting(0, "a worker serves its own `/metrics` on this port (workers on other hosts than the "
+                        "API); 0: none (`tts-queue up` shares one directory instead)", env="TTS_METRICS_PORT")
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every knob of tts-queue, in groups, with its documented default."""
 
@@ -278,6 +288,7 @@ class Settings:
     storage: StorageSettings = StorageSettings()
     books: BookSettings = BookSettings()
     webhooks: WebhookSettings = WebhookSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     @property
     def broker_dir(self) -> Path:

@@ -89,6 +89,8 @@ class TaskRow(Base):
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
     error_message: Mapped[str | None] = mapped_column(Text, default=None)
     batch_size: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Where the time went, in ms: queue, text, inference, encode, store, total (``TIMINGS``).
+    timings: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     # Answered from the cache (at submission, or by a worker that found another task's audio).
     cache_hit: Mapped[bool] = mapped_column(Boolean, default=False)
     # The client asked to keep the audio: never evicted by age or pressure until released.
@@ -98,6 +100,7 @@ class TaskRow(Base):
     owner: Mapped[str | None] = mapped_column(String(36), default=None)
 
     __table_args__ = (Index("ix_tasks_owner_status", "owner", "status"),
+                      Index("ix_tasks_owner_created", "owner", "created_at"),  # a caller's recent tasks
                       # the bulk window: sentences in flight per queue, the next unsent ones in order
                       Index("ix_tasks_queue_status_dispatched", "queue", "status", "dispatched_at",
                             "created_at"))

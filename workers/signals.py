@@ -23,6 +23,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from tts_queue import metrics
 from tts_queue.errors import ConfigError
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import SYNTHESIZE
@@ -87,6 +88,10 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         if not mine(sender):
             return
         runtime = holder.get()
+        metrics.configure(settings.metrics.enabled)
+        if settings.metrics.enabled and settings.metrics.port:  # a worker on its own host: its own /metrics
+            metrics.serve(settings.metrics.port)
+            log.info("metrics on :%d/metrics", settings.metrics.port)
         requeue(settings, runtime.rows, holder.dispatcher, marker)
         if settings.worker.warmup:
             try:

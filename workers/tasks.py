@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from celery import Celery, Task
 
+from tts_queue import metrics
 from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.storage.retention import Cleaner
@@ -146,13 +147,18 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
     def deliver_callback(subject_id: str) -> str:
         """POST a finished task's or book's JSON to its callback URL; retried with backoff by
         re-sending itself with a countdown (``workers.webhooks``)."""
-        return deliver(holder.get(), holder.dispatcher, subject_id)
+        outcome = deliver(holder.get(), holder.dispatcher, subject_id)
+        metrics.count(metrics.WEBHOOKS, outcome=outcome.replace(" ", "_"))
+        return outcome
 
     @app.task(name=REQUEUE, shared=False)
     def requeue_lost_tasks() -> int:
         """The recovery sweep (every ``TTS_SWEEP_INTERVAL_S``): send again what a broker restart or
         a dead worker lost, and assemble chapters whose sentences are all done but never were."""
-        return sweep(holder, marker)
+        sent = sweep(holder, marker)
+        metrics.count(metrics.SWEEPS)
+        metrics.count(metrics.RESENT, sent)
+        return sent
 
     @app.task(name=CLEANUP, shared=False)
     def cleanup() -> dict[str, Any]:
@@ -163,5 +169,9 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
         report = Cleaner(runtime.cache, settings.cache, on_tasks_deleted=board.drop if board else None).run()
         if not report.skipped:
             report.books = runtime.books.expire(timedelta(days=settings.books.ttl_days))
+            metrics.count(metrics.CLEANUPS)
+            for kind, amount in (("audio_entries", report.entries), ("audio_bytes", report.bytes),
+                                 ("task_rows", report.task_rows), ("books", report.books)):
+                metrics.count(metrics.CLEANUP_REMOVED, amount, kind=kind)
         log.info("cleanup: %s", report.as_json())
         return report.as_json()

@@ -120,7 +120,8 @@ def test_a_cache_hit_on_another_keys_audio_reveals_nothing_of_it(tenants: dict[s
     assert body["task_id"] != theirs["task_id"] and theirs["task_id"] not in hit.text
     assert body["created_at"] > theirs["created_at"] and theirs["created_at"] not in hit.text
     assert set(body) == {"task_id", "status", "status_url", "voice", "format", "created_at", "started_at",
-                         "finished_at", "cache_hit", "keep", "audio_url", "duration_s"}
+                         "finished_at", "cache_hit", "keep", "timings", "audio_url", "duration_s"}
+    assert body["timings"] is None  # alice's task's timings are hers
     audio = requests.get(body["audio_url"], headers=bob, timeout=10)
     assert audio.status_code == 200 and audio.content == requests.get(
         f"{url}/v1/tasks/{theirs['task_id']}/audio", headers=alice, timeout=10).content

@@ -26,6 +26,7 @@ import queue
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -38,6 +39,7 @@ import numpy as np
 import soundfile
 from sqlalchemy import select, update
 
+from tts_queue import metrics
 from tts_queue.books.captions import CaptionWriter, CueStream
 from tts_queue.books.segment import PauseKind
 from tts_queue.books.stitch import Layout, Loudness, Samples, StitchSettings, clean_part
@@ -147,7 +149,9 @@ class ChapterAssembler:
         duration = self._stored_duration(files)
         if duration is None:
             marks = IdMarks.from_id_map(self.id_map(book.options.get("voice"))) if self.id_map else None
+            began = time.perf_counter()
             duration = self._write(files, book, number, fmt, marks)
+            metrics.stage("chapter_assembly", time.perf_counter() - began)
         with self.books.db.write() as session:
             session.execute(update(ChapterRow).where(
                 ChapterRow.book_id == book_id, ChapterRow.number == number,

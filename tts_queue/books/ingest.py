@@ -15,6 +15,7 @@ attempt are removed first.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import delete, insert, or_, select, update
 
+from tts_queue import metrics
 from tts_queue.access.keys import queued_work
 from tts_queue.books.chapter import Chapter, select_chapters
 from tts_queue.books.segment import Segment, segment_chapter
@@ -66,8 +68,10 @@ class Ingester:
             self._give_up(row, "invalid_book", f"the book could not be read (its parser stopped "
                                                f"{self.max_attempts} times)")
             return BookStatus.FAILED
+        began = time.perf_counter()
         try:
             self._ingest(row)
+            metrics.stage("book_ingest", time.perf_counter() - began)
         except BookError as exc:
             log.info("book %s: %s: %s", book_id, exc.code, exc.message)
             self._give_up(row, exc.code, exc.message)
@@ -114,6 +118,8 @@ class Ingester:
                  "status": BookStatus.QUEUED, "sentences_total": 0, "sentences_done": 0, "audio_seconds": 0.0}
                 for c in chapters])
         totals = self._write_sentences(row, chapters)
+        metrics.count(metrics.TASKS_SUBMITTED, sum(count for count, _, _ in totals.values()),
+                      pool=row.pool, lane="bulk")
         if not sum(count for count, _, _ in totals.values()):
             raise EmptyBook("the selected chapters have no sentences to speak")
         now = self.clock()

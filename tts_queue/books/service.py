@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import case, delete, func, select, update
 
+from tts_queue import metrics
 from tts_queue.books.progress import book_progress
 from tts_queue.db import get_by_id, utcnow
 from tts_queue.enums import (
@@ -314,6 +315,15 @@ class BookService:
         row = self.touch(book_id, owner)
         return book_progress(row, self.chapters(book_id), self.clock())
 
+    def recent(self, owner: str | None, limit: int) -> list[dict[str, Any]]:
+        """``owner``'s newest ``limit`` books' progress, newest first (not counted as reads)."""
+        with self.db.read() as session:
+            rows = list(session.scalars(
+                select(BookRow).where(BookRow.owner.is_(None) if owner is None else BookRow.owner == owner)
+                .order_by(BookRow.created_at.desc()).limit(limit)))
+        now = self.clock()
+        return [book_progress(row, self.chapters(row.id), now) for row in rows]
+
     def touch(self, book_id: str, owner: str | None = None) -> BookRow:
         """The book's row, its last access recorded (at most once a minute: polling stays a read)."""
         row = self.book(book_id, owner)
@@ -418,7 +428,7 @@ class BookService:
                                                             finished_at=self.clock()))
             session.execute(update(ChapterRow).where(ChapterRow.book_id == book_id, ChapterRow.status.in_(
                 book_sources(BookStatus.CANCELLED))).values(status=BookStatus.CANCELLED))
-        self.tasks.rows.cancel_book(book_id)
+        self._cancel_sentences(book_id)
         self.finished(book_id)
 
     def fail(self, book_id: str, code: str, message: str) -> None:
@@ -428,8 +438,12 @@ class BookService:
                 book_sources(BookStatus.FAILED))).values(
                     status=BookStatus.FAILED, finished_at=self.clock(), error_code=code,
                     error_message=message))
-        self.tasks.rows.cancel_book(book_id)
+        self._cancel_sentences(book_id)
         self.finished(book_id)
+
+    def _cancel_sentences(self, book_id: str) -> None:
+        cancelled = self.tasks.rows.cancel_book(book_id)
+        metrics.count(metrics.TASKS_CANCELLED, cancelled, pool=self.book(book_id).pool, lane=Lane.BULK.value)
 
     def finished(self, book_id: str) -> None:
         """The book ended (done, failed, cancelled): its callback, if it has one, is due now."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ import requests
 
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.cli.supervisor import Process, RestartPolicy, Supervisor
+from tts_queue.metrics import MULTIPROC_ENV
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 from tts_queue.storage.local import LocalStorage
@@ -66,6 +68,14 @@ def api_command(host: str, port: int, threads: int) -> list[str]:
         "--graceful-timeout", "20", "--access-logfile", "-", "--access-logformat", ACCESS_LOG,
         "api.wsgi:app",
     ]
+
+
+def fresh_dir(path: Path) -> Path:
+    """``path`` as a new empty directory: the API and workers share their metrics through it
+    (prometheus-client's multiprocess mode), and the files of an earlier run must not count."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
 
 
 def child_env(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
@@ -125,6 +135,8 @@ def up(settings: Settings, workers: int = 1, policy: RestartPolicy | None = None
             print(f"embedded Redis on {embedded.socket}", file=sys.stderr)
         upgrade(settings.database_url)
         env = child_env(settings, os.environ)
+        if settings.metrics.enabled and not env.get(MULTIPROC_ENV):
+            env[MULTIPROC_ENV] = str(fresh_dir(settings.data_dir / "metrics"))
         for index in range(workers):
             supervisor.start(f"worker {index}", worker_command(
                 settings.worker.pool, settings.worker.concurrency, f"{settings.worker.pool}{index}@%h",

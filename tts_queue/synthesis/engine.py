@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
+from tts_queue import metrics
 from tts_queue.errors import ServiceUnavailable
 from tts_queue.settings import PoolSettings
 from tts_queue.synthesis.batching import Batch, BatchPolicy, Entry
@@ -149,6 +150,11 @@ class BatchEngine:
             return
         size = len(batch.slots)
         self.batch_sizes.append(size)
+        metrics.observe(metrics.BATCH_SIZE, size)
+        real = sum(len(slot) for slot in batch.slots)
+        if batch.padded_size:
+            metrics.observe(metrics.BATCH_PADDED, 1.0 - real / batch.padded_size)
+        metrics.count(metrics.SENTENCES, size)
         log.debug("ran a batch of %d (%d padded ids)", size, batch.padded_size)
         for entry, slot in batch.members:
             entry.ticket.set_result(SentenceResult(audio=items[slot], batch_size=size))

@@ -9,6 +9,7 @@ break's length where it set one).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,8 @@ class SynthesisResult:
     alignment: Alignment
     batch_size: int
     sentences: int
+    text_s: float = 0.0  # phonemization
+    inference_s: float = 0.0  # from the first sentence queued in the engine to the last one done
 
 
 MIN_SPEED, MAX_SPEED = 0.1, 10.0  # the request's speed times an SSML prosody rate, bounded
@@ -77,8 +80,10 @@ class Synthesizer:
         as sentences finish: each sentence, preceded (after the first) by the silence between
         sentences, so the pieces joined are exactly the result's audio (streaming)."""
         voice = self.registry.load(request.voice)
+        started = time.perf_counter()
         script = request.script or (("text", request.text),)
         spoken = voice.script_sentences(script, request.max_sentence_phonemes)
+        phonemized = time.perf_counter()
         sentences = [ids for ids, _ in spoken]
         gaps = [int(voice.sample_rate * (request.sentence_silence_ms if s.pause_ms is None else s.pause_ms)
                     / 1000) for _, s in spoken]
@@ -97,6 +102,7 @@ class Synthesizer:
             callback = (lambda i, r, at=start: piece(at + i, r)) if on_audio is not None else None
             results += self.engine.run_sentences(key, sentences[start:end], priority=priority,
                                                  on_result=callback)
+        inferred = time.perf_counter()
         parts = [r.audio.samples for r in results]
         starts, position, pieces = [], 0, []
         for index, part in enumerate(parts):
@@ -117,4 +123,6 @@ class Synthesizer:
             alignment=alignment,
             batch_size=max(r.batch_size for r in results),
             sentences=len(results),
+            text_s=phonemized - started,
+            inference_s=inferred - phonemized,
         )

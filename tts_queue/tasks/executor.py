@@ -11,10 +11,13 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from tts_queue import metrics
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import STREAM_FORMATS, Lane, TaskStatus
 from tts_queue.errors import (
@@ -101,6 +104,8 @@ class TaskExecutor:
             return self.fail(task_id, "too_many_attempts",
                              f"gave up after {self.max_attempts} attempts (worker crashes or errors)")
         request = SynthesisRequest.from_dict(row.request)
+        clock = Clock(row.created_at, row.started_at or self.rows.clock(), self.rows.clock)
+        labels = {"pool": row.pool, "lane": lane_of(row.queue).value}
         with self._inflight_lock:
             leader = self._inflight.get(row.cache_key)
             if leader is None:
@@ -111,33 +116,44 @@ class TaskExecutor:
         if self.cache.peek(row.cache_key) is not None:
             if leader is None:
                 self._end_lead(row.cache_key)
-            finished = self.rows.finish(task_id, batch_size=None, cache_hit=True)
+            timings = clock.timings()
+            finished = self.rows.finish(task_id, batch_size=None, cache_hit=True, timings=timings)
+            if finished:
+                metrics.count(metrics.CACHE_HITS, where="worker")
+                record(timings, labels)
             self._finished(task_id, finished)
             if publisher is not None:
                 publisher.end(TaskStatus.DONE.value)  # nothing streamed: the reader sends the file
             return TaskStatus.DONE if finished else None
         if leader is not None:  # the leader failed; do the work ourselves
-            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue), publisher)
+            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue), publisher,
+                                         clock, labels)
         try:
-            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue), publisher)
+            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue), publisher,
+                                         clock, labels)
         finally:
             self._end_lead(row.cache_key)
 
     def execute_uncached(
         self, task_id: str, key: str, request: SynthesisRequest, priority: int = 0,
-        publisher: StreamPublisher | None = None,
+        publisher: StreamPublisher | None = None, clock: Clock | None = None,
+        labels: dict[str, str] | None = None,
     ) -> TaskStatus | None:
         """Synthesize, store atomically, and finish the row; ``None`` if the row did not move (it
         finished meanwhile). With a ``publisher``, the audio is encoded as sentences finish and each
         piece is published at once; the file stored is those pieces (``StreamEncoder``)."""
         encoder: StreamEncoder | None = None
+        encode_s = 0.0
 
         def on_audio(samples: Any, sample_rate: int) -> None:
-            nonlocal encoder
+            nonlocal encoder, encode_s
             assert publisher is not None
+            began = time.perf_counter()
             if encoder is None:
                 encoder = StreamEncoder(request.format, sample_rate)
-            publisher.send(encoder.write(samples))
+            piece = encoder.write(samples)
+            encode_s += time.perf_counter() - began
+            publisher.send(piece)
 
         streaming = publisher is not None and request.format in STREAM_FORMATS
         try:
@@ -150,16 +166,20 @@ class TaskExecutor:
             if publisher is not None:
                 publisher.end(status.value)
             return status
+        began = time.perf_counter()
         if encoder is not None and publisher is not None:
             tail, data = encoder.close()
+            encode_s += time.perf_counter() - began
             publisher.send(tail)
         else:
             data = encode(result.audio, request.format)
+            encode_s = time.perf_counter() - began
         free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
         if free is not None and free - len(data) < self.storage_floor_bytes:
             self.rows.uncount_attempt(task_id)
             raise StorageFull(f"no room to store the audio of task {task_id}: {free} bytes free, the "
                               f"last {self.storage_floor_bytes} are kept for the broker and database")
+        began = time.perf_counter()
         try:
             self.cache.put(key, request.format, request.voice, data,
                            result.audio.duration_s, result.alignment.to_dict(), mime_type(request.format))
@@ -171,7 +191,14 @@ class TaskExecutor:
         except StorageUnavailable:  # the bucket is down: wait for it like for space, uncounted
             self.rows.uncount_attempt(task_id)
             raise
-        finished = self.rows.finish(task_id, batch_size=result.batch_size)
+        store_s = time.perf_counter() - began
+        clock = clock or Clock(None, None, self.rows.clock)
+        timings = clock.timings(text=result.text_s, inference=result.inference_s, encode=encode_s,
+                                store=store_s)
+        finished = self.rows.finish(task_id, batch_size=result.batch_size, timings=timings)
+        if finished:
+            metrics.count(metrics.AUDIO_SECONDS, result.audio.duration_s)
+            record(timings, labels)
         self._finished(task_id, finished)
         if publisher is not None:
             publisher.end(TaskStatus.DONE.value)
@@ -195,7 +222,11 @@ class TaskExecutor:
     def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None) -> TaskStatus:
         """Mark a task failed (unless it already finished) with ``message``, which clients read;
         ``detail``, the exception behind it, goes to the log only."""
-        self._finished(task_id, self.rows.fail(task_id, code, message))
+        failed = self.rows.fail(task_id, code, message)
+        if failed:
+            pool, queue = self.rows.placement(task_id)
+            metrics.count(metrics.TASKS_FAILED, pool=pool, lane=lane_of(queue).value, code=code)
+        self._finished(task_id, failed)
         if detail is None:
             log.warning("task %s failed: %s: %s", task_id, code, message)
         else:  # the exception's text can name hosts, paths or a URL: the log has it, not the row
@@ -213,3 +244,36 @@ def lane_priority(queue: str) -> int:
     """Engine priority of a task from its queue: bulk (book) work yields to interactive requests."""
     return 1 if lane_of(queue) is Lane.BULK else 0
 
+
+
+TIMINGS = ("queue_ms", "text_ms", "inference_ms", "encode_ms", "store_ms", "total_ms")
+
+
+@dataclass(frozen=True)
+class Clock:
+    """A task's times: when its row was made and first claimed, and the clock to read the end by."""
+
+    created_at: datetime | None
+    started_at: datetime | None
+    now: Callable[[], datetime]
+
+    def timings(self, **stages_s: float) -> dict[str, float | None]:
+        """``TIMINGS`` in ms: the queue wait and the total from the row's times, the rest from
+        ``stages_s`` (``None`` for a stage that did not run, as on a cache hit)."""
+        def between(start: datetime | None, end: datetime | None) -> float | None:
+            return None if start is None or end is None else round((end - start).total_seconds() * 1000, 1)
+
+        ms = {f"{name}_ms": round(seconds * 1000, 1) for name, seconds in stages_s.items()}
+        return {"queue_ms": between(self.created_at, self.started_at), "text_ms": ms.get("text_ms"),
+                "inference_ms": ms.get("inference_ms"), "encode_ms": ms.get("encode_ms"),
+                "store_ms": ms.get("store_ms"), "total_ms": between(self.created_at, self.now())}
+
+
+def record(timings: dict[str, float | None], labels: dict[str, str] | None) -> None:
+    """Count a finished task and its stages in the metrics."""
+    if labels is not None:
+        metrics.count(metrics.TASKS_FINISHED, 1.0, **labels)
+    for name in TIMINGS:
+        value = timings.get(name)
+        if value is not None:
+            metrics.stage(name[:-3], value / 1000)

@@ -72,10 +72,11 @@ class TaskRows:
             row.worker = worker
             return row
 
-    def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False) -> bool:
-        """``running -> done``; whether the row moved."""
+    def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
+               timings: dict[str, float | None] | None = None) -> bool:
+        """``running -> done``; whether the row moved. ``timings``: where the time went (ms)."""
         return self._move(task_id, TaskStatus.DONE, finished_at=self.clock(), batch_size=batch_size,
-                          cache_hit=cache_hit)
+                          cache_hit=cache_hit, timings=timings)
 
     def fail(self, task_id: str, code: str, message: str) -> bool:
         """``queued|running -> failed`` with an error code and message; whether the row moved."""
@@ -85,6 +86,12 @@ class TaskRows:
     def cancel(self, task_id: str) -> bool:
         """``queued -> cancelled``; whether the row moved."""
         return self._move(task_id, TaskStatus.CANCELLED, finished_at=self.clock())
+
+    def placement(self, task_id: str) -> tuple[str, str]:
+        """A task's pool and queue (``("unknown", "unknown")`` for a deleted row)."""
+        with self.db.read() as session:
+            found = session.execute(select(TaskRow.pool, TaskRow.queue).where(TaskRow.id == task_id)).first()
+        return (found[0], found[1]) if found is not None else ("unknown", "unknown")
 
     def uncount_attempt(self, task_id: str) -> None:
         """Take back the attempt of a claim that could not store its result for want of space."""

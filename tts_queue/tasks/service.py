@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any, Protocol
 
+from sqlalchemy import select
+
+from tts_queue import metrics
 from tts_queue.db import Database, get_by_id, utcnow
 from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import (
@@ -32,10 +35,10 @@ from tts_queue.storage.cache import AudioCache
 from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
-from tts_queue.tables import TaskRow
+from tts_queue.tables import CacheEntry, TaskRow
 from tts_queue.tasks.board import StatusBoard, iso
 from tts_queue.tasks.callbacks import Callbacks, check_url
-from tts_queue.tasks.keys import queue_name
+from tts_queue.tasks.keys import lane_of, queue_name
 from tts_queue.tasks.rows import TaskRows
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,7 @@ class TaskView:
     cache_hit: bool = False
     keep: bool = False
     callback: dict[str, Any] | None = None  # {state, attempts, last_status} when it has one
+    timings: dict[str, Any] | None = None  # ms per stage once finished by a worker (executor.TIMINGS)
 
     @classmethod
     def of(cls, row: TaskRow, duration_s: float | None = None,
@@ -79,7 +83,7 @@ class TaskView:
             finished_at=row.finished_at, error_code=row.error_code, error_message=row.error_message,
             duration_s=duration_s, format=row.request.get("format", "wav"),
             voice=row.request.get("voice", ""), cache_hit=bool(row.cache_hit), keep=bool(row.keep),
-            callback=callback,
+            callback=callback, timings=row.timings,
         )
 
     def record(self, owner: str | None) -> dict[str, Any]:
@@ -88,7 +92,7 @@ class TaskView:
                 "started_at": iso(self.started_at), "finished_at": iso(self.finished_at),
                 "error_code": self.error_code, "error_message": self.error_message,
                 "duration_s": self.duration_s, "format": self.format, "voice": self.voice,
-                "cache_hit": self.cache_hit, "keep": self.keep, "owner": owner}
+                "cache_hit": self.cache_hit, "keep": self.keep, "owner": owner, "timings": self.timings}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> TaskView:
@@ -101,7 +105,7 @@ class TaskView:
                    started_at=when(record["started_at"]), finished_at=when(record["finished_at"]),
                    error_code=record["error_code"], error_message=record["error_message"],
                    duration_s=record["duration_s"], format=record["format"], voice=record["voice"],
-                   cache_hit=record["cache_hit"], keep=record["keep"])
+                   cache_hit=record["cache_hit"], keep=record["keep"], timings=record.get("timings"))
 
 
 def task_document(view: TaskView, base_url: str) -> dict[str, Any]:
@@ -120,6 +124,7 @@ def task_document(view: TaskView, base_url: str) -> dict[str, Any]:
         "cache_hit": view.cache_hit,
         "keep": view.keep,
     }
+    body["timings"] = view.timings or None
     if view.status is TaskStatus.DONE:
         body["audio_url"] = f"{status_url}/audio"
         body["duration_s"] = round(view.duration_s, 3) if view.duration_s is not None else None
@@ -228,6 +233,12 @@ class TaskService:
             if callback_url is not None:
                 self.callbacks.register(session, row.id, "task", callback_url, base_url,
                                         finished=hit is not None)
+        metrics.count(metrics.TASKS_SUBMITTED, pool=chosen_pool, lane=lane.value)
+        if hit is not None:
+            metrics.count(metrics.CACHE_HITS, where="submit")
+            metrics.count(metrics.TASKS_FINISHED, pool=chosen_pool, lane=lane.value)
+        else:
+            metrics.count(metrics.CACHE_MISSES)
         callback = {"state": "pending" if hit else "waiting", "attempts": 0, "last_status": None} \
             if callback_url is not None else None
         if hit is not None:
@@ -306,12 +317,28 @@ class TaskService:
             callback = self.callbacks.summary(session, task_id)
         return TaskView.of(row, duration, callback)
 
+    def recent(self, owner: str | None, limit: int) -> list[TaskView]:
+        """``owner``'s newest ``limit`` tasks (book sentences excepted), newest first; with auth off
+        (``owner`` None), the tasks submitted without a key."""
+        with self.db.read() as session:
+            rows = list(session.scalars(
+                select(TaskRow).where(TaskRow.owner.is_(None) if owner is None else TaskRow.owner == owner,
+                                      TaskRow.book_id.is_(None))
+                .order_by(TaskRow.created_at.desc()).limit(limit)))
+            keys = {row.cache_key for row in rows if row.status is TaskStatus.DONE}
+            durations: dict[str, float] = {}
+            if keys:
+                durations = {key: seconds for key, seconds in session.execute(
+                    select(CacheEntry.key, CacheEntry.duration_s).where(CacheEntry.key.in_(keys)))}
+        return [TaskView.of(row, durations.get(row.cache_key)) for row in rows]
+
     def cancel(self, task_id: str, owner: str | None = None) -> TaskView:
         """Cancel a queued task; running or finished tasks raise ``TaskNotCancellable``."""
         row = self.row(task_id, owner)
         if not self.rows.cancel(task_id):
             current = self.row(task_id).status.value
             raise TaskNotCancellable(f"task {task_id} is {current}; only queued tasks can be cancelled")
+        metrics.count(metrics.TASKS_CANCELLED, pool=row.pool, lane=lane_of(row.queue).value)
         if self.callbacks.due(task_id):
             self.send_callback(task_id)
         view = self._read(row.id)

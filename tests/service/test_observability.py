@@ -1,0 +1,237 @@
+"""Metrics, stage timings, lists and the web page on the real parts: gunicorn serving the API as
+``tts-queue up`` does, a real worker process (tiny voice), Redis and SQLite, the two processes
+sharing one ``PROMETHEUS_MULTIPROC_DIR`` as ``tts-queue up`` makes them.
+
+- ``/metrics``: counters move by exactly what was done, histograms have observations, and figures
+  only the API makes and figures only a worker makes are both there;
+- every metric the alert rules and the dashboard name is exported (``deploy/``);
+- ``GET /v1/tasks/<id>`` has ``timings``; ``GET /v1/tasks`` and ``/v1/books`` list newest first;
+- headless Chromium loads ``/``, submits a sentence and the page's player holds playable audio.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import ROOT, WorkerProcess, flush_queues, service_settings, start_api, wait_until
+from workers.factory import make_celery
+
+pytestmark = pytest.mark.integration
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = next((path for path in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
+                 if path), None)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
+            voices_dir: Path) -> Iterator[dict[str, Any]]:
+    data_dir = tmp_path_factory.mktemp("observe")
+    flush_queues(redis_url)
+    shared = data_dir / "metrics"
+    shared.mkdir()
+    settings = service_settings(data_dir, redis_url, voices_dir)
+    worker = WorkerProcess(settings, f"observe-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log",
+                           PROMETHEUS_MULTIPROC_DIR=str(shared))
+    worker.wait_ready(make_celery(settings))
+    server, url = start_api(settings, data_dir / "api.log", PROMETHEUS_MULTIPROC_DIR=str(shared))
+    yield {"url": url, "data_dir": data_dir}
+    server.terminate()
+    server.wait(timeout=30)
+    worker.stop()
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of ``/metrics``: (name, labels) -> value."""
+    response = requests.get(f"{url}/metrics", timeout=10)
+    assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def total(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(value for (sample, have), value in samples.items() if sample == name and wanted <= have)
+
+
+def finish(url: str, task: dict[str, Any]) -> dict[str, Any]:
+    while task["status"] in ("queued", "running"):
+        task = requests.get(f"{url}/v1/tasks/{task['task_id']}?wait=10", timeout=20).json()
+    return task
+
+
+def submit(url: str, text: str) -> requests.Response:
+    return requests.post(f"{url}/v1/tts", json={"text": text, "format": "wav"}, timeout=20)
+
+
+def test_metrics_move_by_exactly_what_was_done_in_api_and_worker(service: dict[str, Any]) -> None:
+    url = service["url"]
+    # Given the figures before
+    before = scrape(url)
+    # When three new texts are synthesized, one of them is asked for again (a hit at submission)
+    # and an empty text is refused (400)
+    tag = uuid.uuid4().hex[:8]
+    texts = [f"Metrics sentence {n} of run {tag}." for n in range(3)]
+    accepted = [submit(url, text) for text in texts]
+    assert [r.status_code for r in accepted] == [202, 202, 202]
+    done = [finish(url, r.json()) for r in accepted]
+    assert [t["status"] for t in done] == ["done"] * 3
+    repeat = submit(url, texts[0])
+    assert repeat.status_code == 200 and repeat.json()["cache_hit"] is True
+    assert submit(url, "").status_code == 400
+    def settled() -> bool:  # the state gauges are read at most every 5 s
+        now = scrape(url)
+        return total(now, "tts_cache_entries") >= 3 and total(now, "tts_tasks_finished_total") >= 4
+    wait_until(settled, timeout=15, interval=0.5)
+    after = scrape(url)
+
+    def moved(name: str, **labels: str) -> float:
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    # Then the API's counters moved by exactly that
+    interactive = {"pool": "cpu", "lane": "interactive"}
+    assert moved("tts_tasks_submitted_total", **interactive) == 4
+    assert moved("tts_cache_misses_total") == 3
+    assert moved("tts_cache_hits_total", where="submit") == 1
+    assert moved("tts_http_requests_total", route="/v1/tts", method="POST", status="202") == 3
+    assert moved("tts_http_requests_total", route="/v1/tts", method="POST", status="200") == 1
+    assert moved("tts_http_requests_total", route="/v1/tts", method="POST", status="400") == 1
+    # And the worker's: three finished there (plus the hit), nothing failed, three sentences
+    assert moved("tts_tasks_finished_total", **interactive) == 4
+    assert moved("tts_tasks_failed_total") == 0
+    assert moved("tts_sentences_synthesized_total") == 3
+    assert moved("tts_audio_seconds_total") == pytest.approx(sum(t["duration_s"] for t in done), abs=0.01)
+    # And histograms have observations of each stage the worker timed, and of the batches
+    for stage in ("queue", "text", "inference", "encode", "store", "total"):
+        assert moved("tts_stage_seconds_count", stage=stage) == 3, stage
+    assert moved("tts_batch_size_count") >= 1 and moved("tts_batch_padded_fraction_count") >= 1
+    assert moved("tts_http_request_duration_seconds_count", route="/v1/tts") == 5
+    # And the state gauges read the shared state: a live cpu worker, nothing queued
+    assert total(after, "tts_live_workers", pool="cpu") >= 1
+    assert total(after, "tts_cache_entries") >= 3 and total(after, "tts_cache_bytes") > 0
+    assert ("tts_state_read_errors", frozenset()) in after and total(after, "tts_state_read_errors") == 0
+
+
+def test_a_task_says_where_its_time_went(service: dict[str, Any]) -> None:
+    url = service["url"]
+    task = finish(url, submit(url, f"Timings for {uuid.uuid4().hex[:8]}.").json())
+    timings = task["timings"]
+    assert set(timings) == {"queue_ms", "text_ms", "inference_ms", "encode_ms", "store_ms", "total_ms"}
+    assert all(value is not None and value >= 0 for value in timings.values()), timings
+    assert timings["total_ms"] >= timings["queue_ms"] + timings["inference_ms"] - 1
+    # A hit at submission ran no stage: no timings, and the same keys in the contract
+    hit = submit(url, f"Timings for {task['task_id']}.")
+    hit = finish(url, hit.json())
+    again = submit(url, f"Timings for {task['task_id']}.").json()
+    assert again["cache_hit"] is True and again["timings"] is None and hit["timings"] is not None
+
+
+def test_lists_show_the_callers_newest_first_and_refuse_bad_limits(service: dict[str, Any]) -> None:
+    url = service["url"]
+    ids = [submit(url, f"Listed {n} {uuid.uuid4().hex[:6]}.").json()["task_id"] for n in range(3)]
+    listed = requests.get(f"{url}/v1/tasks?limit=2", timeout=10)
+    assert listed.status_code == 200
+    assert [t["task_id"] for t in listed.json()["tasks"]] == ids[::-1][:2]
+    for bad in ("0", "101", "x", "-1", "1e3"):
+        response = requests.get(f"{url}/v1/tasks?limit={bad}", timeout=10)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request", bad
+    book = requests.post(f"{url}/v1/books", json={"text": "Chapter one. It begins here.", "title": "Listed"},
+                         timeout=10)
+    assert book.status_code == 202
+    books = requests.get(f"{url}/v1/books?limit=1", timeout=10).json()["books"]
+    assert [b["book_id"] for b in books] == [book.json()["book_id"]] and books[0]["title"]
+
+
+def test_the_alert_rules_and_the_dashboard_name_only_exported_metrics(service: dict[str, Any]) -> None:
+    url = service["url"]
+    finish(url, submit(url, f"Dashboard {uuid.uuid4().hex[:8]}.").json())
+    exported = {name for name, _ in scrape(url)}
+    # counters and histograms that have not moved yet still have their families' names in the text
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    exported |= {name for name, _ in re.findall(r"^# TYPE (\S+) (\w+)", text, re.MULTILINE)}
+    named = referenced_metrics()
+    assert named, "no metric found in deploy/"
+    missing = sorted(name for name in named if not exported_as(name, exported))
+    assert missing == [], f"deploy/ names metrics /metrics does not export: {missing}"
+
+
+def referenced_metrics() -> set[str]:
+    """Every ``tts_*`` metric named by the alert rules and the dashboard."""
+    import yaml
+
+    rules = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
+    expressions = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    dashboard = json.loads((ROOT / "deploy/grafana/dashboards/tts-queue.json").read_text())
+    expressions += [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    return {name for expr in expressions for name in re.findall(r"\btts_[a-z_]+", expr)}
+
+
+def exported_as(name: str, exported: set[str]) -> bool:
+    """``name`` as PromQL uses it (``_bucket``, ``_count``, ``_sum``, ``_total`` of a family) is exported."""
+    if name in exported:
+        return True
+    for suffix in ("_bucket", "_count", "_sum", "_total"):
+        if name.endswith(suffix) and name[: -len(suffix)] in exported:
+            return True
+    return False
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (apt-get install chromium; .ci/run does)")
+def test_the_web_page_submits_a_sentence_and_plays_it(service: dict[str, Any]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url = service["url"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--autoplay-policy=no-user-gesture-required", "--no-sandbox"])
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(url + "/")
+            # Given the page, with the voices and formats of this deployment
+            assert page.get_by_label("Voice", exact=True).input_value() == "tiny"
+            # When a sentence is typed and submitted with the keyboard
+            page.get_by_label("Text", exact=True).fill(f"The page speaks {uuid.uuid4().hex[:6]}.")
+            page.get_by_label("Format", exact=True).select_option("wav")
+            page.get_by_role("button", name="Speak").focus()
+            page.keyboard.press("Enter")
+            # Then the status says done and the player holds audio that plays
+            page.wait_for_selector("#result:not([hidden])", timeout=30_000)
+            assert "Done" in page.locator("#speak-status").inner_text()
+            page.wait_for_function("document.getElementById('player').readyState >= 1", timeout=15_000)
+            duration = page.evaluate("document.getElementById('player').duration")
+            assert duration > 0
+            played = page.evaluate("""async () => {
+                const player = document.getElementById('player');
+                await player.play();
+                await new Promise((resolve) => setTimeout(resolve, 300));
+                return {time: player.currentTime, paused: player.paused, ended: player.ended,
+                        error: player.error};
+            }""")
+            # (the tiny voice's audio is shorter than the wait: it has played to its end)
+            assert played["error"] is None and played["time"] > 0, played
+            assert played["ended"] or not played["paused"], played
+            assert page.locator("#download").get_attribute("download").endswith(".wav")
+            # And the recent list shows the task
+            page.get_by_role("button", name="Refresh").click()
+            page.wait_for_function("document.querySelectorAll('#recent-tasks li').length > 0", timeout=10_000)
+            page.screenshot(path=str(ARTIFACTS / "web-page.png"), full_page=True)
+            assert errors == []
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "web-page.png").stat().st_size > 0

@@ -1,0 +1,207 @@
+"""Prometheus metrics: every metric the service exports is declared here, once (README table).
+
+Counters and histograms are prometheus-client objects that the process which sees an event moves:
+the API counts requests, submissions and cancellations; workers count finished and failed tasks,
+batches, stages, sentences, sweeps and cleanups. Processes on one host share them through
+prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, which ``tts-queue up`` sets
+and empties at start), so the API's ``/metrics`` shows the workers' figures too; a worker on
+another host serves its own on ``TTS_METRICS_PORT``. Figures that are state rather than events
+(queue depth, cache bytes, books by status, live workers) are read when scraped by ``StateCollector``
+from the database and Redis, at most once per ``STATE_TTL_S``.
+
+``TTS_METRICS=off`` turns every ``count``/``observe`` here into a no-op and ``/metrics`` into a 404.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import REGISTRY, Collector
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+STATE_TTL_S = 5.0  # a scrape reads the database and Redis at most this often, however often it is asked
+
+_enabled = True
+
+
+def configure(enabled: bool) -> None:
+    """Count (the default) or not (``TTS_METRICS=off``) in this process; counting, every labelled
+    series that alerts and dashboards read starts at 0, so it is exported before its first event."""
+    global _enabled
+    _enabled = enabled
+    if enabled:
+        _zero_series()
+
+
+def enabled() -> bool:
+    """Whether this process counts."""
+    return _enabled
+
+
+# Latency buckets from 5 ms to 10 minutes: a cache hit to a long text behind a book.
+SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0, 600.0)
+STAGES = ("queue", "text", "inference", "encode", "store", "total", "book_ingest", "chapter_assembly")
+
+HTTP_REQUESTS = Counter("tts_http_requests", "HTTP requests answered, by route template, method and status",
+                        ["route", "method", "status"])
+HTTP_SECONDS = Histogram("tts_http_request_duration_seconds", "Time to answer a request (streamed bodies: "
+                         "until the answer started)", ["route"], buckets=SECONDS)
+TASKS_SUBMITTED = Counter("tts_tasks_submitted", "Tasks accepted (book sentences when their book is read)",
+                          ["pool", "lane"])
+TASKS_FINISHED = Counter("tts_tasks_finished", "Tasks done (audio stored, or found in the cache)",
+                         ["pool", "lane"])
+TASKS_FAILED = Counter("tts_tasks_failed", "Tasks failed, by error code", ["pool", "lane", "code"])
+TASKS_CANCELLED = Counter("tts_tasks_cancelled", "Tasks cancelled while queued (one by one or with a book)",
+                          ["pool", "lane"])
+CACHE_HITS = Counter("tts_cache_hits", "Requests answered from stored audio: at submission, or by a worker "
+                     "that found an identical request's audio", ["where"])
+CACHE_MISSES = Counter("tts_cache_misses", "Submissions that needed synthesis")
+BATCH_SIZE = Histogram("tts_batch_size", "Sentences per model call",
+                       buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
+BATCH_PADDED = Histogram("tts_batch_padded_fraction", "Share of a batch's input that was padding",
+                         buckets=(0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0))
+STAGE_SECONDS = Histogram("tts_stage_seconds", "Time spent per stage: queue wait, text processing, "
+                          "inference (with batching), encoding, storage, end to end; book ingestion and "
+                          "chapter assembly",
+                          ["stage"], buckets=SECONDS)
+SENTENCES = Counter("tts_sentences_synthesized", "Sentences the model synthesized")
+AUDIO_SECONDS = Counter("tts_audio_seconds", "Seconds of audio produced by synthesis (cache hits excluded)")
+SWEEPS = Counter("tts_recovery_sweeps", "Recovery sweeps run")
+RESENT = Counter("tts_recovery_resent", "Tasks the recovery sweeps sent to the broker again")
+CLEANUPS = Counter("tts_cleanup_runs", "Cleanup runs")
+CLEANUP_REMOVED = Counter("tts_cleanup_removed", "What cleanups removed, by kind (audio entries, audio "
+                          "bytes, task rows, books)", ["kind"])
+WEBHOOKS = Counter("tts_webhook_deliveries", "Callback delivery attempts, by outcome", ["outcome"])
+
+
+def count(counter: Counter, amount: float = 1.0, **labels: str) -> None:
+    """Add ``amount`` to ``counter`` (with ``labels``) unless metrics are off; never raises."""
+    if not _enabled or amount <= 0:
+        return
+    try:
+        (counter.labels(**labels) if labels else counter).inc(amount)
+    except Exception:  # noqa: BLE001 - a metric never fails the work it describes
+        pass
+
+
+def observe(histogram: Histogram, value: float, **labels: str) -> None:
+    """Record ``value`` in ``histogram`` unless metrics are off; never raises."""
+    if not _enabled:
+        return
+    try:
+        (histogram.labels(**labels) if labels else histogram).observe(value)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def stage(name: str, seconds: float | None) -> None:
+    """Record one stage's time (``STAGES``)."""
+    if seconds is not None and seconds >= 0:
+        observe(STAGE_SECONDS, seconds, stage=name)
+
+
+# name -> (help, label names, [(label values, value)])
+State = dict[str, tuple[str, list[str], list[tuple[tuple[str, ...], float]]]]
+
+
+class StateCollector(Collector):
+    """Gauges read at scrape time from shared state; ``read`` returns ``{name: (help, labels, rows)}``
+    with rows of ``(label values, value)``. Cached for ``STATE_TTL_S``; a failed read is logged in
+    ``tts_state_read_errors`` rather than failing the scrape."""
+
+    def __init__(self, read: Callable[[], State], clock: Callable[[], float] = time.monotonic) -> None:
+        self.read = read
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._at = -1e18
+        self._state: State = {}
+        self._errors = 0
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if self.clock() - self._at >= STATE_TTL_S:
+                try:
+                    self._state = self.read()
+                except Exception:  # noqa: BLE001 - the database or Redis is down: say so, keep serving
+                    self._errors += 1
+                    self._state = {}
+                self._at = self.clock()
+            state, errors = dict(self._state), self._errors
+        for name, (help_text, labels, rows) in state.items():
+            family = GaugeMetricFamily(name, help_text, labels=labels)
+            for values, value in rows:
+                family.add_metric(list(values), value)
+            yield family
+        errors_family = GaugeMetricFamily("tts_state_read_errors",
+                                          "Scrapes whose database or Redis read failed")
+        errors_family.add_metric([], errors)
+        yield errors_family
+
+
+def registry(extra: Iterable[Collector] = ()) -> CollectorRegistry:
+    """The registry to expose: every process on this host (multiprocess mode), else this one's."""
+    if os.environ.get(MULTIPROC_ENV):
+        chosen = CollectorRegistry()
+        MultiProcessCollector(chosen)  # type: ignore[no-untyped-call]
+    else:
+        chosen = CollectorRegistry()
+        chosen.register(_Forward(REGISTRY))
+    for collector in extra:
+        chosen.register(collector)
+    return chosen
+
+
+class _Forward(Collector):
+    """This process's default registry, inside another registry."""
+
+    def __init__(self, source: CollectorRegistry) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.source.collect()
+
+
+def exposition(chosen: CollectorRegistry) -> bytes:
+    """The text format of everything in ``chosen``."""
+    return generate_latest(chosen)
+
+
+def serve(port: int, extra: Iterable[Collector] = ()) -> Any:
+    """Serve ``/metrics`` on ``port`` from a background thread (a worker on its own host)."""
+    from prometheus_client import start_http_server
+
+    return start_http_server(port, registry=registry(extra))
+
+
+# Failure codes a failed task most often carries, given a 0 series up front (others appear when
+# they first happen); the lanes and pools are every one there is.
+COMMON_FAILURES = ("synthesis_failed", "too_many_attempts", "internal_error")
+LANES = ("interactive", "bulk")
+POOL_NAMES = ("cpu", "gpu")
+WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "refused", "not_due")
+REMOVED_KINDS = ("audio_entries", "audio_bytes", "task_rows", "books")
+
+
+def _zero_series() -> None:
+    for pool in POOL_NAMES:
+        for lane in LANES:
+            for counter in (TASKS_SUBMITTED, TASKS_FINISHED, TASKS_CANCELLED):
+                counter.labels(pool=pool, lane=lane)
+            for code in COMMON_FAILURES:
+                TASKS_FAILED.labels(pool=pool, lane=lane, code=code)
+    for outcome in WEBHOOK_OUTCOMES:
+        WEBHOOKS.labels(outcome=outcome)
+    for kind in REMOVED_KINDS:
+        CLEANUP_REMOVED.labels(kind=kind)
+    for where in ("submit", "worker"):
+        CACHE_HITS.labels(where=where)
+    for name in STAGES:
+        STAGE_SECONDS.labels(stage=name)
