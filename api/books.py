@@ -34,7 +34,7 @@ from tts_queue.synthesis.encoder import audio_format
 from tts_queue.tables import ChapterRow
 
 bp = Blueprint("books", __name__)
-OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep")
+OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")
 _UNSAFE = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')
 
 

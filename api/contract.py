@@ -48,6 +48,11 @@ class SpeechRequest(_Body):
                                 "TTS_MIN_SPEED and TTS_MAX_SPEED).")
     noise_scale: float | None = Field(None, ge=0.0, le=2.0, description="Piper's variation (0: none).")
     noise_w: float | None = Field(None, ge=0.0, le=2.0, description="Piper's duration variation.")
+    normalize: bool = Field(True, description="Read numbers, dates, times, money, units, abbreviations "
+                            "and symbols as words (false: the text is already in spoken form).")
+    text_type: Literal["text", "ssml"] | None = Field(None, description="ssml: the text is the SSML "
+                                                      "subset (README); text starting <speak> is SSML "
+                                                      "when absent.")
     pool: Pool | None = Field(None, description="The worker pool (routing per voice when absent).")
     keep: bool = Field(False, description="Never evict the audio by age or pressure until released.")
     callback_url: str | None = Field(None, max_length=2048, description="POST the task's JSON here when it "
@@ -68,6 +73,7 @@ class BookRequest(_Body):
     speed: float | None = Field(None, ge=0.25, le=4.0)
     format: BookFormat | None = Field(None, description="Chapter audio format (TTS_BOOK_FORMAT).")
     chapters: str | None = Field(None, max_length=1000, description="A range such as 2-5 or 1,3,7-9.")
+    normalize: bool = Field(True, description="Read numbers, abbreviations and symbols as words.")
     pool: Pool | None = None
     keep: bool = False
     callback_url: str | None = Field(None, max_length=2048, description="POST the book's JSON here when it "

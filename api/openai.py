@@ -54,6 +54,8 @@ class OpenAISpeechRequest(contract._Body):
     stream_format: Literal["audio"] = Field("audio", description="Only raw audio (sse is not offered).")
     callback_url: str | None = Field(None, max_length=2048, description="This service's extension: POST the "
                                      "task's JSON here when it finishes.")
+    normalize: bool = Field(True, description="This service's extension: read numbers, abbreviations and "
+                            "symbols as words (false: the input is already in spoken form).")
 
 
 class OpenAIErrorDetail(BaseModel):
@@ -165,7 +167,8 @@ def speech() -> Response:
     check_model(speech.model)
     voice = voice_for(speech.voice, speech.model)
     check_quota()
-    payload: dict[str, Any] = {"text": speech.input, "format": speech.response_format, "speed": speech.speed}
+    payload: dict[str, Any] = {"text": speech.input, "format": speech.response_format, "speed": speech.speed,
+                               "normalize": speech.normalize}
     if voice is not None:
         payload["voice"] = voice
     svc = services()

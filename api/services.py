@@ -25,6 +25,7 @@ from tts_queue.settings import Settings
 from tts_queue.storage import open_storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
+from tts_queue.synthesis.frontend import load_lexicon
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.tasks.doctor import HealthWarning, redacted, redis_warnings, schema_warnings
 from tts_queue.tasks.heartbeat import WorkerInfo
@@ -77,6 +78,7 @@ class Services:
             from api.celery_queue import CeleryQueue
 
             dispatcher = probe = CeleryQueue(settings)
+        load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the API at start
         db = Database(settings.database_url)
         registry = VoiceRegistry.from_settings(settings)
         storage = open_storage(settings.storage_url)

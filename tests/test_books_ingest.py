@@ -264,3 +264,33 @@ def test_more_task_ids_than_one_statement_can_bind_are_marked_sent(tmp_path: Pat
     with db.read() as session:
         assert session.scalar(select(func.count()).select_from(TaskRow).where(
             TaskRow.dispatched_at.is_not(None))) == 40_000
+
+
+@pytest.mark.parametrize("form", [False, True])
+def test_the_normalize_option_reaches_every_sentence_task(world: dict[str, Any], form: bool) -> None:
+    # Given the same Markdown book with normalization on (default) and off, as JSON or as a form
+    text = "# One\n\nMr. Holmes paid $5 on Tue., Feb. 2nd. Say [tomato](/təmˈɑːtoʊ/) now."
+    scripts = []
+    for normalize in (None, False):
+        if form:
+            data = {"file": (io.BytesIO(text.encode()), "book.md")}
+            if normalize is not None:
+                data["normalize"] = "false"
+            response = world["client"].post("/v1/books", data=data, content_type="multipart/form-data")
+            assert response.status_code == 202, response.get_json()
+            book_id = str(response.get_json()["book_id"])
+        else:
+            book_id = accept(world, text=text, input_format="markdown",
+                             **({} if normalize is None else {"normalize": normalize}))
+        # When the worker ingests it
+        assert world["ingester"].run(book_id) is BookStatus.QUEUED
+        with world["services"].db.read() as session:
+            rows = session.scalars(select(TaskRow).where(TaskRow.book_id == book_id)).all()
+            scripts.append(sorted(tuple(map(tuple, r.request["script"])) for r in rows))
+    # Then the sentence tasks say the normalized words, or the text as written; the inline
+    # override is IPA either way (it is pronunciation, not normalization)
+    on, off = scripts
+    assert (("text", "Mister Holmes paid five dollars on Tuesday, February second."),) in on
+    assert (("text", "Mr. Holmes paid $5 on Tue., Feb. 2nd."),) in off
+    for sentences in (on, off):
+        assert any(("ipa", "təmˈɑːtoʊ") in script for script in sentences)

@@ -63,6 +63,8 @@ def test_a_demanded_provider_that_is_missing_fails_loudly(
 @pytest.mark.parametrize(("argv", "env", "message"), [
     (["say", "   ", "-o", "x.wav"], {}, "empty_text"),
     (["say", "hi", "--voice", "nobody", "-o", "x.wav"], {}, "unknown_voice"),
+    (["say", "<speak><audio/></speak>", "-o", "x.wav"], {}, "unsupported_ssml"),
+    (["say", "Hello <b>", "--ssml", "-o", "x.wav"], {}, "invalid_ssml"),
     (["worker"], {"TTS_REDIS_URL": "redis://127.0.0.1:6379/15"}, "config_error"),
     (["status", "00000000-0000-0000-0000-000000000000", "--api", "http://127.0.0.1:9"], {},
      "service_unavailable"),

@@ -23,6 +23,7 @@ from tts_queue.errors import (
     UnsupportedFormat,
 )
 from tts_queue.settings import Settings
+from tts_queue.synthesis.normalize import VERSION as NORMALIZER_VERSION
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
 
@@ -53,6 +54,7 @@ def test_minimal_request_gets_the_defaults(registry: VoiceRegistry, settings: Se
     assert request == SynthesisRequest(
         text="Hello world", voice="tiny", speaker=None, format="wav", speed=1.0,
         noise_scale=None, noise_w=None, sentence_silence_ms=150,
+        script=(("text", "Hello world"),), normalizer=NORMALIZER_VERSION,
     )
 
 
@@ -135,7 +137,8 @@ def test_bad_fields_are_rejected_with_a_precise_error(
 def test_to_dict_and_from_dict_round_trip() -> None:
     # Given a request
     request = SynthesisRequest(text="Hi", voice="multi", speaker=2, format="ogg", speed=1.5,
-                               noise_scale=0.1, noise_w=0.2, sentence_silence_ms=50)
+                               noise_scale=0.1, noise_w=0.2, sentence_silence_ms=50,
+                               script=(("text", "Hi"), ("ipa", "haɪ"), ("break", "300")), normalizer=1)
     # When it crosses a process boundary as a dict (with an extra key from a newer sender)
     data = request.to_dict() | {"added_later": True}
     # Then it comes back equal
@@ -155,6 +158,8 @@ CHANGES: dict[str, Any] = {
     "noise_w": 0.5,
     "sentence_silence_ms": 300,
     "max_sentence_phonemes": 120,
+    "script": (("text", "Hello world"), ("ipa", "wɜːld")),
+    "normalizer": NORMALIZER_VERSION + 1,
 }
 
 

@@ -80,6 +80,18 @@ class NothingToSpeak(InvalidText):
     code = "nothing_to_speak"
 
 
+class InvalidSSML(InvalidText):
+    """SSML text that is not well-formed XML (the message says where) or misuses an element."""
+
+    code = "invalid_ssml"
+
+
+class UnsupportedSSML(InvalidText):
+    """SSML with an element or attribute outside the supported subset (the message names it)."""
+
+    code = "unsupported_ssml"
+
+
 class UnsupportedFormat(InvalidRequest):
     """The requested audio format is not one the service writes."""
 

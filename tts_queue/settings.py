@@ -91,6 +91,10 @@ class RequestSettings:
     default_format: str = setting("wav", "format when a request names none", choices=REQUEST_FORMATS)
     min_speed: float = setting(0.25, "slowest accepted `speed`")
     max_speed: float = setting(4.0, "fastest accepted `speed`")
+    lexicon: Path | None = setting(None, "pronunciation overrides: a UTF-8 file of `word<TAB>/ipa/` or "
+                                   "`word<TAB>respelling` lines (README, Pronunciation)", shown="none")
+    date_order: str = setting("mdy", "how numeric dates such as 07/04/2025 are read: `mdy` (US: July "
+                              "fourth) or `dmy` (April seventh)", choices=("mdy", "dmy"))
 
 
 @dataclass(frozen=True)

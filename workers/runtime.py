@@ -18,6 +18,7 @@ from tts_queue.storage import open_storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.engine import BatchEngine
+from tts_queue.synthesis.frontend import load_lexicon
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.synthesis.voice import read_config
@@ -90,6 +91,7 @@ class WorkerRuntime:
         db = Database(settings.database_url)
         storage = open_storage(settings.storage_url)
         cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
+        load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the worker at start
         registry = VoiceRegistry.from_settings(settings)
         engine = BatchEngine(registry, settings.pool(settings.worker.pool)).start()
         synthesizer = Synthesizer(registry, engine)

@@ -51,6 +51,7 @@ from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.synthesis.audio import Audio
 from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer, write_m4b
+from tts_queue.synthesis.frontend import written
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
 
 log = logging.getLogger(__name__)
@@ -284,11 +285,12 @@ class ChapterAssembler:
                         if feed is not None:
                             feed.put(Audio(block, rate))
                 alignment = self.cache.store.alignment(path) if marks is not None else None
-                starts = word_starts_of(alignment, line.text, marks)
-                captions.write(cues.add(line.text, placed.offsets, starts))
+                shown = written(line.text)  # "[tomato](/təˈmɑːtoʊ/)" shows as "tomato"
+                starts = word_starts_of(alignment, shown, marks)
+                captions.write(cues.add(shown, placed.offsets, starts))
                 start, end = placed.offsets
                 entries.write((", " if n else "") + json.dumps(
-                    {"text": line.text, "start_s": start / rate, "end_s": end / rate,
+                    {"text": shown, "start_s": start / rate, "end_s": end / rate,
                      "cache_key": line.cache_key}, ensure_ascii=False))
             captions.write(cues.finish(layout.position))
         return layout.position

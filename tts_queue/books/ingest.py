@@ -153,7 +153,8 @@ class Ingester:
 
     def _write_sentences(self, row: BookRow, chapters: list[Chapter]) -> dict[int, tuple[int, int, float]]:
         """Task and sentence rows, a batch per transaction; per chapter (sentences, done, seconds)."""
-        payload: dict[str, Any] = {k: v for k, v in row.options.items() if k in ("voice", "speaker", "speed")}
+        payload: dict[str, Any] = {k: v for k, v in row.options.items()
+                                   if k in ("voice", "speaker", "speed", "normalize")}
         limit = self.settings.books.max_sentences
         room = self._quota_room(row.owner)
         queue = self.books.queue(row.pool)

@@ -1,9 +1,10 @@
 """Markdown to spoken blocks: headings with their levels and paragraphs, markup stripped.
 
 Not a full CommonMark renderer: enough to read prose aloud. Emphasis, inline code and inline HTML
-keep their text, links keep their link text, images, footnote references, code fences, reference
-definitions, HTML comments and YAML front matter are dropped; each list item, table row and
-blockquote paragraph is a paragraph of its own.
+keep their text, links keep their link text (a link whose target is ``/.../`` is a pronunciation
+override, ``[word](/ipa/)``, kept whole for the text frontend), images, footnote references,
+code fences, reference definitions, HTML comments and YAML front matter are dropped; each list
+item, table row and blockquote paragraph is a paragraph of its own.
 
 Every rule is linear in its input, whatever the input: a construct is found by scanning for its
 opening and then for its closing with ``str.find`` (or by matching one line with a regex that
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tts_queue.books.chapter import TextBudget, normalize_text
+from tts_queue.synthesis.frontend import INLINE
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,13 @@ def strip_inline(text: str) -> str:
         escaped.append(match.group(1))
         return f"\ue000{len(escaped) - 1}\ue001"
 
-    text = _ESCAPE.sub(hide, text.replace("\ue000", "").replace("\ue001", ""))
+    def keep(match: re.Match[str]) -> str:
+        """A pronunciation override, [word](/ipa/), kept whole for the frontend."""
+        escaped.append(match.group(0))
+        return f"\ue000{len(escaped) - 1}\ue001"
+
+    text = INLINE.sub(keep, text.replace("\ue000", "").replace("\ue001", ""))
+    text = _ESCAPE.sub(hide, text)
     text, removed = _bracketed(text, _IMAGE, nonempty=False, target=True, keep=False)
     text, count = _bracketed(text, _FOOTNOTE_REF, nonempty=True, target=False, keep=False)
     removed += count

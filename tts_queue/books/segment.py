@@ -20,6 +20,7 @@ from typing import Literal
 
 from tts_queue.books.chapter import Chapter, normalize_text
 from tts_queue.errors import InvalidRequest
+from tts_queue.synthesis.rules import ABBREVIATIONS, BEFORE_NUMBER, MAY_END, MONTHS, WEEKDAYS
 
 PauseKind = Literal["sentence", "paragraph", "heading"]
 DEFAULT_MAX_CHARS = 300
@@ -29,6 +30,22 @@ FALLBACK_CHARS = 250  # a piece of text without a safe sentence end in PIECE_CHA
 _SAFE_BREAK = re.compile(r"(?:(?<=[a-z]{4}[.!?])|(?<=[a-z]{4}[.!?][\"”’)]))\s+(?=[\"“‘(]?[A-Z])")
 _WEAK_BREAK = re.compile("[.!?…][\"”’)]*\\s")
 _QUOTES = re.compile("[\"“”«»„]")
+# Abbreviations whose period never ends a sentence ("Tue., Feb. 2nd", "2 tsp. salt", "Mr."): their
+# period is hidden from pysbd (same length, so spans still index the text) and put back after.
+_DATES = {k for k, v in ABBREVIATIONS.items() if v in (*MONTHS, *WEEKDAYS)}
+_TITLES = {k for k in ABBREVIATIONS if k not in MAY_END and k not in _DATES}
+
+
+def _alternatives(keys: Iterable[str]) -> str:
+    return "|".join(re.escape(k[:-1]) for k in sorted(keys, key=len, reverse=True))
+
+
+_ABBREVIATIONS = (  # each: the abbreviation, its period, what must follow
+    re.compile(rf"(?<![\w.])(?:{_alternatives(_TITLES)})(\.)(?=\s|,)"),
+    re.compile(rf"(?<![\w.])(?:{_alternatives(_DATES)})(\.)(?=,|\s+[\d(a-z]|\s+(?:{_alternatives(_DATES)})\.)"),
+    re.compile(rf"(?<![\w.])(?:{_alternatives(BEFORE_NUMBER)})(\.)(?=\s+\d)"),
+)
+_HIDDEN_PERIOD = "\ue000"
 _CLOSING = "”’\"')]}».,;:!?…"
 _OPENING = "“„«\""
 # Cut points by preference: after ; or :, after a comma, after a dash, at a space.
@@ -62,7 +79,8 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
         return []
     sentences: list[list[str]] = []  # each as its parts, joined once at the end (linear)
     segmenter = pysbd.Segmenter(language="en", clean=False)
-    for raw in (raw for piece in _pieces(text) for raw in segmenter.segment(piece)):
+    for hidden in (raw for piece in _pieces(text) for raw in segmenter.segment(_hide_periods(piece))):
+        raw = hidden.replace(_HIDDEN_PERIOD, ".")
         for sentence in _inside_quotes(normalize_text(raw)):
             if sentences and not any(ch.isalnum() for ch in sentence):
                 glue = "" if sentence[0] in _CLOSING else " "  # a stray closing quote
@@ -70,6 +88,13 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
             elif sentence:
                 sentences.append([sentence])
     return [piece for parts in sentences for piece in split_long("".join(parts), max_chars)]
+
+
+def _hide_periods(text: str) -> str:
+    """``text`` with the period of each never-ending abbreviation replaced by a private character."""
+    for pattern in _ABBREVIATIONS:
+        text = pattern.sub(lambda m: m.group(0)[:-1] + _HIDDEN_PERIOD, text)
+    return text
 
 
 def _pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
@@ -110,7 +135,7 @@ def _inside_quotes(sentence: str) -> list[str]:
 
     if not _QUOTES.search(sentence):
         return [sentence]
-    hidden = _QUOTES.sub(" ", sentence)  # same length, so spans index the original text
+    hidden = _hide_periods(_QUOTES.sub(" ", sentence))  # same length: spans index the original text
     spans = pysbd.Segmenter(language="en", clean=False, char_span=True).segment(hidden)
     pieces: list[str] = []
     previous = 0

@@ -60,7 +60,7 @@ from tts_queue.tasks.service import TaskService
 
 log = logging.getLogger(__name__)
 
-OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep")
+OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")
 # Sentences are cached as WAV: lossless for stitching, and shared with interactive WAV requests.
 SENTENCE_FORMAT = "wav"
 MAX_TITLE_CHARS = 512  # the column's width, on every database
@@ -133,13 +133,14 @@ def book_options(raw: Mapping[str, Any], default_format: str = "mp3") -> dict[st
             options["speed"] = float(options["speed"])
         except (TypeError, ValueError, OverflowError):
             raise InvalidRequest("speed must be a number") from None
-    if "keep" in options:
-        keep = options["keep"]
-        if isinstance(keep, str):
-            keep = keep.lower() in ("1", "true", "yes", "on")
-        elif not isinstance(keep, bool):
-            raise InvalidRequest("keep must be true or false")
-        options["keep"] = keep
+    for flag in ("keep", "normalize"):
+        if flag in options:
+            value = options[flag]
+            if isinstance(value, str):
+                value = value.lower() in ("1", "true", "yes", "on")
+            elif not isinstance(value, bool):
+                raise InvalidRequest(f"{flag} must be true or false")
+            options[flag] = value
     if "pool" in options and options["pool"] not in POOLS:
         raise InvalidRequest(f"pool must be one of {', '.join(POOLS)}")
     if "chapters" in options:
@@ -207,7 +208,8 @@ class BookService:
         fmt = upload_format(upload)
         if pattern is not None and fmt != "epub":
             compile_pattern(pattern)  # RE2: refused here if it does not compile
-        voice: dict[str, Any] = {k: options[k] for k in ("voice", "speaker", "speed") if k in options}
+        voice: dict[str, Any] = {k: options[k] for k in ("voice", "speaker", "speed", "normalize")
+                                 if k in options}
         probe = build_request({**voice, "text": "Probe.", "format": SENTENCE_FORMAT}, self.tasks.registry,
                               self.settings)
         pool = self.tasks.pool_for(probe, options.get("pool"))

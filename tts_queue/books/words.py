@@ -4,12 +4,16 @@ Piper ids are BOS, PAD, then each phoneme followed by PAD, then EOS; the alignme
 samples each id covers. espeak separates words with a ' ' phoneme, so spoken words are the runs
 of phoneme ids between spaces. espeak joins some short words ("of the" -> "ʌvðə") and reads
 numbers as several words, so when the counts differ the two lists are aligned by a small dynamic
-program over letters vs phonemes; a joined word's time is shared by letter count. When no
-plausible alignment exists the caller keeps a sentence cue.
+program over letters vs phonemes; a joined word's time is shared by letter count. A written word
+counts the letters it is said with: the normalizer's expansion ("1885": "eighteen eighty-five")
+mapped back to the written word it came from, so sentences with numbers, abbreviations and
+symbols get word cues that show the words as written. When no plausible alignment exists the
+caller keeps a sentence cue.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -93,21 +97,46 @@ def written_words(text: str) -> list[str]:
     return words
 
 
-def word_starts(words: Sequence[str], spoken: Sequence[SpokenWord]) -> list[int] | None:
-    """Start sample of each written word, or ``None`` when the two lists do not align."""
+def spoken_letters(text: str, words: Sequence[str]) -> list[int]:
+    """Letters said for each written word of ``text`` (``words``: ``written_words(text)``): the
+    normalizer's expansion mapped back to the words it came from ("1885" -> 18 letters of
+    "eighteen eighty-five"), a group such as "$5 million" shared by its words' own letters."""
+    from tts_queue.synthesis.normalize import expand
+
+    starts, position = [], 0
+    for word in words:  # where each written word starts in the text
+        first = word.split()[0]
+        found = text.find(first, position)
+        starts.append(found if found >= 0 else position)
+        position = starts[-1] + len(first)
+    said = [0] * len(words)
+    for token in expand(text):
+        covered = [i for i in range(len(words)) if token.start <= starts[i] < token.end] or \
+            [max(0, bisect.bisect_right(starts, token.start) - 1)]
+        total = _letters(token.spoken)
+        weights = [max(1, _letters(words[i])) for i in covered]
+        for i, weight in zip(covered, weights, strict=True):
+            said[i] += total * weight // sum(weights)
+    return [count or _letters(word) for count, word in zip(said, words, strict=True)]
+
+
+def word_starts(words: Sequence[str], spoken: Sequence[SpokenWord],
+                letters: Sequence[int] | None = None) -> list[int] | None:
+    """Start sample of each written word, or ``None`` when the two lists do not align;
+    ``letters``: how many letters each word is said with (default: its own)."""
     if not words or not spoken:
         return None
     if len(words) == len(spoken):
         return [word.start for word in spoken]
-    path = _align(words, spoken)
+    said = list(letters) if letters is not None else [_letters(w) for w in words]
+    path = _align(said, spoken)
     if path is None:
         return None
     starts: list[int] = []
     i = j = 0
     for a, b in path:
-        group = words[i:i + a]
         first, last = spoken[j], spoken[j + b - 1]
-        letters = [max(1, _letters(w)) for w in group]
+        letters = [max(1, count) for count in said[i:i + a]]
         span = last.end - first.start
         before = 0
         for count in letters:
@@ -121,8 +150,9 @@ def _letters(word: str) -> int:
     return sum(ch.isalnum() for ch in word)
 
 
-def _align(words: Sequence[str], spoken: Sequence[SpokenWord]) -> list[tuple[int, int]] | None:
-    """The cheapest monotone grouping of written to spoken words (banded dynamic program)."""
+def _align(words: Sequence[int], spoken: Sequence[SpokenWord]) -> list[tuple[int, int]] | None:
+    """The cheapest monotone grouping of written words (their letter counts) to spoken words
+    (banded dynamic program)."""
     n, m = len(words), len(spoken)
     band = abs(n - m) + 3
     best: dict[tuple[int, int], tuple[float, tuple[int, int] | None]] = {(0, 0): (0.0, None)}
@@ -134,7 +164,7 @@ def _align(words: Sequence[str], spoken: Sequence[SpokenWord]) -> list[tuple[int
             for a, b in _MOVES:
                 if i + a > n or j + b > m:
                     continue
-                letters = sum(_letters(w) for w in words[i:i + a])
+                letters = sum(words[i:i + a])
                 phonemes = sum(w.phonemes for w in spoken[j:j + b])
                 step = abs(math.log((phonemes + 1) / (letters * PHONEMES_PER_LETTER + 1)))
                 total = cost + step + MERGE_PENALTY * (a + b - 2)
@@ -169,4 +199,5 @@ def sentence_word_starts(
     for ids, samples in pieces:
         spoken.extend(spoken_words(ids, samples, marks, offset))
         offset += sum(int(s) for s in samples) + gap_samples
-    return word_starts(written_words(text), spoken)
+    words = written_words(text)
+    return word_starts(words, spoken, spoken_letters(text, words))

@@ -42,7 +42,7 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
     path = Path(args.book)
     options = {"voice": args.voice, "speaker": args.speaker, "speed": args.speed, "format": args.format,
                "chapters": args.chapters, "input_format": args.input_format,
-               "split_pattern": args.split_pattern}
+               "split_pattern": args.split_pattern, "normalize": "false" if args.no_normalize else None}
     created = client.create_book(path, {k: v for k, v in options.items() if v is not None})
     book_id = created["book_id"]
     if args.detach:
@@ -164,6 +164,7 @@ def add_book_commands(sub: Any, add_api_flag: Any) -> None:
     render.add_argument("--voice")
     render.add_argument("--speaker")
     render.add_argument("--speed", type=float)
+    render.add_argument("--no-normalize", action="store_true", help="read the text as written")
     render.add_argument("--format", choices=["mp3", "opus", "wav", "flac", "aac"], help="default: mp3")
     render.add_argument("--chapters", help="e.g. 2-5 or 1,3 (numbers from `book chapters`)")
     render.add_argument("--m4b", action="store_true", help="also download one M4B with chapter marks")

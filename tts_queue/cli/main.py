@@ -37,7 +37,8 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     output = Path(args.output)
     fmt = args.format or output.suffix.lstrip(".") or "wav"  # default: from -o's suffix
     payload = {"text": text, "voice": args.voice, "speaker": args.speaker,
-               "format": check_format(fmt), "speed": args.speed}
+               "format": check_format(fmt), "speed": args.speed, "normalize": args.normalize,
+               "text_type": args.text_type}
     registry = VoiceRegistry.from_settings(settings)
     request = build_request({k: v for k, v in payload.items() if v is not None}, registry, settings)
     engine = BatchEngine(registry, settings.pool("cpu")).start()
@@ -276,7 +277,7 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     client = Client.of(settings)
     text = sys.stdin.read() if args.text == "-" else args.text
     task = client.submit(text, voice=args.voice, speaker=args.speaker, format=args.format,
-                         speed=args.speed)
+                         speed=args.speed, normalize=args.normalize, text_type=args.text_type)
     if args.output:
         task = client.wait(task["task_id"])
         if task["status"] != "done":
@@ -319,6 +320,10 @@ def _add_voice_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speaker", help="speaker name or number (multi-speaker voices)")
     parser.add_argument("--format", choices=["wav", "flac", "ogg", "mp3", "opus", "aac"], help="default: wav")
     parser.add_argument("--speed", type=float, help="1.0 is normal; 1.5 is faster")
+    parser.add_argument("--no-normalize", dest="normalize", action="store_false", default=None,
+                        help="read the text as written (it is already in spoken form)")
+    parser.add_argument("--ssml", dest="text_type", action="store_const", const="ssml",
+                        help="the text is SSML (also when it starts with <speak>)")
 
 
 def _add_local_commands(sub: Any) -> None:

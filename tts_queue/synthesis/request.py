@@ -8,15 +8,20 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tts_queue.errors import InvalidRequest
+from tts_queue.errors import InvalidRequest, NothingToSpeak
 from tts_queue.settings import Settings
 from tts_queue.synthesis.encoder import check_format
+from tts_queue.synthesis.frontend import Script, load_lexicon, script_of
+from tts_queue.synthesis.normalize import VERSION as NORMALIZER_VERSION
 from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.ssml import is_ssml, script_of_ssml
 from tts_queue.synthesis.text import clean_text
 from tts_queue.synthesis.voice import resolve_speaker
 
 KEY_VERSION = 2
-FIELDS = ("text", "voice", "speaker", "language", "format", "speed", "noise_scale", "noise_w")
+FIELDS = ("text", "voice", "speaker", "language", "format", "speed", "noise_scale", "noise_w", "normalize",
+          "text_type")
+TEXT_TYPES = ("text", "ssml")
 
 
 @dataclass(frozen=True)
@@ -32,20 +37,30 @@ class SynthesisRequest:
     noise_w: float | None = None
     sentence_silence_ms: int = 200
     max_sentence_phonemes: int = 400
+    # What is said (``synthesis.frontend``); empty: ``text`` as written (requests made before it).
+    script: Script = ()
+    normalizer: int = 0  # normalize.VERSION when the text was normalized, 0 when not
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form."""
-        return asdict(self)
+        data = asdict(self)
+        data["script"] = [list(part) for part in self.script]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SynthesisRequest:
         """Inverse of ``to_dict``."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if "script" in fields:
+            fields["script"] = tuple((str(kind), str(value)) for kind, value in fields["script"])
+        return cls(**fields)
 
 
 def cache_key(request: SynthesisRequest, voice_digest: str) -> str:
     """sha256 over the normalized request and the voice's digest (model, config, frontend):
-    a new model, config or phonemizer version gives new keys."""
+    a new model, config or phonemizer version gives new keys. The request holds what is said
+    (its script, lexicon entries resolved) and the normalizer's version, so a changed normalizer
+    or lexicon never serves old audio."""
     material = {"v": KEY_VERSION, "voice_digest": voice_digest, **request.to_dict()}
     blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -78,10 +93,16 @@ def build_request(
     if "text" not in payload:
         raise InvalidRequest("the field 'text' is required")
     text = clean_text(payload["text"], settings.request.max_text_chars)
+    normalize = payload.get("normalize", True)
+    if not isinstance(normalize, bool):
+        raise InvalidRequest("normalize must be true or false")
     for name in ("voice", "language", "format"):
         if payload.get(name) is not None and not isinstance(payload[name], str):
             raise InvalidRequest(f"{name} must be a string")
     spec = _voice_for(payload.get("voice"), payload.get("language"), registry)
+    # The normalizer's rules are English: other voices hear the text as written (overrides apply).
+    normalize = normalize and spec.language.lower().startswith("en")
+    script = _script(text, payload.get("text_type"), normalize, settings)
     speaker = payload.get("speaker")
     if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (str, int))):
         raise InvalidRequest("speaker must be a name or a number")
@@ -96,7 +117,24 @@ def build_request(
         noise_w=_number(payload, "noise_w", 0.0, 2.0),
         sentence_silence_ms=settings.request.sentence_silence_ms,
         max_sentence_phonemes=settings.request.max_sentence_phonemes,
+        script=script,
+        normalizer=NORMALIZER_VERSION if normalize else 0,
     )
+
+
+def _script(text: str, text_type: Any, normalize: bool, settings: Settings) -> Script:
+    """The frontend script of cleaned ``text``: SSML when asked (or when it starts ``<speak``)."""
+    if text_type is not None and text_type not in TEXT_TYPES:
+        raise InvalidRequest(f"text_type must be one of {', '.join(TEXT_TYPES)}; got {text_type!r}")
+    lexicon = load_lexicon(settings.request.lexicon)
+    order = settings.request.date_order
+    if text_type == "ssml" or (text_type is None and is_ssml(text)):
+        script = script_of_ssml(text, order, lexicon, normalize)
+    else:
+        script = script_of(text, normalize, order, lexicon)
+    if not any(kind in ("text", "ipa") for kind, _ in script):
+        raise NothingToSpeak("the text has nothing to speak once its markup is read")
+    return script
 
 
 def _voice_for(voice: str | None, language: str | None, registry: VoiceRegistry) -> Any:

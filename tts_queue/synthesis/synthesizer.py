@@ -1,8 +1,10 @@
 """Text to finished audio: the pipeline every entry point (CLI, worker) calls.
 
-``Synthesizer.synthesize`` cleans nothing (the request is already validated), phonemizes the
-text into sentences, runs them through the ``BatchEngine`` (so sentences of concurrent requests
-share ONNX calls), and joins the exact per-sentence audio with short silences.
+``Synthesizer.synthesize`` cleans nothing (the request is already validated and its text already
+turned into a frontend script), phonemizes the script into sentences, runs them through the
+``BatchEngine`` (so sentences of concurrent requests share ONNX calls; SSML rate changes make one
+call per run of equal rate), and joins the exact per-sentence audio with short silences (an SSML
+break's length where it set one).
 """
 
 from __future__ import annotations
@@ -49,6 +51,20 @@ class SynthesisResult:
     inference_s: float = 0.0  # from the first sentence queued in the engine to the last one done
 
 
+MIN_SPEED, MAX_SPEED = 0.1, 10.0  # the request's speed times an SSML prosody rate, bounded
+
+
+def _runs(rates: list[float]) -> list[tuple[int, int, float]]:
+    """(start, end, rate) of each run of neighbouring sentences with the same rate."""
+    runs: list[tuple[int, int, float]] = []
+    for index, rate in enumerate(rates):
+        if runs and runs[-1][2] == rate:
+            runs[-1] = (runs[-1][0], index + 1, rate)
+        else:
+            runs.append((index, index + 1, rate))
+    return runs
+
+
 class Synthesizer:
     """Turns validated requests into audio with a registry and a batch engine."""
 
@@ -65,27 +81,38 @@ class Synthesizer:
         sentences, so the pieces joined are exactly the result's audio (streaming)."""
         voice = self.registry.load(request.voice)
         started = time.perf_counter()
-        sentences = voice.sentence_ids(request.text, request.max_sentence_phonemes)
+        script = request.script or (("text", request.text),)
+        spoken = voice.script_sentences(script, request.max_sentence_phonemes)
         phonemized = time.perf_counter()
-        scales = voice.scales(request.speed, request.noise_scale, request.noise_w)
-        key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
-        gap = int(voice.sample_rate * request.sentence_silence_ms / 1000)
+        sentences = [ids for ids, _ in spoken]
+        gaps = [int(voice.sample_rate * (request.sentence_silence_ms if s.pause_ms is None else s.pause_ms)
+                    / 1000) for _, s in spoken]
 
         def piece(index: int, result: SentenceResult) -> None:
             assert on_audio is not None
             if index:
-                on_audio(np.zeros(gap, dtype=np.float32), voice.sample_rate)
+                on_audio(np.zeros(gaps[index - 1], dtype=np.float32), voice.sample_rate)
             on_audio(result.audio.samples.astype(np.float32, copy=False), voice.sample_rate)
 
-        results = self.engine.run_sentences(key, sentences, priority=priority,
-                                            on_result=piece if on_audio is not None else None)
+        results: list[SentenceResult] = []
+        for start, end, rate in _runs([s.rate for _, s in spoken]):  # one rate per engine call
+            speed = min(MAX_SPEED, max(MIN_SPEED, request.speed * rate))
+            scales = voice.scales(speed, request.noise_scale, request.noise_w)
+            key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
+            callback = (lambda i, r, at=start: piece(at + i, r)) if on_audio is not None else None
+            results += self.engine.run_sentences(key, sentences[start:end], priority=priority,
+                                                 on_result=callback)
         inferred = time.perf_counter()
         parts = [r.audio.samples for r in results]
-        audio = Audio.join(parts, voice.sample_rate, request.sentence_silence_ms)
-        starts, position = [], 0
-        for part in parts:
+        starts, position, pieces = [], 0, []
+        for index, part in enumerate(parts):
+            if index:
+                pieces.append(np.zeros(gaps[index - 1], dtype=np.float32))
+                position += gaps[index - 1]
             starts.append(position)
-            position += len(part) + gap
+            pieces.append(part.astype(np.float32, copy=False))
+            position += len(part)
+        audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), voice.sample_rate)
         alignment = Alignment(
             sentence_starts=tuple(starts),
             phoneme_samples=tuple(tuple(int(x) for x in r.audio.phoneme_samples) for r in results),

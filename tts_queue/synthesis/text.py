@@ -1,8 +1,9 @@
 """Text frontend: clean and check text, split it into sentences, and turn them into phoneme ids.
 
 The stages are plain functions so each is tested alone: ``clean_text`` (Unicode and whitespace
-normalization with clear errors), ``Phonemizer.sentences`` (espeak-ng through piper-tts, one
-phoneme list per sentence, long sentences cut at word boundaries) and ``to_ids``.
+normalization with clear errors), ``Phonemizer.script`` (a frontend script: text through espeak-ng
+via piper-tts, IPA overrides spliced in, one phoneme list per sentence, long sentences cut at
+word boundaries) and ``to_ids``. The normalizer (``normalize.py``) runs before, in the frontend.
 """
 
 from __future__ import annotations
@@ -11,19 +12,27 @@ import re
 import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tts_queue.errors import EmptyText, InvalidText, NothingToSpeak, SynthesisError, TextTooLong
 
 _SPACES = re.compile(r"\s+")
+# "1½" would become "11⁄2" under NFKC: a space keeps the whole number apart from the fraction.
+_MIXED_FRACTION = re.compile("(?<=\\d)(?=[¼½¾⅐-⅞])")
 # Unicode categories dropped from the text: control, format, surrogate, private use, unassigned
 # and "other symbol" (emoji, dingbats), none of which the voices can pronounce.
 _DROPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "So"})
+# Symbols of that category the normalizer reads ("25°C": twenty-five degrees Celsius).
+_KEPT_SYMBOLS = frozenset("°")
 # Emoji parts outside those categories: variation selectors (Mn) and skin-tone modifiers (Sk),
 # which espeak-ng would otherwise read out ("medium skin tone").
 _EMOJI_COMPONENTS = frozenset({"\ufe0e", "\ufe0f", *map(chr, range(0x1F3FB, 0x1F400))})
 # espeak-ng's global state is not thread-safe; piper guards it the same way.
 _ESPEAK_LOCK = threading.Lock()
+_CLOSING_MARKS = "\"'”’)]} "
+# The frontend's part kinds (``synthesis.frontend``), repeated here so text.py imports nothing.
+TEXT, IPA, BREAK, RATE = "text", "ipa", "break", "rate"
 
 
 def clean_text(text: str, max_chars: int) -> str:
@@ -43,9 +52,10 @@ def clean_text(text: str, max_chars: int) -> str:
         ) from exc
     if len(text) > max_chars:
         raise TextTooLong(f"text has {len(text)} characters; the limit is {max_chars}")
-    normalized = unicodedata.normalize("NFKC", text)
+    normalized = unicodedata.normalize("NFKC", _MIXED_FRACTION.sub(" ", text))
     kept = "".join(
-        " " if unicodedata.category(ch) in _DROPPED_CATEGORIES or ch in _EMOJI_COMPONENTS else ch
+        " " if (unicodedata.category(ch) in _DROPPED_CATEGORIES and ch not in _KEPT_SYMBOLS)
+        or ch in _EMOJI_COMPONENTS else ch
         for ch in normalized
     )
     cleaned = _SPACES.sub(" ", kept).strip()
@@ -81,6 +91,16 @@ def to_ids(phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> list
     return phonemes_to_ids(list(phonemes), id_map)
 
 
+@dataclass(frozen=True)
+class SpokenSentence:
+    """One sentence's phonemes, the silence after it (``None``: the request's usual silence) and
+    its speaking rate (a factor on the request's speed)."""
+
+    phonemes: list[str]
+    pause_ms: int | None = None
+    rate: float = 1.0
+
+
 class Phonemizer:
     """espeak-ng phonemization for one espeak voice (``en-us``), thread-safe."""
 
@@ -89,19 +109,59 @@ class Phonemizer:
 
     def sentences(self, text: str, max_len: int) -> list[list[str]]:
         """Phonemes per sentence for cleaned ``text``, each at most ``max_len`` phonemes."""
+        return [s.phonemes for s in self.script(((TEXT, text),), max_len)]
+
+    def _phonemize(self, text: str) -> list[list[str]]:
         from piper.phonemize_espeak import EspeakPhonemizer
 
         try:
             with _ESPEAK_LOCK:
-                raw = _espeak(EspeakPhonemizer).phonemize(self.espeak_voice, text)
+                raw: list[list[str]] = _espeak(EspeakPhonemizer).phonemize(self.espeak_voice, text)
         except Exception as exc:  # espeak raises bare RuntimeErrors on odd input
             raise SynthesisError(f"phonemizer failed on this text: {exc}") from exc
-        sentences: list[list[str]] = []
-        for sentence in raw:
-            sentences.extend(split_long(sentence, max_len))
-        if not sentences:
+        return raw
+
+    def script(self, script: Sequence[tuple[str, str]], max_len: int) -> list[SpokenSentence]:
+        """Sentences of a frontend script (``synthesis.frontend``): text parts through espeak-ng,
+        IPA parts spliced into the phoneme list as they are, breaks and rate changes ending the
+        sentence; each sentence cut to at most ``max_len`` phonemes."""
+        out: list[SpokenSentence] = []
+        current: list[str] = []
+        rate = 1.0
+
+        def close(pause: int | None) -> None:
+            pieces = split_long(current, max_len)
+            out.extend(SpokenSentence(piece, None, rate) for piece in pieces)
+            if pause is not None and out:
+                out[-1] = SpokenSentence(out[-1].phonemes, pause, out[-1].rate)
+            current.clear()
+
+        for kind, value in script:
+            if kind == TEXT:
+                raw = self._phonemize(value)
+                ended = value.rstrip(_CLOSING_MARKS).endswith((".", "!", "?"))
+                for index, sentence in enumerate(raw):
+                    _append(current, sentence)
+                    if index < len(raw) - 1 or ended:
+                        close(None)
+            elif kind == IPA:
+                _append(current, list(unicodedata.normalize("NFD", value)))
+            elif kind == BREAK:
+                close(int(value) if value else None)
+            elif kind == RATE:
+                close(None)
+                rate = float(value)
+        close(None)
+        if not out:
             raise NothingToSpeak("the phonemizer found nothing to speak in this text")
-        return sentences
+        return out
+
+
+def _append(current: list[str], phonemes: Sequence[str]) -> None:
+    """Phonemes after the current ones, a word space between them."""
+    if current and phonemes and current[-1] != " " and phonemes[0] != " ":
+        current.append(" ")
+    current.extend(phonemes)
 
 
 _PHONEMIZER: Any = None

@@ -7,6 +7,7 @@ staged pipeline is text -> sentences of phonemes -> ids -> batched audio.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from tts_queue.errors import UnknownSpeaker, VoiceFilesMissing
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.inference import Scales, VoiceModel
-from tts_queue.synthesis.text import Phonemizer, to_ids
+from tts_queue.synthesis.text import Phonemizer, SpokenSentence, to_ids
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,12 @@ class Voice:
         """Model ids per sentence for already-cleaned text."""
         sentences = self.phonemizer.sentences(cleaned_text, max_phonemes)
         return [to_ids(sentence, self.config.phoneme_id_map) for sentence in sentences]
+
+    def script_sentences(self, script: Sequence[tuple[str, str]], max_phonemes: int
+                         ) -> list[tuple[list[int], SpokenSentence]]:
+        """Model ids per sentence of a frontend script, each with its sentence (pause, rate)."""
+        return [(to_ids(s.phonemes, self.config.phoneme_id_map), s)
+                for s in self.phonemizer.script(script, max_phonemes)]
 
 
 def resolve_speaker(spec: VoiceSpec, speaker: str | int | None) -> int | None:
