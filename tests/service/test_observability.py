@@ -24,6 +24,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import ROOT, WorkerProcess, flush_queues, service_settings, start_api, wait_until
+from tts_queue.access.keys import ApiKeys
+from tts_queue.db import Database
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -44,9 +46,13 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
                            PROMETHEUS_MULTIPROC_DIR=str(shared))
     worker.wait_ready(make_celery(settings))
     server, url = start_api(settings, data_dir / "api.log", PROMETHEUS_MULTIPROC_DIR=str(shared))
-    yield {"url": url, "data_dir": data_dir}
-    server.terminate()
-    server.wait(timeout=30)
+    # the same service behind a second API process that requires keys (the page with auth on)
+    key = ApiKeys(Database(settings.database_url)).create("pager")[1]
+    keyed, keyed_url = start_api(settings, data_dir / "api-keyed.log", TTS_AUTH="required")
+    yield {"url": url, "data_dir": data_dir, "keyed_url": keyed_url, "key": key}
+    for process in (server, keyed):
+        process.terminate()
+        process.wait(timeout=30)
     worker.stop()
 
 
@@ -189,6 +195,20 @@ def exported_as(name: str, exported: set[str]) -> bool:
     return False
 
 
+def launch(playwright: Any) -> Any:
+    assert CHROMIUM is not None
+    return playwright.chromium.launch(
+        executable_path=CHROMIUM, args=["--autoplay-policy=no-user-gesture-required", "--no-sandbox"])
+
+
+def speak(page: Any, text: str) -> None:
+    """Type ``text``, choose WAV and press Speak from the keyboard."""
+    page.get_by_label("Text", exact=True).fill(text)
+    page.get_by_label("Format", exact=True).select_option("wav")
+    page.get_by_role("button", name="Speak").focus()
+    page.keyboard.press("Enter")
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (apt-get install chromium; .ci/run does)")
 def test_the_web_page_submits_a_sentence_and_plays_it(service: dict[str, Any]) -> None:
     from playwright.sync_api import sync_playwright
@@ -196,24 +216,21 @@ def test_the_web_page_submits_a_sentence_and_plays_it(service: dict[str, Any]) -
     url = service["url"]
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--autoplay-policy=no-user-gesture-required", "--no-sandbox"])
+        browser = launch(playwright)
         try:
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(url + "/")
-            # Given the page, with the voices and formats of this deployment
+            # Given the page, with the voices and formats of this deployment and no key field
             assert page.get_by_label("Voice", exact=True).input_value() == "tiny"
+            assert not page.locator("#key-section").is_visible()
             # When a sentence is typed and submitted with the keyboard
-            page.get_by_label("Text", exact=True).fill(f"The page speaks {uuid.uuid4().hex[:6]}.")
-            page.get_by_label("Format", exact=True).select_option("wav")
-            page.get_by_role("button", name="Speak").focus()
-            page.keyboard.press("Enter")
+            speak(page, f"The page speaks {uuid.uuid4().hex[:6]}.")
             # Then the status says done and the player holds audio that plays
             page.wait_for_selector("#result:not([hidden])", timeout=30_000)
             assert "Done" in page.locator("#speak-status").inner_text()
-            page.wait_for_function("document.getElementById('player').readyState >= 1", timeout=15_000)
+            page.wait_for_function("() => document.getElementById('player').readyState >= 1", timeout=15_000)
             duration = page.evaluate("document.getElementById('player').duration")
             assert duration > 0
             played = page.evaluate("""async () => {
@@ -229,9 +246,73 @@ def test_the_web_page_submits_a_sentence_and_plays_it(service: dict[str, Any]) -
             assert page.locator("#download").get_attribute("download").endswith(".wav")
             # And the recent list shows the task
             page.get_by_role("button", name="Refresh").click()
-            page.wait_for_function("document.querySelectorAll('#recent-tasks li').length > 0", timeout=10_000)
+            page.wait_for_function("() => document.querySelectorAll('#recent-tasks li').length > 0",
+                                   timeout=10_000)
             page.screenshot(path=str(ARTIFACTS / "web-page.png"), full_page=True)
             assert errors == []
         finally:
             browser.close()
     assert (ARTIFACTS / "web-page.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (apt-get install chromium; .ci/run does)")
+def test_the_web_page_works_with_keys_on(service: dict[str, Any]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_page()
+            page.goto(service["keyed_url"] + "/")
+            # Given a service that requires keys: the page asks for one
+            assert page.get_by_label("Key", exact=True).is_visible()
+            # When a sentence is submitted without a key, the page says why it was refused
+            speak(page, f"No key {uuid.uuid4().hex[:6]}.")
+            page.wait_for_function(
+                "() => document.getElementById('speak-status').textContent.includes('unauthorized')",
+                timeout=10_000)
+            # When the key is entered, the same submission is spoken and its audio, fetched with
+            # the key, plays in the page
+            page.get_by_label("Key", exact=True).fill(service["key"])
+            page.get_by_label("Key", exact=True).dispatch_event("change")
+            speak(page, f"With a key {uuid.uuid4().hex[:6]}.")
+            page.wait_for_selector("#result:not([hidden])", timeout=30_000)
+            page.wait_for_function("() => document.getElementById('player').duration > 0", timeout=15_000)
+            assert page.locator("#player").get_attribute("src").startswith("blob:")
+            # And the recent tasks are this key's own: the one it made, not the open API's
+            page.get_by_role("button", name="Refresh").click()
+            page.wait_for_function("() => document.querySelectorAll('#recent-tasks li button').length == 1",
+                                   timeout=10_000)
+            page.screenshot(path=str(ARTIFACTS / "web-page-keyed.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (apt-get install chromium; .ci/run does)")
+def test_the_web_page_renders_a_book_and_plays_its_chapter(service: dict[str, Any], tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    book = tmp_path / "story.txt"
+    tag = uuid.uuid4().hex[:6]
+    book.write_text(f"A Short Story {tag}\n\nThe fox ran over the hill and into the woods. It was late.\n\n"
+                    "The moon came up over the trees, and the fox went home to sleep.\n", encoding="utf-8")
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_page()
+            page.goto(service["url"] + "/")
+            # When a book file is chosen and rendered as WAV chapters
+            page.get_by_label("Book (EPUB, text, Markdown, HTML)").set_input_files(str(book))
+            page.get_by_label("Chapter format", exact=True).select_option("wav")
+            page.get_by_role("button", name="Render the book").click()
+            # Then the progress bar fills and a chapter can be played in the page
+            play = page.get_by_role("button", name="Play chapter 1")
+            play.wait_for(timeout=60_000)
+            assert "done" in page.locator("#book-status").inner_text()
+            progress = page.locator("#book-progress")
+            assert progress.get_attribute("value") == progress.get_attribute("max")
+            play.click()
+            page.wait_for_function("() => { const a = document.querySelector('#chapters audio');"
+                                   " return a !== null && a.duration > 0; }", timeout=15_000)
+        finally:
+            browser.close()
