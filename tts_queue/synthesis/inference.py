@@ -99,6 +99,19 @@ def _patched_model(model_path: Path) -> tuple[bytes, list[tuple[str, tuple[int |
     return bytes(model.SerializeToString()), declared_inputs(model)
 
 
+def _preload_cuda(ort: Any) -> None:
+    """Load the CUDA and cuDNN libraries that ``onnxruntime-gpu[cuda,cudnn]`` installed as pip
+    wheels (ONNX Runtime 1.21+), which the CUDA provider would not find on its own and would then
+    fall back to CPU; a no-op on CPU builds, on older releases and where they are already loaded."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        return
+    try:
+        preload()
+    except Exception as exc:  # noqa: BLE001 - the session then reports where it really landed
+        log.warning("could not preload the CUDA libraries: %s", exc)
+
+
 class VoiceModel:
     """An ONNX voice session that synthesizes padded batches and trims them exactly.
 
@@ -140,6 +153,8 @@ class VoiceModel:
         started = time.perf_counter()
         model_bytes, inputs = _patched_model(model_path)
         wanted = choose_providers(config.providers, ort.get_available_providers())
+        if any(p in GPU for p in wanted):
+            _preload_cuda(ort)
         if TENSORRT in wanted and engine_dir is not None:
             # Engines are valid only for the graph they were built from: one folder per model.
             engine_dir = engine_dir / hashlib.sha256(model_bytes).hexdigest()[:16]
