@@ -11,9 +11,15 @@ COPY workers ./workers
 COPY api ./api
 COPY models ./models
 COPY migrations ./migrations
+COPY requirements-gpu.txt ./
+# The GPU image ends with onnxruntime-gpu in place of onnxruntime (the same module: both are
+# removed, then the GPU build alone is installed), and checks that it is the CUDA build.
 RUN pip install --no-cache-dir ".[${EXTRAS}]" \
     && case ",${EXTRAS}," in *,gpu,*) \
-         pip uninstall -y onnxruntime && pip install --no-cache-dir --force-reinstall --no-deps onnxruntime-gpu ;; \
+         pip uninstall -y onnxruntime onnxruntime-gpu \
+         && pip install --no-cache-dir -r requirements-gpu.txt \
+         && python -c "import onnxruntime as o; p = o.get_available_providers(); \
+assert 'CUDAExecutionProvider' in p, p" ;; \
        esac
 RUN useradd --create-home --uid 1000 tts && mkdir -p /data && chown tts /data
 USER tts

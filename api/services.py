@@ -27,7 +27,13 @@ from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.frontend import load_lexicon
 from tts_queue.synthesis.registry import VoiceRegistry
-from tts_queue.tasks.doctor import HealthWarning, redacted, redis_warnings, schema_warnings
+from tts_queue.tasks.doctor import (
+    HealthWarning,
+    gpu_pool_warnings,
+    redacted,
+    redis_warnings,
+    schema_warnings,
+)
 from tts_queue.tasks.heartbeat import WorkerInfo
 from tts_queue.tasks.service import TaskService
 
@@ -116,6 +122,7 @@ class ReadinessReport:
     warnings: list[dict[str, str]]
     checked_at: float
     warned_at: float
+    doctor: tuple[dict[str, str], ...] = ()  # the doctor's part of ``warnings``, kept for its TTL
 
     @cached_property
     def failed(self) -> list[str]:
@@ -171,16 +178,19 @@ class Readiness:
 
     def _refresh(self, last: ReadinessReport | None) -> ReadinessReport:
         checked_at = self.clock()
-        checks = self._checks(last.checks if last is not None else {})
+        checks, live = self._checks(last.checks if last is not None else {})
         report = ReadinessReport(checks, [], checked_at, checked_at)
-        # The warnings are kept for their own TTL, but not past a recovery: warnings read while a
-        # check failed may describe only the outage.
+        # Where workers run is read from this round's heartbeats; the doctor's warnings are kept
+        # for their own TTL, but not past a recovery: warnings read while a check failed may
+        # describe only the outage.
+        pools = [w.as_json() for w in gpu_pool_warnings(live)]
         if (last is not None and checked_at - last.warned_at < self.warnings_ttl_s
                 and (not last.failed or report.failed)):
-            return ReadinessReport(checks, last.warnings, checked_at, last.warned_at)
-        return ReadinessReport(checks, [w.as_json() for w in self._warnings()], checked_at, checked_at)
+            return ReadinessReport(checks, [*last.doctor, *pools], checked_at, last.warned_at, last.doctor)
+        doctor = tuple(w.as_json() for w in self._warnings())
+        return ReadinessReport(checks, [*doctor, *pools], checked_at, checked_at, doctor)
 
-    def _checks(self, before: dict[str, Any]) -> dict[str, Any]:
+    def _checks(self, before: dict[str, Any]) -> tuple[dict[str, Any], list[WorkerInfo]]:
         """Database, broker, storage, live workers (heartbeats), consumption, pools, providers;
         a check that starts failing (or fails differently) is logged with its exception's text,
         one that keeps failing the same way only at debug level."""
@@ -214,7 +224,7 @@ class Readiness:
                 checks["consuming"] = outcome.failure("consuming", exc)
         checks["pools"] = {pool: [w.name for w in live if w.pool == pool] for pool in POOLS}
         checks["providers"] = {w.name: w.providers for w in live}
-        return checks
+        return checks, live
 
     def _check_storage(self) -> None:
         """Room on local storage, or a bucket that answers."""

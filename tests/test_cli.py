@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,64 @@ def test_settings_lists_defaults_and_current_values(
     # Then both list every variable; the current broker URL is there, its password masked
     assert "TTS_REDIS_URL" in defaults and "pw-in-url" not in defaults
     assert "redis://:***@broker:6379/0" in current and "pw-in-url" not in current
+
+
+# --- tts-queue worker ---------------------------------------------------------------------------
+
+
+class Exec:
+    """Stands in for ``os.execve``: records what would have replaced the process."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.command: list[str] = []
+        self.env: dict[str, str] = {}
+        monkeypatch.setattr(os, "execve", self)
+
+    def __call__(self, path: str, command: list[str], env: dict[str, str]) -> None:
+        assert path == command[0]
+        self.command, self.env = command, env
+
+
+SERVICE_ENV = {"TTS_REDIS_URL": "redis://127.0.0.1:6379/15", "TTS_DATABASE_URL": "sqlite:////tmp/x.db"}
+
+
+def test_worker_device_pins_one_gpu_before_onnxruntime_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a GPU host
+    execve = Exec(monkeypatch)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # When a GPU-pool worker is started on GPU 3
+    code = main(["worker", "--pool", "gpu", "--device", "3", "--concurrency", "8"],
+                env={"TTS_DATA_DIR": str(tmp_path), **SERVICE_ENV})
+    # Then the process it becomes sees GPU 3 alone, as device 0, from its first instruction
+    # (the variable is in the environment execve starts Python with, so CUDA reads it first)
+    assert code == 0
+    assert execve.env["CUDA_VISIBLE_DEVICES"] == "3" and execve.env["TTS_CUDA_DEVICE"] == "0"
+    assert execve.env["TTS_WORKER_POOL"] == "gpu" and execve.env["TTS_WORKER_CONCURRENCY"] == "8"
+    # And it is a threads-pool celery worker on the GPU queues, named after its GPU
+    command = execve.command
+    assert command[1:5] == ["-m", "celery", "-A", "workers.app"]
+    assert command[command.index("--pool") + 1] == "threads"
+    assert command[command.index("--concurrency") + 1] == "8"
+    assert command[command.index("--hostname") + 1] == "gpu3@%h"
+    assert command[command.index("--queues") + 1].split(",")[0] == "tts.gpu"
+
+
+def test_worker_without_device_leaves_the_gpus_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    execve = Exec(monkeypatch)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert main(["worker", "--pool", "gpu"], env={"TTS_DATA_DIR": str(tmp_path), **SERVICE_ENV}) == 0
+    assert "CUDA_VISIBLE_DEVICES" not in execve.env and "TTS_CUDA_DEVICE" not in execve.env
+    assert execve.command[execve.command.index("--hostname") + 1] == "gpu@%h"
+
+
+@pytest.mark.parametrize("argv", [["worker", "--pool", "cpu", "--device", "0"],
+                                  ["worker", "--pool", "gpu", "--device", "-1"]])
+def test_worker_device_needs_the_gpu_pool_and_a_gpu_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str],
+) -> None:
+    execve = Exec(monkeypatch)
+    code = main(argv, env={"TTS_DATA_DIR": str(tmp_path), **SERVICE_ENV})
+    assert code == 2 and "[config_error]" in capsys.readouterr().err
+    assert execve.command == []

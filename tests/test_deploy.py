@@ -78,3 +78,26 @@ def test_access_logs_never_carry_a_query_string(compose: dict[str, Any]) -> None
     for form in (ACCESS_LOG, api_command):
         assert "%(U)s" in form
         assert "%(r)s" not in form and "%(q)s" not in form
+
+
+def test_the_gpu_image_ends_with_onnxruntime_gpu_in_place_of_the_cpu_build(compose: dict[str, Any]) -> None:
+    # Given the GPU worker's build (compose passes the gpu extra)
+    assert "gpu" in compose["services"]["worker-gpu"]["build"]["args"]["EXTRAS"].split(",")
+    dockerfile = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    [install] = [line for line in dockerfile.splitlines() if line.startswith("RUN pip install")]
+    gpu_branch = install[install.index("*,gpu,*)"):]
+    # Then the image removes both builds (they install the same module) before installing the
+    # documented requirements file, in that order, and checks the CUDA build is what is left
+    uninstall = gpu_branch.index("pip uninstall -y onnxruntime onnxruntime-gpu")
+    reinstall = gpu_branch.index("pip install --no-cache-dir -r requirements-gpu.txt")
+    check = gpu_branch.index("'CUDAExecutionProvider' in p")
+    assert uninstall < reinstall < check
+    assert "COPY requirements-gpu.txt" in dockerfile
+    # And the requirements file names the GPU build alone, with its CUDA and cuDNN wheels
+    lines = [line.strip() for line in (ROOT / "requirements-gpu.txt").read_text().splitlines()]
+    requirements = [line for line in lines if line and not line.startswith("#")]
+    assert requirements == ["onnxruntime-gpu[cuda,cudnn]>=1.21"]
+    # And the README gives the same two commands
+    readme = (ROOT / "README.md").read_text()
+    assert "pip uninstall -y onnxruntime onnxruntime-gpu && pip install -r requirements-gpu.txt" in readme
+

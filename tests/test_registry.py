@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from tests.conftest import load_voice
 from tests.tiny_voice import HOP_LENGTH, SAMPLE_RATE, SPEAKERS, VoiceFiles, write_voice
 from tts_queue.errors import (
     DigestMismatch,
+    ModelLoadError,
     UnknownSpeaker,
     UnknownVoice,
     VoiceError,
@@ -361,3 +363,94 @@ def test_a_voice_changed_on_disk_is_reloaded_and_changes_the_digest(tmp_path: Pa
     # Then the next load reloads it, and its digest (part of every cache key) changes
     assert registry.load("swap") is not first
     assert registry.voice_digest(spec) != digest
+
+
+# --- loading never blocks the readers -----------------------------------------------------------
+
+
+class SlowLoader:
+    """A loader that blocks (as a TensorRT engine build does) until the test lets it finish."""
+
+    def __init__(self, slow: str) -> None:
+        self.slow = slow
+        self.started = threading.Event()
+        self.finish = threading.Event()
+        self.calls: list[str] = []
+
+    def __call__(self, spec: VoiceSpec) -> Voice:
+        self.calls.append(spec.id)
+        if spec.id == self.slow:
+            self.started.set()
+            assert self.finish.wait(30), "the test never let the load finish"
+        return load_voice(spec)
+
+
+def answers_within(call: Any, seconds: float = 2.0) -> Any:
+    """``call()``'s result, failing the test if it does not return within ``seconds``."""
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{call} waited for the voice being loaded"
+    return result[0]
+
+
+def test_providers_and_loaded_answer_while_a_voice_loads(voices_dir: Path) -> None:
+    # Given a worker with tiny loaded, and multi loading slowly in a request thread
+    loader = SlowLoader("multi")
+    registry = VoiceRegistry(discover_specs(voices_dir), loader=loader, default="tiny")
+    registry.load("tiny")
+    loading = threading.Thread(target=registry.load, args=("multi",), daemon=True)
+    loading.start()
+    assert loader.started.wait(10)
+    try:
+        # When the heartbeat asks where voices run, meanwhile
+        # Then it is answered at once, truthfully: tiny is loaded, multi not yet
+        assert answers_within(registry.providers) == {"tiny": "CPUExecutionProvider"}
+        assert answers_within(registry.loaded) == ["tiny"]
+        # And the loaded voice keeps serving, and its digest is read, without waiting
+        assert answers_within(lambda: registry.load("tiny")).spec.id == "tiny"
+        assert answers_within(lambda: registry.voice_digest(registry.get("tiny")))
+    finally:
+        loader.finish.set()
+        loading.join(10)
+    # Then, once loaded, multi is listed too
+    assert registry.providers() == {"tiny": "CPUExecutionProvider", "multi": "CPUExecutionProvider"}
+
+
+def test_a_voice_is_loaded_once_however_many_threads_ask_for_it(voices_dir: Path) -> None:
+    # Given multi loading slowly, and four more threads asking for it meanwhile
+    loader = SlowLoader("multi")
+    registry = VoiceRegistry(discover_specs(voices_dir), loader=loader, default="tiny")
+    got: list[Voice] = []
+    threads = [threading.Thread(target=lambda: got.append(registry.load("multi")), daemon=True)
+               for _ in range(5)]
+    threads[0].start()
+    assert loader.started.wait(10)
+    for thread in threads[1:]:
+        thread.start()
+    # When another voice is asked for meanwhile, it loads without waiting for multi
+    assert answers_within(lambda: registry.load("tiny")).spec.id == "tiny"
+    loader.finish.set()
+    for thread in threads:
+        thread.join(10)
+    # Then multi was loaded once and every thread got the same voice
+    assert loader.calls.count("multi") == 1
+    assert len(got) == 5 and all(voice is got[0] for voice in got)
+
+
+def test_a_failed_load_leaves_the_voice_unloaded_and_is_tried_again(voices_dir: Path) -> None:
+    attempts: list[str] = []
+
+    def flaky(spec: VoiceSpec) -> Voice:
+        attempts.append(spec.id)
+        if len(attempts) == 1:
+            raise ModelLoadError("first try fails")
+        return load_voice(spec)
+
+    registry = VoiceRegistry(discover_specs(voices_dir), loader=flaky, default="tiny")
+    with pytest.raises(ModelLoadError):
+        registry.load("tiny")
+    assert registry.loaded() == [] and registry.providers() == {}
+    assert registry.load("tiny").spec.id == "tiny"
+    assert attempts == ["tiny", "tiny"]

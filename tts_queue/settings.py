@@ -65,6 +65,18 @@ class SessionConfig:
     graph_optimization: str = setting("all", "graph optimization level",
                                       choices=tuple(GRAPH_OPTIMIZATION))
     allow_spinning: bool = setting(True, "`false` stops idle ONNX threads busy-waiting (shared machines)")
+    cuda_device: int = setting(0, "the GPU a CUDA or TensorRT session runs on, counted among the visible "
+                               "ones (`tts-queue worker --device N` shows the process only GPU N, as 0)")
+    cudnn_conv_algo_search: str = setting(
+        "heuristic", "how cuDNN picks convolution algorithms: `exhaustive` benchmarks every new input "
+        "shape (each new sentence length pays it once), `heuristic` asks cuDNN's heuristics, `default` "
+        "takes the first algorithm", choices=("heuristic", "exhaustive", "default"))
+    io_binding: bool = setting(True, "CUDA and TensorRT sessions bind inputs and outputs (ONNX Runtime I/O "
+                               "binding), so the audio is written once, into host memory")
+    trt_fp16: bool = setting(True, "TensorRT sessions may run layers in fp16")
+    trt_cache_dir: Path | None = setting(None, "where TensorRT keeps built engines and its timing cache "
+                                         "(one folder per model), so a restart does not rebuild them",
+                                         shown="<data dir>/trt-engines")
 
 
 @dataclass(frozen=True)
@@ -306,6 +318,11 @@ class Settings:
         return self.storage.url or str(self.data_dir)
 
     @property
+    def trt_cache_dir(self) -> Path:
+        """Where TensorRT engines are cached (``TTS_TRT_CACHE_DIR``, or under the data directory)."""
+        return self.onnx.trt_cache_dir or self.data_dir / "trt-engines"
+
+    @property
     def voices_dir(self) -> Path:
         """The directory scanned for drop-in Piper voices."""
         return self.voices.dir if self.voices.dir is not None else self.data_dir / "voices"
@@ -359,6 +376,8 @@ class Settings:
             raise ConfigError("TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
         if self.storage.url:
             parse_storage_url(self.storage.url)
+        if self.onnx.cuda_device < 0:
+            raise ConfigError("TTS_CUDA_DEVICE must be >= 0")
         if self.storage.presign_s < 0:
             raise ConfigError("TTS_STORAGE_PRESIGN_S must be >= 0")
         if self.api.wait_recheck_s <= 0 or self.worker.consumed_window_s <= 0:

@@ -19,6 +19,7 @@ from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.frontend import load_lexicon
+from tts_queue.synthesis.providers import CPU
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.synthesis.voice import read_config
@@ -115,11 +116,21 @@ class WorkerRuntime:
         return cls(settings, db, cache, registry, engine, executor, executor.rows, books, assembler, ingester)
 
     def warm_up(self) -> None:
-        """Load the default voice and run one sentence so the first request is not slow."""
+        """Load the default voice and run one sentence so the first request is not slow (a
+        TensorRT session builds or reads its engines here: the log says how long that took). A
+        GPU-pool worker whose voice landed on the CPU says so in a warning."""
+        started = time.perf_counter()
         voice = self.registry.load(None)
+        loaded = time.perf_counter()
         ids = voice.sentence_ids("Warm up.", self.settings.request.max_sentence_phonemes)
         voice.model.run_batch(ids, voice.scales())
-        log.info("worker warm: voice %s on %s", voice.spec.id, voice.model.provider)
+        log.info("worker warm: voice %s on %s (load %.2f s, first batch %.2f s)", voice.spec.id,
+                 voice.model.provider, loaded - started, time.perf_counter() - loaded)
+        if self.settings.worker.pool == "gpu" and voice.model.provider == CPU:
+            log.warning("GPU-pool worker runs voice %s on %s, not a GPU (TTS_PROVIDERS=%s): is "
+                        "onnxruntime-gpu installed with working CUDA libraries? GPU-routed requests "
+                        "are served at CPU speed; /readyz warns gpu_pool_on_cpu", voice.spec.id, CPU,
+                        self.settings.onnx.providers)
 
 
 class RuntimeHolder:

@@ -5,6 +5,8 @@ directory first on their PYTHONPATH, so Python imports it at start-up). Nothing 
   like a slow model (tasks take time, workers hold them when killed) without loading the CPU.
 - ``TTS_TEST_POISON``: a request whose text contains this word kills the worker process
   (``os._exit(137)``) whenever it is synthesized, as a segfault in a native library would.
+- ``TTS_TEST_SLOW_LOAD``: ``voice=seconds``: loading that voice's model also sleeps this long,
+  as a TensorRT engine build does.
 """
 
 import os
@@ -14,6 +16,7 @@ from tts_queue.synthesis import inference, synthesizer
 
 _DELAY_S = float(os.environ.get("TTS_TEST_BATCH_DELAY_MS", "0")) / 1000
 _POISON = os.environ.get("TTS_TEST_POISON", "")
+_SLOW_VOICE, _, _SLOW_S = os.environ.get("TTS_TEST_SLOW_LOAD", "").partition("=")
 
 if _DELAY_S:
     _run_batch = inference.VoiceModel.run_batch
@@ -33,3 +36,13 @@ if _POISON:
         return _synthesize(self, request, priority, **kwargs)
 
     synthesizer.Synthesizer.synthesize = _poisoned  # type: ignore[method-assign]
+
+if _SLOW_VOICE:
+    _load = inference.VoiceModel.load.__func__  # type: ignore[attr-defined]
+
+    def _slow_load(cls, model_path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if model_path.stem == _SLOW_VOICE:
+            time.sleep(float(_SLOW_S))
+        return _load(cls, model_path, *args, **kwargs)
+
+    inference.VoiceModel.load = classmethod(_slow_load)  # type: ignore[method-assign,assignment]

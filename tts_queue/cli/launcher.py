@@ -19,6 +19,7 @@ import requests
 
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.cli.supervisor import Process, RestartPolicy, Supervisor
+from tts_queue.errors import ConfigError
 from tts_queue.metrics import MULTIPROC_ENV
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
@@ -40,6 +41,29 @@ def worker_command(
         "--hostname", name or f"{pool}@%h", "--loglevel", "INFO", "--without-gossip",
         "--without-mingle",
     ]
+
+
+def worker_launch(settings: Settings, base: Mapping[str, str], device: int | None = None
+                  ) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of one worker process (``tts-queue worker``).
+
+    With ``device`` (GPU pool only) the process sees GPU ``device`` alone: ``CUDA_VISIBLE_DEVICES``
+    is in its environment before Python starts, so before onnxruntime (and CUDA) is ever loaded,
+    and inside it that GPU is device 0 (``TTS_CUDA_DEVICE=0``). One such process per GPU, each on
+    the threads pool (a forked child cannot use CUDA initialized by its parent).
+    """
+    pool = settings.worker.pool
+    env = dict(base, TTS_WORKER_POOL=pool, TTS_WORKER_CONCURRENCY=str(settings.worker.concurrency))
+    name = None
+    if device is not None:
+        if pool != "gpu":
+            raise ConfigError(f"--device pins a GPU-pool worker to one GPU; this worker serves {pool!r} "
+                              f"(add --pool gpu)")
+        if device < 0:
+            raise ConfigError(f"--device {device}: a GPU number is 0 or more (see nvidia-smi -L)")
+        env.update(CUDA_VISIBLE_DEVICES=str(device), TTS_CUDA_DEVICE="0")
+        name = f"gpu{device}@%h"
+    return worker_command(pool, settings.worker.concurrency, name, settings.services.queue_prefix), env
 
 
 def scheduler_command(data_dir: Path) -> list[str]:

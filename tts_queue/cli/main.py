@@ -248,15 +248,13 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     """Run one worker process for a pool against the configured Redis and database."""
-    from tts_queue.cli.launcher import worker_command
+    from tts_queue.cli.launcher import worker_launch
 
     if not settings.services.redis_url or not settings.services.database_url:
         # A worker with its own SQLite file would find none of the API's tasks.
         raise ConfigError("set TTS_REDIS_URL and TTS_DATABASE_URL (the ones the API uses) to run "
                           "a worker on its own; `tts-queue up` runs one for you")
-    pool = settings.worker.pool
-    env = dict(os.environ, TTS_WORKER_POOL=pool, TTS_WORKER_CONCURRENCY=str(settings.worker.concurrency))
-    command = worker_command(pool, settings.worker.concurrency, prefix=settings.services.queue_prefix)
+    command, env = worker_launch(settings, os.environ, args.device)
     os.execve(command[0], command, env)
     return 0  # not reached
 
@@ -364,6 +362,8 @@ def _add_service_commands(sub: Any) -> None:
     up.set_defaults(func=cmd_up)
     worker = sub.add_parser("worker", help="run one worker against TTS_REDIS_URL")
     add_flags(worker, "worker.pool", "worker.concurrency")
+    worker.add_argument("--device", type=int, default=None, metavar="N",
+                        help="GPU pool: run on GPU N alone (CUDA_VISIBLE_DEVICES=N); one worker per GPU")
     worker.set_defaults(func=cmd_worker)
     sub.add_parser("scheduler", help="run the periodic cleanup scheduler").set_defaults(
         func=cmd_scheduler)

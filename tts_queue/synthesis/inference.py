@@ -8,7 +8,9 @@ project calls ``session.run``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,14 +19,23 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tts_queue.enums import GRAPH_OPTIMIZATION, PROVIDERS
+from tts_queue.enums import GRAPH_OPTIMIZATION
 from tts_queue.errors import ConfigError, ModelLoadError, SynthesisError
 from tts_queue.settings import SessionConfig
+from tts_queue.synthesis.providers import (
+    CPU,
+    GPU,
+    PREFERENCE,
+    TENSORRT,
+    Shapes,
+    choose_providers,
+    declared_inputs,
+    provider_options,
+)
+
+__all__ = ["ItemAudio", "Scales", "VoiceModel", "choose_providers", "session_options"]
 
 log = logging.getLogger(__name__)
-
-CPU = PROVIDERS["cpu"]
-PREFERENCE = tuple(dict.fromkeys(PROVIDERS.values()))  # TensorRT, CUDA, CPU
 
 
 @dataclass(frozen=True)
@@ -48,35 +59,6 @@ class ItemAudio:
     phoneme_samples: npt.NDArray[np.int64]
 
 
-def choose_providers(requested: str, available: Sequence[str]) -> list[str]:
-    """Execution providers to pass to ONNX Runtime, best first, from ``auto`` or a list like ``cuda,cpu``.
-
-    ``auto`` takes TensorRT, then CUDA, among those ONNX Runtime reports available, then CPU. A
-    list is taken in its order with CPU moved last (CPU never fails, so nothing after it would be
-    tried). A list that names ``cpu`` drops unavailable providers with a warning; a list without
-    ``cpu`` is a demand: a provider it names that is not available raises ``ConfigError``.
-    """
-    if requested.strip().lower() == "auto":
-        return [p for p in PREFERENCE[:-1] if p in available] + [CPU]
-    wanted: list[str] = []
-    for name in requested.split(","):
-        key = name.strip()
-        if not key:
-            continue
-        full = PROVIDERS.get(key.lower(), key)
-        if full not in PREFERENCE:
-            raise ConfigError(f"unknown execution provider {key!r}: use auto, tensorrt, cuda or cpu")
-        wanted.append(full)
-    missing = [p for p in wanted if p not in available and p != CPU]
-    if missing and CPU not in wanted:
-        raise ConfigError(f"TTS_PROVIDERS={requested!r} demands {', '.join(missing)}, which this "
-                          f"onnxruntime does not have (available: {', '.join(available) or 'none'})")
-    for name in missing:
-        log.warning("execution provider %s is not available here; skipping it", name)
-    chosen = [p for p in wanted if p not in missing and p != CPU]
-    return chosen + [CPU] if CPU in wanted else chosen
-
-
 def session_options(config: SessionConfig) -> Any:
     """``onnxruntime.SessionOptions`` from a ``SessionConfig``."""
     import onnxruntime as ort
@@ -97,8 +79,9 @@ def session_options(config: SessionConfig) -> Any:
     return options
 
 
-def _patched_model_bytes(model_path: Path) -> bytes:
-    """The model with its ``Ceil`` (frames per phoneme) tensor added to the outputs."""
+def _patched_model(model_path: Path) -> tuple[bytes, list[tuple[str, tuple[int | None, ...]]]]:
+    """The model with its ``Ceil`` (frames per phoneme) tensor added to the outputs, as bytes, and
+    its declared inputs (TensorRT's optimization profile is built from them)."""
     import onnx
     from piper.patch_voice_with_alignment import add_alignment_output
 
@@ -113,17 +96,39 @@ def _patched_model_bytes(model_path: Path) -> bytes:
             raise ModelLoadError(
                 f"{model_path.name} has no single Ceil node; cannot cut batches exactly: {exc}"
             ) from exc
-    return bytes(model.SerializeToString())
+    return bytes(model.SerializeToString()), declared_inputs(model)
+
+
+def _preload_cuda(ort: Any) -> None:
+    """Load the CUDA and cuDNN libraries that ``onnxruntime-gpu[cuda,cudnn]`` installed as pip
+    wheels (ONNX Runtime 1.21+), which the CUDA provider would not find on its own and would then
+    fall back to CPU; a no-op on CPU builds, on older releases and where they are already loaded."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        return
+    try:
+        preload()
+    except Exception as exc:  # noqa: BLE001 - the session then reports where it really landed
+        log.warning("could not preload the CUDA libraries: %s", exc)
 
 
 class VoiceModel:
-    """An ONNX voice session that synthesizes padded batches and trims them exactly."""
+    """An ONNX voice session that synthesizes padded batches and trims them exactly.
 
-    def __init__(self, session: Any, providers: Sequence[str], hop_length: int, multi_speaker: bool) -> None:
+    With ``io_binding`` (CUDA and TensorRT sessions, ``TTS_IO_BINDING``) a batch runs through ONNX
+    Runtime's I/O binding: inputs are bound from host memory and both outputs are bound to host
+    memory, so ONNX Runtime writes the audio once, straight from the device into the array this
+    class reads; the plain ``session.run`` path is used otherwise. Both give the same samples.
+    """
+
+    def __init__(self, session: Any, providers: Sequence[str], hop_length: int, multi_speaker: bool,
+                 io_binding: bool = False) -> None:
         self.session = session
         self.providers = list(providers)
         self.hop_length = hop_length
         self.multi_speaker = multi_speaker
+        self.io_binding = io_binding
+        self.load_s = 0.0  # how long building the session took (a TensorRT engine build shows here)
 
     @property
     def provider(self) -> str:
@@ -132,21 +137,32 @@ class VoiceModel:
 
     @classmethod
     def load(
-        cls, model_path: Path, config: SessionConfig, hop_length: int = 256
+        cls, model_path: Path, config: SessionConfig, hop_length: int = 256,
+        shapes: Shapes | None = None, engine_dir: Path | None = None,
     ) -> VoiceModel:
         """Build the session with the ordered provider list and report where it really landed.
 
+        Each provider gets its options (``providers.provider_options``: ``shapes`` bound
+        TensorRT's optimization profile, ``engine_dir`` holds its engines, in a folder per model).
         ONNX Runtime does not raise when a GPU provider fails to initialize: it logs and runs on
         CPU. So the providers are read back from the session; a demanded provider (a list without
         ``cpu``) that did not load raises ``ConfigError``, and ``auto`` says where it landed.
         """
         import onnxruntime as ort
 
-        model_bytes = _patched_model_bytes(model_path)
+        started = time.perf_counter()
+        model_bytes, inputs = _patched_model(model_path)
         wanted = choose_providers(config.providers, ort.get_available_providers())
+        if any(p in GPU for p in wanted):
+            _preload_cuda(ort)
+        if TENSORRT in wanted and engine_dir is not None:
+            # Engines are valid only for the graph they were built from: one folder per model.
+            engine_dir = engine_dir / hashlib.sha256(model_bytes).hexdigest()[:16]
+            engine_dir.mkdir(parents=True, exist_ok=True)
+        providers = provider_options(wanted, config, inputs, shapes or Shapes(), engine_dir)
         try:
             session = ort.InferenceSession(model_bytes, sess_options=session_options(config),
-                                           providers=wanted)
+                                           providers=providers)
         except Exception as exc:
             raise ModelLoadError(f"ONNX Runtime could not load {model_path.name} with "
                                  f"{', '.join(wanted)}: {exc}") from exc
@@ -156,11 +172,15 @@ class VoiceModel:
                 raise ConfigError(f"{model_path.name}: {wanted[0]} was demanded (TTS_PROVIDERS="
                                      f"{config.providers}) but the session fell back to {actual[0]}")
             log.warning("%s: asked for %s, running on %s", model_path.name, wanted[0], actual[0])
-        inputs = {i.name for i in session.get_inputs()}
-        if not {"input", "input_lengths", "scales"} <= inputs or len(session.get_outputs()) < 2:
+        names = {i.name for i in session.get_inputs()}
+        if not {"input", "input_lengths", "scales"} <= names or len(session.get_outputs()) < 2:
             raise ModelLoadError(f"{model_path.name} does not have a Piper voice's signature")
-        log.info("loaded %s on %s (asked for %s)", model_path.name, actual[0], ", ".join(wanted))
-        return cls(session, actual, hop_length, "sid" in inputs)
+        model = cls(session, actual, hop_length, "sid" in names,
+                    io_binding=config.io_binding and actual[0] in GPU)
+        model.load_s = time.perf_counter() - started
+        log.info("loaded %s on %s (asked for %s) in %.2f s", model_path.name, actual[0],
+                 ", ".join(wanted), model.load_s)
+        return model
 
     def run_batch(
         self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None
@@ -180,7 +200,7 @@ class VoiceModel:
         if self.multi_speaker:
             feeds["sid"] = np.full(len(ids), speaker_id or 0, dtype=np.int64)
         try:
-            audio, frames = self.session.run(None, feeds)[:2]
+            audio, frames = (self._run_bound(feeds) if self.io_binding else self.session.run(None, feeds))[:2]
         except Exception as exc:
             raise SynthesisError(f"the model failed on a batch of {len(ids)}: {exc}") from exc
         frames = np.asarray(frames).reshape(len(ids), -1).astype(np.int64)
@@ -191,3 +211,13 @@ class VoiceModel:
             n = min(int(per_phoneme.sum()), audio.shape[1])
             items.append(ItemAudio(samples=audio[row, :n].copy(), phoneme_samples=per_phoneme))
         return items
+
+    def _run_bound(self, feeds: dict[str, Any]) -> list[Any]:
+        """One run through I/O binding: host inputs in, every output bound to host memory."""
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        for output in self.session.get_outputs():
+            binding.bind_output(output.name, "cpu")
+        self.session.run_with_iobinding(binding)
+        return [value.numpy() for value in binding.get_outputs()]

@@ -1,5 +1,11 @@
 """The voice registry: the manifest in ``models/``, drop-in voices from a directory, digests, and
-a bounded set of loaded voices (least recently used unloaded first)."""
+a bounded set of loaded voices (least recently used unloaded first).
+
+Loading a voice (digest, ONNX session; a TensorRT engine build can take minutes) never holds the
+registry's lock: one lock per voice makes a second caller of the same voice wait for the first
+load instead of loading it twice, while ``providers()`` and ``loaded()`` (the worker's heartbeat,
+which also renews task leases) and loads of other voices go on meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from cachetools import LRUCache
 
 from tts_queue.errors import DigestMismatch, UnknownVoice, VoiceFilesMissing
 from tts_queue.settings import Settings
+from tts_queue.synthesis.providers import SessionPlan
 from tts_queue.synthesis.voice import Voice, VoiceSpec, read_config, speaker_names
 
 log = logging.getLogger(__name__)
@@ -130,7 +137,8 @@ class VoiceRegistry:
         self._loaded: LRUCache[str, Voice] = LRUCache(maxsize=max_loaded)
         self._digests: dict[tuple[Path, int, int], str] = {}
         self._loaded_files: dict[str, tuple[tuple[Path, int, int], ...]] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # held only for dict reads and writes, never across I/O
+        self._loading: dict[str, threading.Lock] = {}  # one per voice: its load runs under it
         self.default = default
 
     @classmethod
@@ -140,10 +148,10 @@ class VoiceRegistry:
 
         specs = manifest_specs(settings.voices.manifest or MANIFEST_PATH)
         specs += discover_specs(settings.voices_dir)
-        session = settings.onnx
+        session, plan = settings.onnx, SessionPlan.from_settings(settings)
         return cls(
             specs,
-            loader=lambda spec: Voice.load(spec, session),
+            loader=lambda spec: Voice.load(spec, session, plan),
             default=settings.voices.default,
             max_loaded=settings.voices.max_loaded,
         )
@@ -162,13 +170,19 @@ class VoiceRegistry:
         return self._specs[voice_id]
 
     def digest(self, spec: VoiceSpec) -> str:
-        """The model file's sha256, computed once per file version."""
+        """The model file's sha256, computed once per file version (hashed outside the lock)."""
         spec.require_files()
-        key = _stat_key(spec.model_path)
+        return self._file_digest(spec.model_path)
+
+    def _file_digest(self, path: Path) -> str:
+        key = _stat_key(path)
         with self._lock:
-            if key not in self._digests:
-                self._digests[key] = file_sha256(spec.model_path)
-            return self._digests[key]
+            known = self._digests.get(key)
+        if known is None:
+            known = file_sha256(path)  # two threads may both hash a new file: same answer
+            with self._lock:
+                self._digests[key] = known
+        return known
 
     def model_digest(self, spec: VoiceSpec) -> str:
         """The model's digest: the manifest's, else the file's."""
@@ -176,11 +190,7 @@ class VoiceRegistry:
 
     def voice_digest(self, spec: VoiceSpec) -> str:
         """What identifies this voice's audio: model, config and phonemizer (piper) version."""
-        config_key = _stat_key(spec.config_path)
-        with self._lock:
-            if config_key not in self._digests:
-                self._digests[config_key] = file_sha256(spec.config_path)
-            config = self._digests[config_key]
+        config = self._file_digest(spec.config_path)
         material = f"{self.model_digest(spec)}:{config}:piper-{_piper_version()}"
         return hashlib.sha256(material.encode()).hexdigest()
 
@@ -196,30 +206,49 @@ class VoiceRegistry:
             )
 
     def load(self, name: str | None) -> Voice:
-        """The loaded voice, verifying and loading it on first use."""
+        """The loaded voice, verifying and loading it on first use (see the module docstring)."""
         spec = self.get(name)
+        voice = self._current(spec)
+        if voice is not None:
+            return voice
+        with self._lock:
+            gate = self._loading.setdefault(spec.id, threading.Lock())
+        with gate:
+            voice = self._current(spec)  # loaded by the caller we waited for
+            if voice is not None:
+                return voice
+            if not spec.present:
+                raise VoiceFilesMissing(f"voice {spec.id!r}: files not found at {spec.model_path}")
+            self.verify(spec)
+            files = (_stat_key(spec.model_path), _stat_key(spec.config_path))
+            voice = self._loader(spec)
+            with self._lock:
+                self._loaded.pop(spec.id, None)
+                self._loaded[spec.id] = voice
+                self._loaded_files[spec.id] = files
+            return voice
+
+    def _current(self, spec: VoiceSpec) -> Voice | None:
+        """The loaded voice of ``spec`` if its files are unchanged, marked most recently used."""
         with self._lock:
             # pop and re-insert, so the cache's iteration order is its LRU order (``loaded()``)
             voice = self._loaded.pop(spec.id, None)
-            if voice is not None and self._files_changed(spec):
-                log.info("voice %s changed on disk; reloading it", spec.id)
-                voice = None
             if voice is None:
-                if not spec.present:
-                    raise VoiceFilesMissing(f"voice {spec.id!r}: files not found at {spec.model_path}")
-                self.verify(spec)
-                files = (_stat_key(spec.model_path), _stat_key(spec.config_path))
-                voice = self._loader(spec)
-                self._loaded_files[spec.id] = files
+                return None
             self._loaded[spec.id] = voice
-            return voice
+            files = self._loaded_files.get(spec.id)
+        if self._files_changed(spec, files):
+            log.info("voice %s changed on disk; reloading it", spec.id)
+            return None
+        return voice
 
-    def _files_changed(self, spec: VoiceSpec) -> bool:
+    @staticmethod
+    def _files_changed(spec: VoiceSpec, loaded_from: tuple[tuple[Path, int, int], ...] | None) -> bool:
         try:
             now = (_stat_key(spec.model_path), _stat_key(spec.config_path))
         except OSError:
             return True
-        return self._loaded_files.get(spec.id) != now
+        return loaded_from != now
 
     def loaded(self) -> list[str]:
         """Ids of the voices loaded now, least recently used first."""

@@ -15,6 +15,7 @@ from typing import Any
 from tts_queue.errors import UnknownSpeaker, VoiceFilesMissing
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.inference import Scales, VoiceModel
+from tts_queue.synthesis.providers import SessionPlan
 from tts_queue.synthesis.text import Phonemizer, SpokenSentence, to_ids
 
 
@@ -71,13 +72,16 @@ class Voice:
         self.phonemizer = Phonemizer(self.config.espeak_voice)
 
     @classmethod
-    def load(cls, spec: VoiceSpec, session: SessionConfig) -> Voice:
-        """Read the config and build the ONNX session (the caller verified the digest)."""
+    def load(cls, spec: VoiceSpec, session: SessionConfig, plan: SessionPlan | None = None) -> Voice:
+        """Read the config and build the ONNX session (the caller verified the digest); ``plan``
+        bounds the shapes a GPU session is built for and says where TensorRT engines are kept."""
         from piper.config import PiperConfig
 
         spec.require_files()
         config = PiperConfig.from_dict(read_config(spec.config_path))
-        model = VoiceModel.load(spec.model_path, session, hop_length=config.hop_length)
+        plan = plan or SessionPlan()
+        model = VoiceModel.load(spec.model_path, session, hop_length=config.hop_length,
+                                shapes=plan.shapes(config.phoneme_id_map), engine_dir=plan.engine_dir)
         return cls(spec=spec, config=config, model=model)
 
     @property

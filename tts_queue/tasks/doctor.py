@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from tts_queue.settings import Settings
+from tts_queue.tasks.heartbeat import WorkerInfo
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,24 @@ NO_PERSISTENCE_RISK = ("a Redis restart (crash, OOM kill, reboot) loses every qu
                        "recovery sweep must re-send them from the database, and tasks stall until it does")
 SCHEMA_RISK = ("the API and workers read and write columns or tables this database does not have: "
                "submissions and task updates fail; run `tts-queue migrate`")
+
+GPU_ON_CPU_RISK = ("the GPU pool's batching budget (TTS_GPU_*) assumes a GPU: on a CPU its large "
+                   "batches are slower than one sentence per call, and GPU-routed requests queue up; "
+                   "install onnxruntime-gpu with working CUDA libraries (README, GPU workers), or "
+                   "set TTS_PROVIDERS=cuda so such a worker refuses to start")
+CPU_PROVIDER = "CPUExecutionProvider"
+
+
+def gpu_pool_warnings(live: list[WorkerInfo]) -> list[HealthWarning]:
+    """One ``gpu_pool_on_cpu`` warning per GPU-pool worker whose heartbeat says a voice of it runs
+    on the CPU (``TTS_PROVIDERS=auto`` fell back: no GPU, no CUDA libraries, the CPU build)."""
+    found = []
+    for worker in live:
+        on_cpu = sorted(voice for voice, provider in worker.providers.items() if provider == CPU_PROVIDER)
+        if worker.pool == "gpu" and on_cpu:
+            found.append(HealthWarning("gpu_pool_on_cpu", f"GPU-pool worker {worker.name} runs "
+                                       f"{', '.join(on_cpu)} on {CPU_PROVIDER}", GPU_ON_CPU_RISK))
+    return found
 
 
 # scheme://user:password@host: the password runs to the last "@" before the host (an unencoded

@@ -1,0 +1,105 @@
+"""A GPU-pool worker on a machine without a GPU (as CI is): under ``TTS_PROVIDERS=auto`` it lands
+on the CPU and says so, in its log and in ``/readyz``; and a slow voice load (a TensorRT engine
+build takes minutes) does not stop its heartbeat from renewing the leases of the tasks it holds."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from api import create_app
+from tests.support import (
+    QUEUE_PREFIX,
+    WorkerProcess,
+    flush_queues,
+    hooked,
+    service_settings,
+    submit,
+    wait_until,
+)
+from tts_queue.db import Database
+from tts_queue.enums import TaskStatus
+from tts_queue.tables import TaskRow
+from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.doctor import gpu_pool_warnings
+from tts_queue.tasks.heartbeat import WorkerInfo
+from tts_queue.tasks.keys import RedisKeys
+from workers.factory import make_celery
+
+CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+SLOW_LOAD_S = 12  # more than one heartbeat interval (5 s here), so beats must fall inside the load
+
+
+def test_only_gpu_pool_workers_on_cpu_are_warned_about() -> None:
+    warnings = gpu_pool_warnings([
+        WorkerInfo("g1@h", "gpu", {"tiny": CPU, "multi": CUDA}),
+        WorkerInfo("g2@h", "gpu", {"tiny": CUDA}),
+        WorkerInfo("c1@h", "cpu", {"tiny": CPU}),
+        WorkerInfo("g3@h", "gpu", {}),  # nothing loaded yet: nothing to say
+    ])
+    assert [(w.code, w.message) for w in warnings] == [
+        ("gpu_pool_on_cpu", "GPU-pool worker g1@h runs tiny on CPUExecutionProvider")]
+
+
+@pytest.mark.integration
+def test_a_gpu_pool_worker_on_cpu_says_so_and_a_slow_load_keeps_its_leases(
+    tmp_path: Path, redis_url: str, voices_dir: Path,
+) -> None:
+    # Given a GPU-pool worker under TTS_PROVIDERS=auto on this CPU-only machine, whose second
+    # voice (multi) takes SLOW_LOAD_S to load
+    flush_queues(redis_url)
+    settings = service_settings(tmp_path, redis_url, voices_dir, TTS_PROVIDERS="auto")
+    app = make_celery(settings)
+    client = create_app(settings).test_client()
+    db = Database(settings.database_url)
+    broker = redis.Redis.from_url(client_url(redis_url))
+    name = f"gpu-{uuid.uuid4().hex[:6]}@localhost"
+    log_path = tmp_path / "worker.log"
+    worker = WorkerProcess(settings, name, log_path, TTS_WORKER_POOL="gpu",
+                           **hooked(TTS_TEST_SLOW_LOAD=f"multi={SLOW_LOAD_S}"))
+    try:
+        worker.wait_ready(app)
+        # Then its log warns that the GPU pool runs on the CPU
+        warned = "GPU-pool worker runs voice tiny on CPUExecutionProvider"
+        wait_until(lambda: warned in log_path.read_text(), timeout=10)
+        # And /readyz is ready (the worker serves), lists where its voice runs, and warns
+        body = wait_until(lambda: (r := client.get("/readyz")).status_code == 200 and r.get_json(),
+                          timeout=30)
+        assert body["checks"]["pools"]["gpu"] == [name]
+        assert body["checks"]["providers"][name] == {"tiny": CPU}
+        [warning] = [w for w in body["warnings"] if w["code"] == "gpu_pool_on_cpu"]
+        assert warning["message"] == f"GPU-pool worker {name} runs tiny on {CPU}"
+
+        # When a request for the slow voice arrives and the worker starts loading it
+        task_id = submit(client, "Load me slowly.", voice="multi", pool="gpu")
+
+        def row() -> TaskRow:
+            with db.read() as session:
+                found = session.get(TaskRow, task_id)
+                assert found is not None
+                return found
+
+        first = wait_until(lambda: (r := row()).status == TaskStatus.RUNNING and r.claimed_at and r,
+                           timeout=30)
+        heartbeat = RedisKeys(QUEUE_PREFIX).worker(name)
+        # Then while the load goes on, the heartbeat keeps beating and renewing the task's lease:
+        # twice (a heartbeat that waited for the load would renew once, then hang until it ended)
+        renewed = first
+        for _ in range(2):
+            before = renewed.claimed_at
+            renewed = wait_until(lambda: (r := row()).claimed_at > before and r,  # noqa: B023
+                                 timeout=SLOW_LOAD_S, interval=0.2)
+            assert renewed.status == TaskStatus.RUNNING, "the lease was renewed only after the load"
+        assert broker.pttl(heartbeat) > 0  # (the lease is renewed by the same beat that writes it)
+        # And /readyz stays truthful: the worker is live, multi is not listed until it is loaded
+        now = client.get("/readyz").get_json()
+        assert now["checks"]["pools"]["gpu"] == [name]
+        assert now["checks"]["providers"][name] == {"tiny": CPU}
+        # Finally the task finishes with the loaded voice
+        assert client.get(f"/v1/tasks/{task_id}?wait=60").get_json()["status"] == "done"
+    finally:
+        worker.stop()
+        db.engine.dispose()
