@@ -73,7 +73,7 @@ def test_concurrent_requests_share_one_batch_and_get_their_own_audio(
     inputs = [sentence(seed, length) for seed, length in ((1, 3), (2, 17), (3, 8), (4, 30))]
     # When four threads each submit one sentence of a different length
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = [pool.submit(engine.run_sentences, KEY, [ids], f"r{i}")
+        futures = [pool.submit(engine.run_sentences, KEY, [ids])
                    for i, ids in enumerate(inputs)]
         results = [f.result(timeout=TIMEOUT) for f in futures]
     # Then they ran as one batch of four
@@ -93,7 +93,7 @@ def test_many_threads_under_eager_policy_all_get_correct_audio(
     inputs = [[sentence(seed, 2 + seed % 9), sentence(seed + 100, 5)] for seed in range(24)]
     # When 24 requests of two sentences arrive from 8 threads
     with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = [pool.submit(engine.run_sentences, KEY, sentences, f"r{i}")
+        futures = [pool.submit(engine.run_sentences, KEY, sentences)
                    for i, sentences in enumerate(inputs)]
         results = [f.result(timeout=TIMEOUT) for f in futures]
     # Then every sentence has its own exact audio, in order

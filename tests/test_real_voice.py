@@ -11,12 +11,14 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import soundfile
 
 from tests.conftest import load_voice
+from tests.support import wait_until
 from tts_queue.errors import DigestMismatch, ModelLoadError, NothingToSpeak
 from tts_queue.settings import Settings
 from tts_queue.synthesis.encoder import encode
@@ -215,3 +217,37 @@ def test_synthesizer_end_to_end(registry: VoiceRegistry, engine: BatchEngine,
     spec = registry.get(request.voice)
     assert registry.status(spec) == "verified"
     assert registry.model_digest(spec) == MANIFEST_SHA256
+
+
+def test_an_interactive_sentence_stops_the_book_sentence_in_the_model(voice: Voice,
+                                                                      engine: BatchEngine) -> None:
+    """A short request behind a long book sentence does not wait for it: the bulk call is stopped
+    (``RunOptions.terminate``), the short one runs, and the book sentence runs again, whole."""
+    import threading
+
+    from tts_queue.synthesis.engine import BatchKey
+
+    key = BatchKey(voice=voice.spec.id, scales=voice.scales(1.0, 0.0, 0.0), speaker=None)
+    long = voice.sentence_ids("The quick brown fox jumps over the lazy dog while the cat watches from "
+                              "the old wooden fence near the river bank in the evening light, and "
+                              "nobody says a word about it at all.", 400)
+    short = voice.sentence_ids("Hello there.", 400)
+    alone = engine.run_sentences(key, long, priority=1)[0].audio.samples
+    finished: list[str] = []
+    book: list[Any] = []
+
+    def render() -> None:
+        book.extend(engine.run_sentences(key, long, priority=1))
+        finished.append("book")
+
+    thread = threading.Thread(target=render)
+    thread.start()
+    wait_until(lambda: engine._preemptible is not None, timeout=10, interval=0.001)
+    # When an interactive sentence arrives while the book sentence is in the model
+    engine.run_sentences(key, short)
+    finished.append("short")
+    thread.join(timeout=30)
+    # Then the short one finished first, the book call was stopped once, and the book sentence's
+    # audio, run again, is the same as alone (noise off)
+    assert finished == ["short", "book"] and engine.preempted == 1
+    assert np.array_equal(book[0].audio.samples, alone)

@@ -74,6 +74,8 @@ STAGE_SECONDS = Histogram("tts_stage_seconds", "Time spent per stage: queue wait
                           ["stage"], buckets=SECONDS)
 SENTENCES = Counter("tts_sentences_synthesized", "Sentences the model synthesized")
 AUDIO_SECONDS = Counter("tts_audio_seconds", "Seconds of audio produced by synthesis (cache hits excluded)")
+PREEMPTED = Counter("tts_batches_preempted", "Bulk (book) batches stopped in the model so an interactive "
+                    "sentence ran first (each runs again after it)")
 SWEEPS = Counter("tts_recovery_sweeps", "Recovery sweeps run")
 RESENT = Counter("tts_recovery_resent", "Tasks the recovery sweeps sent to the broker again")
 CLEANUPS = Counter("tts_cleanup_runs", "Cleanup runs")

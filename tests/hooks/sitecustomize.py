@@ -21,9 +21,14 @@ _SLOW_VOICE, _, _SLOW_S = os.environ.get("TTS_TEST_SLOW_LOAD", "").partition("="
 if _DELAY_S:
     _run_batch = inference.VoiceModel.run_batch
 
-    def _slow_run_batch(self, ids, scales, speaker_id=None):  # type: ignore[no-untyped-def]
-        time.sleep(_DELAY_S)
-        return _run_batch(self, ids, scales, speaker_id)
+    def _slow_run_batch(self, ids, scales, speaker_id=None, run_options=None):  # type: ignore[no-untyped-def]
+        # a slow model call that, like ONNX Runtime's, stops when its RunOptions say terminate
+        until = time.monotonic() + _DELAY_S
+        while time.monotonic() < until:
+            if run_options is not None and run_options.terminate:
+                raise inference.Preempted("stopped by the test hook's RunOptions")
+            time.sleep(min(0.005, max(0.0, until - time.monotonic())))
+        return _run_batch(self, ids, scales, speaker_id, run_options)
 
     inference.VoiceModel.run_batch = _slow_run_batch  # type: ignore[method-assign]
 

@@ -16,12 +16,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import Any
 
 from tts_queue import metrics
 from tts_queue.errors import ServiceUnavailable
 from tts_queue.settings import PoolSettings
 from tts_queue.synthesis.batching import Batch, BatchPolicy, Entry
-from tts_queue.synthesis.inference import ItemAudio, Scales
+from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales
 from tts_queue.synthesis.registry import VoiceRegistry
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,10 @@ class BatchEngine:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        # The RunOptions of the bulk batch in the model, if one is: an interactive sentence that
+        # arrives meanwhile stops it (``terminate``) and the batch runs again after it.
+        self._preemptible: Any = None
+        self.preempted = 0
 
     def start(self) -> BatchEngine:
         """Start the runner thread (idempotent)."""
@@ -99,6 +104,8 @@ class BatchEngine:
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
                                          priority=priority))
                 futures.append(future)
+            if priority == 0 and self._preemptible is not None and futures:
+                self._preemptible.terminate = True  # interactive work waits for no book sentence
             self._cond.notify_all()
         if self._thread is None:
             self.start()
@@ -141,13 +148,28 @@ class BatchEngine:
     def _run(self, batch: Batch) -> None:
         key = batch.key
         assert isinstance(key, BatchKey)
+        options = run_options() if all(entry.priority > 0 for entry, _ in batch.members) else None
+        with self._cond:
+            self._preemptible = options
         try:
             voice = self.registry.load(key.voice)
-            items = voice.model.run_batch(batch.slots, key.scales, key.speaker)
+            items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options)
+        except Preempted:  # an interactive sentence came: it runs first, this batch after it
+            with self._cond:
+                self._preemptible = None
+                for entry, _ in batch.members:
+                    self.policy.append(entry)
+                self.preempted += 1
+            metrics.count(metrics.PREEMPTED)
+            log.debug("stopped a bulk batch of %d for interactive work", len(batch.slots))
+            return
         except BaseException as exc:  # hand every error to the waiting requests
             for entry, _ in batch.members:
                 entry.ticket.set_exception(exc)
             return
+        finally:
+            with self._cond:
+                self._preemptible = None
         size = len(batch.slots)
         self.batch_sizes.append(size)
         metrics.observe(metrics.BATCH_SIZE, size)
@@ -158,3 +180,10 @@ class BatchEngine:
         log.debug("ran a batch of %d (%d padded ids)", size, batch.padded_size)
         for entry, slot in batch.members:
             entry.ticket.set_result(SentenceResult(audio=items[slot], batch_size=size))
+
+
+def run_options() -> Any:
+    """A fresh ``onnxruntime.RunOptions`` (its ``terminate`` flag stops the call it is given to)."""
+    import onnxruntime
+
+    return onnxruntime.RunOptions()

@@ -38,6 +38,10 @@ __all__ = ["ItemAudio", "Scales", "VoiceModel", "choose_providers", "session_opt
 log = logging.getLogger(__name__)
 
 
+class Preempted(Exception):  # noqa: N818 - a signal between the model and the engine, not an error
+    """A model call stopped on purpose (its ``RunOptions.terminate``): run it again later."""
+
+
 @dataclass(frozen=True)
 class Scales:
     """The model's three synthesis scales; one value serves a whole batch."""
@@ -183,9 +187,12 @@ class VoiceModel:
         return model
 
     def run_batch(
-        self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None
+        self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
+        run_options: Any = None,
     ) -> list[ItemAudio]:
-        """Synthesize every id sequence in one ONNX call; return exact per-item audio."""
+        """Synthesize every id sequence in one ONNX call; return exact per-item audio.
+        ``run_options`` (``onnxruntime.RunOptions``): setting its ``terminate`` from another
+        thread stops the call, which raises ``Preempted``."""
         if not ids:
             return []
         lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
@@ -200,8 +207,16 @@ class VoiceModel:
         if self.multi_speaker:
             feeds["sid"] = np.full(len(ids), speaker_id or 0, dtype=np.int64)
         try:
-            audio, frames = (self._run_bound(feeds) if self.io_binding else self.session.run(None, feeds))[:2]
+            if self.io_binding:
+                outputs = self._run_bound(feeds, run_options)
+            elif run_options is not None:
+                outputs = self.session.run(None, feeds, run_options)
+            else:
+                outputs = self.session.run(None, feeds)
+            audio, frames = outputs[:2]
         except Exception as exc:
+            if run_options is not None and run_options.terminate:
+                raise Preempted("the batch was stopped to run interactive work first") from exc
             raise SynthesisError(f"the model failed on a batch of {len(ids)}: {exc}") from exc
         frames = np.asarray(frames).reshape(len(ids), -1).astype(np.int64)
         audio = np.asarray(audio, dtype=np.float32).reshape(len(ids), -1)
@@ -212,12 +227,12 @@ class VoiceModel:
             items.append(ItemAudio(samples=audio[row, :n].copy(), phoneme_samples=per_phoneme))
         return items
 
-    def _run_bound(self, feeds: dict[str, Any]) -> list[Any]:
+    def _run_bound(self, feeds: dict[str, Any], run_options: Any = None) -> list[Any]:
         """One run through I/O binding: host inputs in, every output bound to host memory."""
         binding = self.session.io_binding()
         for name, value in feeds.items():
             binding.bind_cpu_input(name, value)
         for output in self.session.get_outputs():
             binding.bind_output(output.name, "cpu")
-        self.session.run_with_iobinding(binding)
+        self.session.run_with_iobinding(binding, run_options)
         return [value.numpy() for value in binding.get_outputs()]
