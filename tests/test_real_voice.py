@@ -222,7 +222,8 @@ def test_synthesizer_end_to_end(registry: VoiceRegistry, engine: BatchEngine,
 def test_an_interactive_sentence_stops_the_book_sentence_in_the_model(voice: Voice,
                                                                       engine: BatchEngine) -> None:
     """A short request behind a long book sentence does not wait for it: the bulk call is stopped
-    (``RunOptions.terminate``), the short one runs, and the book sentence runs again, whole."""
+    (``RunOptions.terminate``), the short one runs, and the book sentence runs again, whole, and
+    is not stopped again."""
     import threading
 
     from tts_queue.synthesis.engine import BatchKey
@@ -246,8 +247,11 @@ def test_an_interactive_sentence_stops_the_book_sentence_in_the_model(voice: Voi
     # When an interactive sentence arrives while the book sentence is in the model
     engine.run_sentences(key, short)
     finished.append("short")
+    # And another arrives while the book sentence runs again
+    engine.run_sentences(key, short)
+    finished.append("again")
     thread.join(timeout=30)
-    # Then the short one finished first, the book call was stopped once, and the book sentence's
-    # audio, run again, is the same as alone (noise off)
-    assert finished == ["short", "book"] and engine.preempted == 1
+    # Then the first short one finished before the book sentence, which was stopped once and not
+    # a second time (a book always advances), and whose audio, run again, is the same as alone
+    assert finished == ["short", "book", "again"] and engine.preempted == 1
     assert np.array_equal(book[0].audio.samples, alone)

@@ -33,6 +33,7 @@ class Entry:
     arrived: float
     ticket: Any = None
     priority: int = 0
+    stopped: bool = False  # stopped once in the model for interactive work: runs to the end next time
 
 
 @dataclass

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tts_queue import metrics
@@ -69,6 +69,9 @@ class BatchEngine:
         # The RunOptions of the bulk batch in the model, if one is: an interactive sentence that
         # arrives meanwhile stops it (``terminate``) and the batch runs again after it.
         self._preemptible: Any = None
+        self._running_since = 0.0  # when the bulk batch in the model started (monotonic)
+        self._running_ids = 0  # its padded ids
+        self._s_per_id: float | None = None  # seconds per padded id, a moving average of past calls
         self.preempted = 0
 
     def start(self) -> BatchEngine:
@@ -104,7 +107,7 @@ class BatchEngine:
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
                                          priority=priority))
                 futures.append(future)
-            if priority == 0 and self._preemptible is not None and futures:
+            if priority == 0 and self._preemptible is not None and futures and self._worth_stopping():
                 self._preemptible.terminate = True  # interactive work waits for no book sentence
             self._cond.notify_all()
         if self._thread is None:
@@ -121,6 +124,14 @@ class BatchEngine:
             raise ServiceUnavailable(
                 f"synthesis did not finish within {self.timeout_s:.0f} s; the model may be stuck"
             ) from None
+
+    def _worth_stopping(self) -> bool:
+        """Stop the bulk batch in the model only if less than half of it is done (by the time past
+        calls took per id): then the work thrown away is less than the wait it saves."""
+        if self._s_per_id is None:
+            return True
+        elapsed = time.monotonic() - self._running_since
+        return self._s_per_id * self._running_ids - elapsed > elapsed
 
     def _loop(self) -> None:
         while True:
@@ -148,9 +159,13 @@ class BatchEngine:
     def _run(self, batch: Batch) -> None:
         key = batch.key
         assert isinstance(key, BatchKey)
-        options = run_options() if all(entry.priority > 0 for entry, _ in batch.members) else None
+        # Bulk work may be stopped for interactive work, each sentence once: a book always advances
+        options = run_options() if all(entry.priority > 0 and not entry.stopped
+                                       for entry, _ in batch.members) else None
         with self._cond:
             self._preemptible = options
+            self._running_since, self._running_ids = time.monotonic(), batch.padded_size
+        started = time.monotonic()
         try:
             voice = self.registry.load(key.voice)
             items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options)
@@ -158,7 +173,7 @@ class BatchEngine:
             with self._cond:
                 self._preemptible = None
                 for entry, _ in batch.members:
-                    self.policy.append(entry)
+                    self.policy.append(replace(entry, stopped=True))
                 self.preempted += 1
             metrics.count(metrics.PREEMPTED)
             log.debug("stopped a bulk batch of %d for interactive work", len(batch.slots))
@@ -170,6 +185,9 @@ class BatchEngine:
         finally:
             with self._cond:
                 self._preemptible = None
+        if batch.padded_size:
+            rate = (time.monotonic() - started) / batch.padded_size
+            self._s_per_id = rate if self._s_per_id is None else 0.8 * self._s_per_id + 0.2 * rate
         size = len(batch.slots)
         self.batch_sizes.append(size)
         metrics.observe(metrics.BATCH_SIZE, size)
