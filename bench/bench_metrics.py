@@ -39,24 +39,9 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_clients import rate  # noqa: E402
 from bench_core import SENTENCES  # noqa: E402
-from bench_service import free_port, start_service  # noqa: E402
+from bench_service import free_port, service_throughput, start_service  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def end_to_end(url: str, texts: list[str], clients: int = 8) -> float:
-    """Requests/s: each client submits its sentence and long-polls it to done."""
-    def one(text: str) -> None:
-        with requests.Session() as http:
-            task = http.post(f"{url}/v1/tts", json={"text": text}, timeout=30).json()
-            while task["status"] not in ("done", "failed", "cancelled"):
-                task = http.get(task["status_url"], params={"wait": 30}, timeout=60).json()
-            assert task["status"] == "done", task
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(one, texts))
-    return len(texts) / (time.perf_counter() - started)
 
 
 def end_to_end_for(url: str, texts: list[str], seconds: float, clients: int = 8) -> float:
@@ -112,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             urls[name] = f"http://127.0.0.1:{port}"
         try:
             for name, url in urls.items():
-                end_to_end(url, [f"Warm up {name} {n}." for n in range(8)])
+                service_throughput(url, [f"Warm up {name} {n}." for n in range(8)], clients=8)
                 assert (requests.get(f"{url}/metrics", timeout=10).status_code == 200) is (name == "on")
             for index in range(args.rounds):
                 tag = uuid.uuid4().hex[:6]

@@ -36,7 +36,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import SENTENCES  # noqa: E402
-from bench_service import free_port, start_service  # noqa: E402
+from bench_service import answering, free_port, start_service  # noqa: E402
 
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.synthesis.registry import VoiceRegistry  # noqa: E402
@@ -48,16 +48,7 @@ def start_piper(model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "piper.http_server", "-m", str(model), "--host", "127.0.0.1",
                "--port", str(port)]
     process = subprocess.Popen(command, stdout=open(log, "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/voices", timeout=2).status_code == 200:
-                return process
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
-    process.terminate()
-    raise SystemExit(f"Piper's server did not start; see {log}")
+    return answering(process, f"http://127.0.0.1:{port}/voices", 120, log)
 
 
 def throughput(call: Any, texts: list[str], clients: int = 8) -> float:

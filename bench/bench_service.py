@@ -68,16 +68,23 @@ def start_service(
          "--workers", str(workers)],
         cwd=ROOT, env=env, stdout=open(data_dir / "up.log", "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
     )
-    deadline = time.monotonic() + 180
+    return answering(process, f"http://127.0.0.1:{port}/readyz", 180, data_dir / "up.log")
+
+
+def answering(
+    process: subprocess.Popen[bytes], url: str, timeout_s: float, log: Path
+) -> subprocess.Popen[bytes]:
+    """``process`` once ``url`` answers 200; stopped, and the bench ended, if not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+            if requests.get(url, timeout=2).status_code == 200:
                 return process
         except requests.RequestException:
             pass
         time.sleep(0.5)
     process.terminate()
-    raise SystemExit(f"service did not become ready; see {data_dir / 'up.log'}")
+    raise SystemExit(f"{url} did not answer within {timeout_s:.0f} s; see {log}")
 
 
 def core_throughput(synth: Synthesizer, settings: Settings, texts: list[str], clients: int) -> float:

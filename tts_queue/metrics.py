@@ -25,6 +25,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 
+from tts_queue.enums import POOLS, Lane
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STATE_TTL_S = 5.0  # a scrape reads the database and Redis at most this often, however often it is asked
@@ -150,11 +152,10 @@ class StateCollector(Collector):
 
 def registry(extra: Iterable[Collector] = ()) -> CollectorRegistry:
     """The registry to expose: every process on this host (multiprocess mode), else this one's."""
+    chosen = CollectorRegistry()
     if os.environ.get(MULTIPROC_ENV):
-        chosen = CollectorRegistry()
         MultiProcessCollector(chosen)  # type: ignore[no-untyped-call]
     else:
-        chosen = CollectorRegistry()
         chosen.register(_Forward(REGISTRY))
     for collector in extra:
         chosen.register(collector)
@@ -186,15 +187,14 @@ def serve(port: int, extra: Iterable[Collector] = ()) -> Any:
 # Failure codes a failed task most often carries, given a 0 series up front (others appear when
 # they first happen); the lanes and pools are every one there is.
 COMMON_FAILURES = ("synthesis_failed", "too_many_attempts", "internal_error")
-LANES = ("interactive", "bulk")
-POOL_NAMES = ("cpu", "gpu")
+TASK_LANES = (Lane.INTERACTIVE.value, Lane.BULK.value)  # maintenance work is not a task row
 WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "refused", "not_due")
 REMOVED_KINDS = ("audio_entries", "audio_bytes", "task_rows", "books")
 
 
 def _zero_series() -> None:
-    for pool in POOL_NAMES:
-        for lane in LANES:
+    for pool in POOLS:
+        for lane in TASK_LANES:
             for counter in (TASKS_SUBMITTED, TASKS_FINISHED, TASKS_CANCELLED):
                 counter.labels(pool=pool, lane=lane)
             for code in COMMON_FAILURES:

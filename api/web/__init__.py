@@ -8,6 +8,7 @@ keyboard. With ``TTS_AUTH=required`` the page asks for a key and sends it as a B
 
 from __future__ import annotations
 
+from functools import cache
 from html import escape
 from pathlib import Path
 
@@ -33,6 +34,12 @@ def _options(values: list[tuple[str, str]], selected: str) -> str:
                    f"{escape(label)}</option>" for v, label in values)
 
 
+@cache
+def _template() -> str:
+    """The page's HTML, read once per process."""
+    return (HERE / "index.html").read_text(encoding="utf-8")
+
+
 @bp.get("/")
 @contract.operation("GET", "/", "A web page to submit text, follow books and listen", OPEN, errors=(),
                     responses={200: ("HTML", None, ("text/html",))})
@@ -42,7 +49,7 @@ def page() -> Response:
     settings = services.settings
     default = services.registry.get(None).id
     voices = [(spec.id, f"{spec.id} ({spec.language})") for spec in services.registry.specs()]
-    html = (HERE / "index.html").read_text(encoding="utf-8")
+    html = _template()
     for name, value in {
         "KEY_HIDDEN": "" if settings.api.auth == "required" else "hidden",
         "MAX_CHARS": str(settings.request.max_text_chars),
