@@ -402,6 +402,8 @@ def test_say_as_date_takes_its_format() -> None:
     ("<voice>x</voice>", InvalidSSML, "root element must be <speak>"),
     ("<speak><break time='forever'/></speak>", InvalidSSML, "break"),
     ("<speak><break time='60s'/></speak>", InvalidSSML, "longest"),
+    ("<speak>a" + "<break time='10s'/>a" * 7 + "</speak>", InvalidSSML, "most one request"),
+    ("<speak>" + "<p>a</p>" * 101 + "</speak>", InvalidSSML, "most one request"),
     ("<speak><prosody rate='900%'>x</prosody></speak>", InvalidSSML, "rate"),
     ("<speak><say-as interpret-as='cardinal'>abc</say-as></speak>", InvalidSSML, "not a number"),
     ("<speak>" + "<p>" * 1500 + "x" + "</p>" * 1500 + "</speak>", InvalidSSML, "nest more than"),

@@ -36,6 +36,7 @@ from tts_queue.synthesis.frontend import (
 )
 
 MAX_BREAK_MS = 10_000
+MAX_SILENCE_MS = 60_000  # all breaks and paragraph pauses of one document together
 MAX_DEPTH = 32  # elements inside elements; deeper is refused before the walk recurses
 PARAGRAPH_MS = 600
 STRENGTHS = {"none": 0, "x-weak": 100, "weak": 200, "medium": 400, "strong": 700, "x-strong": 1000}
@@ -95,6 +96,19 @@ class _Walker:
         self.date_order, self.lexicon, self.normalize = date_order, lexicon, normalize
         self.parts: list[Part] = []
         self.rate = 1.0
+        self.silence_ms = 0.0
+
+    def pause(self, ms: float | None) -> None:
+        """A break of ``ms`` (``None``: a sentence end with the request's usual gap), counted
+        against ``MAX_SILENCE_MS``: silence costs the worker memory like speech does."""
+        if ms is None:
+            self.parts.append((BREAK, ""))
+            return
+        self.silence_ms += ms
+        if self.silence_ms > MAX_SILENCE_MS:
+            raise InvalidSSML(f"the document's breaks and paragraphs add up to over {MAX_SILENCE_MS} ms "
+                              "of silence; that is the most one request may have")
+        self.parts.append((BREAK, str(int(ms))))
 
     def text(self, text: str | None) -> None:
         if text and text.strip():
@@ -114,7 +128,7 @@ class _Walker:
         else:
             self.children(element)
             if tag in ("p", "s"):
-                self.parts.append((BREAK, str(PARAGRAPH_MS) if tag == "p" else ""))
+                self.pause(PARAGRAPH_MS if tag == "p" else None)
         self.text(element.tail)
 
     def children(self, element: Element) -> None:
@@ -139,7 +153,7 @@ class _Walker:
             ms = STRENGTHS["medium"]
         if ms > MAX_BREAK_MS:
             raise InvalidSSML(f"<break> of {ms:.0f} ms; the longest is {MAX_BREAK_MS} ms")
-        self.parts.append((BREAK, str(int(ms))))
+        self.pause(ms)
 
     def _say_as(self, element: Element) -> None:
         kind = element.get("interpret-as", "")
