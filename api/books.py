@@ -127,7 +127,7 @@ def create_book() -> tuple[Response, int, dict[str, str]]:
 
 
 @bp.get("/v1/books")
-@contract.operation("GET", "/v1/books", "Your newest books first (?limit=N)", KEY,
+@contract.operation("GET", "/v1/books", "Your newest books first, without chapters (?limit=N)", KEY,
                     params=(contract.limit_param(),), responses={200: ("The books", contract.BookList, JSON)})
 def list_books() -> Response:
     """The caller's newest books with their progress, newest first."""

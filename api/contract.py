@@ -199,8 +199,8 @@ class Chapter(BaseModel):
     vtt_url: str | None = None
 
 
-class Book(BaseModel):
-    """A book's progress."""
+class BookSummary(BaseModel):
+    """A book's progress without its chapters (``GET /v1/books``: a book may have thousands)."""
 
     book_id: str
     title: str
@@ -219,16 +219,21 @@ class Book(BaseModel):
     created_at: str
     finished_at: str | None
     error: ErrorDetail | None
-    chapters: list[Chapter]
     status_url: str
     manifest_url: str
     m4b_url: str | None = None
 
 
-class BookList(BaseModel):
-    """``GET /v1/books``: the caller's newest books first."""
+class Book(BookSummary):
+    """A book's progress, with its chapters."""
 
-    books: list[Book]
+    chapters: list[Chapter]
+
+
+class BookList(BaseModel):
+    """``GET /v1/books``: the caller's newest books first, without their chapters."""
+
+    books: list[BookSummary]
 
 
 class BookDeleted(BaseModel):

@@ -159,6 +159,8 @@ def test_lists_show_the_callers_newest_first_and_refuse_bad_limits(service: dict
     assert book.status_code == 202
     books = requests.get(f"{url}/v1/books?limit=1", timeout=10).json()["books"]
     assert [b["book_id"] for b in books] == [book.json()["book_id"]] and books[0]["title"]
+    # a list's cost does not grow with its books' chapters: the book's own URL has them
+    assert "chapters" not in books[0] and books[0]["chapters_done"] == 0
 
 
 def test_the_alert_rules_and_the_dashboard_name_only_exported_metrics(service: dict[str, Any]) -> None:

@@ -53,7 +53,7 @@ def book_document(progress: dict[str, Any], base_url: str) -> dict[str, Any]:
     """``progress`` with links under ``base_url`` (the API's address, ending in ``/``) to what is
     ready: what ``GET /v1/books/<id>`` answers and what a book's callback POSTs."""
     book = f"{base_url}v1/books/{progress['book_id']}"
-    for chapter in progress["chapters"]:
+    for chapter in progress.get("chapters", ()):  # a list's summaries have none
         if chapter["status"] == BookStatus.DONE.value:
             chapter_url = f"{book}/chapters/{chapter['number']}"
             chapter["audio_url"] = f"{chapter_url}/audio"
