@@ -20,25 +20,14 @@ from api import auth, request_id
 from api import metrics as api_metrics
 from api.books import bp as books_bp
 from api.docs import bp as docs_bp
-from api.errors import register_error_handlers
+from api.errors import default_body, of_status, public, register_error_handlers
 from api.openai import bp as openai_bp
 from api.routes import bp
 from api.services import WAITERS, Services
 from api.web import bp as web_bp
-from tts_queue.errors import public_message
 from tts_queue.settings import Settings
 
 log = logging.getLogger(__name__)
-# Stable codes for what gunicorn rejects before the app runs (status -> code).
-GUNICORN_CODES = {
-    400: "bad_request",
-    403: "forbidden",
-    414: "request_line_too_long",
-    417: "expectation_failed",
-    431: "headers_too_large",
-    500: "internal_error",
-    501: "not_implemented",
-}
 
 
 def max_waiters(settings: Settings) -> int:
@@ -98,10 +87,8 @@ def json_error_response(page: bytes, exc: BaseException) -> bytes:
     status_line = page.split(b"\r\n", 1)[0].decode("latin-1")  # "HTTP/1.1 414 URI Too Long"
     _, status, reason = (status_line.split(" ", 2) + ["", ""])[:3]
     number = int(status) if status.isdigit() else 500
-    code = GUNICORN_CODES.get(number, "http_error")
     # gunicorn's own text for what the client sent (a 4xx) helps it; a 5xx's is server-side
-    message = public_message(code, f"{reason}: {exc}"[:300], number)
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    body = json.dumps(default_body(public(of_status(number, f"{reason}: {exc}"[:300])))).encode()
     head = (f"HTTP/1.1 {status or 500} {reason or 'Internal Server Error'}\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body

@@ -17,7 +17,7 @@ from api.downloads import presigned, send_stored
 from api.routes import json_body, list_limit
 from api.services import Services
 from tts_queue.books.progress import book_document
-from tts_queue.books.service import Upload
+from tts_queue.books.upload import Upload
 from tts_queue.enums import BookStatus
 from tts_queue.errors import (
     AudioExpired,

@@ -5,7 +5,7 @@ optional body shape, so a later blueprint with a different error format (an Open
 reuses the same mapping of exceptions to statuses and codes.
 
 Nothing secret leaves: a 5xx (and a synthesis or voice failure) answers the fixed sentence of its
-stable code (``tts_queue.errors.PUBLIC_MESSAGES``), never the exception's text, which can name
+stable code (each error class's ``public``), never the exception's text, which can name
 hosts, users, socket paths, buckets or a URL with its password; that text goes to the log. A 5xx
 body also carries the request's ``request_id``, which every log line of that request names.
 """
@@ -24,25 +24,37 @@ from werkzeug.exceptions import HTTPException
 
 from api.request_id import current as current_request_id
 from tts_queue.errors import (
+    BadRequest,
+    ExpectationFailed,
+    Forbidden,
+    HeadersTooLarge,
+    HttpError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    NotImplementedByServer,
     NotReady,
+    RangeNotSatisfiable,
+    RequestLineTooLong,
+    RequestTooLarge,
     ServiceUnavailable,
     StorageFull,
     TTSQueueError,
+    UnsupportedMediaType,
     is_storage_full,
     public_message,
 )
-from tts_queue.tasks.doctor import redacted
+from tts_queue.redact import redacted
 
 log = logging.getLogger(__name__)
 
-# werkzeug's HTTP errors get stable codes too.
-HTTP_CODES = {
-    400: "bad_request",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "request_too_large",
-    415: "unsupported_media_type",
-    416: "range_not_satisfiable",
+# The error classes of HTTP statuses that werkzeug (routing, body limits) or gunicorn (request
+# line, headers) answer before or beside the views.
+HTTP_ERRORS: dict[int, type[TTSQueueError]] = {
+    400: BadRequest, 403: Forbidden, 404: NotFound, 405: MethodNotAllowed, 413: RequestTooLarge,
+    414: RequestLineTooLong, 415: UnsupportedMediaType, 416: RangeNotSatisfiable, 417: ExpectationFailed,
+    431: HeadersTooLarge,
+    500: InternalError, 501: NotImplementedByServer,
 }
 # Outages of a backing service: 503 with Retry-After, never a 500.
 OUTAGES = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
@@ -52,8 +64,17 @@ BodyShape = Callable[[TTSQueueError], dict[str, Any]]
 
 
 def default_body(exc: TTSQueueError) -> dict[str, Any]:
-    """``{"error": {"code", "message"}, **details}``."""
+    """``{"error": {"code", "message"}, **details}``: the one shape of an error's JSON."""
     return {"error": {"code": exc.code, "message": exc.message}, **exc.details}
+
+
+def of_status(status: int, message: str) -> TTSQueueError:
+    """The error of an HTTP ``status`` answered outside the views, with its class's code."""
+    cls = HTTP_ERRORS.get(status, HttpError)
+    error = cls(message)
+    if cls is HttpError:
+        error.http_status = status
+    return error
 
 
 def detail(exc: BaseException) -> str:
@@ -66,10 +87,7 @@ def as_error(exc: Exception) -> TTSQueueError:
     if isinstance(exc, TTSQueueError):
         return exc
     if isinstance(exc, HTTPException):
-        status = exc.code or 500
-        error = TTSQueueError(exc.description or "", HTTP_CODES.get(status, "http_error"))
-        error.http_status = status
-        return error
+        return of_status(exc.code or 500, exc.description or "")
     if is_storage_full(exc):
         log.warning("storage full: %s", detail(exc))
         return StorageFull(detail(exc))
@@ -78,7 +96,7 @@ def as_error(exc: Exception) -> TTSQueueError:
         return ServiceUnavailable(detail(exc))
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     log.error("unhandled error: %s\n%s", detail(exc), redacted(trace.rstrip()))
-    return TTSQueueError(detail(exc), "internal_error")
+    return InternalError(detail(exc))
 
 
 def public(error: TTSQueueError) -> TTSQueueError:

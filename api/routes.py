@@ -34,10 +34,10 @@ from tts_queue.errors import (
 )
 from tts_queue.storage.stats import cache_stats
 from tts_queue.synthesis.encoder import check_format, mime_type
-from tts_queue.tasks.service import TaskView, task_document
+from tts_queue.tasks.heartbeat import WorkerInfo
+from tts_queue.tasks.view import TaskView, task_document
 
 bp = Blueprint("tts", __name__)
-POLL_INTERVAL_S = 0.02
 POLL_AFTER_S = 1  # Retry-After of an unfinished task's status
 
 
@@ -162,17 +162,13 @@ def wait_for(view: TaskView, seconds: float) -> TaskView:
 def _block_until_finished(view: TaskView, seconds: float) -> TaskView:
     """The long-poll itself: wait on the finished signal, re-reading the row."""
     svc = services()
-    wait_finished = getattr(svc.probe, "wait_finished", None)
     recheck = svc.settings.api.wait_recheck_s
     deadline = time.monotonic() + seconds
     while not view.status.finished:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        if wait_finished is not None:
-            wait_finished(view.id, min(left, recheck))
-        else:
-            time.sleep(min(left, POLL_INTERVAL_S))
+        svc.watch.wait_finished(view.id, min(left, recheck))
         view = svc.tasks.get(view.id)
     return view
 
@@ -309,13 +305,11 @@ def list_voices() -> Response:
     return jsonify(voices=voices)
 
 
-def _live_workers() -> list[Any]:
-    """Live workers from their heartbeats ([] when the queue has no heartbeats or is down)."""
-    probe = services().probe
-    live = getattr(probe, "workers", None)
+def _live_workers() -> list[WorkerInfo]:
+    """Live workers from their heartbeats ([] when the broker is down)."""
     try:
-        return list(live()) if live is not None else []
-    except Exception:  # the voices still answer when Redis is down
+        return services().watch.workers()
+    except Exception:  # noqa: BLE001 - the voices still answer when Redis is down
         return []
 
 

@@ -10,64 +10,30 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any
 
 from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys
-from tts_queue.books.assembler import ChapterAssembler
-from tts_queue.books.service import BookDispatcher, BookService
-from tts_queue.db import Database
+from tts_queue.app.core import Core
 from tts_queue.enums import POOLS
 from tts_queue.errors import StorageUnavailable, is_storage_full
+from tts_queue.redact import redacted
 from tts_queue.settings import Settings
-from tts_queue.storage import open_storage
-from tts_queue.storage.cache import AudioCache
-from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.frontend import load_lexicon
-from tts_queue.synthesis.registry import VoiceRegistry
-from tts_queue.tasks.doctor import (
-    HealthWarning,
-    gpu_pool_warnings,
-    redacted,
-    redis_warnings,
-    schema_warnings,
-)
+from tts_queue.tasks.dispatcher import Dispatcher
+from tts_queue.tasks.doctor import HealthWarning, gpu_pool_warnings, schema_warnings
 from tts_queue.tasks.heartbeat import WorkerInfo
-from tts_queue.tasks.service import TaskService
+from tts_queue.tasks.watch import QueueWatch, RedisWatch
 
 log = logging.getLogger(__name__)
 
 
-class QueueProbe(Protocol):
-    """What the views ask of the queue. Readiness reads ``workers`` (heartbeats) and
-    ``consuming``; a probe without heartbeats may offer ``ping_workers(timeout)`` instead."""
-
-    def ping_broker(self) -> None:
-        """Raise if the broker is unreachable."""
-
-    def wait_finished(self, task_id: str, timeout: float) -> None:
-        """Block until ``task_id`` may have finished (or ``timeout``)."""
-
-    def consuming(self) -> bool:
-        """Whether a worker consumed a task recently."""
-
-    def workers(self) -> list[WorkerInfo]:
-        """Live workers from their heartbeats."""
-
-
 @dataclass
-class Services:
-    """Settings, database, registry and task service of one app."""
+class Services(Core):
+    """The core plus what only the API keeps: readiness and the API keys."""
 
-    settings: Settings
-    db: Database
-    registry: VoiceRegistry
-    tasks: TaskService
-    probe: QueueProbe | None
-    books: BookService
-    assembler: ChapterAssembler
     readiness: Readiness = field(init=False)
     keys: ApiKeys = field(init=False)
 
@@ -76,25 +42,16 @@ class Services:
         self.keys = ApiKeys(self.db)
 
     @classmethod
-    def build(
-        cls, settings: Settings, dispatcher: BookDispatcher | None = None, probe: Any = None
-    ) -> Services:
-        """Wire the services; with no dispatcher given, the Celery one is used."""
+    def build(cls, settings: Settings, dispatcher: Dispatcher | None = None,
+              watch: QueueWatch | None = None) -> Services:
+        """Wire the API's services; with no dispatcher (and watch) given, Celery's (and Redis')."""
         if dispatcher is None:
-            from api.celery_queue import CeleryQueue
+            from workers.dispatch import CeleryDispatcher, make_client
 
-            dispatcher = probe = CeleryQueue(settings)
+            dispatcher = CeleryDispatcher(make_client(settings), settings.services.queue_prefix)
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the API at start
-        db = Database(settings.database_url)
-        registry = VoiceRegistry.from_settings(settings)
-        storage = open_storage(settings.storage_url)
-        cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
-        tasks = TaskService(settings, db, cache, registry, dispatcher,
-                            pool_alive=getattr(probe, "pool_alive", None),
-                            board=getattr(probe, "board", None))
-        books = BookService(tasks, dispatcher)
-        return cls(settings, db, registry, tasks, probe, books,
-                   ChapterAssembler(books, cache, storage.child("books")))
+        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings))
+        return cls(**{f.name: getattr(core, f.name) for f in fields(Core)})
 
 
 WAITERS = "tts.waiters"  # app.extensions key of the long-poll slots (a BoundedSemaphore)
@@ -195,33 +152,25 @@ class Readiness:
         a check that starts failing (or fails differently) is logged with its exception's text,
         one that keeps failing the same way only at debug level."""
         svc = self.services
-        probe = svc.probe
+        watch = svc.watch
         outcome = _Outcomes(before)
         checks: dict[str, Any] = {
             "database": outcome.of("database", svc.db.ping),
-            "broker": outcome.of("broker", probe.ping_broker if probe is not None else _nothing),
+            "broker": outcome.of("broker", watch.ping),
             "storage": outcome.of("storage", self._check_storage),
         }
         live: list[WorkerInfo] = []
-        heartbeats = getattr(probe, "workers", None)
         try:
-            if heartbeats is not None:
-                live = list(heartbeats())
-                names = [w.name for w in live]
-            else:  # a probe without heartbeats (the adapter tests' fake) may still answer pings
-                ping = getattr(probe, "ping_workers", None)
-                names = list(ping(timeout=1.0)) if ping is not None else []
-            checks["workers"] = names or outcome.failed("workers", NO_HEARTBEAT)
+            live = list(watch.workers())
+            checks["workers"] = [w.name for w in live] or outcome.failed("workers", NO_HEARTBEAT)
         except Exception as exc:  # noqa: BLE001 - any failure is reported, its text logged
             checks["workers"] = outcome.failure("workers", exc)
-        consuming = getattr(probe, "consuming", None)
-        if consuming is not None:
-            try:
-                checks["consuming"] = "ok" if consuming() else outcome.failed("consuming", (
-                    f"error: no worker took a task off a queue in the last "
-                    f"{svc.settings.worker.consumed_window_s:.0f} s (is the scheduler running?)"))
-            except Exception as exc:  # noqa: BLE001
-                checks["consuming"] = outcome.failure("consuming", exc)
+        try:
+            checks["consuming"] = "ok" if watch.consuming() else outcome.failed("consuming", (
+                f"error: no worker took a task off a queue in the last "
+                f"{svc.settings.worker.consumed_window_s:.0f} s (is the scheduler running?)"))
+        except Exception as exc:  # noqa: BLE001
+            checks["consuming"] = outcome.failure("consuming", exc)
         checks["pools"] = {pool: [w.name for w in live if w.pool == pool] for pool in POOLS}
         checks["providers"] = {w.name: w.providers for w in live}
         return checks, live
@@ -237,16 +186,10 @@ class Readiness:
         found: list[HealthWarning] = []
         try:
             found += schema_warnings(self.services.db.engine)
-            client = getattr(self.services.probe, "redis", None)
-            if client is not None:
-                found += redis_warnings(client)
+            found += self.services.watch.warnings()
         except Exception as exc:  # noqa: BLE001 - a warning that cannot be computed is not one
             log.warning("readiness: the doctor's checks failed: %s", redacted(f"{type(exc).__name__}: {exc}"))
         return found
-
-
-def _nothing() -> None:
-    """A check with nothing to reach."""
 
 
 class _Outcomes:

@@ -25,8 +25,7 @@ from flask import Response, current_app, stream_with_context
 from api.services import WAITERS, Services
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import AudioNotReady, TaskFailed
-from tts_queue.tasks.service import TaskView
-from tts_queue.tasks.streams import AudioStreams
+from tts_queue.tasks.view import TaskView
 
 log = logging.getLogger(__name__)
 READ_BLOCK_S = 1.0  # one XREAD waits this long before the task's row is looked at
@@ -85,7 +84,7 @@ def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: 
 
 def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) -> Iterator[bytes]:
     """The task's audio as it comes: stream entries, or its stored file."""
-    streams: AudioStreams | None = getattr(svc.probe, "streams", None)
+    streams = svc.streams
     if view.status is TaskStatus.DONE or streams is None:
         yield from _stored_when_done(svc, view, caller, wait_s)
         return
@@ -135,11 +134,7 @@ def _stored_when_done(svc: Services, view: TaskView, caller: str | None, wait_s:
     """The stored file of a task once done (waiting up to ``wait_s``); ``TaskFailed`` if it failed."""
     deadline = time.monotonic() + wait_s
     while not view.status.finished and time.monotonic() < deadline:
-        wait_finished = getattr(svc.probe, "wait_finished", None)
-        if wait_finished is not None:
-            wait_finished(view.id, min(deadline - time.monotonic(), svc.settings.api.wait_recheck_s))
-        else:
-            time.sleep(0.02)
+        svc.watch.wait_finished(view.id, min(deadline - time.monotonic(), svc.settings.api.wait_recheck_s))
         view = svc.tasks.get(view.id)
     if view.status is TaskStatus.FAILED:
         raise TaskFailed(view.error_message or "synthesis failed", view.error_code)

@@ -11,7 +11,8 @@ import sqlalchemy
 
 from tts_queue.db import make_engine
 from tts_queue.migrate import upgrade
-from tts_queue.tasks.doctor import HealthWarning, redacted, redis_warnings, report, schema_warnings
+from tts_queue.redact import redacted
+from tts_queue.tasks.doctor import HealthWarning, redis_warnings, report, schema_warnings
 
 
 class FakeConfig:

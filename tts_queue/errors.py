@@ -1,14 +1,19 @@
 """One exception tree for the whole project.
 
-Every error a user can cause or meet is a ``TTSQueueError`` with a stable ``code`` and the HTTP
-status it stands for (``http_status``, ``retry_after_s``): the class says what kind of failure it
-is. Only ``api/errors.py`` turns an exception into an HTTP response.
+Every error a user can cause or meet is a ``TTSQueueError`` with a stable ``code``, the HTTP
+status it stands for (``http_status``, ``retry_after_s``) and, for a server-side failure, the one
+fixed sentence a client reads instead of its text (``public``): the class says what kind of failure
+it is. Every code the service answers, stores in a task or book row, or counts has a class here
+(``error_class(code)``). Only ``api/errors.py`` turns an exception into an HTTP response.
 """
 
 from __future__ import annotations
 
 import errno
 import sqlite3
+
+# What a client reads of a server-side failure whose code has no sentence of its own.
+SERVER_ERROR_MESSAGE = "the service could not handle this request; the details were logged"
 
 
 class TTSQueueError(Exception):
@@ -21,6 +26,11 @@ class TTSQueueError(Exception):
     code = "tts_error"
     http_status = 500
     retry_after_s: int | None = None
+    # What a client reads instead of the message (``None``: the message, written for clients). A
+    # server-side failure's text can name hosts, users, socket paths, buckets or a URL with its
+    # password: the details go to the log.
+    public: str | None = "the service failed; the details were logged"
+    headers: dict[str, str] = {}  # noqa: RUF012 - extra response headers (a 401's WWW-Authenticate)
 
     def __init__(
         self, message: str, code: str | None = None, details: dict[str, object] | None = None
@@ -35,7 +45,22 @@ class TTSQueueError(Exception):
 # --- bad input (4xx) --------------------------------------------------------------------------
 
 
-class InvalidRequest(TTSQueueError):
+class InternalError(TTSQueueError):
+    """An unexpected error: a defect, logged with its traceback."""
+
+    code = "internal_error"
+    public = "an unexpected error occurred; it was logged"
+
+
+class ClientError(TTSQueueError):
+    """Something about the request (or what it asks for) that the client can change: its message,
+    written by the project for the client, is shown as it is."""
+
+    http_status = 400
+    public = None
+
+
+class InvalidRequest(ClientError):
     """A request is malformed or has a field out of range."""
 
     code = "invalid_request"
@@ -111,35 +136,35 @@ class UnknownSpeaker(InvalidRequest):
     code = "unknown_speaker"
 
 
-class TaskNotFound(TTSQueueError):
+class TaskNotFound(ClientError):
     """No task has that id."""
 
     code = "task_not_found"
     http_status = 404
 
 
-class TaskNotCancellable(TTSQueueError):
+class TaskNotCancellable(ClientError):
     """The task has already started or finished, so it cannot be cancelled."""
 
     code = "task_not_cancellable"
     http_status = 409
 
 
-class AudioExpired(TTSQueueError):
+class AudioExpired(ClientError):
     """The task finished, but its audio was removed by the retention cleanup; resubmit it."""
 
     code = "audio_expired"
     http_status = 410
 
 
-class AudioNotReady(TTSQueueError):
+class AudioNotReady(ClientError):
     """The task has no audio (yet, or because it failed or was cancelled)."""
 
     code = "audio_not_ready"
     http_status = 409
 
 
-class Unauthorized(TTSQueueError):
+class Unauthorized(ClientError):
     """The request needs a valid API key (``Authorization: Bearer KEY``): none, or not a live one."""
 
     code = "unauthorized"
@@ -147,7 +172,7 @@ class Unauthorized(TTSQueueError):
     headers = {"WWW-Authenticate": 'Bearer realm="tts-queue"'}
 
 
-class Forbidden(TTSQueueError):
+class Forbidden(ClientError):
     """The key is valid but may not see this (deployment-wide views answer admin keys only)."""
 
     code = "forbidden"
@@ -160,7 +185,7 @@ class KeyInQuery(InvalidRequest):
     code = "key_in_query"
 
 
-class RateLimited(TTSQueueError):
+class RateLimited(ClientError):
     """More submissions than the key's (or the address's) rate allows; retry after ``Retry-After``."""
 
     code = "rate_limited"
@@ -168,7 +193,7 @@ class RateLimited(TTSQueueError):
     retry_after_s = 1
 
 
-class QuotaExceeded(TTSQueueError):
+class QuotaExceeded(ClientError):
     """The key has as much work queued as its quota allows; retry once some of it finished."""
 
     code = "quota_exceeded"
@@ -183,6 +208,7 @@ class VoiceError(TTSQueueError):
     """A voice exists but cannot be used."""
 
     code = "voice_error"
+    public = "the voice cannot be used on the worker; the details were logged"
     http_status = 503
 
 
@@ -190,18 +216,21 @@ class VoiceFilesMissing(VoiceError):
     """The voice's model or config file is not where the registry says."""
 
     code = "voice_files_missing"
+    public = "the voice's files are missing on the worker; the details were logged"
 
 
 class DigestMismatch(VoiceError):
     """The model file's sha256 differs from the one in the manifest."""
 
     code = "voice_digest_mismatch"
+    public = "the voice's model file does not match its manifest; the details were logged"
 
 
 class ModelLoadError(VoiceError):
     """ONNX Runtime could not load the model (truncated or corrupt file, bad graph)."""
 
     code = "model_load_failed"
+    public = "the voice's model could not be loaded; the details were logged"
 
 
 class SynthesisError(TTSQueueError):
@@ -209,6 +238,7 @@ class SynthesisError(TTSQueueError):
 
     code = "synthesis_failed"
     http_status = 422
+    public = "the voice could not synthesize this text; the details were logged"
 
 
 class TaskFailed(TTSQueueError):
@@ -216,6 +246,7 @@ class TaskFailed(TTSQueueError):
 
     code = "synthesis_failed"
     http_status = 422
+    public = "the voice could not synthesize this text; the details were logged"
 
 
 # --- services ---------------------------------------------------------------------------------
@@ -225,6 +256,7 @@ class ServiceUnavailable(TTSQueueError):
     """A service the request needs (broker, database) cannot be reached."""
 
     code = "service_unavailable"
+    public = "a backing service (broker or database) is unreachable; retry later"
     http_status = 503
     retry_after_s = 5
 
@@ -233,6 +265,7 @@ class Busy(ServiceUnavailable):
     """Every slot for a long-lived answer (streams, long-polls) is taken."""
 
     code = "busy"
+    public = "every streaming slot is taken; retry in a moment"
     retry_after_s = 1
 
 
@@ -240,12 +273,15 @@ class NotStarted(ServiceUnavailable):
     """A streamed answer had no audio within the wait: the task goes on; a retry finds it cached."""
 
     code = "audio_not_started"
+    public = ("the audio did not start within the wait (the queue is long); the work goes on and a "
+              "retry of the same request will find it")
 
 
 class StorageFull(ServiceUnavailable):
     """The audio store has no room: new work waits until space returns (cleanup, or an operator)."""
 
     code = "storage_full"
+    public = "the service has no room to store work; retry later"
     retry_after_s = 30
 
 
@@ -253,12 +289,15 @@ class StorageUnavailable(ServiceUnavailable):
     """The object store could not be reached or refused the request (not a missing object)."""
 
     code = "storage_unavailable"
+    public = "the audio storage cannot be reached; retry later"
 
 
 class NoWorker(ServiceUnavailable):
     """No live worker serves the pool the request is routed to, so it would wait for ever."""
 
     code = "no_worker"
+    public = ("no live worker serves the pool this request is routed to; retry later, or start one "
+              "(`tts-queue worker --pool POOL`)")
     retry_after_s = 10
 
 
@@ -266,12 +305,14 @@ class NotReady(ServiceUnavailable):
     """Readiness failed: a dependency or every worker is missing (``details`` has the checks)."""
 
     code = "not_ready"
+    public = "the service is not ready; `checks` says which check failed"
 
 
 class ConfigError(TTSQueueError):
     """A setting has a value that cannot be used."""
 
     code = "config_error"
+    public = "the service is misconfigured; the details were logged"
 
 
 # --- books ------------------------------------------------------------------------------------
@@ -308,11 +349,120 @@ class UnknownChapters(BookError):
     code = "unknown_chapters"
 
 
-class BookNotFound(TTSQueueError):
+class BookNotFound(ClientError):
     """No book has that id."""
 
     code = "book_not_found"
     http_status = 404
+
+
+class BookOverQuota(BookError):
+    """The book has more sentences than its key may have queued (its quota): it fails at ingestion
+    with the quota's code."""
+
+    code = "quota_exceeded"
+
+
+# --- failures recorded in a task's or book's row --------------------------------------------------
+
+
+class WorkFailed(TTSQueueError):
+    """Work the service accepted could not be finished; the row's message says why (written for
+    clients)."""
+
+    code = "work_failed"
+    http_status = 422
+    public = None
+
+
+class TooManyAttempts(WorkFailed):
+    """A task was given up after ``TTS_MAX_RETRIES + 1`` attempts (worker crashes or errors)."""
+
+    code = "too_many_attempts"
+
+
+class SentenceFailed(WorkFailed):
+    """A book failed because one of its sentences could not be synthesized."""
+
+    code = "sentence_failed"
+
+
+class AssemblyFailed(WorkFailed):
+    """A book failed because one of its chapters could not be stitched or encoded."""
+
+    code = "assembly_failed"
+
+
+# --- HTTP-level refusals (werkzeug's and gunicorn's, before or beside the views) ------------------
+
+
+class HttpError(ClientError):
+    """An HTTP error with no more specific code."""
+
+    code = "http_error"
+
+
+class BadRequest(ClientError):
+    """The HTTP request itself is malformed."""
+
+    code = "bad_request"
+
+
+class NotFound(ClientError):
+    """No route has that path."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class MethodNotAllowed(ClientError):
+    """The route does not answer that method."""
+
+    code = "method_not_allowed"
+    http_status = 405
+
+
+class RequestTooLarge(ClientError):
+    """The request body is larger than the route accepts."""
+
+    code = "request_too_large"
+    http_status = 413
+
+
+class RequestLineTooLong(ClientError):
+    """The request line (method, path and query) is longer than the server reads."""
+
+    code = "request_line_too_long"
+    http_status = 414
+
+
+class ExpectationFailed(ClientError):
+    """An ``Expect`` header the server does not meet."""
+
+    code = "expectation_failed"
+    http_status = 417
+
+
+class RangeNotSatisfiable(ClientError):
+    """The ``Range`` asked for lies outside the file."""
+
+    code = "range_not_satisfiable"
+    http_status = 416
+
+
+class HeadersTooLarge(ClientError):
+    """More or larger headers than the server reads."""
+
+    code = "headers_too_large"
+    http_status = 431
+
+
+class NotImplementedByServer(TTSQueueError):
+    """A method or transfer the server does not implement."""
+
+    code = "not_implemented"
+    http_status = 501
+    public = SERVER_ERROR_MESSAGE
 
 
 SQLITE_FULL = 13  # sqlite3's result code for "database or disk is full"
@@ -338,29 +488,26 @@ def is_storage_full(exc: BaseException) -> bool:
 
 # --- what a client reads ----------------------------------------------------------------------
 
-# The text of a server-side failure can name hosts, users, socket paths, buckets or a URL with its
-# password: a client reads one fixed sentence per stable code instead, and the details go to the
-# log. Messages of the 4xx errors the project writes itself (what was wrong with the request) stay.
-PUBLIC_MESSAGES: dict[str, str] = {
-    "tts_error": "the service failed; the details were logged",
-    "internal_error": "an unexpected error occurred; it was logged",
-    "config_error": "the service is misconfigured; the details were logged",
-    "service_unavailable": "a backing service (broker or database) is unreachable; retry later",
-    "busy": "every streaming slot is taken; retry in a moment",
-    "audio_not_started": "the audio did not start within the wait (the queue is long); the work goes "
-                         "on and a retry of the same request will find it",
-    "storage_full": "the service has no room to store work; retry later",
-    "storage_unavailable": "the audio storage cannot be reached; retry later",
-    "no_worker": "no live worker serves the pool this request is routed to; retry later, or start "
-                 "one (`tts-queue worker --pool POOL`)",
-    "not_ready": "the service is not ready; `checks` says which check failed",
-    "voice_error": "the voice cannot be used on the worker; the details were logged",
-    "voice_files_missing": "the voice's files are missing on the worker; the details were logged",
-    "voice_digest_mismatch": "the voice's model file does not match its manifest; the details were logged",
-    "model_load_failed": "the voice's model could not be loaded; the details were logged",
-    "synthesis_failed": "the voice could not synthesize this text; the details were logged",
-}
-SERVER_ERROR_MESSAGE = "the service could not handle this request; the details were logged"
+def _classes() -> list[type[TTSQueueError]]:
+    """Every error class, shallowest first (breadth first over the tree)."""
+    found = [TTSQueueError]
+    for cls in found:
+        found += cls.__subclasses__()
+    return found
+
+
+# The class of each stable code: the shallowest, where two share one (``QuotaExceeded`` over a
+# book failing with its code; ``SynthesisError`` over ``TaskFailed``, which carries its task's).
+ERRORS: dict[str, type[TTSQueueError]] = {}
+for _cls in _classes():
+    ERRORS.setdefault(_cls.code, _cls)
+# What a client reads for each server-side code, from the classes (one table, derived).
+PUBLIC_MESSAGES: dict[str, str] = {code: cls.public for code, cls in ERRORS.items() if cls.public}
+
+
+def error_class(code: str) -> type[TTSQueueError] | None:
+    """The class of a stable code (``None`` for a code the project does not know)."""
+    return ERRORS.get(code)
 
 
 def public_message(code: str, message: str, http_status: int = 500) -> str:
@@ -376,4 +523,4 @@ def public_error(exc: BaseException) -> tuple[str, str]:
     text of an exception the project did not write for clients."""
     if isinstance(exc, TTSQueueError):
         return exc.code, public_message(exc.code, exc.message, exc.http_status)
-    return "internal_error", PUBLIC_MESSAGES["internal_error"]
+    return InternalError.code, PUBLIC_MESSAGES[InternalError.code]

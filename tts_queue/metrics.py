@@ -106,18 +106,40 @@ def observe(histogram: Histogram, value: float, **labels: str) -> None:
         pass
 
 
+# The HTTP methods a request counter is labelled with; any other (a client can send anything) is
+# counted as ``other``, so no client can add series.
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def method_label(method: str) -> str:
+    """The request counter's ``method`` label of an HTTP method."""
+    return method if method in HTTP_METHODS else "other"
+
+
 def stage(name: str, seconds: float | None) -> None:
     """Record one stage's time (``STAGES``)."""
     if seconds is not None and seconds >= 0:
         observe(STAGE_SECONDS, seconds, stage=name)
 
 
-# name -> (help, label names, [(label values, value)])
-State = dict[str, tuple[str, list[str], list[tuple[tuple[str, ...], float]]]]
+# The gauges of shared state, read at scrape time (``tts_queue.app.state``): name -> (help, labels).
+STATE_GAUGES: dict[str, tuple[str, list[str]]] = {
+    "tts_queue_depth": ("Messages waiting in each broker queue", ["queue"]),
+    "tts_live_workers": ("Workers with a live heartbeat, by pool", ["pool"]),
+    "tts_tasks_queued": ("Task rows waiting for a worker (book sentences included), by pool and lane",
+                         ["pool", "lane"]),
+    "tts_cache_entries": ("Live cache entries", []),
+    "tts_cache_bytes": ("Bytes of live cached audio", []),
+    "tts_cache_budget_bytes": ("The audio store's disk budget (TTS_AUDIO_MAX_BYTES; 0: none)", []),
+    "tts_storage_free_bytes": ("Free bytes on the audio store's filesystem", []),
+    "tts_books": ("Books by status", ["status"]),
+}
+# name (of ``STATE_GAUGES``) -> [(label values, value)]
+State = dict[str, list[tuple[tuple[str, ...], float]]]
 
 
 class StateCollector(Collector):
-    """Gauges read at scrape time from shared state; ``read`` returns ``{name: (help, labels, rows)}``
+    """The ``STATE_GAUGES``, read at scrape time from shared state; ``read`` returns ``{name: rows}``
     with rows of ``(label values, value)``. Cached for ``STATE_TTL_S``; a failed read is logged in
     ``tts_state_read_errors`` rather than failing the scrape."""
 
@@ -139,7 +161,8 @@ class StateCollector(Collector):
                     self._state = {}
                 self._at = self.clock()
             state, errors = dict(self._state), self._errors
-        for name, (help_text, labels, rows) in state.items():
+        for name, rows in state.items():
+            help_text, labels = STATE_GAUGES[name]
             family = GaugeMetricFamily(name, help_text, labels=labels)
             for values, value in rows:
                 family.add_metric(list(values), value)

@@ -98,6 +98,8 @@ class TaskRow(Base):
     worker: Mapped[str | None] = mapped_column(String(255), default=None)
     # The API key that submitted it (``None`` with auth off): only that key sees the task.
     owner: Mapped[str | None] = mapped_column(String(36), default=None)
+    # It has a ``callbacks`` row (a webhook): its end makes the delivery due; no status board record.
+    callback: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
     __table_args__ = (Index("ix_tasks_owner_status", "owner", "status"),
                       Index("ix_tasks_owner_created", "owner", "created_at"),  # a caller's recent tasks

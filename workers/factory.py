@@ -58,4 +58,4 @@ def make_celery(settings: Settings) -> Celery:
 
 def sweep_now(app: Celery) -> int:
     """Run ``app``'s recovery sweep now, as the scheduler's ``tts.requeue_lost`` does."""
-    return sweep(app.tts_runtime, app.tts_marker)  # type: ignore[attr-defined]
+    return sweep(app.tts_runtime.get(), app.tts_marker)  # type: ignore[attr-defined]

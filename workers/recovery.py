@@ -12,15 +12,15 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from tts_queue.books.service import BookDispatcher, BookService
+from tts_queue.app.core import Core
 from tts_queue.enums import POOLS
 from tts_queue.settings import Settings
+from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.keys import SYNTHESIZE, task_queues
 from tts_queue.tasks.recovery import requeue_lost
 from tts_queue.tasks.rows import TaskRows
-from tts_queue.tasks.service import Dispatcher
 from workers.markers import BrokerMarker
-from workers.runtime import RuntimeHolder
+from workers.runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
@@ -62,30 +62,31 @@ def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: 
                         messages=lambda: broker_messages(marker.client, queues))
 
 
-def sweep(holder: RuntimeHolder, marker: BrokerMarker) -> int:
+def sweep(runtime: WorkerRuntime, marker: BrokerMarker) -> int:
     """The recovery sweep (``tts.requeue_lost``, every ``TTS_SWEEP_INTERVAL_S``): send again what a
-    broker restart or a dead worker lost, and assemble the chapters whose sentences are all done
-    but never were; how many tasks were sent."""
-    runtime = holder.get()
-    sent = requeue(holder.settings, runtime.rows, holder.dispatcher, marker)
+    broker restart or a dead worker lost, refill the bulk windows, repair chapter counters that lag
+    their rows, assemble the chapters whose sentences are all done but never were, resend stalled
+    ingestions and lost callback deliveries; how many tasks were sent."""
+    core = runtime.core
+    settings = core.settings
+    sent = requeue(settings, core.task_rows, core.dispatcher, marker)
     for pool in POOLS:  # book sentences whose window was not refilled (a worker died meanwhile)
-        sent += runtime.books.feed(pool)
-    runtime.books.reconcile(timedelta(seconds=holder.settings.worker.lease_s))
-    assemble_due(runtime.books, holder.dispatcher)
+        sent += core.window.feed(pool)
+    core.book_rows.repair()
+    assemble_due(core)
     for book_id, pool in runtime.ingester.stalled():
         log.warning("book %s: its ingestion stalled; sending it again", book_id)
-        holder.dispatcher.ingest(book_id, runtime.books.ingest_queue(pool))
-    callbacks = runtime.books.tasks.callbacks  # due deliveries whose message was lost; ended books
-    lease = timedelta(seconds=holder.settings.worker.lease_s)
-    for subject_id in callbacks.finished_books() + callbacks.lost(lease):
-        holder.dispatcher.deliver(subject_id)
+        core.dispatcher.ingest(book_id, core.books.ingest_queue(pool))
+    lease = timedelta(seconds=settings.worker.lease_s)  # due deliveries whose message was lost; ended books
+    for subject_id in core.callbacks.finished_books() + core.callbacks.lost(lease):
+        core.dispatcher.deliver(subject_id)
     return sent
 
 
-def assemble_due(books: BookService, dispatcher: BookDispatcher) -> int:
+def assemble_due(core: Core) -> int:
     """Send the assembly of every chapter whose sentences are all done but that was never
     assembled (its worker died in between), to its book's pool; how many."""
-    due = books.due_assemblies()
+    due = core.book_rows.due_assemblies()
     for book_id, number, pool in due:
-        dispatcher.assemble(book_id, number, books.queue(pool))
+        core.dispatcher.assemble(book_id, number, core.window.queue(pool))
     return len(due)

@@ -75,7 +75,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
             return
         leases.hold(request.id)
         try:
-            holder.get().rows.reserve(request.id, request.hostname)
+            holder.get().core.task_rows.reserve(request.id, request.hostname)
         except Exception as exc:  # the database is down: the lease is renewed once it is back
             log.warning("could not record task %s as received: %s", request.id, exc)
 
@@ -92,7 +92,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         if settings.metrics.enabled and settings.metrics.port:  # a worker on its own host: its own /metrics
             metrics.serve(settings.metrics.port)
             log.info("metrics on :%d/metrics", settings.metrics.port)
-        requeue(settings, runtime.rows, holder.dispatcher, marker)
+        requeue(settings, runtime.core.task_rows, holder.dispatcher, marker)
         if settings.worker.warmup:
             try:
                 runtime.warm_up()
@@ -103,10 +103,10 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
 
         def beat() -> WorkerInfo:
             try:
-                runtime.rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
+                runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
             except Exception as exc:  # database down: keep beating; renew on the next beat
                 log.warning("could not renew leases: %s", exc)
-            return WorkerInfo(name, settings.worker.pool, runtime.registry.providers())
+            return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
 
         heartbeats.start(beat, stop)
         # A worker that has just started consumes (its consumer is up): readiness need not wait

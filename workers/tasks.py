@@ -2,8 +2,8 @@
 
 - ``tts.ingest_book(book_id)``: ``Ingester.run``: an accepted upload parsed into rows and dispatched;
 
-- ``tts.synthesize(task_id, stream=False)``: ``TaskExecutor.execute``; then the finished signal, and a book's
-  chapter assembly once its last sentence is done;
+- ``tts.synthesize(task_id, stream=False)``: ``TaskExecutor.execute`` (whatever happens when the task
+  ends, ``TaskEnds`` does);
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
 - ``tts.deliver_callback(subject_id)``: one delivery of a finished task's or book's webhook
   (``workers.webhooks``);
@@ -26,21 +26,9 @@ from typing import Any, TypeVar
 from celery import Celery, Task
 
 from tts_queue import metrics
-from tts_queue.enums import Lane, TaskStatus
-from tts_queue.errors import StorageUnavailable, is_storage_full
-from tts_queue.storage.retention import Cleaner
-from tts_queue.tasks.finish import FinishSignals
-from tts_queue.tasks.keys import (
-    ASSEMBLE,
-    CLEANUP,
-    DELIVER,
-    INGEST,
-    REQUEUE,
-    SYNTHESIZE,
-    lane_of,
-    pool_of,
-    queue_name,
-)
+from tts_queue.backoff import backoff_s
+from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
+from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE
 from workers.markers import AssemblyLock, BrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
@@ -58,7 +46,7 @@ def retry_or_give_up(task: Task[Any, Any], exc: Exception, give_up: Callable[[],
     if retries >= int(task.max_retries or 0):
         return give_up()
     log.warning("%s: %s; retrying", task.name, exc)
-    raise task.retry(exc=exc, countdown=min(MAX_BACKOFF_S, 2 ** retries)) from exc
+    raise task.retry(exc=exc, countdown=backoff_s(retries + 1, 1.0, MAX_BACKOFF_S)) from exc
 
 
 def resend_when_storage_blocked(task: Task[Any, Any], exc: BaseException, what: str, wait_s: float) -> bool:
@@ -75,41 +63,22 @@ def resend_when_storage_blocked(task: Task[Any, Any], exc: BaseException, what: 
 
 
 def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, lock: AssemblyLock) -> None:
-    """Register the four tasks on ``app`` (``shared=False``: Celery would otherwise put these
-    closures on every app created later in the process, and a second app would run this one's
-    runtime)."""
+    """Register the six tasks of the module docstring on ``app`` (``shared=False``: Celery would
+    otherwise put these closures on every app created later in the process, and a second app
+    would run this one's runtime)."""
     settings = holder.settings
-    assert settings.services.redis_url
-    finished = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix)
     storage_wait_s = settings.cache.storage_retry_s
-
-    def after(task_id: str, status: TaskStatus, queue: str | None = None) -> None:
-        """Signal waiters; count a book's sentence and queue its chapter's assembly once its last
-        sentence is done; a book sentence's place in the bulk window goes to the next one."""
-        runtime = holder.get()
-        if runtime.books.tasks.callbacks.due(task_id):
-            holder.dispatcher.deliver(task_id)
-        finished.notify(task_id, status.value)
-        for book, number in runtime.books.sentence_finished(task_id, status):
-            holder.dispatcher.assemble(book.id, number, queue_name(book.pool, Lane.BULK,
-                                                                    settings.services.queue_prefix))
-        if queue is not None and lane_of(queue) is Lane.BULK:
-            runtime.books.feed(pool_of(queue))
 
     @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries, shared=False)
     def synthesize(self: Task[Any, Any], task_id: str, stream: bool = False) -> str | None:
         """Synthesize one task row (``stream``: publish its audio as it is made); unexpected errors
         retry with backoff, then fail the row."""
         try:
-            executor = holder.get().executor
-            status = (executor.execute(task_id, self.request.hostname, stream=True) if stream
-                      else executor.execute(task_id, self.request.hostname))
+            status = holder.get().executor.execute(task_id, self.request.hostname, stream=stream)
         except Exception as exc:
             if resend_when_storage_blocked(self, exc, f"task {task_id}", storage_wait_s):
                 return None
             status = retry_or_give_up(self, exc, partial(holder.get().executor.fail_unexpected, task_id, exc))
-        if status is not None:
-            after(task_id, status, (self.request.delivery_info or {}).get("routing_key"))
         return status.value if status else None
 
     @app.task(name=ASSEMBLE, bind=True, max_retries=settings.worker.max_retries, shared=False)
@@ -119,7 +88,7 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
             with lock.held(book_id, number) as mine:
                 if not mine:  # the sweep or a second last sentence asked while it is being done
                     return "busy"
-                status = holder.get().assembler.assemble(book_id, number)
+                status = holder.get().core.assembler.assemble(book_id, number)
         except Exception as exc:
             if resend_when_storage_blocked(self, exc, f"book {book_id} chapter {number}", storage_wait_s):
                 return None
@@ -139,15 +108,15 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
 
     def fail_book(book_id: str, number: int, exc: Exception) -> str:
         log.error("book %s chapter %d: %s", book_id, number, exc, exc_info=exc)
-        code, what = ("assembly_failed", f"chapter {number}") if number else ("invalid_book", "the book")
-        holder.get().books.fail(book_id, code, f"{what} could not be made; the error was logged")
+        code, what = (AssemblyFailed.code, f"chapter {number}") if number else (InvalidBook.code, "the book")
+        holder.get().core.book_ends.fail(book_id, code, f"{what} could not be made; the error was logged")
         return "failed"
 
     @app.task(name=DELIVER, shared=False)
     def deliver_callback(subject_id: str) -> str:
         """POST a finished task's or book's JSON to its callback URL; retried with backoff by
         re-sending itself with a countdown (``workers.webhooks``)."""
-        outcome = deliver(holder.get(), holder.dispatcher, subject_id)
+        outcome = deliver(holder.get().core, subject_id)
         metrics.count(metrics.WEBHOOKS, outcome=outcome.replace(" ", "_"))
         return outcome
 
@@ -155,7 +124,7 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
     def requeue_lost_tasks() -> int:
         """The recovery sweep (every ``TTS_SWEEP_INTERVAL_S``): send again what a broker restart or
         a dead worker lost, and assemble chapters whose sentences are all done but never were."""
-        sent = sweep(holder, marker)
+        sent = sweep(holder.get(), marker)
         metrics.count(metrics.SWEEPS)
         metrics.count(metrics.RESENT, sent)
         return sent
@@ -164,11 +133,10 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
     def cleanup() -> dict[str, Any]:
         """Retention: expire by age and pressure, purge, drop old task rows, repair drift; one
         cleaner at a time."""
-        runtime = holder.get()
-        board = runtime.books.tasks.board
-        report = Cleaner(runtime.cache, settings.cache, on_tasks_deleted=board.drop if board else None).run()
+        core = holder.get().core
+        report = core.cleaner().run()
         if not report.skipped:
-            report.books = runtime.books.expire(timedelta(days=settings.books.ttl_days))
+            report.books = core.books.expire(timedelta(days=settings.books.ttl_days))
             metrics.count(metrics.CLEANUPS)
             for kind, amount in (("audio_entries", report.entries), ("audio_bytes", report.bytes),
                                  ("task_rows", report.task_rows), ("books", report.books)):

@@ -20,20 +20,21 @@ from typing import Any
 import urllib3
 
 from tts_queue import __version__
+from tts_queue.app.core import Core
 from tts_queue.books.progress import book_document
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback
 from tts_queue.tasks.callbacks import InvalidCallbackUrl, Target, sign, target
-from tts_queue.tasks.service import task_document
+from tts_queue.tasks.view import task_document
 
 log = logging.getLogger(__name__)
 RESPONSE_BYTES = 4096  # read at most this much of a receiver's answer
 
 
-def deliver(runtime: Any, dispatcher: Any, subject_id: str) -> str:
+def deliver(core: Core, subject_id: str) -> str:
     """Try one delivery of ``subject_id``'s due callback; what happened, for the task's result."""
-    settings: Settings = runtime.settings
-    callbacks = runtime.books.tasks.callbacks
+    settings: Settings = core.settings
+    callbacks = core.callbacks
     callback = callbacks.pending(subject_id)
     if callback is None:
         return "not due"
@@ -44,23 +45,22 @@ def deliver(runtime: Any, dispatcher: Any, subject_id: str) -> str:
         callbacks.give_up(subject_id, f"refused: {exc.message}")
         log.warning("callback of %s refused: %s", subject_id, exc.message)
         return "refused"
-    body = json.dumps(document(runtime, callback)).encode()
+    body = json.dumps(document(core, callback)).encode()
     status, error = post(where, body, callback.kind, policy.secret, policy.timeout_s)
     wait = callbacks.record(subject_id, status, error, policy.max_attempts, policy.backoff_s)
     if wait is not None:
         log.info("callback of %s answered %s; retrying in %.0f s", subject_id, status or error, wait)
-        dispatcher.deliver(subject_id, countdown=wait)
+        core.dispatcher.deliver(subject_id, countdown=wait)
         return "retrying"
     return "delivered" if status is not None and 200 <= status < 300 else "failed"
 
 
-def document(runtime: Any, callback: Callback) -> dict[str, Any]:
+def document(core: Core, callback: Callback) -> dict[str, Any]:
     """The JSON a callback POSTs: the task's or the book's, as the API shows it."""
-    tasks = runtime.books.tasks
     if callback.kind == "book":
-        progress = runtime.books.progress(callback.subject_id)
+        progress = core.books.progress(callback.subject_id)
         return book_document(progress, callback.base_url)
-    return task_document(tasks.get(callback.subject_id), callback.base_url)
+    return task_document(core.tasks.get(callback.subject_id, fresh=True), callback.base_url)
 
 
 def post(where: Target, body: bytes, kind: str, secret: str,

@@ -31,22 +31,23 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import numpy as np
 import soundfile
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from tts_queue import metrics
 from tts_queue.books.captions import CaptionWriter, CueStream
+from tts_queue.books.ending import BookEnds
+from tts_queue.books.rows import BookRows
 from tts_queue.books.segment import PauseKind
 from tts_queue.books.stitch import Layout, Loudness, Samples, StitchSettings, clean_part
 from tts_queue.books.words import IdMarks, sentence_word_starts
-from tts_queue.db import Database, utcnow
-from tts_queue.enums import BookStatus, TaskStatus, book_sources
-from tts_queue.errors import InvalidRequest
+from tts_queue.db import Database
+from tts_queue.enums import BookStatus, TaskStatus
+from tts_queue.errors import InvalidRequest, SentenceFailed
 from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.synthesis.audio import Audio
@@ -79,24 +80,6 @@ class ChapterFiles:
         return cls(base + audio_format(fmt).suffix, base + ".srt", base + ".vtt", base + ".json")
 
 
-class BookRows(Protocol):
-    """What assembly needs of the book service (``BookService``, not imported: it imports this)."""
-
-    db: Database
-
-    def book(self, book_id: str) -> BookRow:
-        """The row of a book."""
-
-    def chapters(self, book_id: str) -> list[ChapterRow]:
-        """The chapter rows of a book, in order."""
-
-    def fail(self, book_id: str, code: str, message: str) -> None:
-        """Mark a book failed."""
-
-    def finished(self, book_id: str) -> None:
-        """The book ended: its callback is due."""
-
-
 @dataclass(frozen=True)
 class Line:
     """One sentence of a chapter as assembly reads it: its row and its task's status."""
@@ -120,27 +103,27 @@ class Scan:
 class ChapterAssembler:
     """Assembles chapters of books from the cached sentence audio."""
 
-    def __init__(self, books: BookRows, cache: AudioCache, storage: Storage,
-                 stitching: StitchSettings | None = None, clock: Callable[[], datetime] = utcnow,
-                 id_map: Callable[[str | None], Mapping[str, Sequence[int]]] | None = None,
-                 page_rows: int = PAGE_ROWS) -> None:
-        self.books = books
-        self.id_map = id_map
+    def __init__(self, ends: BookEnds, cache: AudioCache, storage: Storage,
+                 id_map: Callable[[str | None], Mapping[str, Sequence[int]]] | None,
+                 stitching: StitchSettings | None = None, page_rows: int = PAGE_ROWS) -> None:
+        self.ends = ends
+        self.rows: BookRows = ends.rows
+        self.db: Database = ends.rows.db
+        self.id_map = id_map  # a voice's phoneme ids (word captions); ``None``: sentence captions
         self.cache = cache
         self.storage = storage
         self.stitching = stitching or StitchSettings()
-        self.clock = clock
         self.page_rows = page_rows
 
     def assemble(self, book_id: str, number: int) -> BookStatus | None:
         """Assemble one chapter if all its sentences are done; the chapter's status afterwards."""
-        book = self.books.book(book_id)
+        book = self.rows.book(book_id)
         if book.status in (BookStatus.CANCELLED, BookStatus.FAILED):
             return None
         fmt = str(book.options.get("format", "mp3"))
         scan = self.scan(book_id, number, fmt)
         if scan.failed is not None:
-            self.books.fail(book_id, "sentence_failed",
+            self.ends.fail(book_id, SentenceFailed.code,
                             f"chapter {number}: sentence {scan.failed} could not be synthesized")
             return BookStatus.FAILED
         if scan.waiting:
@@ -152,11 +135,7 @@ class ChapterAssembler:
             began = time.perf_counter()
             duration = self._write(files, book, number, fmt, marks)
             metrics.stage("chapter_assembly", time.perf_counter() - began)
-        with self.books.db.write() as session:
-            session.execute(update(ChapterRow).where(
-                ChapterRow.book_id == book_id, ChapterRow.number == number,
-                ChapterRow.status.in_(book_sources(BookStatus.DONE)),
-            ).values(status=BookStatus.DONE, digest=scan.digest, duration_s=duration))
+        self.rows.chapter_done(book_id, number, scan.digest, duration)
         self._finish_book(book_id)
         return BookStatus.DONE
 
@@ -164,7 +143,7 @@ class ChapterAssembler:
         """The sentences of a chapter in order, read ``page_rows`` at a time."""
         last = -1
         while True:
-            with self.books.db.read() as session:
+            with self.db.read() as session:
                 page = session.execute(
                     select(SentenceRow.index, SentenceRow.text, SentenceRow.pause_after,
                            SentenceRow.cache_key, TaskRow.status)
@@ -303,7 +282,7 @@ class ChapterAssembler:
         ``None``, and the M4B is built when the book finishes, from the files; so too when the
         other chapters decode to another rate than this PCM (Opus files are 48 kHz). A failure
         here only logs: finishing the book builds it again."""
-        chapters = self.books.chapters(book.id)
+        chapters = self.rows.chapters(book.id)
         if any(c.status is not BookStatus.DONE for c in chapters if c.number != number):
             return None
         if audio_format(fmt).sample_rate not in (None, rate):
@@ -337,20 +316,16 @@ class ChapterAssembler:
         return name
 
     def _finish_book(self, book_id: str) -> None:
-        chapters = self.books.chapters(book_id)
+        chapters = self.rows.chapters(book_id)
         if any(c.status is not BookStatus.DONE for c in chapters):
             return
-        with self.books.db.read() as session:
+        with self.db.read() as session:
             book = session.scalar(select(BookRow).where(BookRow.id == book_id))
         if book is None or book.status.finished:
             return
         name = self._write_m4b(book, self._book_audio(chapters, str(book.options.get("format", "mp3"))))
-        with self.books.db.write() as session:
-            session.execute(update(BookRow).where(
-                BookRow.id == book_id, BookRow.status.in_(book_sources(BookStatus.DONE)),
-            ).values(status=BookStatus.DONE, finished_at=self.clock(), m4b_path=name))
-        log.info("book %s done: %d chapters", book_id, len(chapters))
-        self.books.finished(book_id)
+        if self.ends.done(book_id, name):
+            log.info("book %s done: %d chapters", book_id, len(chapters))
 
     def _book_audio(self, chapters: list[ChapterRow], fmt: str,
                     current: tuple[int, Blocks] | None = None) -> Iterator[tuple[str, Blocks]]:

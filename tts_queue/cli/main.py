@@ -11,13 +11,16 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tts_queue.cli.book import add_book_commands
 from tts_queue.cli.flags import add_flags, apply_flags
 from tts_queue.cli.keys import add_key_commands
 from tts_queue.errors import ConfigError, TTSQueueError
 from tts_queue.settings import Settings
+
+if TYPE_CHECKING:
+    from tts_queue.app.core import Core
 
 
 def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
@@ -99,8 +102,8 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     values = {leaf.variable: leaf.default for leaf in describe()}
     if args.current:
+        from tts_queue.redact import redacted
         from tts_queue.settings import current_values
-        from tts_queue.tasks.doctor import redacted
 
         # URLs print without their passwords (and secret query parameters): this output lands
         # in terminals, tickets and container logs
@@ -116,7 +119,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     """Apply database migrations (compose runs this, so what it prints lands in container logs:
     the URL without its password, and a failure as one line with any secret masked)."""
     from tts_queue.migrate import upgrade
-    from tts_queue.tasks.doctor import redacted
+    from tts_queue.redact import redacted
 
     url = settings.database_url
     where = redacted(url)
@@ -139,7 +142,7 @@ def _masked(text: str, url: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from tts_queue.tasks.doctor import redacted
+    from tts_queue.redact import redacted
 
     text = redacted(text)
     try:
@@ -149,53 +152,29 @@ def _masked(text: str, url: str) -> str:
     return text.replace(str(password), "***") if password else text
 
 
-def _cache(settings: Settings) -> Any:
-    from tts_queue.db import Database
+def _core(settings: Settings) -> Core:
+    """The core over a migrated database, for commands that change rows but queue no work (a due
+    callback or a complete chapter is left to the sweep)."""
+    from tts_queue.app.core import Core
     from tts_queue.migrate import upgrade
-    from tts_queue.storage.cache import AudioCache
-    from tts_queue.storage.store import AudioStore
+    from tts_queue.tasks.dispatcher import NoQueue
+    from tts_queue.tasks.watch import NoWatch, RedisWatch
 
     upgrade(settings.database_url)
-    return AudioCache(Database(settings.database_url), AudioStore.from_settings(settings))
-
-
-def _books(settings: Settings, cache: Any) -> Any:
-    """The book service over ``cache``, for commands that delete books (no queue needed)."""
-    from tts_queue.books.service import BookService
-    from tts_queue.synthesis.registry import VoiceRegistry
-    from tts_queue.tasks.service import TaskService
-
-    class NoQueue:
-        """Deleting and cancelling books sends nothing."""
-
-        def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
-            raise ConfigError("this command does not queue work")
-
-        def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
-            """A cancelled book's callback is sent by the sweep."""
-
-        def ingest(self, book_id: str, queue: str) -> None:
-            raise ConfigError("this command does not queue work")
-
-        def assemble(self, book_id: str, chapter: int, queue: str) -> None:
-            raise ConfigError("this command does not queue work")
-
-    tasks = TaskService(settings, cache.db, cache, VoiceRegistry.from_settings(settings), NoQueue())
-    return BookService(tasks, NoQueue())
+    watch = RedisWatch.from_settings(settings) if settings.services.redis_url else NoWatch()
+    return Core.build(settings, NoQueue(), watch)
 
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     """Run the retention cleanup now (or, with --dry-run, print what it would remove)."""
     from tts_queue.cli.flags import parse_duration
-    from tts_queue.storage.retention import Cleaner
 
     older = parse_duration(args.older_than) if args.older_than else None
-    cache = _cache(settings)
-    report = Cleaner(cache, settings.cache).run(older_than=older, dry_run=args.dry_run)
+    core = _core(settings)
+    report = core.cleaner().run(older_than=older, dry_run=args.dry_run)
     if not report.skipped:  # books nobody read for TTS_BOOK_TTL_DAYS, unless kept
-        books = _books(settings, cache)
         ttl = timedelta(days=settings.books.ttl_days)
-        report.books = len(books.stale(ttl)) if report.dry_run else books.expire(ttl)
+        report.books = len(core.book_rows.stale(ttl)) if report.dry_run else core.books.expire(ttl)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
         return 0
@@ -219,9 +198,12 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_cache_stats(args: argparse.Namespace, settings: Settings) -> int:
     """Print the cache's entries, bytes, hits, misses, hit ratio, pinned entries and last cleanup."""
+    from tts_queue.db import Database
+    from tts_queue.migrate import upgrade
     from tts_queue.storage.stats import cache_stats
 
-    print(json.dumps(cache_stats(_cache(settings).db), indent=2))
+    upgrade(settings.database_url)
+    print(json.dumps(cache_stats(Database(settings.database_url)), indent=2))
     return 0
 
 
@@ -414,7 +396,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         code: int = args.func(args, settings)
         return code
     except TTSQueueError as exc:
-        from tts_queue.tasks.doctor import redacted
+        from tts_queue.redact import redacted
 
         print(f"error [{exc.code}]: {redacted(exc.message)}", file=sys.stderr)
         return 2

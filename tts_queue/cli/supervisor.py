@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tts_queue.backoff import backoff_s
+
 log = logging.getLogger(__name__)
 
 
@@ -49,7 +51,7 @@ class RestartPolicy:
 
     def delay(self, failures: int) -> float:
         """Seconds to wait before the restart that follows the ``failures``-th recent exit."""
-        return float(min(self.first_delay_s * 2 ** max(failures - 1, 0), self.max_delay_s))
+        return backoff_s(failures, self.first_delay_s, self.max_delay_s)
 
 
 @dataclass(frozen=True)

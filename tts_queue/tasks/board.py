@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
 from typing import Any
 
 from tts_queue.enums import TaskStatus
+from tts_queue.tables import TaskRow
 from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.view import TaskView
 
 log = logging.getLogger(__name__)
 OPEN_TTL_S = 30
@@ -38,6 +39,11 @@ return 1
 """
 
 
+def shown(row: TaskRow) -> bool:
+    """Whether a task has records on the board: interactive tasks without a callback."""
+    return row.book_id is None and not row.callback
+
+
 def rank(status: TaskStatus) -> int:
     """Queued 0, running 1, finished 2: a record is only ever replaced by one of equal or higher rank."""
     return 2 if status.finished else (1 if status is TaskStatus.RUNNING else 0)
@@ -50,6 +56,10 @@ class StatusBoard:
         self.client = client
         self.keys = keys
         self._put = client.register_script(_PUT)
+
+    def show(self, view: TaskView, owner: str | None) -> None:
+        """Record a task's state as ``view`` shows it (read back by ``owner`` only)."""
+        self.put(view.record(owner))
 
     def put(self, record: dict[str, Any]) -> None:
         """Record a task's state (``record`` as ``TaskView.record`` makes it)."""
@@ -82,7 +92,3 @@ class StatusBoard:
             self.client.delete(*(self.keys.status(task_id) for task_id in task_ids))
         except Exception as exc:
             log.warning("status board: could not drop %d records: %s", len(task_ids), exc)
-
-
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None

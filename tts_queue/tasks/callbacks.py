@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from tts_queue.backoff import backoff_s
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import BookStatus
 from tts_queue.errors import InvalidRequest
@@ -112,11 +113,6 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
     return f"t={timestamp},v1={digest}"
 
 
-def backoff_s(attempts: int, first_s: float) -> float:
-    """Wait after the ``attempts``-th failed delivery: ``first_s`` doubled each time, at most 5 min."""
-    return float(min(MAX_BACKOFF_S, first_s * 2 ** max(0, attempts - 1)))
-
-
 class Callbacks:
     """The ``callbacks`` rows: registration, due, delivery outcomes, and what the sweep resends."""
 
@@ -168,7 +164,7 @@ class Callbacks:
             if row.attempts >= max_attempts:
                 row.state, row.next_at = FAILED, None
                 return None
-            wait = backoff_s(row.attempts, first_backoff_s)
+            wait = backoff_s(row.attempts, first_backoff_s, MAX_BACKOFF_S)
             row.next_at = now + timedelta(seconds=wait)
             return wait
 

@@ -9,13 +9,13 @@ nothing from the shell, the adapters or a framework.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from tts_queue.redact import redacted
 from tts_queue.settings import Settings
 from tts_queue.tasks.heartbeat import WorkerInfo
 
@@ -59,27 +59,6 @@ def gpu_pool_warnings(live: list[WorkerInfo]) -> list[HealthWarning]:
             found.append(HealthWarning("gpu_pool_on_cpu", f"GPU-pool worker {worker.name} runs "
                                        f"{', '.join(on_cpu)} on {CPU_PROVIDER}", GPU_ON_CPU_RISK))
     return found
-
-
-# scheme://user:password@host: the password runs to the last "@" before the host (an unencoded
-# "@" in it included); the second form takes it up to the first "@" even across a "/", as
-# SQLAlchemy parses such a URL.
-_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)[^\s/?#@]*(?:@[^\s/?#@]*)*@"
-                       r"(?=[^\s/?#@]*(?:[\s/?#]|$))")
-_USERINFO_LOOSE = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)(?!\*\*\*@)[^\s@]*@")
-# ?password=...&token=... and friends: any query parameter whose name mentions a secret.
-_QUERY_SECRET = re.compile(
-    r"(?P<head>[?&;][^\s=&;#]*(?:pass|pwd|secret|token|key|auth|credential|signature|sig)[^\s=&;#]*=)"
-    r"[^\s&;#]*", re.IGNORECASE)
-
-
-def redacted(text: str) -> str:
-    """``text`` (a URL, or a message that holds URLs) with every secret a URL can carry masked:
-    the password of its userinfo (``redis://:pw@host``, ``postgresql://user:pw@host/db``) and
-    query parameters named like secrets (``?password=``, ``&X-Amz-Signature=``)."""
-    text = _USERINFO.sub(r"\g<head>***@", text)
-    text = _USERINFO_LOOSE.sub(r"\g<head>***@", text)
-    return _QUERY_SECRET.sub(r"\g<head>***", text)
 
 
 def _config(client: Any, name: str) -> str:

@@ -1,9 +1,10 @@
-"""The worker side of a task: claim its row, synthesize (or find it cached), store, finish.
+"""The worker side of a task: claim its row, synthesize (or find it cached), store, end it.
 
 Safe to run more than once for the same task id (at-least-once delivery): finished tasks are
 skipped, a cancelled task is never started, and attempts are counted in the row so a task that
 keeps killing workers is failed instead of redelivered forever. Identical requests (same cache
-key) that reach one worker together are synthesized once: followers wait for the leader's audio.
+key) that reach one worker together are synthesized once: followers wait for the leader's audio
+(``Leaders``). Every end goes through ``TaskEnds`` (``tts_queue.tasks.ending``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
+
+import numpy as np
 
 from tts_queue import metrics
-from tts_queue.db import Database, utcnow
 from tts_queue.enums import STREAM_FORMATS, Lane, TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
@@ -28,15 +29,17 @@ from tts_queue.errors import (
     VoiceError,
     public_error,
 )
+from tts_queue.redact import redacted
 from tts_queue.storage.cache import AudioCache
 from tts_queue.synthesis.encoder import StreamEncoder, encode, mime_type
 from tts_queue.synthesis.request import SynthesisRequest
-from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.doctor import redacted
+from tts_queue.tasks.board import StatusBoard, shown
+from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.keys import lane_of
-from tts_queue.tasks.rows import TaskRows
 from tts_queue.tasks.streams import AudioStreams, StreamPublisher
+from tts_queue.tasks.view import TaskView
 
 log = logging.getLogger(__name__)
 
@@ -44,38 +47,73 @@ log = logging.getLogger(__name__)
 PERMANENT = (InvalidRequest, VoiceError, SynthesisError)
 
 
-class TaskExecutor:
-    """Runs task ids through the synthesizer and records the outcome in the task rows."""
+@dataclass(frozen=True)
+class TaskTimes:
+    """A task's timestamps (its row made, first claimed) and the clock to read its end by."""
 
-    def __init__(
-        self,
-        db: Database,
-        cache: AudioCache,
-        synthesizer: Synthesizer,
-        worker_name: str,
-        max_attempts: int = 4,
-        lease: timedelta = timedelta(seconds=30),
-        clock: Callable[[], datetime] = utcnow,
-        storage_floor_bytes: int = 0,
-        streams: AudioStreams | None = None,
-        on_claim: Callable[[TaskRow], None] | None = None,
-        on_finish: Callable[[str], None] | None = None,
-    ) -> None:
+    created_at: datetime | None
+    started_at: datetime | None
+    now: Callable[[], datetime]
+
+    def timings(self, **stages_s: float) -> dict[str, float | None]:
+        """``queue_ms, text_ms, inference_ms, encode_ms, store_ms, total_ms``: the queue wait and the
+        total from the timestamps, the rest from ``stages_s`` (``None`` for a stage that did not
+        run, as on a cache hit)."""
+        def between(start: datetime | None, end: datetime | None) -> float | None:
+            return None if start is None or end is None else round((end - start).total_seconds() * 1000, 1)
+
+        ms = {f"{name}_ms": round(seconds * 1000, 1) for name, seconds in stages_s.items()}
+        return {"queue_ms": between(self.created_at, self.started_at), "text_ms": ms.get("text_ms"),
+                "inference_ms": ms.get("inference_ms"), "encode_ms": ms.get("encode_ms"),
+                "store_ms": ms.get("store_ms"), "total_ms": between(self.created_at, self.now())}
+
+
+class Leaders:
+    """One synthesis per cache key in this process: the first task of a key leads, identical
+    ones that arrive meanwhile wait for it (then find its audio in the cache)."""
+
+    def __init__(self, timeout_s: float = 600.0) -> None:
+        self.timeout_s = timeout_s
+        self._running: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def lead(self, key: str) -> bool:
+        """Whether the caller leads ``key``; if not, it has waited for the leader to end."""
+        with self._lock:
+            leader = self._running.get(key)
+            if leader is None:
+                self._running[key] = threading.Event()
+                return True
+        leader.wait(timeout=self.timeout_s)
+        return False
+
+    def end(self, key: str) -> None:
+        """The leader of ``key`` is done (or failed): wake its followers."""
+        with self._lock:
+            event = self._running.pop(key, None)
+        if event is not None:
+            event.set()
+
+
+class TaskExecutor:
+    """Runs task ids through the synthesizer and ends their rows through ``TaskEnds``."""
+
+    def __init__(self, cache: AudioCache, synthesizer: Synthesizer, ends: TaskEnds, worker_name: str,
+                 board: StatusBoard | None, streams: AudioStreams | None, max_attempts: int = 4,
+                 storage_floor_bytes: int = 0) -> None:
         self.cache = cache
+        self.synthesizer = synthesizer
+        self.ends = ends
+        self.rows = ends.rows
+        self.worker_name = worker_name
+        self.board = board  # a claimed task shows as running there
         self.streams = streams  # where a streamed task's audio goes as it is made
-        self.on_claim = on_claim  # told of each claimed row (the status board)
-        self.on_finish = on_finish  # told of each task this executor finished, before anyone else
+        self.max_attempts = max_attempts
         # Audio is not written into the last ``storage_floor_bytes`` of a local disk: that part is
         # left to the broker's log and the database sharing it (``tts-queue up``), so a full disk
         # stops new audio, not the queue.
         self.storage_floor_bytes = storage_floor_bytes
-        self.synthesizer = synthesizer
-        self.worker_name = worker_name
-        self.max_attempts = max_attempts
-        self.rows = TaskRows(db, clock, lease)
-        self.leader_timeout_s = 600.0
-        self._inflight: dict[str, threading.Event] = {}
-        self._inflight_lock = threading.Lock()
+        self.leaders = Leaders()
         # Tasks that already died with a worker run one at a time: if one of them is a poison that
         # kills the worker again, only it is charged another attempt, not the innocent tasks that
         # happened to be running beside it the first time.
@@ -87,146 +125,97 @@ class TaskExecutor:
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``)."""
         if self.rows.attempts(task_id) > 0:
             with self._suspects:
-                return self._execute(task_id, worker_name, stream)
-        return self._execute(task_id, worker_name, stream)
+                return self._execute(task_id, worker_name or self.worker_name, stream)
+        return self._execute(task_id, worker_name or self.worker_name, stream)
 
-    def _execute(self, task_id: str, worker_name: str | None, stream: bool = False) -> TaskStatus | None:
-        row = self.rows.claim(task_id, worker_name or self.worker_name)
+    def _execute(self, task_id: str, worker: str, stream: bool) -> TaskStatus | None:
+        row = self._claim(task_id, worker)
         if row is None:
             return None
-        if self.on_claim is not None and row.book_id is None:
-            try:
-                self.on_claim(row)
-            except Exception as exc:  # the board only speeds up reads
-                log.warning("task %s: on_claim failed: %s", task_id, exc)
         publisher = StreamPublisher(self.streams, task_id, row.attempts) if stream and self.streams else None
         if row.attempts > self.max_attempts:
-            return self.fail(task_id, "too_many_attempts",
-                             f"gave up after {self.max_attempts} attempts (worker crashes or errors)")
-        request = SynthesisRequest.from_dict(row.request)
-        clock = Clock(row.created_at, row.started_at or self.rows.clock(), self.rows.clock)
-        labels = {"pool": row.pool, "lane": lane_of(row.queue).value}
-        with self._inflight_lock:
-            leader = self._inflight.get(row.cache_key)
-            if leader is None:
-                self._inflight[row.cache_key] = threading.Event()
-        if leader is not None:
-            # An identical request is being synthesized in this process: wait for its audio.
-            leader.wait(timeout=self.leader_timeout_s)
-        if self.cache.peek(row.cache_key) is not None:
-            if leader is None:
-                self._end_lead(row.cache_key)
-            timings = clock.timings()
-            finished = self.rows.finish(task_id, batch_size=None, cache_hit=True, timings=timings)
-            if finished:
-                metrics.count(metrics.CACHE_HITS, where="worker")
-                record(timings, labels)
-            self._finished(task_id, finished)
-            if publisher is not None:
-                publisher.end(TaskStatus.DONE.value)  # nothing streamed: the reader sends the file
-            return TaskStatus.DONE if finished else None
-        if leader is not None:  # the leader failed; do the work ourselves
-            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue), publisher,
-                                         clock, labels)
+            status = self.fail(task_id, "too_many_attempts",
+                               f"gave up after {self.max_attempts} attempts (worker crashes or errors)")
+            return self._ended(publisher, status)
+        times = TaskTimes(row.created_at, row.started_at or self.rows.clock(), self.rows.clock)
+        leads = self.leaders.lead(row.cache_key)
         try:
-            return self.execute_uncached(task_id, row.cache_key, request, lane_priority(row.queue), publisher,
-                                         clock, labels)
+            entry = self.cache.peek(row.cache_key)
+            if entry is not None:  # in the cache already (or made by the leader we waited for)
+                ending = self.ends.done(task_id, batch_size=None, cache_hit=True, timings=times.timings(),
+                                        seconds=entry.duration_s)
+                return self._ended(publisher, TaskStatus.DONE if ending else None)
+            return self._ended(publisher, self.synthesize(row, times, publisher))
         finally:
-            self._end_lead(row.cache_key)
+            if leads:
+                self.leaders.end(row.cache_key)
 
-    def execute_uncached(
-        self, task_id: str, key: str, request: SynthesisRequest, priority: int = 0,
-        publisher: StreamPublisher | None = None, clock: Clock | None = None,
-        labels: dict[str, str] | None = None,
-    ) -> TaskStatus | None:
-        """Synthesize, store atomically, and finish the row; ``None`` if the row did not move (it
-        finished meanwhile). With a ``publisher``, the audio is encoded as sentences finish and each
+    def _claim(self, task_id: str, worker: str) -> TaskRow | None:
+        """Claim the row (``None``: nothing to do); an interactive task shows as running."""
+        row = self.rows.claim(task_id, worker)
+        if row is not None and self.board is not None and shown(row):
+            try:
+                self.board.show(TaskView.of(row), row.owner)
+            except Exception as exc:  # noqa: BLE001 - the board only speeds up reads
+                log.warning("task %s: not shown as running: %s", task_id, exc)
+        return row
+
+    @staticmethod
+    def _ended(publisher: StreamPublisher | None, status: TaskStatus | None) -> TaskStatus | None:
+        """Close a streamed task's stream (its reader sends the stored file if nothing streamed)."""
+        if publisher is not None and status is not None:
+            publisher.end(status.value)
+        return status
+
+    def synthesize(self, row: TaskRow, times: TaskTimes,
+                   publisher: StreamPublisher | None = None) -> TaskStatus | None:
+        """Synthesize, store atomically, and end the row; ``None`` if the row did not move (it
+        ended meanwhile). With a ``publisher``, the audio is encoded as sentences finish and each
         piece is published at once; the file stored is those pieces (``StreamEncoder``)."""
-        encoder: StreamEncoder | None = None
-        encode_s = 0.0
-
-        def on_audio(samples: Any, sample_rate: int) -> None:
-            nonlocal encoder, encode_s
-            assert publisher is not None
-            began = time.perf_counter()
-            if encoder is None:
-                encoder = StreamEncoder(request.format, sample_rate)
-            piece = encoder.write(samples)
-            encode_s += time.perf_counter() - began
-            publisher.send(piece)
-
-        streaming = publisher is not None and request.format in STREAM_FORMATS
+        request = SynthesisRequest.from_dict(row.request)
+        encoding = Encoding(request.format, publisher if request.format in STREAM_FORMATS else None)
+        priority = 1 if lane_of(row.queue) is Lane.BULK else 0  # bulk (book) work yields
         try:
-            if streaming:
-                result = self.synthesizer.synthesize(request, priority=priority, on_audio=on_audio)
-            else:
-                result = self.synthesizer.synthesize(request, priority=priority)
+            result = self.synthesizer.synthesize(request, priority=priority, on_audio=encoding.on_audio)
         except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
-            status = self.fail(task_id, *public_error(exc), detail=exc)
-            if publisher is not None:
-                publisher.end(status.value)
-            return status
-        began = time.perf_counter()
-        if encoder is not None and publisher is not None:
-            tail, data = encoder.close()
-            encode_s += time.perf_counter() - began
-            publisher.send(tail)
-        else:
-            data = encode(result.audio, request.format)
-            encode_s = time.perf_counter() - began
+            return self.fail(row.id, *public_error(exc), detail=exc)
+        data = encoding.finish(result)
+        store_s = self._store(row, request, result, data)
+        timings = times.timings(text=result.text_s, inference=result.inference_s, encode=encoding.seconds,
+                                store=store_s)
+        ending = self.ends.done(row.id, batch_size=result.batch_size, timings=timings,
+                                seconds=result.audio.duration_s)
+        if ending is not None:
+            metrics.count(metrics.AUDIO_SECONDS, result.audio.duration_s)
+        return TaskStatus.DONE if ending else None
+
+    def _store(self, row: TaskRow, request: SynthesisRequest, result: SynthesisResult, data: bytes) -> float:
+        """Store the encoded audio in the cache; seconds taken. No room (or no bucket) is not a
+        failed attempt: the attempt is taken back and the task waits (``StorageFull``,
+        ``StorageUnavailable``); nothing partial is ever left (``write_atomic``)."""
         free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
         if free is not None and free - len(data) < self.storage_floor_bytes:
-            self.rows.uncount_attempt(task_id)
-            raise StorageFull(f"no room to store the audio of task {task_id}: {free} bytes free, the "
+            self.rows.uncount_attempt(row.id)
+            raise StorageFull(f"no room to store the audio of task {row.id}: {free} bytes free, the "
                               f"last {self.storage_floor_bytes} are kept for the broker and database")
         began = time.perf_counter()
         try:
-            self.cache.put(key, request.format, request.voice, data,
-                           result.audio.duration_s, result.alignment.to_dict(), mime_type(request.format))
+            self.cache.put(row.cache_key, request.format, request.voice, data, result.audio.duration_s,
+                           result.alignment.to_dict(), mime_type(request.format))
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # nothing partial is left (write_atomic)
-                self.rows.uncount_attempt(task_id)  # waiting for space is not a failed attempt
-                raise StorageFull(f"no room to store the audio of task {task_id}: {exc}") from exc
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                self.rows.uncount_attempt(row.id)
+                raise StorageFull(f"no room to store the audio of task {row.id}: {exc}") from exc
             raise
-        except StorageUnavailable:  # the bucket is down: wait for it like for space, uncounted
-            self.rows.uncount_attempt(task_id)
+        except StorageUnavailable:
+            self.rows.uncount_attempt(row.id)
             raise
-        store_s = time.perf_counter() - began
-        clock = clock or Clock(None, None, self.rows.clock)
-        timings = clock.timings(text=result.text_s, inference=result.inference_s, encode=encode_s,
-                                store=store_s)
-        finished = self.rows.finish(task_id, batch_size=result.batch_size, timings=timings)
-        if finished:
-            metrics.count(metrics.AUDIO_SECONDS, result.audio.duration_s)
-            record(timings, labels)
-        self._finished(task_id, finished)
-        if publisher is not None:
-            publisher.end(TaskStatus.DONE.value)
-        return TaskStatus.DONE if finished else None
-
-    def _finished(self, task_id: str, moved: bool) -> None:
-        """Tell ``on_finish`` (the status board) of a row this executor moved to its end."""
-        if moved and self.on_finish is not None:
-            try:
-                self.on_finish(task_id)
-            except Exception as exc:  # the row is the truth; the board only speeds up reads
-                log.warning("task %s: on_finish failed: %s", task_id, exc)
-
-    def _end_lead(self, key: str) -> None:
-        """This process's synthesis of ``key`` ended: wake the identical requests that waited."""
-        with self._inflight_lock:
-            event = self._inflight.pop(key, None)
-        if event is not None:
-            event.set()
+        return time.perf_counter() - began
 
     def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None) -> TaskStatus:
-        """Mark a task failed (unless it already finished) with ``message``, which clients read;
-        ``detail``, the exception behind it, goes to the log only."""
-        failed = self.rows.fail(task_id, code, message)
-        if failed:
-            pool, queue = self.rows.placement(task_id)
-            metrics.count(metrics.TASKS_FAILED, pool=pool, lane=lane_of(queue).value, code=code)
-        self._finished(task_id, failed)
+        """Fail a task (unless it already ended) with ``message``, which clients read; ``detail``,
+        the exception behind it, goes to the log only."""
+        self.ends.fail(task_id, code, message)
         if detail is None:
             log.warning("task %s failed: %s: %s", task_id, code, message)
         else:  # the exception's text can name hosts, paths or a URL: the log has it, not the row
@@ -235,45 +224,42 @@ class TaskExecutor:
         return TaskStatus.FAILED
 
     def fail_unexpected(self, task_id: str, exc: BaseException) -> TaskStatus:
-        """Mark a task failed after retries ran out on an unexpected error: its row says what
-        kind of failure (a sentence per code), the log says what happened."""
+        """Fail a task after retries ran out on an unexpected error: its row says what kind of
+        failure (a sentence per code), the log says what happened."""
         return self.fail(task_id, *public_error(exc), detail=exc)
 
 
-def lane_priority(queue: str) -> int:
-    """Engine priority of a task from its queue: bulk (book) work yields to interactive requests."""
-    return 1 if lane_of(queue) is Lane.BULK else 0
+class Encoding:
+    """A task's audio to bytes: streamed as it is made (to a ``publisher``) or encoded at the end."""
 
+    def __init__(self, fmt: str, publisher: StreamPublisher | None) -> None:
+        self.format = fmt
+        self.publisher = publisher
+        self.encoder: StreamEncoder | None = None
+        self.seconds = 0.0
 
+    @property
+    def on_audio(self) -> Callable[[np.ndarray, int], None] | None:
+        """The synthesizer's piece-by-piece callback when streaming, else ``None``."""
+        return self._piece if self.publisher is not None else None
 
-TIMINGS = ("queue_ms", "text_ms", "inference_ms", "encode_ms", "store_ms", "total_ms")
+    def _piece(self, samples: np.ndarray, sample_rate: int) -> None:
+        assert self.publisher is not None
+        began = time.perf_counter()
+        if self.encoder is None:
+            self.encoder = StreamEncoder(self.format, sample_rate)
+        piece = self.encoder.write(samples)
+        self.seconds += time.perf_counter() - began
+        self.publisher.send(piece)
 
+    def finish(self, result: SynthesisResult) -> bytes:
+        """The whole file: the stream's pieces (its tail published), or the result encoded."""
+        began = time.perf_counter()
+        if self.encoder is not None and self.publisher is not None:
+            tail, data = self.encoder.close()
+            self.publisher.send(tail)
+        else:
+            data = encode(result.audio, self.format)
+        self.seconds += time.perf_counter() - began
+        return data
 
-@dataclass(frozen=True)
-class Clock:
-    """A task's times: when its row was made and first claimed, and the clock to read the end by."""
-
-    created_at: datetime | None
-    started_at: datetime | None
-    now: Callable[[], datetime]
-
-    def timings(self, **stages_s: float) -> dict[str, float | None]:
-        """``TIMINGS`` in ms: the queue wait and the total from the row's times, the rest from
-        ``stages_s`` (``None`` for a stage that did not run, as on a cache hit)."""
-        def between(start: datetime | None, end: datetime | None) -> float | None:
-            return None if start is None or end is None else round((end - start).total_seconds() * 1000, 1)
-
-        ms = {f"{name}_ms": round(seconds * 1000, 1) for name, seconds in stages_s.items()}
-        return {"queue_ms": between(self.created_at, self.started_at), "text_ms": ms.get("text_ms"),
-                "inference_ms": ms.get("inference_ms"), "encode_ms": ms.get("encode_ms"),
-                "store_ms": ms.get("store_ms"), "total_ms": between(self.created_at, self.now())}
-
-
-def record(timings: dict[str, float | None], labels: dict[str, str] | None) -> None:
-    """Count a finished task and its stages in the metrics."""
-    if labels is not None:
-        metrics.count(metrics.TASKS_FINISHED, 1.0, **labels)
-    for name in TIMINGS:
-        value = timings.get(name)
-        if value is not None:
-            metrics.stage(name[:-3], value / 1000)

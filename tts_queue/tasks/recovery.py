@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Protocol
 
+from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.rows import TaskRows
-from tts_queue.tasks.service import Dispatcher
 
 log = logging.getLogger(__name__)
 

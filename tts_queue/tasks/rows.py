@@ -1,18 +1,23 @@
-"""The one owner of a task row's life: every status change goes through ``TaskRows``.
+"""The one owner of a task row's life: every row is made, moved and deleted by ``TaskRows``.
 
-Each change is a single guarded ``UPDATE ... WHERE status IN (allowed sources)``, with the allowed
-sources read from ``tts_queue.enums.TRANSITIONS``, so a late or duplicate message can never move a
-finished row, and two processes racing on one row agree on who won (the one whose update matched).
+Each change is a single guarded ``UPDATE ... WHERE status IN (allowed sources) RETURNING``, with
+the allowed sources read from ``tts_queue.enums.TRANSITIONS``, so a late or duplicate message can
+never move a finished row, and two processes racing on one row agree on who won (the one whose
+update matched). A book sentence that ends ``done`` is counted in its chapter by the injected
+``SentenceCounter`` inside that same transaction: whatever path ended it (synthesis, a cache hit in
+the worker, an identical request in flight, a retry, a rerun, a redelivery), the row moves once,
+so it is counted once. What else happens when a task ends is ``tts_queue.tasks.ending``'s.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from tts_queue.db import Database, utcnow
@@ -20,29 +25,105 @@ from tts_queue.enums import TaskStatus, sources
 from tts_queue.tables import TaskRow
 
 log = logging.getLogger(__name__)
+BATCH_IDS = 500  # ids per statement (SQLite and psycopg bound the parameters of one statement)
 
 
+@dataclass(frozen=True)
+class NewTask:
+    """A task row to insert: ``done`` at once when ``cache_hit``, else ``queued``."""
+
+    id: str
+    cache_key: str
+    request: dict[str, Any]
+    pool: str
+    queue: str
+    created_at: datetime
+    cache_hit: bool = False
+    book_id: str | None = None
+    owner: str | None = None
+    keep: bool = False
+    callback: bool = False
+
+    def values(self) -> dict[str, Any]:
+        """The row's columns."""
+        now = self.created_at
+        return {"id": self.id, "cache_key": self.cache_key, "request": self.request, "pool": self.pool,
+                "queue": self.queue, "created_at": now, "book_id": self.book_id, "owner": self.owner,
+                "keep": self.keep, "callback": self.callback, "attempts": 0, "cache_hit": self.cache_hit,
+                "status": TaskStatus.DONE if self.cache_hit else TaskStatus.QUEUED,
+                "started_at": now if self.cache_hit else None,
+                "finished_at": now if self.cache_hit else None}
+
+
+@dataclass(frozen=True)
+class ChapterCount:
+    """A book's chapter right after one of its sentences was counted."""
+
+    book_id: str
+    chapter: int
+    done: int
+    total: int
+    waiting: bool  # the chapter (and its book) wait for assembly: not finished, not parsing
+
+    @property
+    def complete(self) -> bool:
+        """Every sentence of the chapter is done and it can be assembled now."""
+        return self.waiting and self.done >= self.total
+
+
+class SentenceCounter(Protocol):
+    """Counts a book's finished sentence in its chapter (``tts_queue.books.rows.BookRows``)."""
+
+    def count(self, session: Session, task: TaskRow, seconds: float) -> ChapterCount | None:
+        """Count ``task``, which just moved to ``done``, in the caller's transaction; the
+        chapter's counters afterwards (``None`` if it is no book's sentence)."""
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A task row that just reached its end (exactly once per task: the update that moved it)."""
+
+    row: TaskRow  # as it is now, detached
+    chapter: ChapterCount | None = None  # a book sentence's chapter, counted with the move
+    at_submission: bool = False  # answered from the cache as it was submitted
+
+    @property
+    def status(self) -> TaskStatus:
+        """done, failed or cancelled."""
+        return self.row.status
+
+
+@dataclass
 class TaskRows:
     """Creates task rows and moves them between statuses, only along allowed transitions."""
 
-    def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow,
-                 lease: timedelta = timedelta(seconds=30)) -> None:
-        self.db = db
-        self.clock = clock
-        self.lease = lease
+    db: Database
+    clock: Callable[[], datetime] = utcnow
+    lease: timedelta = timedelta(seconds=30)
+    counter: SentenceCounter | None = field(default=None, repr=False)  # books count their sentences
 
-    def add(self, session: Session, row: TaskRow, cache_hit: bool) -> None:
-        """Insert a new row in the caller's transaction: ``done`` at once on a cache hit, else ``queued``."""
-        now = self.clock()
-        row.created_at = row.created_at or now
-        row.attempts = 0
-        row.keep = bool(row.keep)
-        row.cache_hit = cache_hit
-        if cache_hit:
-            row.status, row.started_at, row.finished_at = TaskStatus.DONE, now, now
-        else:
-            row.status = TaskStatus.QUEUED
+    def add(self, session: Session, task: NewTask) -> TaskRow:
+        """Insert a new row in the caller's transaction (``done`` on a cache hit, else ``queued``)."""
+        row = TaskRow(**task.values())
         session.add(row)
+        return row
+
+    @staticmethod
+    def add_many(session: Session, tasks: Sequence[NewTask]) -> None:
+        """Insert many rows in the caller's transaction, in one statement (a book's sentences)."""
+        if tasks:
+            session.execute(insert(TaskRow), [task.values() for task in tasks])
+
+    @staticmethod
+    def delete_many(session: Session, task_ids: Collection[str]) -> None:
+        """Delete rows in the caller's transaction (at most ``BATCH_IDS`` ids)."""
+        if task_ids:
+            session.execute(delete(TaskRow).where(TaskRow.id.in_(list(task_ids))))
+
+    @staticmethod
+    def of_book(session: Session, book_id: str, limit: int = BATCH_IDS) -> list[str]:
+        """Up to ``limit`` ids of a book's task rows (deleting a book goes through them in batches)."""
+        return list(session.scalars(select(TaskRow.id).where(TaskRow.book_id == book_id).limit(limit)))
 
     def attempts(self, task_id: str) -> int:
         """Attempts counted so far (0 for an unknown task)."""
@@ -73,25 +154,20 @@ class TaskRows:
             return row
 
     def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
-               timings: dict[str, float | None] | None = None) -> bool:
-        """``running -> done``; whether the row moved. ``timings``: where the time went (ms)."""
-        return self._move(task_id, TaskStatus.DONE, finished_at=self.clock(), batch_size=batch_size,
-                          cache_hit=cache_hit, timings=timings)
+               timings: dict[str, float | None] | None = None, seconds: float = 0.0) -> Ending | None:
+        """``running -> done``; the ending, or ``None`` if the row did not move. ``timings``: where
+        the time went (ms); ``seconds``: the audio's duration (a book's counters add it up)."""
+        return self._move(task_id, TaskStatus.DONE, seconds, finished_at=self.clock(),
+                          batch_size=batch_size, cache_hit=cache_hit, timings=timings)
 
-    def fail(self, task_id: str, code: str, message: str) -> bool:
-        """``queued|running -> failed`` with an error code and message; whether the row moved."""
+    def fail(self, task_id: str, code: str, message: str) -> Ending | None:
+        """``queued|running -> failed`` with an error code and message; the ending, or ``None``."""
         return self._move(task_id, TaskStatus.FAILED, finished_at=self.clock(), error_code=code,
                           error_message=message)
 
-    def cancel(self, task_id: str) -> bool:
-        """``queued -> cancelled``; whether the row moved."""
+    def cancel(self, task_id: str) -> Ending | None:
+        """``queued -> cancelled``; the ending, or ``None``."""
         return self._move(task_id, TaskStatus.CANCELLED, finished_at=self.clock())
-
-    def placement(self, task_id: str) -> tuple[str, str]:
-        """A task's pool and queue (``("unknown", "unknown")`` for a deleted row)."""
-        with self.db.read() as session:
-            found = session.execute(select(TaskRow.pool, TaskRow.queue).where(TaskRow.id == task_id)).first()
-        return (found[0], found[1]) if found is not None else ("unknown", "unknown")
 
     def uncount_attempt(self, task_id: str) -> None:
         """Take back the attempt of a claim that could not store its result for want of space."""
@@ -107,42 +183,63 @@ class TaskRows:
     def cancel_book(self, book_id: str) -> int:
         """``queued -> cancelled`` for every queued task of a book; how many moved."""
         with self.db.write() as session:
-            result = session.execute(
+            moved = session.scalars(
                 update(TaskRow).where(TaskRow.book_id == book_id,
                                       TaskRow.status.in_(sources(TaskStatus.CANCELLED)))
-                .values(status=TaskStatus.CANCELLED, finished_at=self.clock())
-            )
-        return int(result.rowcount)  # type: ignore[attr-defined]
+                .values(status=TaskStatus.CANCELLED, finished_at=self.clock()).returning(TaskRow.id)
+            ).all()
+        return len(moved)
 
     def reserve(self, task_id: str, worker: str) -> bool:
         """A worker received the task's message: it holds the row (status unchanged) under a lease."""
         with self.db.write() as session:
-            result = session.execute(
+            held = session.scalars(
                 update(TaskRow).where(TaskRow.id == task_id, TaskRow.status == TaskStatus.QUEUED)
-                .values(worker=worker, claimed_at=self.clock())
-            )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+                .values(worker=worker, claimed_at=self.clock()).returning(TaskRow.id)
+            ).first()
+        return held is not None
 
     def renew(self, task_ids: Collection[str], worker: str) -> int:
         """Renew the lease of the rows ``worker`` holds (received or running); how many."""
         if not task_ids:
             return 0
         with self.db.write() as session:
-            result = session.execute(
+            renewed = session.scalars(
                 update(TaskRow).where(TaskRow.id.in_(list(task_ids)), TaskRow.worker == worker,
                                       TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)))
-                .values(claimed_at=self.clock())
-            )
-        return int(result.rowcount)  # type: ignore[attr-defined]
+                .values(claimed_at=self.clock()).returning(TaskRow.id)
+            ).all()
+        return len(renewed)
 
-    def mark_dispatched(self, task_ids: Collection[str]) -> None:
-        """Record that the messages of ``task_ids`` were handed to the broker (the outbox), 500 ids
-        per statement (SQLite and psycopg bound the parameters of one statement)."""
+    def mark_dispatched(self, task_ids: Iterable[str]) -> None:
+        """Record that the messages of ``task_ids`` were handed to the broker (the outbox),
+        ``BATCH_IDS`` ids per statement."""
         ids = list(task_ids)
-        for start in range(0, len(ids), 500):
+        for start in range(0, len(ids), BATCH_IDS):
             with self.db.write() as session:
-                session.execute(update(TaskRow).where(TaskRow.id.in_(ids[start:start + 500]))
+                session.execute(update(TaskRow).where(TaskRow.id.in_(ids[start:start + BATCH_IDS]))
                                 .values(dispatched_at=self.clock()))
+
+    def take_unsent(self, session: Session, queue: str, limit: int) -> list[str]:
+        """In the caller's transaction: mark the oldest ``limit`` queued, never-sent rows of
+        ``queue`` as sent now (the bulk window feeds a book's sentences in reading order); their
+        ids, to dispatch. On PostgreSQL, rows another feeder is taking are skipped."""
+        unsent = (TaskRow.queue == queue, TaskRow.status == TaskStatus.QUEUED,
+                  TaskRow.dispatched_at.is_(None))
+        pick = select(TaskRow.id).where(*unsent).order_by(TaskRow.created_at).limit(limit)
+        if self.db.engine.dialect.name == "postgresql":
+            pick = pick.with_for_update(skip_locked=True)  # two feeders never take the same rows
+        picked = list(session.scalars(pick))
+        if not picked:
+            return []
+        return list(session.scalars(update(TaskRow).where(TaskRow.id.in_(picked), *unsent)
+                                    .values(dispatched_at=self.clock()).returning(TaskRow.id)))
+
+    def in_flight(self, session: Session, queue: str) -> int:
+        """Rows of ``queue`` sent to the broker and not finished (queued there, or running)."""
+        return int(session.scalar(select(func.count()).select_from(TaskRow).where(
+            TaskRow.queue == queue, TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)),
+            TaskRow.dispatched_at.is_not(None))) or 0)
 
     def reclaim_stale(self) -> list[tuple[str, str]]:
         """Rows a worker held (received or running) whose lease expired: that worker is gone.
@@ -188,10 +285,10 @@ class TaskRows:
             if delivered is not None and sent is not None and delivered < cutoff.timestamp():
                 lost.append((task_id, queue))  # before the last send, or unrecorded for a lease
         ids = [task_id for task_id, _ in lost]
-        for start in range(0, len(ids), 500):
+        for start in range(0, len(ids), BATCH_IDS):
             with self.db.write() as session:
                 session.execute(update(TaskRow).where(
-                    TaskRow.id.in_(ids[start:start + 500]), TaskRow.status == TaskStatus.QUEUED,
+                    TaskRow.id.in_(ids[start:start + BATCH_IDS]), TaskRow.status == TaskStatus.QUEUED,
                     TaskRow.worker.is_(None)).values(dispatched_at=now))
         return lost
 
@@ -219,10 +316,16 @@ class TaskRows:
                 .order_by(TaskRow.created_at)
             )]
 
-    def _move(self, task_id: str, target: TaskStatus, **values: Any) -> bool:
+    def _move(self, task_id: str, target: TaskStatus, seconds: float = 0.0, **values: Any) -> Ending | None:
         with self.db.write() as session:
-            result = session.execute(
+            row = session.scalars(
                 update(TaskRow).where(TaskRow.id == task_id, TaskRow.status.in_(sources(target)))
-                .values(status=target, **values)
-            )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+                .values(status=target, **values).returning(TaskRow),
+                execution_options={"synchronize_session": False},
+            ).first()
+            if row is None:
+                return None
+            chapter = None
+            if row.book_id is not None and target is TaskStatus.DONE and self.counter is not None:
+                chapter = self.counter.count(session, row, seconds)
+        return Ending(row, chapter)

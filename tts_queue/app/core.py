@@ -1,0 +1,111 @@
+"""The one wiring of the core's services: ``Core.build(settings, dispatcher, watch)``.
+
+The API (``api.services.Services``), a worker (``workers.runtime.WorkerRuntime``) and the shell's
+commands (``tts_queue.cli``) each build a ``Core`` and add their own parts to it (readiness and
+keys; the batch engine, executor and ingester), so what a task's end does, which storage client
+serves a process and how books are counted are decided here once. Every collaborator is passed
+to its constructor; nothing is set afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from tts_queue.books.assembler import ChapterAssembler
+from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
+from tts_queue.books.rows import BookRows
+from tts_queue.books.service import BookService
+from tts_queue.books.window import BulkWindow
+from tts_queue.db import Database
+from tts_queue.settings import Settings
+from tts_queue.storage import open_storage
+from tts_queue.storage.backend import Storage
+from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.retention import Cleaner
+from tts_queue.storage.store import AudioStore
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.voice import read_config
+from tts_queue.tasks.board import StatusBoard
+from tts_queue.tasks.callbacks import Callbacks
+from tts_queue.tasks.connection import redis_client
+from tts_queue.tasks.dispatcher import Dispatcher
+from tts_queue.tasks.ending import CallBack, EndEffect, ShowOnBoard, TaskEnds, WakeWaiters, count_metrics
+from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.rows import TaskRows
+from tts_queue.tasks.service import TaskService
+from tts_queue.tasks.streams import AudioStreams
+from tts_queue.tasks.watch import QueueWatch
+
+
+@dataclass
+class Core:
+    """The services every process of tts-queue shares, built once per process."""
+
+    settings: Settings
+    db: Database
+    storage: Storage  # the one storage client of the process (``audio/`` and ``books/`` are children)
+    cache: AudioCache
+    registry: VoiceRegistry
+    dispatcher: Dispatcher
+    watch: QueueWatch
+    board: StatusBoard | None  # status records in the broker's Redis (none without one)
+    streams: AudioStreams | None  # streamed tasks' audio in the broker's Redis
+    task_rows: TaskRows
+    book_rows: BookRows
+    callbacks: Callbacks
+    ends: TaskEnds
+    tasks: TaskService
+    window: BulkWindow
+    book_ends: BookEnds
+    books: BookService
+    assembler: ChapterAssembler
+
+    @classmethod
+    def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch) -> Core:
+        """Wire the core over ``settings``' database, storage, voices and Redis."""
+        db = Database(settings.database_url)
+        storage = open_storage(settings.storage_url)
+        cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
+        registry = VoiceRegistry.from_settings(settings)
+        board, streams = None, None
+        if settings.services.redis_url:
+            client = redis_client(settings.services.redis_url)
+            keys = RedisKeys(settings.services.queue_prefix)
+            board, streams = StatusBoard(client, keys), AudioStreams(client, keys)
+        book_rows = BookRows(db)
+        # the two owners of rows meet here: a book's sentence is counted as its task row ends
+        task_rows = TaskRows(db, lease=timedelta(seconds=settings.worker.lease_s), counter=book_rows)
+        callbacks = Callbacks(db)
+        window = BulkWindow(settings, db, task_rows, dispatcher, watch.live_workers)
+        book_ends = BookEnds(book_rows, task_rows, callbacks, dispatcher)
+        effects: list[EndEffect] = [count_metrics]
+        if board is not None:
+            effects.append(ShowOnBoard(board, lambda key: _duration(cache, key)))
+        effects += [WakeWaiters(watch), CallBack(callbacks, dispatcher), SentenceEnd(book_ends, window),
+                    WindowRefill(window)]
+        ends = TaskEnds(task_rows, effects, board)
+        tasks = TaskService(settings, db, cache, registry, dispatcher, ends, callbacks, board,
+                            watch.pool_alive)
+        books = BookService(tasks, book_rows, book_ends, window, storage.child("books"))
+        assembler = ChapterAssembler(book_ends, cache, books.storage,
+                                     id_map=lambda voice: _id_map(registry, voice))
+        return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
+                   book_rows, callbacks, ends, tasks, window, book_ends, books, assembler)
+
+    def cleaner(self) -> Cleaner:
+        """The retention cleanup over this core's cache; deleted task rows leave the board too."""
+        return Cleaner(self.cache, self.settings.cache, on_tasks_deleted=self.ends.forget)
+
+
+def _duration(cache: AudioCache, key: str) -> float | None:
+    """The audio's duration of a cache key (the hot map; a row read on a miss)."""
+    entry = cache.peek(key)
+    return entry.duration_s if entry is not None else None
+
+
+def _id_map(registry: VoiceRegistry, voice: str | None) -> Mapping[str, Sequence[int]]:
+    """A voice's phonemes to ids (word captions)."""
+    id_map: Mapping[str, Sequence[int]] = read_config(registry.get(voice).config_path)["phoneme_id_map"]
+    return id_map

@@ -1,0 +1,49 @@
+"""The shared state ``/metrics`` shows as gauges (``tts_queue.metrics.STATE_GAUGES``): queue
+depths and live workers from the broker, queued rows, cache size and books from the database."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from tts_queue import metrics
+from tts_queue.app.core import Core
+from tts_queue.enums import POOLS, TaskStatus
+from tts_queue.tables import BookRow, CacheEntry, TaskRow
+from tts_queue.tasks.keys import lane_of, pool_of, worker_queues
+
+
+def shared_state(core: Core) -> metrics.State:
+    """Each state gauge's rows, read now (a few Redis commands and three queries)."""
+    prefix = core.settings.services.queue_prefix
+    queues = [queue for pool in POOLS for queue in worker_queues(pool, prefix)]
+    found: metrics.State = {}
+    depths = core.watch.depths(queues)
+    if depths:
+        found["tts_queue_depth"] = [((queue,), float(depths.get(queue, 0))) for queue in queues]
+        live = {pool: 0.0 for pool in POOLS}
+        for worker in core.watch.workers():
+            live[worker.pool] = live.get(worker.pool, 0.0) + 1
+        found["tts_live_workers"] = [((pool,), n) for pool, n in live.items()]
+    with core.db.read() as session:
+        queued = session.execute(select(TaskRow.queue, func.count())
+                                 .where(TaskRow.status == TaskStatus.QUEUED).group_by(TaskRow.queue)).all()
+        entries, size = session.execute(
+            select(func.count(), func.coalesce(func.sum(CacheEntry.size_bytes), 0))
+            .where(CacheEntry.expired_at.is_(None))).one()
+        books = session.execute(select(BookRow.status, func.count()).group_by(BookRow.status)).all()
+    rows: dict[tuple[str, str], float] = {}
+    for queue, n in queued:
+        try:
+            place = (pool_of(queue), lane_of(queue).value)
+        except ValueError:
+            continue
+        rows[place] = rows.get(place, 0.0) + n
+    found["tts_tasks_queued"] = sorted(rows.items())
+    found["tts_cache_entries"] = [((), float(entries))]
+    found["tts_cache_bytes"] = [((), float(size))]
+    found["tts_cache_budget_bytes"] = [((), float(core.settings.cache.audio_max_bytes))]
+    free = core.cache.store.storage.free_bytes()
+    if free is not None:
+        found["tts_storage_free_bytes"] = [((), float(free))]
+    found["tts_books"] = [((status.value,), float(n)) for status, n in books]
+    return found
