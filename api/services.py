@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys
 from tts_queue.app.core import Core
+from tts_queue.app.plugins import WorkerPlugin
 from tts_queue.enums import POOLS
 from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.redact import redacted
@@ -43,14 +44,14 @@ class Services(Core):
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher | None = None,
-              watch: QueueWatch | None = None) -> Services:
+              watch: QueueWatch | None = None, plugins: Sequence[WorkerPlugin] = ()) -> Services:
         """Wire the API's services; with no dispatcher (and watch) given, Celery's (and Redis')."""
         if dispatcher is None:
             from workers.dispatch import CeleryDispatcher, make_client
 
             dispatcher = CeleryDispatcher(make_client(settings), settings.services.queue_prefix)
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the API at start
-        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings))
+        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins)
         return cls(**{f.name: getattr(core, f.name) for f in fields(Core)})
 
 

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -30,11 +30,17 @@ from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings, current_values
 from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.doctor import HealthWarning
+from tts_queue.tasks.heartbeat import WorkerInfo
 from tts_queue.tasks.keys import RedisKeys
+
+if TYPE_CHECKING:
+    from tts_queue.app.core import Core
+    from tts_queue.storage.cache import AudioCache
+    from tts_queue.storage.local import LocalStorage
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 ROOT = Path(__file__).resolve().parents[1]
-HOOKS = Path(__file__).resolve().parent / "hooks"
 # Queues unique to this test run, so a stray worker of another run never takes our tasks.
 QUEUE_PREFIX = f"tts-test-{uuid.uuid4().hex[:8]}"
 
@@ -160,10 +166,10 @@ def announce_idle_worker(redis_url: str, prefix: str, pool: str = "gpu", ttl_s: 
 
 
 def hooked(**hooks: str) -> dict[str, str]:
-    """Environment additions that load ``tests/hooks/sitecustomize.py`` in a worker, with its hooks
-    (``TTS_TEST_BATCH_DELAY_MS``: every model call also sleeps, a slow model without the CPU
-    load; ``TTS_TEST_POISON``: a text containing it kills the worker)."""
-    return {"PYTHONPATH": f"{HOOKS}{os.pathsep}{ROOT}", **hooks}
+    """Environment additions that load the fault plugin ``tests/hooks/faults.py`` in a worker, with
+    its hooks (``TTS_TEST_BATCH_DELAY_MS``: every model call also waits, a slow model without the
+    CPU load; ``TTS_TEST_POISON``: a text containing it kills the worker; ``TTS_TEST_SLOW_LOAD``)."""
+    return {"TTS_WORKER_PLUGINS": "tests.hooks.faults:plugin", **hooks}
 
 
 class WorkerProcess:
@@ -432,7 +438,9 @@ def start_api(settings: Settings, log: Path, threads: int = 64,
 
 
 class FakeQueue:
-    """Records dispatches; can be told to fail like an unreachable broker."""
+    """The adapter tests' queue: a ``Dispatcher`` that records what it sends and a ``QueueWatch``
+    with one live worker; told ``broken`` it fails like an unreachable broker, ``stalled`` like
+    a worker that stopped consuming."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
@@ -440,37 +448,80 @@ class FakeQueue:
         self.delivered: list[str] = []  # callbacks queued for delivery
         self.assembled: list[tuple[str, int, str]] = []
         self.ingested: list[tuple[str, str]] = []
+        self.signalled: list[tuple[str, str]] = []  # finished signals
         self.broken = False
         self.stalled = False
+        self.alive_pools: set[str] | None = None  # None: every pool has a live worker
+        self.live = 1  # live workers per pool (the bulk window's multiplier)
 
-    def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
+    def _check(self) -> None:
         if self.broken:
             raise ConnectionError("broker down")
+
+    # --- Dispatcher -------------------------------------------------------------------------------
+
+    def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
+        self._check()
         self.sent.append((task_id, queue))
         if stream:
             self.streamed.append(task_id)
 
     def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
-        if self.broken:
-            raise ConnectionError("broker down")
+        self._check()
         self.delivered.append(subject_id)
 
     def ingest(self, book_id: str, queue: str) -> None:
-        if self.broken:
-            raise ConnectionError("broker down")
+        self._check()
         self.ingested.append((book_id, queue))
 
     def assemble(self, book_id: str, chapter: int, queue: str) -> None:
-        if self.broken:
-            raise ConnectionError("broker down")
+        self._check()
         self.assembled.append((book_id, chapter, queue))
 
-    def ping_broker(self) -> None:
-        if self.broken:
-            raise ConnectionError("broker down")
+    # --- QueueWatch -------------------------------------------------------------------------------
 
-    def ping_workers(self, timeout: float = 1.0) -> list[str]:
-        return [] if self.broken else ["fake@worker"]
+    def ping(self) -> None:
+        self._check()
 
     def consuming(self) -> bool:
         return not self.stalled
+
+    def workers(self) -> list[WorkerInfo]:
+        return [] if self.broken else [WorkerInfo("fake@worker", "cpu")]
+
+    def pool_alive(self, pool: str) -> bool:
+        self._check()
+        return self.alive_pools is None or pool in self.alive_pools
+
+    def live_workers(self, pool: str) -> int:
+        return self.live
+
+    def wait_finished(self, task_id: str, timeout: float) -> None:
+        time.sleep(min(max(0.0, timeout), 0.02))
+
+    def finished(self, task_id: str, status: str) -> None:
+        self.signalled.append((task_id, status))
+
+    def warnings(self) -> list[HealthWarning]:
+        return []
+
+    def depths(self, queues: list[str]) -> dict[str, int]:
+        return {}
+
+
+def core_of(settings: Settings, queue: FakeQueue | None = None) -> Core:
+    """The core over ``settings`` (its database migrated by the caller) with the fake queue as its
+    dispatcher and its watch."""
+    from tts_queue.app.core import Core
+
+    queue = queue or FakeQueue()
+    return Core.build(settings, queue, queue)
+
+
+def local(cache: AudioCache) -> LocalStorage:
+    """The local directory a test's audio cache stores in (tests that reach into its files)."""
+    from tts_queue.storage.local import LocalStorage
+
+    storage = cache.store.storage
+    assert isinstance(storage, LocalStorage), "this test needs the audio on a local disk"
+    return storage

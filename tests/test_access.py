@@ -32,7 +32,7 @@ def world(tmp_path: Path, voices_dir: Path) -> Iterator[dict[str, Any]]:
         "TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir), "TTS_DEFAULT_VOICE": "tiny",
         "TTS_AUTH": "required"}))
     queue = FakeQueue()
-    services = Services.build(settings, dispatcher=queue, probe=queue)
+    services = Services.build(settings, dispatcher=queue, watch=queue)
     app = create_app(settings, services)
     keys = {name: services.keys.create(name, admin=name == "root")[1] for name in ("alice", "bob", "root")}
     yield {"app": app, "client": app.test_client(), "services": services, "keys": keys, "queue": queue}
@@ -163,7 +163,7 @@ def test_with_auth_off_any_authorization_header_is_ignored(tmp_path: Path, voice
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                           "TTS_DEFAULT_VOICE": "tiny"}))
     queue = FakeQueue()
-    client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+    client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
     response = client.post("/v1/tts", json={"text": "Hello."}, headers={"Authorization": "Bearer sk-openai"})
     assert response.status_code == 202
     assert client.get("/v1/cache/stats").status_code == 200
@@ -173,7 +173,7 @@ def test_a_cache_scope_per_key_separates_the_caches(tmp_path: Path, voices_dir: 
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                           "TTS_DEFAULT_VOICE": "tiny", "TTS_CACHE_SCOPE": "key"}))
     queue = FakeQueue()
-    services = Services.build(settings, dispatcher=queue, probe=queue)
+    services = Services.build(settings, dispatcher=queue, watch=queue)
     from tts_queue.synthesis.request import build_request
 
     request = build_request({"text": "Same words."}, services.registry, settings)
@@ -198,7 +198,7 @@ def test_the_contract_describes_every_route_with_its_errors(world: dict[str, Any
         if rule.endpoint in ("static", "docs.docs_static"):
             continue
         path = rule.rule.replace("<int:number>", "{number}").replace("<", "{").replace(">", "}")
-        for method in rule.methods - {"HEAD", "OPTIONS"}:
+        for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}:
             operation = document["paths"][path][method.lower()]
             assert operation["responses"], path
             if path not in ("/healthz", "/openapi.json", "/docs", "/"):

@@ -11,16 +11,13 @@ import pytest
 import redis
 from sqlalchemy import event
 
-from tests.support import FakeQueue, migrate
-from tts_queue.db import Database
+from tests.support import FakeQueue, core_of, migrate
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import TaskNotFound
 from tts_queue.settings import Settings
-from tts_queue.storage.cache import AudioCache
-from tts_queue.storage.store import AudioStore
-from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.tasks.board import DONE_TTL_S, OPEN_TTL_S, StatusBoard
 from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.ending import ShowOnBoard, TaskEnds
 from tts_queue.tasks.keys import RedisKeys
 from tts_queue.tasks.service import TaskService
 
@@ -63,9 +60,12 @@ def test_a_status_read_from_the_board_runs_no_sql_and_honours_owners(
     # Given a task service with a board, and a submitted task
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                           "TTS_DEFAULT_VOICE": "tiny"}))
-    db = Database(settings.database_url)
-    cache = AudioCache(db, AudioStore.at(tmp_path / "audio"))
-    tasks = TaskService(settings, db, cache, VoiceRegistry.from_settings(settings), FakeQueue(), board=board)
+    core = core_of(settings)
+    db = core.db
+    board_ends = TaskEnds(core.task_rows, [ShowOnBoard(board, lambda key: None)], board)
+    tasks = TaskService(settings, db, core.cache, core.registry, FakeQueue(), board_ends, core.callbacks,
+                        board,
+                        lambda pool: True)
     view = tasks.submit({"text": "Hello there."}, owner="alice")
     statements: list[str] = []
     event.listen(db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))

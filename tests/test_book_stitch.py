@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tts_queue.books.segment import PauseKind
 from tts_queue.books.stitch import (
     StitchSettings,
     apply_fades,
@@ -57,7 +58,7 @@ def test_default_pauses_are_ordered() -> None:
 def test_seams_do_not_click() -> None:
     # Given sentences that start and end far from zero (a DC offset: the worst case for clicks)
     parts = [tone(0.3, 0.2, dc=0.5), tone(0.3, 0.2, dc=-0.5), tone(0.3, 0.2, dc=0.5)]
-    kinds = ["sentence", "sentence", "paragraph"]
+    kinds: list[PauseKind] = ["sentence", "sentence", "paragraph"]
     # When they are stitched with the default 5 ms fades, and with pauses of zero
     faded = stitch(parts, kinds, RATE, StitchSettings(max_gain_db=0))
     joined = stitch(parts, kinds, RATE, StitchSettings(sentence_ms=0, max_gain_db=0))

@@ -37,7 +37,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, voices_dir: Path) -> I
         env["TTS_DATABASE_URL"] = request.getfixturevalue("fresh_postgres_url")
     settings = migrate(Settings.from_env(env))
     queue = FakeQueue()
-    services = Services.build(settings, dispatcher=queue, probe=queue)
+    services = Services.build(settings, dispatcher=queue, watch=queue)
     yield {"client": create_app(settings, services).test_client(), "services": services, "queue": queue,
            "ingester": Ingester(services.books)}
     services.db.engine.dispose()
@@ -107,14 +107,16 @@ def test_accepting_queues_the_parsing_and_the_worker_makes_the_rows(world: dict[
     tasks, sentences, chapters = counts(world, book_id)
     assert (tasks, sentences, chapters) == (6, 6, 2)
     sent = [t for t, _ in world["queue"].sent]
-    assert world["services"].books.window("cpu") == 4
+    assert world["services"].window.size("cpu") == 4
     with world["services"].db.read() as session:
         in_order = list(session.scalars(select(SentenceRow.task_id).where(SentenceRow.book_id == book_id)
                                         .order_by(SentenceRow.index)))
         assert sent == in_order[:4]
         assert {r.id for r in session.scalars(select(TaskRow).where(
             TaskRow.book_id == book_id, TaskRow.dispatched_at.is_not(None)))} == set(sent)
-        upload = session.get(BookRow, book_id).source["upload"]  # type: ignore[union-attr]
+        book = session.get(BookRow, book_id)
+        assert book is not None and book.source is not None
+        upload = book.source["upload"]
     body = world["client"].get(f"/v1/books/{book_id}").get_json()
     assert body["status"] == "queued" and body["sentences_total"] == 6 and body["title"] == "Notes"
     assert world["services"].books.storage.size(upload) is None
@@ -127,10 +129,10 @@ def test_book_sentences_are_fed_a_window_at_a_time_and_never_twice(world: dict[s
     text = " ".join(f"Sentence {n} is here." for n in range(10))
     book_id = accept(world, text=text, format="wav")
     world["ingester"].run(book_id)
-    books, rows = world["services"].books, world["services"].tasks.rows
+    window, rows = world["services"].window, world["services"].task_rows
     assert len(world["queue"].sent) == 4
     # When more feeding happens with the window full (the sweep, a duplicate call)
-    assert books.feed("cpu") == 0
+    assert window.feed("cpu") == 0
     # And the outbox rule looks for unsent rows: book sentences are not its to send
     from datetime import timedelta
 
@@ -139,7 +141,7 @@ def test_book_sentences_are_fed_a_window_at_a_time_and_never_twice(world: dict[s
     for task_id, _ in world["queue"].sent[:2]:
         rows.claim(task_id, "w")
         rows.finish(task_id, batch_size=1)
-    assert books.feed("cpu") == 2
+    assert window.feed("cpu") == 2
     # Then the next two in reading order went, and no sentence was ever sent twice
     sent = [t for t, _ in world["queue"].sent]
     with world["services"].db.read() as session:
@@ -147,8 +149,8 @@ def test_book_sentences_are_fed_a_window_at_a_time_and_never_twice(world: dict[s
                                         .order_by(SentenceRow.index)))
     assert sent == in_order[:6] and len(set(sent)) == 6
     # And the window grows with the pool's live workers
-    books.live_workers = lambda pool: 3
-    assert books.feed("cpu") == 4 and len(world["queue"].sent) == 10
+    world["queue"].live = 3
+    assert window.feed("cpu") == 4 and len(world["queue"].sent) == 10
 
 
 def test_finished_sentences_are_counted_once_and_complete_their_chapter(world: dict[str, Any]) -> None:
@@ -156,21 +158,23 @@ def test_finished_sentences_are_counted_once_and_complete_their_chapter(world: d
     book_id = accept(world, text="# One\n\nFirst here.\n\n# Two\n\nSecond here. Third here.",
                      input_format="markdown")
     world["ingester"].run(book_id)
-    books, rows = world["services"].books, world["services"].tasks.rows
+    ends, queue = world["services"].ends, world["queue"]
     with world["services"].db.read() as session:
         order = list(session.execute(select(SentenceRow.task_id, SentenceRow.chapter)
                                      .where(SentenceRow.book_id == book_id).order_by(SentenceRow.index)))
-    # When its sentences finish one by one (the worker's claim and finish, then the count)
-    ready = []
+    # When its sentences finish one by one (the worker's claim, then its end), each finishing twice
+    # (a redelivery racing the first run)
     for task_id, _ in order:
-        rows.claim(task_id, "w")
-        assert rows.finish(task_id, 1)
-        ready += [number for _, number in books.sentence_finished(task_id, TaskStatus.DONE)]
-    # Then each chapter is ready exactly when its last sentence is counted, and the counters agree
-    assert ready == [1, 2]
+        ends.rows.claim(task_id, "w")
+        assert ends.done(task_id, 1, seconds=0.5) is not None
+        assert ends.done(task_id, 1, seconds=0.5) is None
+    # Then each chapter's assembly was queued exactly when its last sentence was counted, once
+    assert [(book, number) for book, number, _ in queue.assembled] == [(book_id, 1), (book_id, 2)]
+    # And the counters agree: every sentence counted once, with its audio's seconds
     body = world["client"].get(f"/v1/books/{book_id}").get_json()
     assert body["sentences_done"] == body["sentences_total"] == len(order) and body["status"] == "running"
     assert [c["sentences_done"] for c in body["chapters"]] == [2, 3]
+    assert body["audio_seconds"] == pytest.approx(0.5 * len(order))
 
 
 @pytest.mark.parametrize(("body", "code"), [
@@ -273,7 +277,7 @@ def test_the_normalize_option_reaches_every_sentence_task(world: dict[str, Any],
     scripts = []
     for normalize in (None, False):
         if form:
-            data = {"file": (io.BytesIO(text.encode()), "book.md")}
+            data: dict[str, Any] = {"file": (io.BytesIO(text.encode()), "book.md")}
             if normalize is not None:
                 data["normalize"] = "false"
             response = world["client"].post("/v1/books", data=data, content_type="multipart/form-data")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import START, Clock, key
+from tests.support import local
 from tts_queue.db import Database
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
@@ -30,7 +31,7 @@ def test_put_then_lookup_counts_hits_and_peek_does_not(cache: AudioCache, clock:
     with cache.db.read() as session:
         row = session.get(CacheEntry, key(1))
     assert row is not None and row.hits == 1 and row.last_access_at == clock.now
-    assert cache.store.storage.path(hit.path).with_suffix(".align.json").is_file()
+    assert local(cache).path(hit.path).with_suffix(".align.json").is_file()
 
 
 def test_storing_a_key_twice_keeps_one_row(cache: AudioCache) -> None:
@@ -38,12 +39,12 @@ def test_storing_a_key_twice_keeps_one_row(cache: AudioCache) -> None:
     cache.put(key(1), "wav", "v", b"two!", 0.2)
     hit = cache.peek(key(1))
     assert hit is not None and hit.size_bytes == 4
-    assert cache.store.storage.path(hit.path).read_bytes() == b"two!"
+    assert local(cache).path(hit.path).read_bytes() == b"two!"
 
 
 def test_a_row_whose_file_is_gone_is_a_miss_and_is_forgotten(cache: AudioCache) -> None:
     hit = cache.put(key(1), "wav", "v", b"data", 0.1)
-    cache.store.storage.path(hit.path).unlink()
+    local(cache).path(hit.path).unlink()
     assert cache.lookup(key(1)) is None
     with cache.db.read() as session:
         assert session.get(CacheEntry, key(1)) is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import av
@@ -44,7 +44,7 @@ def tone(seconds: float, freq: float = 440.0, rate: int = RATE) -> Audio:
 
 def decode(data: bytes) -> tuple[str, int, np.ndarray]:
     """Decoder name, sample rate and mono float samples of an encoded file."""
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), "r") as container:
         stream = container.streams.audio[0]
         frames = []
         for frame in container.decode(stream):
@@ -227,7 +227,8 @@ def test_m4b_has_chapter_marks_that_read_back(tmp_path: Path) -> None:
 
 def test_m4b_refuses_mixed_rates_and_leaves_nothing(tmp_path: Path) -> None:
     # Given chapters at two sample rates (the second in blocks), and then no chapters
-    mixed = [("One", tone(0.2)), ("Two", iter([tone(0.1, rate=16000)]))]
+    mixed: list[tuple[str, Audio | Iterable[Audio]]] = [("One", tone(0.2)),
+                                                        ("Two", iter([tone(0.1, rate=16000)]))]
     # Then writing fails with InvalidRequest and leaves no file, complete or partial
     with pytest.raises(InvalidRequest):
         write_m4b(tmp_path / "x.m4b", mixed)

@@ -50,8 +50,8 @@ def make_engine(registry: VoiceRegistry) -> Iterator[Callable[..., BatchEngine]]
              ) -> BatchEngine:
         pool = PoolSettings(policy=policy, max_batch=max_batch, max_padded_phonemes=100_000,
                             window_ms=window_ms)
-        kwargs = {} if clock is None else {"clock": clock}
-        engine = BatchEngine(reg or registry, pool, **kwargs)
+        engine = BatchEngine(reg or registry, pool) if clock is None else BatchEngine(reg or registry, pool,
+                                                                                    clock=clock)
         engines.append(engine)
         return engine
 
@@ -317,7 +317,7 @@ def test_stop_releases_every_waiting_caller(make_engine: Callable[..., BatchEngi
 
     engine = make_engine(policy="window", max_batch=8, clock=frozen_clock).start()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        stopped = pool.submit(engine.run_sentences, KEY, [sentence(2, 5)], "stop-me")
+        stopped = pool.submit(engine.run_sentences, KEY, [sentence(2, 5)], 0)
         wait = threading.Event()
         while len(engine.policy) < 1:
             wait.wait(0.001)

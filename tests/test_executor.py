@@ -9,10 +9,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import pytest
 
 from tts_queue.db import Database, utcnow
@@ -23,10 +24,12 @@ from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.registry import VoiceRegistry
-from tts_queue.synthesis.request import build_request, cache_key
-from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
+from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow
+from tts_queue.tasks.ending import TaskEnds, count_metrics
 from tts_queue.tasks.executor import TaskExecutor
+from tts_queue.tasks.rows import TaskRows
 
 
 class Counting(Synthesizer):
@@ -38,10 +41,11 @@ class Counting(Synthesizer):
         self.gate = threading.Event()
         self.gate.set()
 
-    def synthesize(self, request: Any, priority: int = 0) -> Any:
+    def synthesize(self, request: SynthesisRequest, priority: int = 0,
+                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None) -> SynthesisResult:
         self.calls += 1
         assert self.gate.wait(20)
-        return super().synthesize(request, priority)
+        return super().synthesize(request, priority, on_audio)
 
 
 @pytest.fixture
@@ -51,7 +55,8 @@ def world(tmp_path: Path, registry: VoiceRegistry, settings: Settings) -> Iterat
     cache = AudioCache(db, AudioStore.at(tmp_path / "audio"))
     engine = BatchEngine(registry, PoolSettings(max_batch=4)).start()
     synth = Counting(registry, engine)
-    executor = TaskExecutor(db, cache, synth, "test-worker", max_attempts=2)
+    ends = TaskEnds(TaskRows(db), [count_metrics], None)
+    executor = TaskExecutor(cache, synth, ends, "test-worker", None, None, max_attempts=2)
     yield {"db": db, "cache": cache, "synth": synth, "executor": executor, "registry": registry,
            "settings": settings, "root": tmp_path / "audio"}
     engine.stop()
@@ -72,7 +77,7 @@ def row(world: dict[str, Any], task_id: str) -> TaskRow:
     with world["db"].read() as session:
         found = session.get(TaskRow, task_id)
     assert found is not None
-    return found
+    return cast(TaskRow, found)
 
 
 def test_a_task_runs_once_and_a_redelivery_is_skipped(world: dict[str, Any]) -> None:
@@ -102,7 +107,9 @@ def test_a_task_that_keeps_coming_back_fails_after_the_attempts_cap(world: dict[
     # Given a task already claimed twice (its workers died), with a cap of two attempts
     task_id = add_task(world, "Poison.", status=TaskStatus.RUNNING)
     with world["db"].write() as session:
-        session.get(TaskRow, task_id).attempts = 2  # type: ignore[union-attr]
+        held = session.get(TaskRow, task_id)
+        assert held is not None
+        held.attempts = 2
     # When it is delivered a third time
     status = world["executor"].execute(task_id)
     # Then it fails with a clear code instead of running again
@@ -148,21 +155,21 @@ def test_a_full_disk_leaves_no_file_and_no_finished_row(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a disk that fills up while the audio is written
-    import tts_queue.storage.local as audio_module
+    import os
 
-    real_fsync = audio_module.os.fsync
+    real_fsync = os.fsync
 
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(audio_module.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)
     task_id = add_task(world, "Too big for the disk.")
     # When the task runs, a storage_full error reaches the caller (Celery retries it until space returns)
     from tts_queue.errors import StorageFull
 
     with pytest.raises(StorageFull):
         world["executor"].execute(task_id)
-    monkeypatch.setattr(audio_module.os, "fsync", real_fsync)
+    monkeypatch.setattr(os, "fsync", real_fsync)
     # Then no file (not even a temp file) is left, nothing is cached, and the row is not done
     assert [p for p in world["root"].rglob("*") if p.is_file()] == []
     assert row(world, task_id).status is TaskStatus.RUNNING
@@ -304,7 +311,7 @@ def test_a_synthesis_or_voice_failure_is_stored_as_its_codes_sentence(
     error: Exception, code: str,
 ) -> None:
     # Given a model that fails with an error built from an exception's text and paths
-    def fail(request: Any, priority: int = 0) -> Any:
+    def fail(request: Any, priority: int = 0, on_audio: Any = None) -> Any:
         raise error
 
     monkeypatch.setattr(world["synth"], "synthesize", fail)

@@ -59,7 +59,7 @@ def test_metrics_off_means_a_json_404_and_no_counting(tmp_path: Path, voices_dir
                                   "TTS_METRICS": "off"})
     migrate(settings)
     queue = FakeQueue()
-    client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+    client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
     try:
         before = metrics.CACHE_MISSES._value.get()
         response = client.get("/metrics")
@@ -74,7 +74,7 @@ def test_metrics_on_serves_the_text_format(tmp_path: Path, voices_dir: Path) -> 
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir)})
     migrate(settings)
     queue = FakeQueue()
-    client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+    client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
     client.get("/healthz")
     response = client.get("/metrics")
     assert response.status_code == 200 and response.content_type.startswith("text/plain")
@@ -89,7 +89,7 @@ def test_state_is_read_at_most_once_per_interval() -> None:
 
     def read() -> metrics.State:
         reads.append(1)
-        return {"tts_x": ("x", [], [((), float(len(reads)))])}
+        return {"tts_cache_entries": [((), float(len(reads)))]}
 
     collector = metrics.StateCollector(read, clock=lambda: now[0])
     for _ in range(50):  # a scraper hammering /metrics
@@ -115,7 +115,7 @@ def test_the_page_and_its_files_are_served_with_a_strict_policy(tmp_path: Path, 
                                   "TTS_AUTH": "required"})
     migrate(settings)
     queue = FakeQueue()
-    client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+    client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
     page = client.get("/")
     assert page.status_code == 200 and "default-src 'self'" in page.headers["Content-Security-Policy"]
     html = page.get_data(as_text=True)

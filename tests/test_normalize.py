@@ -478,7 +478,7 @@ def test_the_lexicon_applies_to_text_without_any_rule_trigger() -> None:
 
 
 def test_book_options_take_the_normalize_flag_from_forms_and_json() -> None:
-    from tts_queue.books.service import book_options
+    from tts_queue.books.upload import book_options
     from tts_queue.errors import InvalidRequest
 
     assert book_options({"normalize": "false"})["normalize"] is False

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import FakeQueue
 from tts_queue.db import Database
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
@@ -30,12 +31,7 @@ class Marker:
         self.here = True
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
-
-    def dispatch(self, task_id: str, queue: str) -> None:
-        self.sent.append((task_id, queue))
+Recorder = FakeQueue  # records what the sweep sends
 
 
 @pytest.fixture

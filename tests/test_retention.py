@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.conftest import START, Clock, key
-from tests.support import migrate
+from tests.support import local, migrate
 from tts_queue.cli.flags import parse_duration
 from tts_queue.db import Database
 from tts_queue.enums import TaskStatus
@@ -159,8 +159,8 @@ def test_drift_is_found_and_repaired(cache: AudioCache, clock: Clock) -> None:
     lost = put(cache, clock, 1, START)
     kept = put(cache, clock, 2, START)
     lost_path = path_of(cache, lost)
-    os.unlink(cache.store.storage.path(lost_path))
-    root = cache.store.local_root
+    os.unlink(local(cache).path(lost_path))
+    root = local(cache).root
     lost_sidecar = root / sidecar_of(lost_path)
     (root / "ff").mkdir(parents=True, exist_ok=True)
     orphan = root / "ff" / f"{'f' * 64}.wav"
@@ -241,7 +241,7 @@ def test_drift_repair_leaves_names_outside_its_layout_alone(cache: AudioCache, c
     # Given live entries, and stray files under the store's root that are not the store's own
     clock.now = START + DAY
     keys = [put(cache, clock, n, START) for n in (1, 2, 3)]
-    root = cache.store.local_root
+    root = local(cache).root
     old = (START - 2 * DAY).timestamp()
     strays = [root / "notes.txt", root / "Old" / f"{keys[0]}.mp3", root / keys[0][:2] / "zz.bak",
               root / "ff" / f"{key(1)}.wav"]  # the last: a real key in the wrong directory
@@ -288,7 +288,7 @@ def test_versions_a_row_no_longer_names_are_removed_by_drift_repair(cache: Audio
     first = path_of(cache, put(cache, clock, 1, START))
     clock.now = START + DAY
     second = path_of(cache, put(cache, clock, 1, clock.now))
-    root = cache.store.local_root
+    root = local(cache).root
     assert root is not None and first != second
     old = (START - DAY).timestamp()
     for name in (first, sidecar_of(first)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from tts_queue.db import Database
 from tts_queue.enums import TRANSITIONS, TaskStatus, sources
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.rows import TaskRows
+from tts_queue.tasks.rows import Ending, TaskRows
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 
@@ -66,10 +67,11 @@ def test_every_change_moves_a_row_only_along_an_allowed_transition(
             held.worker, held.claimed_at = "dead@h", NOW - timedelta(hours=1)
         moved = bool(rows.reclaim_stale()) and start is not TaskStatus.QUEUED
     else:
-        change = {TaskStatus.DONE: lambda: rows.finish(task_id, 1),
-                  TaskStatus.FAILED: lambda: rows.fail(task_id, "x", "y"),
-                  TaskStatus.CANCELLED: lambda: rows.cancel(task_id)}[target]
-        moved = change()
+        change: Callable[[], Ending | None] = {
+            TaskStatus.DONE: lambda: rows.finish(task_id, 1),
+            TaskStatus.FAILED: lambda: rows.fail(task_id, "x", "y"),
+            TaskStatus.CANCELLED: lambda: rows.cancel(task_id)}[target]
+        moved = change() is not None
     # Then it moved exactly when the table allows it, and otherwise stayed where it was
     allowed = target in TRANSITIONS[start]
     assert moved == allowed

@@ -1,29 +1,29 @@
 """The Celery task bodies, called directly (adapter tier): retry, failure after the retry budget,
-the finished signal, the recovery sweep and the cleanup task. The runtime is a fake; the signals
-and the recovery marker go to the real Redis."""
+the recovery sweep and the cleanup task. The runtime is the worker's real one
+over SQLite and the real Redis, with a fake executor."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
+from celery import Task as CeleryTask
 
-from tts_queue.db import Database, utcnow
+from tests.support import local, migrate
+from tts_queue.db import utcnow
 from tts_queue.enums import TaskStatus
 from tts_queue.settings import Settings
-from tts_queue.storage.cache import AudioCache
-from tts_queue.storage.store import AudioStore
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.callbacks import Callbacks
 from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.executor import TaskExecutor
 from tts_queue.tasks.keys import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
-from tts_queue.tasks.rows import TaskRows
 from workers.factory import make_celery
 
 
@@ -32,14 +32,14 @@ class FakeExecutor:
     """Fails the first ``failures`` calls, then finishes; records what it was asked."""
 
     failures: int = 0
-    calls: int = 0
+    calls: list[tuple[str, bool]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     worker_name: str = "fake@worker"
 
-    def execute(self, task_id: str, worker_name: str | None = None) -> TaskStatus:
-        self.calls += 1
-        if self.calls <= self.failures:
-            raise RuntimeError(f"transient failure {self.calls}")
+    def execute(self, task_id: str, worker_name: str | None = None, stream: bool = False) -> TaskStatus:
+        self.calls.append((task_id, stream))
+        if len(self.calls) <= self.failures:
+            raise RuntimeError(f"transient failure {len(self.calls)}")
         return TaskStatus.DONE
 
     def fail_unexpected(self, task_id: str, exc: BaseException) -> TaskStatus:
@@ -47,127 +47,75 @@ class FakeExecutor:
         return TaskStatus.FAILED
 
 
-@dataclass
-class FakeBooks:
-    """No books: every task is an ordinary request."""
-
-    finished: list[tuple[str, TaskStatus]] = field(default_factory=list)
-    fed: list[str] = field(default_factory=list)
-    tasks: Any = None  # set by the fixture: the real task service (callbacks)
-
-    def feed(self, pool: str) -> int:
-        self.fed.append(pool)
-        return 0
-
-    def sentence_finished(self, task_id: str, status: TaskStatus) -> list[Any]:
-        self.finished.append((task_id, status))
-        return []
-
-    def due_assemblies(self) -> list[tuple[str, int, str]]:
-        return []
-
-    def reconcile(self, quiet_for: Any) -> int:
-        return 0
-
-    def expire(self, ttl: Any) -> int:
-        return 0
-
-
-@dataclass
-class FakeIngester:
-    """No books parsing."""
-
-    def stalled(self) -> list[tuple[str, str]]:
-        return []
-
-
-@dataclass
-class FakeRuntime:
-    """Just what the task bodies touch."""
-
-    settings: Settings
-    executor: FakeExecutor
-    cache: AudioCache
-    rows: TaskRows
-    books: FakeBooks = field(default_factory=FakeBooks)
-    ingester: FakeIngester = field(default_factory=FakeIngester)
-
-
 @pytest.fixture
-def world(tmp_path: Path, redis_url: str) -> dict[str, Any]:
+def world(tmp_path: Path, redis_url: str) -> Iterator[dict[str, Any]]:
     prefix = f"tts-tasks-{uuid.uuid4().hex[:8]}"
-    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": redis_url,
-                                  "TTS_QUEUE_PREFIX": prefix, "TTS_MAX_RETRIES": "2",
-                                  "TTS_AUDIO_TTL_DAYS": "7", "TTS_DELETE_GRACE_S": "0"})
-    db = Database(settings.database_url)
-    db.create_all()
+    settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": redis_url,
+                                          "TTS_QUEUE_PREFIX": prefix, "TTS_MAX_RETRIES": "2",
+                                          "TTS_AUDIO_TTL_DAYS": "7", "TTS_DELETE_GRACE_S": "0"}))
     app = make_celery(settings)
     app.conf.task_always_eager = True  # retries run in place, no broker round trip
-    runtime = FakeRuntime(settings, FakeExecutor(), AudioCache(db, AudioStore.at(tmp_path / "audio")),
-                          TaskRows(db))
-    runtime.books.tasks = SimpleNamespace(callbacks=Callbacks(db), board=None)
-    app.tts_runtime._runtime = runtime  # type: ignore[attr-defined]
+    holder = app.tts_runtime  # type: ignore[attr-defined]
+    real = holder.get()  # the worker's real runtime over this database and Redis, its executor a fake
+    executor = FakeExecutor()
+    holder._runtime = replace(real, executor=cast(TaskExecutor, executor))
     client = redis.Redis.from_url(client_url(redis_url))
-    yield {"app": app, "runtime": runtime, "redis": client, "keys": RedisKeys(prefix), "db": db,
-           "prefix": prefix}
+    yield {"app": app, "core": real.core, "executor": executor, "redis": client, "keys": RedisKeys(prefix),
+           "db": real.core.db, "prefix": prefix}
+    real.engine.stop()
     for key in client.scan_iter(match=f"{prefix}*"):
         client.delete(key)
 
 
-def finished_signal(world: dict[str, Any], task_id: str) -> list[bytes]:
-    return list(world["redis"].lrange(world["keys"].finished(task_id), 0, -1))
-
-
-def test_a_finished_task_signals_its_waiters(world: dict[str, Any]) -> None:
+def test_the_synthesize_body_hands_the_task_to_the_executor(world: dict[str, Any]) -> None:
     # Given a task that runs fine
     task_id = str(uuid.uuid4())
-    # When the synthesize task body runs
+    # When the synthesize task body runs, streamed or not
     result = world["app"].tasks[SYNTHESIZE].apply(args=[task_id]).get()
-    # Then it reports done and pushed the finished signal long-polls wait on
-    assert result == "done"
-    assert finished_signal(world, task_id) == [b"done"]
-    # And the book hook was told (a book's sentence may complete its chapter)
-    assert world["runtime"].books.finished == [(task_id, TaskStatus.DONE)]
+    streamed = world["app"].tasks[SYNTHESIZE].apply(args=[task_id], kwargs={"stream": True}).get()
+    # Then the executor ran it each time as asked (its end's effects are ``TaskEnds``') and it
+    # reports the status
+    assert result == streamed == "done"
+    assert world["executor"].calls == [(task_id, False), (task_id, True)]
 
 
 def test_an_unexpected_error_is_retried_then_succeeds(world: dict[str, Any]) -> None:
     # Given an executor that fails twice (the retry budget is 2)
-    world["runtime"].executor.failures = 2
+    world["executor"].failures = 2
     task_id = str(uuid.uuid4())
     # When the task runs
-    world["app"].tasks[SYNTHESIZE].apply(args=[task_id])
+    result = world["app"].tasks[SYNTHESIZE].apply(args=[task_id]).get()
     # Then it ran three times, finished, and was never marked failed
-    assert world["runtime"].executor.calls == 3
-    assert world["runtime"].executor.failed == []
-    assert finished_signal(world, task_id) == [b"done"]
+    assert len(world["executor"].calls) == 3 and result == "done"
+    assert world["executor"].failed == []
 
 
-def test_after_the_retry_budget_the_row_is_failed_and_waiters_told(world: dict[str, Any]) -> None:
+def test_after_the_retry_budget_the_row_is_failed_once(world: dict[str, Any]) -> None:
     # Given an executor that always fails
-    world["runtime"].executor.failures = 100
+    world["executor"].failures = 100
     task_id = str(uuid.uuid4())
     # When the task runs
     world["app"].tasks[SYNTHESIZE].apply(args=[task_id])
-    # Then after 1 + 2 retries the failure is recorded once, with the error, and signalled
-    assert world["runtime"].executor.calls == 3
-    assert world["runtime"].executor.failed == [(task_id, "transient failure 3")]
-    assert finished_signal(world, task_id) == [b"failed"]
+    # Then after 1 + 2 retries the failure is recorded once, with the error (its end is the
+    # executor's: ``fail_unexpected`` goes through ``TaskEnds``)
+    assert len(world["executor"].calls) == 3
+    assert world["executor"].failed == [(task_id, "transient failure 3")]
 
 
 def test_the_cleanup_task_deletes_what_was_unused_for_the_configured_age(world: dict[str, Any]) -> None:
     # Given one entry last used 8 days ago and one used an hour ago (TTS_AUDIO_TTL_DAYS=7)
-    runtime = world["runtime"]
+    cache = world["core"].cache
     now = utcnow()
     for key, age in (("a" * 64, timedelta(days=8)), ("b" * 64, timedelta(hours=1))):
-        runtime.cache.clock = lambda age=age: now - age
-        runtime.cache.put(key, "wav", "tiny", b"RIFF....", 1.0)
-    runtime.cache.clock = utcnow
+        cache.clock = lambda age=age: now - age
+        cache.put(key, "wav", "tiny", b"RIFF....", 1.0)
+    cache.clock = utcnow
     # When the cleanup task body runs
     report = world["app"].tasks[CLEANUP].apply().get()
     # Then only the stale entry is gone, file and row, and the report says so
     assert report["expired_by_age"] == 1 and report["entries"] == 1 and report["bytes"] == 8
-    assert runtime.cache.peek("a" * 64) is None and runtime.cache.peek("b" * 64) is not None
-    assert not runtime.cache.store.storage.path(f"aa/{'a' * 64}.wav").exists()
+    assert cache.peek("a" * 64) is None and cache.peek("b" * 64) is not None
+    assert not any(local(cache).root.rglob(f"{'a' * 64}*"))
 
 
 
@@ -190,17 +138,19 @@ def test_the_recovery_task_resends_queued_rows_when_the_broker_forgot(world: dic
 def test_storage_waits_send_the_task_again_instead_of_counting_a_retry() -> None:
     """Synthesis and chapter assembly alike: a full disk or an unreachable bucket is waited out."""
     import errno
-    from types import SimpleNamespace
 
     from tts_queue.errors import StorageUnavailable
     from workers.tasks import resend_when_storage_blocked
 
     sent: list[Any] = []
 
-    class Task:
+    class FakeTask:
         def signature_from_request(self, countdown: float) -> Any:
             sent.append(countdown)
             return SimpleNamespace(apply_async=lambda: sent.append("sent"))
+
+    def Task() -> CeleryTask[Any, Any]:  # noqa: N802 - reads like the class it stands for
+        return cast("CeleryTask[Any, Any]", FakeTask())
 
     assert resend_when_storage_blocked(Task(), StorageUnavailable("bucket down"), "book b chapter 1", 7.0)
     full = OSError(errno.ENOSPC, "No space left on device")
@@ -236,6 +186,6 @@ def test_the_broker_view_keeps_a_waiting_copy_and_the_latest_delivery(redis_url:
     finally:
         client.delete(index, unacked, queue)
         if saved[0]:
-            client.zadd(index, dict(saved[0]))
+            client.zadd(index, dict(cast(list[tuple[str, float]], saved[0])))
         if saved[1]:
-            client.hset(unacked, mapping=saved[1])
+            client.hset(unacked, mapping=cast(Any, saved[1]))

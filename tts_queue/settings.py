@@ -195,6 +195,9 @@ class WorkerSettings:
                                     "sweep after this")
     consumed_window_s: float = setting(90.0, "`/readyz` fails when no worker took a task off a queue "
                                        "for this long")
+    plugins: str = setting("", "worker plugins, `module:attribute` separated by commas: each wraps "
+                           "the worker's voice loader and synthesizer (the test suite's fault "
+                           "injection is one)", env="TTS_WORKER_PLUGINS")
 
 
 @dataclass(frozen=True)

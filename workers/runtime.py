@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from tts_queue.app.core import Core
+from tts_queue.app.plugins import load_plugins, wrapped_synthesizer
 from tts_queue.books.ingest import Ingester
 from tts_queue.settings import Settings
 from tts_queue.synthesis.engine import BatchEngine
@@ -43,10 +44,11 @@ class WorkerRuntime:
               name: str | None = None) -> WorkerRuntime:
         """Wire the services of a worker serving ``settings.worker.pool``."""
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the worker at start
-        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings))
+        plugins = load_plugins(settings.worker.plugins)
+        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins)
         engine = BatchEngine(core.registry, settings.pool(settings.worker.pool)).start()
         executor = TaskExecutor(
-            core.cache, Synthesizer(core.registry, engine), core.ends,
+            core.cache, wrapped_synthesizer(plugins, Synthesizer(core.registry, engine)), core.ends,
             name or f"{settings.worker.pool}@{socket.gethostname()}", core.board, core.streams,
             max_attempts=settings.worker.max_retries + 1,
             storage_floor_bytes=settings.cache.storage_reserve_bytes // 2)

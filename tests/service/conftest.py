@@ -25,10 +25,10 @@ def backend_settings(
     use it check speech): temp data dir, real Redis, migrated database."""
     data_dir = tmp_path_factory.mktemp(f"data-{request.param}")
     flush_queues(redis_url)
-    env = {"TTS_CPU_MAX_BATCH": "8", "TTS_SYNC_WAIT_S": "60"}
+    env: dict[str, str] = {"TTS_CPU_MAX_BATCH": "8", "TTS_SYNC_WAIT_S": "60"}
     if request.param == "postgres":
         env["TTS_DATABASE_URL"] = request.getfixturevalue("postgres_url")
-    return service_settings(data_dir, redis_url, **env)
+    return service_settings(data_dir, redis_url, None, **env)
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ def services(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> Services:
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                   "TTS_MAX_TEXT_CHARS": "500", "TTS_VOICE_POOLS": "tiny=gpu"})
     migrate(settings)
-    return Services.build(settings, dispatcher=queue, probe=queue)
+    return Services.build(settings, dispatcher=queue, watch=queue)
 
 
 @pytest.fixture()
@@ -200,7 +200,9 @@ def test_lost_audio_file_is_a_miss_not_a_broken_download(
 ) -> None:
     # Given a cache row whose file has disappeared
     hit = cache_audio(services, "Gone.", 100)
-    services.tasks.cache.store.storage.path(hit.path).unlink()
+    local = services.tasks.cache.store.local_root
+    assert local is not None
+    (local / hit.path).unlink()
     # When the request comes again, it is queued for synthesis instead of served broken
     response = client.post("/v1/tts", json={"text": "Gone."})
     assert response.status_code == 202 and len(queue.sent) == 1
@@ -227,7 +229,7 @@ def test_a_database_outage_is_a_503_not_a_500(tmp_path: Path, voices_dir: Path, 
     # Given an API whose database cannot be reached
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                   "TTS_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"})
-    client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+    client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
     # When a client submits or polls
     submitted = client.post("/v1/tts", json={"text": "Anyone home?"})
     polled = client.get(f"/v1/tasks/{uuid.uuid4()}")
@@ -349,8 +351,15 @@ def test_the_doctors_warnings_are_computed_once_a_minute(
     now = [0.0]
     services.readiness.clock = lambda: now[0]
     calls: list[float] = []
-    real = api.services.schema_warnings
-    monkeypatch.setattr(api.services, "schema_warnings", lambda engine: calls.append(now[0]) or real(engine))
+    from tts_queue.tasks import doctor
+
+    real = doctor.schema_warnings
+
+    def counted(engine: Any) -> list[doctor.HealthWarning]:
+        calls.append(now[0])
+        return real(engine)
+
+    monkeypatch.setattr(api.services, "schema_warnings", counted)
     # When readiness is refreshed every 3 s for a minute and a half
     for step in range(31):
         now[0] = step * 3.0

@@ -135,7 +135,7 @@ def test_a_small_book_renders_in_order_with_captions_and_an_m4b(service: dict[st
     with av.open(io.BytesIO(m4b.data)) as container:
         marks = container.chapters()
     assert [m["metadata"].get("title") for m in marks] == [c["title"] for c in manifest["chapters"]]
-    lengths = [float((m["end"] - m["start"]) * m["time_base"]) for m in marks]
+    lengths = [float((m["end"] - m["start"]) * (m["time_base"] or 1)) for m in marks]
     for length, chapter in zip(lengths, manifest["chapters"], strict=True):
         assert abs(length - chapter["duration_s"]) < 1.2  # chapter gap of 1 s plus codec padding
     # (built beside the last chapter's own encoding when the chapters finish one after the other,

@@ -150,15 +150,15 @@ def test_hostile_books_never_freeze_the_api(service: dict[str, Any]) -> None:
         assert max(seconds for _, seconds, _ in answers.values()) < 2.0, answers
         # And each accepted book is parsed in bounded time: queued for synthesis, or failed with a
         # stable code (a book still to synthesize is then cancelled: its speech is not the point)
-        outcomes = {}
-        for name, (status, _, body) in answers.items():
+        outcomes: dict[str, tuple[str, Any]] = {}
+        for name, (status, _, answer) in answers.items():
             if status == 202:
-                book = wait_parsed(url, body["book_id"], timeout=60)
+                book = wait_parsed(url, answer["book_id"], timeout=60)
                 outcomes[name] = (book["status"], (book["error"] or {}).get("code"))
                 if book["status"] not in FINISHED:
-                    requests.delete(f"{url}/v1/books/{body['book_id']}", timeout=10)
+                    requests.delete(f"{url}/v1/books/{answer['book_id']}", timeout=10)
             else:
-                outcomes[name] = ("refused", body["error"]["code"])
+                outcomes[name] = ("refused", answer["error"]["code"])
     finally:
         stop.set()
         prober.join(timeout=30)

@@ -160,8 +160,7 @@ def test_a_poison_task_fails_after_the_cap_and_the_others_finish(make_fleet: Cal
     # Given workers that die (exit 137) whenever they synthesize a text containing POISON (a lease
     # of 2 s: each death is found sooner)
     fleet = make_fleet(delay_ms=20, TTS_LEASE_S="2")
-    poisoned = {"TTS_TEST_POISON": "POISON"}
-    fleet.start("poison", **poisoned)
+    fleet.start("poison", TTS_TEST_POISON="POISON")
     api = create_app(fleet.settings).test_client()
     # And a poison task among normal ones
     normal = [submit(api, sentence(n)) for n in range(10)]
@@ -174,7 +173,7 @@ def test_a_poison_task_fails_after_the_cap_and_the_others_finish(make_fleet: Cal
         for worker in fleet.workers:
             if worker.process.poll() is not None and worker.name not in {w for w, _ in dead}:
                 dead.append((worker.name, worker.process.returncode))
-                fleet.start("poison", ready=False, **poisoned)
+                fleet.start("poison", ready=False, TTS_TEST_POISON="POISON")
         fleet.sweep()
         rows = fleet.rows([*normal, poison])
         return all(r.status.finished for r in rows.values())
@@ -227,7 +226,7 @@ def test_a_book_finishes_after_its_worker_dies_without_redoing_finished_sentence
     # got to), and no sentence finished before the kill ran again
     def book_done() -> bool:
         fleet.sweep()
-        return client.get(f"/v1/books/{book_id}").get_json()["status"] == "done"
+        return bool(client.get(f"/v1/books/{book_id}").get_json()["status"] == "done")
 
     assert settle(book_done, timeout=90, interval=SWEEP_EVERY_S), client.get(f"/v1/books/{book_id}").json
     final = fleet.rows(list(tasks))

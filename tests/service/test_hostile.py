@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import requests
 
-from api import WAITERS, create_app, json_error_response, max_waiters
-from api.services import Services
+from api import create_app, json_error_response, max_waiters
+from api.services import WAITERS, Services
 from tests.support import (
     QUEUE_PREFIX,
     ROOT,
@@ -204,7 +204,7 @@ def small_api(tmp_path: Path, voices_dir: Path) -> Any:
                                   "TTS_API_THREADS": "2"})
     migrate(settings)
     queue = FakeQueue()
-    return create_app(settings, Services.build(settings, dispatcher=queue, probe=queue))
+    return create_app(settings, Services.build(settings, dispatcher=queue, watch=queue))
 
 
 def test_waiter_slots_are_half_the_api_threads() -> None:

@@ -15,6 +15,7 @@ from api.services import Services
 from tests.service.test_api import error_of
 from tests.support import FakeQueue, migrate
 from tts_queue.settings import Settings
+from tts_queue.synthesis import normalize as normalize_module
 from tts_queue.synthesis import request as request_module
 from tts_queue.tables import TaskRow
 
@@ -32,7 +33,7 @@ def services(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> Services:
                                   "TTS_MAX_TEXT_CHARS": "500", "TTS_VOICE_POOLS": "tiny=gpu",
                                   "TTS_LEXICON": str(lexicon)})
     migrate(settings)
-    return Services.build(settings, dispatcher=queue, probe=queue)
+    return Services.build(settings, dispatcher=queue, watch=queue)
 
 
 @pytest.fixture()
@@ -83,7 +84,7 @@ def test_normalize_false_queues_the_text_as_written(client: FlaskClient, service
     off = row_of(services, submit(client, {"text": "Tue., Feb. 2nd at 3:00 PM", "normalize": False}))
     assert on.request["script"] == [["text", "Tuesday, February second at three PM"]]
     assert off.request["script"] == [["text", "Tue., Feb. 2nd at 3:00 PM"]]
-    assert off.request["normalizer"] == 0 and on.request["normalizer"] == request_module.NORMALIZER_VERSION
+    assert off.request["normalizer"] == 0 and on.request["normalizer"] == normalize_module.VERSION
     assert on.cache_key != off.cache_key
 
 

@@ -139,8 +139,7 @@ def test_a_task_says_where_its_time_went(service: dict[str, Any]) -> None:
     assert all(value is not None and value >= 0 for value in timings.values()), timings
     assert timings["total_ms"] >= timings["queue_ms"] + timings["inference_ms"] - 1
     # A hit at submission ran no stage: no timings, and the same keys in the contract
-    hit = submit(url, f"Timings for {task['task_id']}.")
-    hit = finish(url, hit.json())
+    hit = finish(url, submit(url, f"Timings for {task['task_id']}.").json())
     again = submit(url, f"Timings for {task['task_id']}.").json()
     assert again["cache_hit"] is True and again["timings"] is None and hit["timings"] is not None
 

@@ -56,9 +56,9 @@ def decoded_seconds(data: bytes, fmt: str) -> float:
     """How long the audio lasts, decoded (pcm: raw 16-bit samples at 24 kHz)."""
     if fmt == "pcm":
         return len(data) / 2 / 24000
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), "r") as container:
         stream = container.streams.audio[0]
-        samples = sum(frame.samples for frame in container.decode(stream))
+        samples = sum(int(frame.samples) for frame in container.decode(stream))
         return samples / stream.sample_rate
 
 

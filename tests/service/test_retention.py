@@ -79,7 +79,7 @@ def test_the_periodic_task_through_a_real_worker_and_releasing_a_pin(service: di
     service["app"].send_task(CLEANUP, queue=queue_name("", Lane.MAINTENANCE, QUEUE_PREFIX))
 
     def ran() -> bool:
-        return client.get("/v1/cache/stats").get_json()["last_cleanup"] != before
+        return bool(client.get("/v1/cache/stats").get_json()["last_cleanup"] != before)
 
     wait_until(ran, timeout=60, interval=0.2)
     # Then the finished task rows are gone (404, as any unknown id) and their audio with them; only
@@ -113,7 +113,7 @@ def test_downloads_racing_a_cleanup_never_fail_or_truncate(tmp_path: Path, voice
         env["TTS_STORAGE_URL"] = f"s3://{request.getfixturevalue('s3_bucket')}/race"
     settings = Settings.from_env(env)
     upgrade(settings.database_url)
-    services = Services.build(settings, dispatcher=FakeQueue(), probe=FakeQueue())
+    services = Services.build(settings, dispatcher=FakeQueue(), watch=FakeQueue())
     client = create_app(settings, services).test_client()
     cache = AudioCache(Database(settings.database_url), AudioStore.from_settings(settings))
     payload = b"RIFF" + bytes(range(256)) * 800

@@ -8,9 +8,11 @@ import logging
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from sqlalchemy.engine import make_url
 
@@ -20,6 +22,9 @@ from tests.support import ROOT, FakeQueue, free_port, migrate
 from tts_queue.cli import main
 from tts_queue.errors import PUBLIC_MESSAGES, ModelLoadError, SynthesisError
 from tts_queue.settings import Settings
+from tts_queue.synthesis.engine import BatchEngine
+from tts_queue.synthesis.request import SynthesisRequest
+from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tasks.executor import TaskExecutor
 
 pytestmark = pytest.mark.integration
@@ -138,7 +143,7 @@ def test_a_missing_bucket_is_not_ready_without_naming_its_endpoint(
         "TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
         "TTS_STORAGE_URL": f"s3://missing-{uuid.uuid4().hex[:8]}/tts"}))
     queue = FakeQueue()
-    client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+    client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
     # When readiness is asked
     answer = client.get("/readyz")
     # Then the storage check says what is wrong, not where the endpoint is
@@ -150,13 +155,15 @@ def test_a_missing_bucket_is_not_ready_without_naming_its_endpoint(
 # --- a task's error ------------------------------------------------------------------------------
 
 
-class Raising:
+class Raising(Synthesizer):
     """A synthesizer whose model fails with ``error``."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, synthesizer: Synthesizer, error: Exception) -> None:
+        super().__init__(synthesizer.registry, synthesizer.engine)
         self.error = error
 
-    def synthesize(self, request: Any, priority: int = 0) -> Any:
+    def synthesize(self, request: SynthesisRequest, priority: int = 0,
+                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None) -> SynthesisResult:
         raise self.error
 
 
@@ -165,8 +172,8 @@ class InlineWorker(FakeQueue):
 
     executor: TaskExecutor
 
-    def dispatch(self, task_id: str, queue: str) -> None:
-        super().dispatch(task_id, queue)
+    def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
+        super().dispatch(task_id, queue, stream)
         try:
             self.executor.execute(task_id)
         except Exception as exc:  # noqa: BLE001 - what workers/tasks.py does after the last retry
@@ -188,9 +195,10 @@ def test_a_failed_task_stores_and_answers_its_codes_sentence(
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                           "TTS_DEFAULT_VOICE": "tiny"}))
     worker = InlineWorker()
-    services = Services.build(settings, dispatcher=worker, probe=worker)
-    worker.executor = TaskExecutor(services.db, services.tasks.cache, Raising(error),  # type: ignore[arg-type]
-                                   "inline@test")
+    services = Services.build(settings, dispatcher=worker, watch=worker)
+    engine = BatchEngine(services.registry, settings.pool("cpu"))  # never started: nothing reaches it
+    worker.executor = TaskExecutor(services.cache, Raising(Synthesizer(services.registry, engine), error),
+                                   services.ends, "inline@test", None, None)
     client = create_app(settings, services).test_client()
     caplog.set_level(logging.INFO)
     # When a client waits for synthesis, then reads the task

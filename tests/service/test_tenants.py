@@ -80,7 +80,7 @@ def test_each_key_sees_only_its_own_tasks_books_and_audio(tenants: dict[str, Any
 
     def finished() -> bool:
         status = requests.get(f"{url}/v1/books/{book['book_id']}", headers=alice, timeout=10).json()["status"]
-        return status == "done"
+        return bool(status == "done")
 
     wait_until(finished, timeout=60, interval=0.2)
     assert requests.get(f"{url}/v1/books/{book['book_id']}/chapters/1/audio", headers=alice,

@@ -165,7 +165,7 @@ def test_a_url_the_service_will_not_call_is_a_400_and_stores_nothing(
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                           "TTS_DEFAULT_VOICE": "tiny"}))
     queue = FakeQueue()
-    client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+    client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
     # When a task names that callback
     answer = client.post("/v1/tts", json={"text": "Hello.", "callback_url": callback_url})
     # Then it is refused with a stable code, and nothing was stored or queued
@@ -184,7 +184,7 @@ def test_a_public_address_is_accepted_and_private_ones_when_allowed(tmp_path: Pa
                                 ({"TTS_WEBHOOK_ALLOW_PRIVATE": "true"}, "http://127.0.0.1:9/hook")):
         settings = migrate(Settings.from_env({**env, **extra}))
         queue = FakeQueue()
-        client = create_app(settings, Services.build(settings, dispatcher=queue, probe=queue)).test_client()
+        client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
         answer = client.post("/v1/tts", json={"text": f"Hello {uuid.uuid4()}.", "callback_url": callback_url})
         assert answer.status_code == 202, answer.get_json()
         assert answer.get_json()["callback"]["state"] == "waiting"

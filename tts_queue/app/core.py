@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from tts_queue.app.plugins import WorkerPlugin, wrapped_loader
 from tts_queue.books.assembler import ChapterAssembler
 from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
 from tts_queue.books.rows import BookRows
@@ -63,12 +64,14 @@ class Core:
     assembler: ChapterAssembler
 
     @classmethod
-    def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch) -> Core:
-        """Wire the core over ``settings``' database, storage, voices and Redis."""
+    def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch,
+              plugins: Sequence[WorkerPlugin] = ()) -> Core:
+        """Wire the core over ``settings``' database, storage, voices (loaded through ``plugins``)
+        and Redis."""
         db = Database(settings.database_url)
         storage = open_storage(settings.storage_url)
         cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
-        registry = VoiceRegistry.from_settings(settings)
+        registry = VoiceRegistry.from_settings(settings, wrapped_loader(plugins))
         board, streams = None, None
         if settings.services.redis_url:
             client = redis_client(settings.services.redis_url)

@@ -142,16 +142,21 @@ class VoiceRegistry:
         self.default = default
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> VoiceRegistry:
-        """The manifest's voices plus those in the voices directory, loaded with the settings."""
+    def from_settings(cls, settings: Settings,
+                      wrap: Callable[[Loader], Loader] | None = None) -> VoiceRegistry:
+        """The manifest's voices plus those in the voices directory, loaded with the settings
+        (through ``wrap``'s loader when given: a worker's plugins)."""
         from models import MANIFEST_PATH
 
         specs = manifest_specs(settings.voices.manifest or MANIFEST_PATH)
         specs += discover_specs(settings.voices_dir)
         session, plan = settings.onnx, SessionPlan.from_settings(settings)
+        def load(spec: VoiceSpec) -> Voice:
+            return Voice.load(spec, session, plan)
+
         return cls(
             specs,
-            loader=lambda spec: Voice.load(spec, session, plan),
+            loader=wrap(load) if wrap is not None else load,
             default=settings.voices.default,
             max_loaded=settings.voices.max_loaded,
         )

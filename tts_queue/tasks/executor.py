@@ -174,9 +174,9 @@ class TaskExecutor:
         piece is published at once; the file stored is those pieces (``StreamEncoder``)."""
         request = SynthesisRequest.from_dict(row.request)
         encoding = Encoding(request.format, publisher if request.format in STREAM_FORMATS else None)
-        priority = 1 if lane_of(row.queue) is Lane.BULK else 0  # bulk (book) work yields
         try:
-            result = self.synthesizer.synthesize(request, priority=priority, on_audio=encoding.on_audio)
+            result = self.synthesizer.synthesize(request, priority=lane_priority(row.queue),
+                                                 on_audio=encoding.on_audio)
         except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
             return self.fail(row.id, *public_error(exc), detail=exc)
         data = encoding.finish(result)
@@ -227,6 +227,11 @@ class TaskExecutor:
         """Fail a task after retries ran out on an unexpected error: its row says what kind of
         failure (a sentence per code), the log says what happened."""
         return self.fail(task_id, *public_error(exc), detail=exc)
+
+
+def lane_priority(queue: str) -> int:
+    """Engine priority of a task from its queue: bulk (book) work yields to interactive requests."""
+    return 1 if lane_of(queue) is Lane.BULK else 0
 
 
 class Encoding:
