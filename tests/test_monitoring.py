@@ -96,7 +96,7 @@ def test_state_is_read_at_most_once_per_interval() -> None:
         list(collector.collect())
     assert len(reads) == 1
     now[0] += metrics.STATE_TTL_S
-    values = [m.samples[0].value for m in collector.collect() if m.name == "tts_x"]
+    values = [m.samples[0].value for m in collector.collect() if m.name == "tts_cache_entries"]
     assert len(reads) == 2 and values == [2.0]
 
 
