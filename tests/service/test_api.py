@@ -268,7 +268,7 @@ def test_readiness_is_one_shared_report_refreshed_by_one_caller(
         entered.set()
         assert release.wait(10)
 
-    monkeypatch.setattr(queue, "ping_broker", ping)
+    monkeypatch.setattr(queue, "ping", ping)
     app = client.application
     assert client.get("/readyz").status_code == 200 and len(pings) == 1
     # When probes loop within the TTL, nothing is checked again
@@ -327,7 +327,7 @@ def test_the_first_check_runs_once_however_many_callers_come(
         entered.set()
         assert release.wait(10)
 
-    monkeypatch.setattr(queue, "ping_broker", ping)
+    monkeypatch.setattr(queue, "ping", ping)
     app = client.application
     first = threading.Thread(target=lambda: app.test_client().get("/readyz"))
     first.start()

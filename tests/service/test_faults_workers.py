@@ -251,7 +251,7 @@ def test_a_row_whose_api_died_before_dispatch_is_sent_by_the_sweep(make_fleet: C
         from api.services import Services
 
         class CrashBeforeSend:
-            def dispatch(self, task_id, queue):
+            def dispatch(self, task_id, queue, stream=False):
                 print(task_id, flush=True)
                 os._exit(9)  # the crash point: the row is committed, the message never sent
 

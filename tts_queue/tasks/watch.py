@@ -89,8 +89,9 @@ class RedisWatch:
         return self.heartbeats.live()
 
     def pool_alive(self, pool: str) -> bool:
-        """Whether a live worker serves ``pool`` (heartbeats read at most once a second)."""
-        return self._live(pool) > 0
+        """Whether a live worker serves ``pool``: a yes is trusted for a second, a no is read again
+        (a worker that just started is seen at once)."""
+        return self._live(pool) > 0 or self._live(pool, fresh=True) > 0
 
     def live_workers(self, pool: str) -> int:
         """Live workers of ``pool``, at least 1 (a Redis hiccup: the last count)."""
@@ -100,10 +101,10 @@ class RedisWatch:
             log.warning("live workers unknown: %s", exc)
             return max(1, self._counts.get(pool, 1))
 
-    def _live(self, pool: str) -> int:
+    def _live(self, pool: str, fresh: bool = False) -> int:
         with self._lock:
             now = time.monotonic()
-            if now - self._read_at > LIVE_READ_EVERY_S:
+            if fresh or now - self._read_at > LIVE_READ_EVERY_S:
                 counts: dict[str, int] = {}
                 for worker in self.heartbeats.live():
                     counts[worker.pool] = counts.get(worker.pool, 0) + 1
