@@ -75,8 +75,8 @@ def sweep(holder: RuntimeHolder, marker: BrokerMarker) -> int:
     for book_id, pool in runtime.ingester.stalled():
         log.warning("book %s: its ingestion stalled; sending it again", book_id)
         holder.dispatcher.ingest(book_id, runtime.books.ingest_queue(pool))
-    callbacks = runtime.books.tasks.callbacks  # due deliveries whose message was lost; ended books
-    lease = timedelta(seconds=holder.settings.worker.lease_s)
+    callbacks = runtime.books.tasks.callbacks  # due deliveries whose message was lost (none that
+    lease = timedelta(seconds=holder.settings.worker.lease_s)  # a live delivery holds); ended books
     for subject_id in callbacks.finished_books() + callbacks.lost(lease):
         holder.dispatcher.deliver(subject_id)
     return sent

@@ -37,7 +37,7 @@ from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
 from tts_queue.tables import CacheEntry, TaskRow
 from tts_queue.tasks.board import StatusBoard, iso
-from tts_queue.tasks.callbacks import Callbacks, check_url
+from tts_queue.tasks.callbacks import Callbacks, UrlPolicy
 from tts_queue.tasks.keys import lane_of, queue_name
 from tts_queue.tasks.rows import TaskRows
 
@@ -177,7 +177,8 @@ class TaskService:
         self.clock = clock
         self.pool_alive = pool_alive
         self.rows = TaskRows(db, clock, timedelta(seconds=settings.worker.lease_s))
-        self.callbacks = Callbacks(db, clock)
+        self.callbacks = Callbacks(db, clock, UrlPolicy.from_settings(settings.webhooks),
+                                   timedelta(seconds=settings.worker.lease_s))
 
     def key_of(self, request: SynthesisRequest, owner: str | None = None) -> str:
         """The cache key of a validated request (of its owner's own cache with
@@ -215,7 +216,7 @@ class TaskService:
         as it is made (``tts_queue.tasks.streams``). ``callback_url``: the task's JSON is POSTed
         there when it finishes (links under ``base_url``)."""
         if callback_url is not None:
-            callback_url = check_url(callback_url, self.settings.webhooks.allow_private)
+            callback_url = self.callbacks.policy.check(callback_url)
         request = build_request(payload, self.registry, self.settings)
         key = self.key_of(request, owner)
         chosen_pool = self.pool_for(request, pool)
