@@ -69,7 +69,8 @@ def state(services: Services) -> metrics.State:
     probe: Any = services.probe
     client = getattr(probe, "redis", None)
     if client is not None:
-        queues = [queue for pool in POOLS for queue in worker_queues(pool, prefix)]
+        # each queue once: the maintenance and webhooks queues are every pool's
+        queues = list(dict.fromkeys(queue for pool in POOLS for queue in worker_queues(pool, prefix)))
         with client.pipeline(transaction=False) as pipe:
             for queue in queues:
                 pipe.llen(queue)

@@ -124,7 +124,17 @@ def hand_over(runtime: Any, dispatcher: Any, deliveries: Deliveries, subject_id:
 
 def deliver(runtime: Any, dispatcher: Any, callback: Callback) -> str:
     """One delivery of a leased callback, under the total deadline; records and returns its
-    outcome (a retry is this callback's message sent again with the backoff as countdown)."""
+    outcome (a retry is this callback's message sent again with the backoff as countdown). An
+    unexpected error is a failed attempt too, so a callback that cannot be sent runs out of
+    attempts instead of coming back from the sweep forever."""
+    try:
+        return _attempt(runtime, dispatcher, callback)
+    except Exception as exc:
+        log.exception("callback of %s: the delivery failed", callback.subject_id)
+        return _outcome(runtime, dispatcher, callback.subject_id, None, f"internal: {type(exc).__name__}")
+
+
+def _attempt(runtime: Any, dispatcher: Any, callback: Callback) -> str:
     hooks = runtime.settings.webhooks
     callbacks = runtime.books.tasks.callbacks
     subject_id = callback.subject_id
@@ -142,6 +152,12 @@ def deliver(runtime: Any, dispatcher: Any, callback: Callback) -> str:
         return _counted("refused")
     else:
         status, error = post(where, body, headers(where, body, callback.kind, hooks.secret), deadline)
+    return _outcome(runtime, dispatcher, subject_id, status, error)
+
+
+def _outcome(runtime: Any, dispatcher: Any, subject_id: str, status: int | None, error: str | None) -> str:
+    """Record one attempt's outcome; send the retry, if one is due."""
+    hooks, callbacks = runtime.settings.webhooks, runtime.books.tasks.callbacks
     wait = callbacks.record(subject_id, status, error, hooks.max_attempts, hooks.backoff_s)
     if wait is not None:
         log.info("callback of %s answered %s; retrying in %.2f s", subject_id, status or error, wait)
