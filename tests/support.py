@@ -10,6 +10,7 @@ import atexit
 import json
 import os
 import pwd
+import select
 import shutil
 import signal
 import socket
@@ -17,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -434,6 +436,86 @@ def start_api(settings: Settings, log: Path, threads: int = 64,
     return server, url
 
 
+# --- webhook receivers -----------------------------------------------------------------------------
+
+
+class Tarpit:
+    """A webhook receiver that never finishes answering: it reads the POST, answers ``200`` with
+    ``Content-Length: 4096`` and then sends one byte every ``every_s`` seconds (with
+    ``headers_too``, even the status line and headers come a byte at a time). It counts the
+    connections open now (a client's close is seen at once: the thread waits on the socket
+    between bytes), the most ever open at once (in all, and per path), and every one accepted."""
+
+    HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4096\r\n\r\n"
+
+    def __init__(self, every_s: float = 3.0, headers_too: bool = False) -> None:
+        self.every_s = every_s
+        self.headers_too = headers_too
+        self.lock = threading.Lock()
+        self.open: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.most_at_once = 0
+        self.accepted: list[str] = []  # the path of each connection, in order
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.port = int(self.listener.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def open_now(self, path: str | None = None) -> int:
+        """Connections open now (to ``path``, or in all)."""
+        with self.lock:
+            return self.open.get(path, 0) if path else sum(self.open.values())
+
+    def stop(self) -> None:
+        """Stop accepting and drop every connection."""
+        self.closed.set()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        path = ""
+        try:
+            conn.settimeout(10)
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 65536:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            path = head.split(b" ", 2)[1].decode() if head.count(b" ") >= 2 else "?"
+            with self.lock:
+                self.accepted.append(path)
+                self.open[path] = self.open.get(path, 0) + 1
+                self.most[path] = max(self.most.get(path, 0), self.open[path])
+                self.most_at_once = max(self.most_at_once, sum(self.open.values()))
+            pending = b"" if not self.headers_too else self.HEAD
+            if not self.headers_too:
+                conn.sendall(self.HEAD)
+            while not self.closed.is_set():
+                readable, _, _ = select.select([conn], [], [], self.every_s)
+                if readable:
+                    if not conn.recv(4096):
+                        return  # the client hung up
+                    continue
+                conn.sendall(pending[:1] or b"x")
+                pending = pending[1:]
+        except OSError:
+            return
+        finally:
+            conn.close()
+            if path:
+                with self.lock:
+                    self.open[path] -= 1
+
+
 # --- the adapter tests' fake queue ---------------------------------------------------------------
 
 
@@ -446,6 +528,7 @@ class FakeQueue:
         self.sent: list[tuple[str, str]] = []
         self.streamed: list[str] = []  # ids dispatched with stream=True
         self.delivered: list[str] = []  # callbacks queued for delivery
+        self.countdowns: list[tuple[str, float]] = []  # (callback, countdown) of each
         self.assembled: list[tuple[str, int, str]] = []
         self.ingested: list[tuple[str, str]] = []
         self.signalled: list[tuple[str, str]] = []  # finished signals
@@ -469,6 +552,7 @@ class FakeQueue:
     def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
         self._check()
         self.delivered.append(subject_id)
+        self.countdowns.append((subject_id, countdown))
 
     def ingest(self, book_id: str, queue: str) -> None:
         self._check()

@@ -10,7 +10,7 @@ import pytest
 
 from tts_queue.cli.launcher import worker_command
 from tts_queue.enums import Lane
-from tts_queue.tasks.keys import queue_name
+from tts_queue.tasks.keys import queue_name, webhook_queue
 
 yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_workers_consume_the_queues_the_api_sends_to(compose: dict[str, Any]) ->
         command = worker_command(pool, 16, prefix="tts")
         queues = command[command.index("--queues") + 1].split(",")
         assert queues == [queue_name(pool, Lane.INTERACTIVE), queue_name(pool, Lane.MAINTENANCE),
-                          queue_name(pool, Lane.BULK)]
+                          webhook_queue(), queue_name(pool, Lane.BULK)]
         # threads pool: CUDA cannot be re-initialized in forked children
         assert command[command.index("--pool") + 1] == "threads"
 

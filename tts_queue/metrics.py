@@ -211,7 +211,7 @@ def serve(port: int, extra: Iterable[Collector] = ()) -> Any:
 # they first happen); the lanes and pools are every one there is.
 COMMON_FAILURES = ("synthesis_failed", "too_many_attempts", "internal_error")
 TASK_LANES = (Lane.INTERACTIVE.value, Lane.BULK.value)  # maintenance work is not a task row
-WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "refused", "not_due")
+WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "refused", "not_due", "busy")
 REMOVED_KINDS = ("audio_entries", "audio_bytes", "task_rows", "books")
 
 

@@ -271,8 +271,17 @@ class WebhookSettings:
                                 env="TTS_WEBHOOK_MAX_ATTEMPTS")
     backoff_s: float = setting(2.0, "wait before the first retry; doubled each time, at most 5 minutes",
                                env="TTS_WEBHOOK_BACKOFF_S")
-    timeout_s: float = setting(5.0, "how long one delivery may take (connect and answer)",
-                               env="TTS_WEBHOOK_TIMEOUT_S")
+    timeout_s: float = setting(5.0, "total deadline of one delivery: lookup, connect, TLS, request, "
+                               "headers and body together (a receiver that trickles its answer is cut "
+                               "off here and the attempt counts as failed)", env="TTS_WEBHOOK_TIMEOUT_S")
+    ports: tuple[int, ...] = setting((80, 443), "the only ports a callback URL may name, comma-separated "
+                                     "(e.g. `80,443,8443`)", env="TTS_WEBHOOK_PORTS")
+    concurrency: int = setting(4, "deliveries in flight per worker, on threads of their own (never the "
+                               "synthesis or maintenance threads); more due deliveries wait their turn",
+                               env="TTS_WEBHOOK_CONCURRENCY")
+    lookup_timeout_s: float = setting(2.0, "deadline of the DNS lookup of a callback host at submission "
+                                      "(run off the request thread; past it the URL is refused)",
+                                      env="TTS_WEBHOOK_LOOKUP_TIMEOUT_S")
 
 
 @dataclass(frozen=True)
@@ -385,6 +394,12 @@ class Settings:
             raise ConfigError("TTS_STORAGE_PRESIGN_S must be >= 0")
         if self.api.wait_recheck_s <= 0 or self.worker.consumed_window_s <= 0:
             raise ConfigError("TTS_WAIT_RECHECK_S and TTS_CONSUMED_WINDOW_S must be positive")
+        hooks = self.webhooks
+        if not hooks.ports or any(not 0 < port < 65536 for port in hooks.ports):
+            raise ConfigError("TTS_WEBHOOK_PORTS must list ports between 1 and 65535")
+        if hooks.concurrency < 1 or hooks.timeout_s <= 0 or hooks.lookup_timeout_s <= 0:
+            raise ConfigError("TTS_WEBHOOK_CONCURRENCY must be at least 1 and TTS_WEBHOOK_TIMEOUT_S and "
+                              "TTS_WEBHOOK_LOOKUP_TIMEOUT_S positive")
 
 
 @dataclass(frozen=True)
@@ -435,6 +450,8 @@ def _show(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, Mapping):
         return ",".join(f"{key}={item}" for key, item in value.items())
+    if isinstance(value, tuple):
+        return ",".join(str(item) for item in value)
     return "" if value is None else str(value)
 
 
@@ -475,7 +492,7 @@ def _parse_group(group: Any, env: Mapping[str, str], prefix: str) -> Any:
 def _parse(variable: str, raw: str, kind: Any) -> Any:
     """``raw`` as a value of type ``kind`` (``X | None`` parses as ``X``)."""
     args = [a for a in typing.get_args(kind) if a is not type(None)]
-    base = args[0] if args and typing.get_origin(kind) is not Mapping else kind
+    base = args[0] if args and typing.get_origin(kind) not in (Mapping, tuple) else kind
     try:
         if base is bool:
             if raw.lower() in ("1", "true", "yes", "on"):
@@ -487,6 +504,8 @@ def _parse(variable: str, raw: str, kind: Any) -> Any:
             return Path(raw).expanduser()
         if base in (int, float):
             return base(raw)
+        if typing.get_origin(base) is tuple:  # a comma-separated list of ints (ports)
+            return tuple(int(item) for item in raw.split(",") if item.strip())
         if typing.get_origin(base) is Mapping:
             return _parse_pairs(variable, raw)
         return raw

@@ -112,7 +112,8 @@ class Callback(Base):
     """A webhook: where to POST a task's or book's JSON once it finishes, and how delivery goes.
 
     ``state``: ``waiting`` (the task or book is not finished), ``pending`` (a delivery is due at
-    ``next_at``), ``delivered``, or ``failed`` (attempts spent, or the address refused)."""
+    ``next_at``), ``delivered``, or ``failed`` (attempts spent, or the address refused).
+    ``leased_at``: a delivery is in flight, renewed while it runs (``None``: none is)."""
 
     __tablename__ = "callbacks"
 
@@ -127,6 +128,7 @@ class Callback(Base):
     next_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    leased_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
 
     __table_args__ = (Index("ix_callbacks_state_next_at", "state", "next_at"),)
 

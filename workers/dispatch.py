@@ -11,11 +11,10 @@ from typing import Any
 
 from celery import Celery
 
-from tts_queue.enums import Lane
 from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import kombu_url
-from tts_queue.tasks.keys import ASSEMBLE, DELIVER, INGEST, SYNTHESIZE, queue_name
+from tts_queue.tasks.keys import ASSEMBLE, DELIVER, INGEST, SYNTHESIZE, queue_name, webhook_queue
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -67,9 +66,9 @@ class CeleryDispatcher:
                            queue=queue, task_id=task_id)
 
     def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
-        """Send ``tts.deliver_callback(subject_id)`` to the maintenance queue (every worker reads it)."""
+        """Send ``tts.deliver_callback(subject_id)`` to the webhooks queue (every worker reads it)."""
         self.app.send_task(DELIVER, args=[subject_id], countdown=countdown or None,
-                           queue=queue_name("", Lane.MAINTENANCE, self.prefix))
+                           queue=webhook_queue(self.prefix))
 
     def ingest(self, book_id: str, queue: str) -> None:
         """Send ``tts.ingest_book(book_id)`` to ``queue``."""

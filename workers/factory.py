@@ -2,8 +2,9 @@
 
 It shares the message settings of ``workers.dispatch`` (JSON only, late acks with rejection on
 worker loss, no result backend: task status lives in the database rows) and adds the threads
-pool, the beat schedule, the runtime, the tasks (``workers.tasks``) and the signal handlers
-(``workers.signals``). Queue and task names come from ``tts_queue.tasks.keys``.
+pool, the beat schedule, the runtime, the webhook delivery threads (``workers.webhooks``), the
+tasks (``workers.tasks``) and the signal handlers (``workers.signals``). Queue and task names
+come from ``tts_queue.tasks.keys``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
 from workers.signals import connect_signals
 from workers.tasks import register_tasks
+from workers.webhooks import Deliveries
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -49,10 +51,12 @@ def make_celery(settings: Settings) -> Celery:
     keys = RedisKeys(settings.services.queue_prefix)
     marker = BrokerMarker(client, keys)
     app.tts_marker = marker  # type: ignore[attr-defined]
-    register_tasks(app, holder, marker, AssemblyLock(client, keys))
+    deliveries = Deliveries(settings.webhooks.concurrency)  # webhooks' own threads, not Celery's
+    app.tts_deliveries = deliveries  # type: ignore[attr-defined]
+    register_tasks(app, holder, marker, AssemblyLock(client, keys), deliveries)
     heartbeats = Heartbeats(client, keys, ttl_s=min(20.0, settings.worker.lease_s / 2))
     connect_signals(app, holder, heartbeats, marker,
-                    ConsumedMarker(client, keys, settings.worker.consumed_window_s))
+                    ConsumedMarker(client, keys, settings.worker.consumed_window_s), deliveries)
     return app
 
 

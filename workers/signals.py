@@ -7,10 +7,10 @@ neither adds handlers that fire for the first nor keeps it alive.
 - a task message arrives (``task_received``): the row records which worker holds it, under a lease;
 - a task ends (``task_postrun``): its lease is no longer renewed;
 - the worker is ready (``worker_ready``): the recovery sweep runs once, the default voice is warmed,
-  the heartbeat thread starts (it also renews the leases of every task held), and the consumed
-  marker is set (its consumer is up);
+  the heartbeat thread starts (it also renews the leases of every task held and of every webhook
+  delivery in flight), and the consumed marker is set (its consumer is up);
 - a task starts (``task_prerun``): the consumed marker is set (``/readyz``);
-- the worker shuts down (``worker_shutdown``): the heartbeat stops.
+- the worker shuts down (``worker_shutdown``): the heartbeat stops; no new webhook delivery starts.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from tts_queue.tasks.keys import SYNTHESIZE
 from workers.markers import BrokerMarker, ConsumedMarker
 from workers.recovery import requeue
 from workers.runtime import RuntimeHolder
+from workers.webhooks import Deliveries
 
 log = logging.getLogger(__name__)
 Handler = Callable[..., None]
@@ -59,7 +60,7 @@ class Leases:
 
 
 def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, marker: BrokerMarker,
-                    consumed: ConsumedMarker) -> None:
+                    consumed: ConsumedMarker, deliveries: Deliveries | None = None) -> None:
     """Connect the worker's handlers for ``app`` (see the module docstring)."""
     settings = holder.settings
     stop = threading.Event()
@@ -104,6 +105,8 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         def beat() -> WorkerInfo:
             try:
                 runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
+                if deliveries is not None:  # and so do the webhook deliveries in flight
+                    runtime.core.callbacks.renew(deliveries.held())
             except Exception as exc:  # database down: keep beating; renew on the next beat
                 log.warning("could not renew leases: %s", exc)
             return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
@@ -116,6 +119,8 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
     def shutdown(sender: Any = None, **_: Any) -> None:
         if mine(sender):
             stop.set()
+            if deliveries is not None:
+                deliveries.close()
 
     def started(sender: Any = None, **_: Any) -> None:
         # Readiness proves consumption: marked whenever this worker really takes a task off a

@@ -5,8 +5,8 @@
 - ``tts.synthesize(task_id, stream=False)``: ``TaskExecutor.execute`` (whatever happens when the task
   ends, ``TaskEnds`` does);
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
-- ``tts.deliver_callback(subject_id)``: one delivery of a finished task's or book's webhook
-  (``workers.webhooks``);
+- ``tts.deliver_callback(subject_id)``: hands one delivery of a finished task's or book's webhook
+  to the worker's own delivery threads (``workers.webhooks``);
 - ``tts.requeue_lost()``: the recovery sweep (``workers.recovery``);
 - ``tts.cleanup()``: retention (``tts_queue.storage.retention``).
 
@@ -32,7 +32,7 @@ from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SY
 from workers.markers import AssemblyLock, BrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
-from workers.webhooks import deliver
+from workers.webhooks import Deliveries, hand_over
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,7 +62,8 @@ def resend_when_storage_blocked(task: Task[Any, Any], exc: BaseException, what: 
     return True
 
 
-def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, lock: AssemblyLock) -> None:
+def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, lock: AssemblyLock,
+                   deliveries: Deliveries) -> None:
     """Register the six tasks of the module docstring on ``app`` (``shared=False``: Celery would
     otherwise put these closures on every app created later in the process, and a second app
     would run this one's runtime)."""
@@ -114,11 +115,10 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, loc
 
     @app.task(name=DELIVER, shared=False)
     def deliver_callback(subject_id: str) -> str:
-        """POST a finished task's or book's JSON to its callback URL; retried with backoff by
-        re-sending itself with a countdown (``workers.webhooks``)."""
-        outcome = deliver(holder.get().core, subject_id)
-        metrics.count(metrics.WEBHOOKS, outcome=outcome.replace(" ", "_"))
-        return outcome
+        """Hand a finished task's or book's webhook over to the worker's own delivery threads (or,
+        with all of them busy, send this again shortly); the POST never runs on this thread
+        (``workers.webhooks``)."""
+        return hand_over(holder.get().core, deliveries, subject_id)
 
     @app.task(name=REQUEUE, shared=False)
     def requeue_lost_tasks() -> int:

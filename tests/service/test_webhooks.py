@@ -1,11 +1,17 @@
-"""Webhooks on the real parts: gunicorn, a real worker (tiny voice), Redis and SQLite, and a small
-receiver started by the test.
+"""Webhooks on the real parts: gunicorn, a real worker (tiny voice), Redis and SQLite, and small
+receivers started by the test.
 
 - a finished task's JSON arrives signed (the receiver recomputes the HMAC); a receiver answering
-  500 gets retries with backoff, which stop at the first success; the task shows the delivery;
+  500 gets retries with backoff (the countdowns the worker scheduled double), which stop at the
+  first success; the task shows the delivery and nothing more is queued for it;
 - a cache hit and a book call back too;
-- a private or local address, or any URL the service will not call, is a 400 and stores nothing,
-  unless ``TTS_WEBHOOK_ALLOW_PRIVATE`` is set.
+- a receiver that answers 200 with ``Content-Length: 4096`` and then one byte every 3 s, watched
+  for two minutes, holds one connection at most, and every attempt is counted as a failed one;
+- several such receivers at once hold at most ``TTS_WEBHOOK_CONCURRENCY`` connections, while a
+  synthesis request still finishes and the sweep still runs;
+- a private or local address, a port outside ``TTS_WEBHOOK_PORTS``, or any URL the service will
+  not call, is a 400 and stores nothing, unless ``TTS_WEBHOOK_ALLOW_PRIVATE`` is set; a host that
+  does not resolve gets the very answer a private one gets.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
 import uuid
@@ -22,13 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import requests
 from sqlalchemy import func, select
 
 from api import create_app
 from api.services import Services
 from tests.support import (
+    QUEUE_PREFIX,
     FakeQueue,
+    Tarpit,
     WorkerProcess,
     flush_queues,
     migrate,
@@ -37,8 +47,12 @@ from tests.support import (
     wait_until,
 )
 from tts_queue.db import Database
+from tts_queue.enums import Lane
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback, TaskRow
+from tts_queue.tasks.callbacks import Callbacks
+from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.keys import DELIVER, REQUEUE, queue_name, webhook_queue
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -71,7 +85,8 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def at(self, path: str) -> list[dict[str, Any]]:
@@ -90,20 +105,57 @@ def verified(call: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def delivery_messages(redis_url: str, subject_id: str) -> int:
+    """The ``tts.deliver_callback`` messages for ``subject_id`` the broker holds: waiting in the
+    webhooks queue, or delivered to a worker and not yet acknowledged (a countdown's included)."""
+    client = redis.Redis.from_url(client_url(redis_url))
+    raw = [json.loads(m) for m in client.lrange(webhook_queue(QUEUE_PREFIX), 0, -1)]
+    raw += [json.loads(m)[0] for m in client.hgetall("unacked").values()]
+    return sum(1 for m in raw if m["headers"].get("task") == DELIVER
+               and subject_id in str(m["headers"].get("argsrepr")))
+
+
+def scheduled_waits(log: Path, subject_id: str) -> list[float]:
+    """The countdowns the worker gave the retries of ``subject_id``'s callback (its log says)."""
+    found = re.findall(rf"callback of {subject_id} answered .*?; retrying in ([0-9.]+) s",
+                       log.read_text(errors="replace"))
+    return [float(wait) for wait in found]
+
+
+def sweep(app: Any) -> str:
+    """Queue the recovery sweep as the scheduler does; its task id."""
+    return str(app.send_task(REQUEUE, queue=queue_name("", Lane.MAINTENANCE, QUEUE_PREFIX)).id)
+
+
+def callback_of(url: str, task_id: str) -> dict[str, Any]:
+    shown: dict[str, Any] = requests.get(f"{url}/v1/tasks/{task_id}", timeout=10).json()["callback"]
+    return shown
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
     data_dir = tmp_path_factory.mktemp("webhooks")
     flush_queues(redis_url)
+    receiver, slow, many = Receiver(), Tarpit(), Tarpit()  # their ports are the ones allowed
+    ports = ",".join(str(port) for port in (80, 443, receiver.port, slow.port, many.port))
+    # A lease shorter than a delivery's deadline (5 s): only its renewal while the delivery runs
+    # keeps the sweep from taking an attempt in flight for lost and sending it a second time.
     settings = service_settings(data_dir, redis_url, voices_dir, TTS_WEBHOOK_SECRET=SECRET,
-                                TTS_WEBHOOK_ALLOW_PRIVATE="true", TTS_WEBHOOK_BACKOFF_S="0.3")
-    worker = WorkerProcess(settings, f"hooks-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
-    worker.wait_ready(make_celery(settings))
+                                TTS_WEBHOOK_ALLOW_PRIVATE="true", TTS_WEBHOOK_BACKOFF_S="0.3",
+                                TTS_WEBHOOK_PORTS=ports, TTS_LEASE_S="4")
+    log = data_dir / "worker.log"
+    worker = WorkerProcess(settings, f"hooks-{uuid.uuid4().hex[:6]}@localhost", log)
+    app = make_celery(settings)
+    worker.wait_ready(app)
     server, url = start_api(settings, data_dir / "api.log")
-    yield {"url": url, "receiver": Receiver()}
+    yield {"url": url, "receiver": receiver, "slow": slow, "many": many, "log": log, "app": app,
+           "settings": settings, "redis_url": redis_url}
     server.terminate()
     server.wait(timeout=30)
     worker.stop()
+    slow.stop()
+    many.stop()
 
 
 def test_a_finished_task_calls_back_signed_and_retries_until_a_success(service: dict[str, Any]) -> None:
@@ -121,13 +173,16 @@ def test_a_finished_task_calls_back_signed_and_retries_until_a_success(service: 
         assert body["task_id"] == task["task_id"] and body["status"] == "done"
         assert body["audio_url"] == f"{url}/v1/tasks/{task['task_id']}/audio"
         assert call["headers"]["X-TTS-Event"] == "task.finished"
-    # And the retries waited, longer each time (0.3 s, then 0.6 s)
-    assert calls[1]["at"] - calls[0]["at"] >= 0.25 and calls[2]["at"] - calls[1]["at"] >= 0.5
-    # And they stop after the success; the task shows the delivery
+    # And the task shows the delivery
     shown = wait_until(lambda: (lambda t: t if t["callback"]["state"] == "delivered" else None)(
         requests.get(f"{url}/v1/tasks/{task['task_id']}", timeout=10).json()), timeout=20)
     assert shown["callback"] == {"state": "delivered", "attempts": 3, "last_status": 200}
-    time.sleep(1.5)
+    # And the worker scheduled the retries after the backoff, doubled (the countdowns it gave)
+    waits = scheduled_waits(service["log"], task["task_id"])
+    assert waits == [0.3, 0.6] and waits[1] / waits[0] == 2
+    # And nothing more is queued for it: the broker holds no delivery of it, so the receiver's
+    # three calls are all it will ever get
+    wait_until(lambda: delivery_messages(service["redis_url"], task["task_id"]) == 0, timeout=20)
     assert len(receiver.at(hook)) == 3
 
 
@@ -153,10 +208,82 @@ def test_a_cache_hit_and_a_book_call_back_too(service: dict[str, Any]) -> None:
     assert call["headers"]["X-TTS-Event"] == "book.finished"
 
 
+def test_a_trickling_receiver_holds_one_connection_and_each_attempt_counts(service: dict[str, Any]) -> None:
+    url, slow = service["url"], service["slow"]
+    # Given a receiver that answers 200 with Content-Length 4096, then sends one byte every 3 s
+    path = f"/slow-{uuid.uuid4().hex[:6]}"
+    task = requests.post(f"{url}/v1/tts", json={"text": f"Slowly {uuid.uuid4()}.",
+                                                "callback_url": f"{slow.url}{path}"}, timeout=10).json()
+    # When the task finishes and its callback is watched for two minutes, the recovery sweep
+    # running every 5 s meanwhile (three times as often as the scheduler's)
+    started, timeline = time.monotonic(), []
+    while time.monotonic() - started < 120:
+        sweep(service["app"])
+        shown = callback_of(url, task["task_id"])
+        timeline.append((round(time.monotonic() - started), slow.open_now(path), shown["attempts"],
+                         shown["state"]))
+        time.sleep(5)
+    print("seconds, connections open, attempts, state:", timeline)
+    final = wait_until(lambda: (lambda c: c if c["state"] == "failed" else None)(
+        callback_of(url, task["task_id"])), timeout=180)
+    # Then never more than one connection was open for it: a delivery in flight is never sent again
+    assert slow.most[path] == 1 and slow.open_now(path) == 0
+    # And each connection was one attempt, cut off at the deadline and counted as failed
+    attempts = service["settings"].webhooks.max_attempts
+    assert final == {"state": "failed", "attempts": attempts, "last_status": None}
+    assert slow.accepted.count(path) == attempts
+    assert any(attempts_seen > 0 for _, _, attempts_seen, state in timeline if state == "pending")
+
+
+def test_several_trickling_receivers_hold_at_most_the_delivery_threads(service: dict[str, Any]) -> None:
+    url, many, app = service["url"], service["many"], service["app"]
+    slots = service["settings"].webhooks.concurrency
+    # Given more tasks calling a trickling receiver back than a worker has delivery threads
+    paths = [f"/many-{n}-{uuid.uuid4().hex[:6]}" for n in range(slots + 2)]
+    bodies = [{"text": f"Many {uuid.uuid4()}.", "callback_url": f"{many.url}{p}"} for p in paths]
+    ids = [requests.post(f"{url}/v1/tts", json=body, timeout=10).json()["task_id"] for body in bodies]
+    try:
+        # When every delivery thread is held by one of them
+        wait_until(lambda: many.open_now() == slots, timeout=60)
+        # Then a synthesis request still finishes, and the sweep still runs
+        done = requests.post(f"{url}/v1/tts", json={"text": f"Still here {uuid.uuid4()}."}, timeout=10).json()
+        shown = requests.get(f"{url}/v1/tasks/{done['task_id']}", params={"wait": 30}, timeout=40).json()
+        assert shown["status"] == "done"
+        sent = sweep(app)
+        wait_until(lambda: f"{REQUEUE}[{sent}] succeeded" in service["log"].read_text(errors="replace"),
+                   timeout=60)
+        # And never more connections were open than the delivery threads, nor two for one callback
+        assert many.most_at_once == slots
+        assert max(many.most.get(p, 0) for p in paths) == 1
+    finally:  # stop the retries: an attempt in flight ends at its deadline and schedules none
+        callbacks = Callbacks(Database(service["settings"].database_url))
+        for task_id in ids:
+            callbacks.give_up(task_id, "the test is over")
+
+
+def test_a_host_that_does_not_resolve_gets_the_answer_a_private_one_gets(tmp_path: Path,
+                                                                         voices_dir: Path) -> None:
+    # Given the API with the default policy
+    settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                          "TTS_DEFAULT_VOICE": "tiny"}))
+    queue = FakeQueue()
+    client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()
+    # When callbacks name a host that does not resolve, a private one and a NAT64 one
+    answers = [client.post("/v1/tts", json={"text": "Hello.", "callback_url": hook})
+               for hook in ("http://no-such-host.invalid/hook", "http://10.1.2.3/hook", "http://[64:ff9b::a00:1]/")]
+    # Then all three get the very same answer: a key cannot tell which names exist inside
+    assert {a.status_code for a in answers} == {400}
+    assert len({json.dumps(a.get_json()["error"], sort_keys=True) for a in answers}) == 1
+    assert answers[0].get_json()["error"]["code"] == "invalid_callback_url"
+
+
 @pytest.mark.parametrize("callback_url", [
     "http://127.0.0.1:9/hook", "http://localhost/hook", "http://10.1.2.3/hook", "http://192.168.0.7/",
     "http://169.254.169.254/latest/meta-data", "http://[::1]:8000/", "http://0.0.0.0/", "ftp://example.org/x",
     "http://user:secret@93.184.216.34/", "not a url", "http:///nohost", "http://" + "a" * 2100 + ".org/",
+    "http://192.0.0.192/", "http://[64:ff9b::808:808]/", "http://[2002:a00:1::1]/", "http://[2001::1]/",
+    "http://[::ffff:10.0.0.1]/", "http://100.64.0.1/", "http://198.18.0.1/", "http://93.184.216.34:8080/",
+    "https://93.184.216.34:6379/",
 ])
 def test_a_url_the_service_will_not_call_is_a_400_and_stores_nothing(
     tmp_path: Path, voices_dir: Path, callback_url: str
@@ -181,7 +308,8 @@ def test_a_url_the_service_will_not_call_is_a_400_and_stores_nothing(
 def test_a_public_address_is_accepted_and_private_ones_when_allowed(tmp_path: Path, voices_dir: Path) -> None:
     env = {"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir), "TTS_DEFAULT_VOICE": "tiny"}
     for extra, callback_url in (({}, "http://93.184.216.34/hook"),
-                                ({"TTS_WEBHOOK_ALLOW_PRIVATE": "true"}, "http://127.0.0.1:9/hook")):
+                                ({"TTS_WEBHOOK_ALLOW_PRIVATE": "true"}, "http://127.0.0.1/hook"),
+                                ({"TTS_WEBHOOK_PORTS": "80,443,8443"}, "https://93.184.216.34:8443/hook")):
         settings = migrate(Settings.from_env({**env, **extra}))
         queue = FakeQueue()
         client = create_app(settings, Services.build(settings, dispatcher=queue, watch=queue)).test_client()

@@ -29,7 +29,7 @@ from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.voice import read_config
 from tts_queue.tasks.board import StatusBoard
-from tts_queue.tasks.callbacks import Callbacks
+from tts_queue.tasks.callbacks import Callbacks, UrlPolicy
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.ending import CallBack, EndEffect, ShowOnBoard, TaskEnds, WakeWaiters, count_metrics
@@ -80,7 +80,8 @@ class Core:
         book_rows = BookRows(db)
         # the two owners of rows meet here: a book's sentence is counted as its task row ends
         task_rows = TaskRows(db, lease=timedelta(seconds=settings.worker.lease_s), counter=book_rows)
-        callbacks = Callbacks(db)
+        callbacks = Callbacks(db, policy=UrlPolicy.from_settings(settings.webhooks),
+                              lease=timedelta(seconds=settings.worker.lease_s))
         window = BulkWindow(settings, db, task_rows, dispatcher, watch.live_workers)
         book_ends = BookEnds(book_rows, task_rows, callbacks, dispatcher)
         effects: list[EndEffect] = [count_metrics]

@@ -15,7 +15,8 @@ from tts_queue.tasks.keys import lane_of, pool_of, worker_queues
 def shared_state(core: Core) -> metrics.State:
     """Each state gauge's rows, read now (a few Redis commands and three queries)."""
     prefix = core.settings.services.queue_prefix
-    queues = [queue for pool in POOLS for queue in worker_queues(pool, prefix)]
+    # each queue once: the maintenance and webhooks queues are every pool's
+    queues = list(dict.fromkeys(queue for pool in POOLS for queue in worker_queues(pool, prefix)))
     found: metrics.State = {}
     depths = core.watch.depths(queues)
     if depths:

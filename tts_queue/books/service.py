@@ -43,7 +43,6 @@ from tts_queue.errors import BookTooLarge, ServiceUnavailable
 from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.request import build_request
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
-from tts_queue.tasks.callbacks import check_url
 from tts_queue.tasks.keys import queue_name
 from tts_queue.tasks.service import TaskService
 
@@ -76,7 +75,7 @@ class BookService:
 
         callback_url = None
         if upload.callback_url not in (None, ""):
-            callback_url = check_url(upload.callback_url, self.settings.webhooks.allow_private)
+            callback_url = self.tasks.callbacks.policy.check(upload.callback_url)
         limit = self.settings.books.max_bytes
         if len(upload.data) > limit:
             raise BookTooLarge(f"the book is {len(upload.data)} bytes; the limit is {limit}")

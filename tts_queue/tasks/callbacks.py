@@ -1,17 +1,22 @@
 """Webhooks: once a task or a book finishes, its JSON is POSTed to the ``callback_url`` its request
 named, signed, and retried with backoff until the receiver answers 2xx.
 
-- ``check_url``: what a request may name (at submission): ``http``/``https`` only, a host, no
-  credentials, at most 2,048 characters, and, unless ``TTS_WEBHOOK_ALLOW_PRIVATE``, a host whose
-  every address is public. ``public_addresses`` checks again at each delivery (the name may point
+- ``UrlPolicy``: what a request may name (at submission, ``check``): ``http``/``https`` only, a
+  host, no credentials, at most 2,048 characters, a port of ``TTS_WEBHOOK_PORTS`` (80 and 443),
+  and, unless ``TTS_WEBHOOK_ALLOW_PRIVATE``, a host whose every address is plainly public unicast
+  (``tts_queue.tasks.address.refusal``), looked up within ``TTS_WEBHOOK_LOOKUP_TIMEOUT_S``. A host
+  that does not resolve and one that is not allowed get the very same answer, so a key cannot
+  learn which internal names exist. ``target`` checks again at each delivery (the name may point
   elsewhere by then) and the delivery connects to the address it checked, so DNS cannot swap it.
 - ``sign``: ``X-TTS-Signature: t=<unix time>,v1=<hex HMAC-SHA256 of "<t>.<body>">`` under
   ``TTS_WEBHOOK_SECRET``; a receiver recomputes it and rejects old timestamps (replays).
 - ``Callbacks``: the ``callbacks`` rows: registered with the task or book, made due when it
-  finishes (``due``), and the outcome of each delivery (``record``): delivered, retried after
-  ``TTS_WEBHOOK_BACKOFF_S`` doubled each time (at most 5 minutes), or failed after
-  ``TTS_WEBHOOK_MAX_ATTEMPTS``. The recovery sweep sends again a due delivery whose message was
-  lost, and makes due the callbacks of books that finished on a path that did not.
+  finishes (``due``), leased by the one delivery in flight (``claim``, ``renew``; a lease older
+  than ``TTS_LEASE_S`` is a dead worker's), and the outcome of each delivery (``record``):
+  delivered, retried after ``TTS_WEBHOOK_BACKOFF_S`` doubled each time (at most 5 minutes), or
+  failed after ``TTS_WEBHOOK_MAX_ATTEMPTS``. The recovery sweep sends again a due delivery whose
+  message was lost and that no delivery holds (``lost``), and makes due the callbacks of books that
+  finished on a path that did not.
 
 The HTTP request itself is the worker's (``workers.webhooks``).
 """
@@ -20,32 +25,42 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
-import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from tts_queue.backoff import backoff_s
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import BookStatus
 from tts_queue.errors import InvalidRequest
+from tts_queue.settings import WebhookSettings
 from tts_queue.tables import BookRow, Callback
+from tts_queue.tasks.address import Resolver, refusal
 
 MAX_URL_CHARS = 2048
 MAX_BACKOFF_S = 300.0
+DEFAULT_PORTS = (80, 443)
+EARLY_S = 1.0  # a delivery message this much before its row's time is a duplicate, and skipped
 WAITING, PENDING, DELIVERED, FAILED = "waiting", "pending", "delivered", "failed"
+# One answer for a host that does not resolve (or not in time) and for one that is not allowed.
+HOST_REFUSED = ("callback_url's host must resolve, within the lookup deadline, to public addresses "
+                "only; this one does not, or is not allowed")
 
 
 class InvalidCallbackUrl(InvalidRequest):
     """A ``callback_url`` the service will not call."""
 
     code = "invalid_callback_url"
+
+
+class UnresolvedHost(InvalidCallbackUrl):
+    """A callback host that did not resolve in time: to a client the same as a refused one; at a
+    delivery, a failed attempt (retried), not a refusal."""
 
 
 @dataclass(frozen=True)
@@ -59,52 +74,76 @@ class Target:
     address: str
 
 
-def check_url(url: Any, allow_private: bool) -> str:
-    """``url`` if the service may call it, else ``InvalidCallbackUrl`` (resolves its host)."""
-    if not isinstance(url, str) or not url.strip():
-        raise InvalidCallbackUrl("callback_url must be an http(s) URL")
-    cleaned: str = url.strip()
-    if len(cleaned) > MAX_URL_CHARS:
-        raise InvalidCallbackUrl(f"callback_url is longer than {MAX_URL_CHARS} characters")
-    target(cleaned, allow_private)
-    return cleaned
+@dataclass(frozen=True)
+class UrlPolicy:
+    """Which callback URLs the service calls (``TTS_WEBHOOK_ALLOW_PRIVATE``, ``TTS_WEBHOOK_PORTS``,
+    ``TTS_WEBHOOK_LOOKUP_TIMEOUT_S``), with the resolver its lookups share."""
+
+    allow_private: bool = False
+    ports: tuple[int, ...] = DEFAULT_PORTS
+    lookup_s: float = 2.0
+    resolver: Resolver = field(default_factory=Resolver, compare=False, repr=False)
+
+    @classmethod
+    def from_settings(cls, webhooks: WebhookSettings) -> UrlPolicy:
+        """The policy the settings describe."""
+        return cls(webhooks.allow_private, webhooks.ports, webhooks.lookup_timeout_s)
+
+    def check(self, url: Any) -> str:
+        """``url`` (stripped) if the service may call it, else ``InvalidCallbackUrl``."""
+        if not isinstance(url, str) or not url.strip():
+            raise InvalidCallbackUrl("callback_url must be an http(s) URL")
+        cleaned: str = url.strip()
+        if len(cleaned) > MAX_URL_CHARS:
+            raise InvalidCallbackUrl(f"callback_url is longer than {MAX_URL_CHARS} characters")
+        self.target(cleaned)
+        return cleaned
+
+    def target(self, url: str, lookup_s: float | None = None) -> Target:
+        """The parts of ``url`` and one checked address of its host (``InvalidCallbackUrl`` if
+        none; ``lookup_s``: the lookup's deadline, the policy's by default)."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            raise InvalidCallbackUrl("callback_url is not a valid URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidCallbackUrl("callback_url must be an http(s) URL with a host")
+        if parts.username or parts.password:
+            raise InvalidCallbackUrl("callback_url must not carry credentials (they would be logged)")
+        port = port or (443 if parts.scheme == "https" else 80)
+        if port not in self.ports:
+            raise InvalidCallbackUrl(f"callback_url's port must be one of "
+                                     f"{', '.join(map(str, self.ports))} (TTS_WEBHOOK_PORTS)")
+        addresses = self.addresses(parts.hostname, port, self.lookup_s if lookup_s is None else lookup_s)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return Target(parts.scheme, parts.hostname, port, path, addresses[0])
+
+    def addresses(self, host: str, port: int, lookup_s: float) -> list[str]:
+        """The addresses ``host`` resolves to within ``lookup_s``, every one allowed; else the one
+        answer ``HOST_REFUSED`` (``UnresolvedHost`` when it did not resolve)."""
+        addresses = self.resolver.addresses(host, port, lookup_s)
+        if addresses is None:
+            raise UnresolvedHost(HOST_REFUSED)
+        if not self.allow_private and any(refusal(address) for address in addresses):
+            raise InvalidCallbackUrl(HOST_REFUSED)
+        return addresses
 
 
-def target(url: str, allow_private: bool) -> Target:
-    """The parts of ``url`` and one checked address of its host (``InvalidCallbackUrl`` if none)."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise InvalidCallbackUrl("callback_url is not a valid URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidCallbackUrl("callback_url must be an http(s) URL with a host")
-    if parts.username or parts.password:
-        raise InvalidCallbackUrl("callback_url must not carry credentials (they would be logged)")
-    port = port or (443 if parts.scheme == "https" else 80)
-    addresses = public_addresses(parts.hostname, port, allow_private)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Target(parts.scheme, parts.hostname, port, path, addresses[0])
+def check_url(url: Any, allow_private: bool, ports: tuple[int, ...] = DEFAULT_PORTS) -> str:
+    """``url`` if the service may call it, else ``InvalidCallbackUrl`` (``UrlPolicy.check``)."""
+    return UrlPolicy(allow_private, ports).check(url)
+
+
+def target(url: str, allow_private: bool, ports: tuple[int, ...] = DEFAULT_PORTS) -> Target:
+    """The parts of ``url`` and one checked address of its host (``UrlPolicy.target``)."""
+    return UrlPolicy(allow_private, ports).target(url)
 
 
 def public_addresses(host: str, port: int, allow_private: bool) -> list[str]:
-    """The addresses ``host`` resolves to; ``InvalidCallbackUrl`` if it does not resolve or, unless
-    ``allow_private``, if any of them is not a public address (loopback, private, link-local,
-    multicast, reserved, unspecified: a request must not reach the service's own network)."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise InvalidCallbackUrl(f"callback_url's host {host!r} does not resolve") from None
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-    if not allow_private:
-        for address in addresses:
-            ip = ipaddress.ip_address(address.split("%")[0])
-            if not ip.is_global or ip.is_multicast:
-                raise InvalidCallbackUrl(f"callback_url's host {host!r} is a private or local address; "
-                                         "the service does not call those (TTS_WEBHOOK_ALLOW_PRIVATE)")
-    if not addresses:
-        raise InvalidCallbackUrl(f"callback_url's host {host!r} does not resolve")
-    return addresses
+    """The addresses ``host`` resolves to, all allowed, else ``InvalidCallbackUrl``."""
+    policy = UrlPolicy(allow_private)
+    return policy.addresses(host, port, policy.lookup_s)
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -114,11 +153,15 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
 
 
 class Callbacks:
-    """The ``callbacks`` rows: registration, due, delivery outcomes, and what the sweep resends."""
+    """The ``callbacks`` rows: registration, due, leases of deliveries in flight, outcomes, and
+    what the sweep resends."""
 
-    def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow, policy: UrlPolicy | None = None,
+                 lease: timedelta = timedelta(seconds=30)) -> None:
         self.db = db
         self.clock = clock
+        self.policy = policy or UrlPolicy()
+        self.lease = lease
 
     def register(self, session: Session, subject_id: str, kind: str, url: str, base_url: str,
                  finished: bool = False) -> None:
@@ -136,29 +179,67 @@ class Callbacks:
                                      .values(state=PENDING, next_at=self.clock()))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    def pending(self, subject_id: str) -> Callback | None:
-        """The callback of ``subject_id`` if a delivery is due (detached), else ``None``."""
-        with self.db.read() as session:
-            row = session.get(Callback, subject_id)
-            if row is None or row.state != PENDING:
+    def _free(self, now: datetime) -> Any:
+        """No delivery holds the row: never leased, or its lease expired (its worker died)."""
+        return or_(Callback.leased_at.is_(None), Callback.leased_at < now - self.lease)
+
+    def claim(self, subject_id: str) -> Callback | None:
+        """Lease ``subject_id``'s callback to the delivery about to run (detached); ``None`` when
+        it is not due (delivered, failed, or a duplicate message early for its time) or another
+        delivery holds it: a delivery in flight is never sent a second time."""
+        now = self.clock()
+        with self.db.write() as session:
+            claimed = session.execute(
+                update(Callback)
+                .where(Callback.subject_id == subject_id, Callback.state == PENDING, self._free(now),
+                       or_(Callback.next_at.is_(None), Callback.next_at <= now + timedelta(seconds=EARLY_S)))
+                .values(leased_at=now))
+            if not claimed.rowcount:  # type: ignore[attr-defined]
                 return None
+            row = session.get(Callback, subject_id)
+            assert row is not None
             session.expunge(row)
             return row
+
+    def renew(self, subject_ids: list[str]) -> None:
+        """The deliveries of ``subject_ids`` are still running: their leases are fresh again."""
+        if subject_ids:
+            with self.db.write() as session:
+                session.execute(update(Callback).where(
+                    Callback.subject_id.in_(subject_ids), Callback.state == PENDING,
+                    Callback.leased_at.is_not(None)).values(leased_at=self.clock()))
+
+    def release(self, subject_id: str) -> None:
+        """Give a lease back without an attempt (the delivery could not start)."""
+        with self.db.write() as session:
+            session.execute(update(Callback).where(Callback.subject_id == subject_id)
+                            .values(leased_at=None))
+
+    def postpone(self, subject_id: str, wait_s: float) -> bool:
+        """Move a due, unheld delivery ``wait_s`` later (no delivery slot was free); whether it was
+        (``False``: not due, or in flight elsewhere: this message is a duplicate)."""
+        now = self.clock()
+        with self.db.write() as session:
+            result = session.execute(update(Callback).where(
+                Callback.subject_id == subject_id, Callback.state == PENDING, self._free(now))
+                .values(next_at=now + timedelta(seconds=wait_s), leased_at=None))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
 
     def record(self, subject_id: str, status: int | None, error: str | None, max_attempts: int,
                first_backoff_s: float) -> float | None:
         """The outcome of one delivery (``status``: the receiver's HTTP status, ``None`` when none
-        came). Returns the seconds until the next try, or ``None`` when there is none (delivered,
-        or failed for good)."""
+        came, or not all of it before the deadline), which also ends its lease. Returns the seconds
+        until the next try, or ``None`` when there is none (delivered, or failed for good)."""
         now = self.clock()
         with self.db.write() as session:
             row = session.get(Callback, subject_id, with_for_update=True)
             if row is None or row.state != PENDING:
                 return None
             row.attempts += 1
+            row.leased_at = None
             row.last_status = status
             row.last_error = (error or "")[:256] or None
-            if status is not None and 200 <= status < 300:
+            if status is not None and 200 <= status < 300 and error is None:
                 row.state, row.delivered_at, row.next_at = DELIVERED, now, None
                 return None
             if row.attempts >= max_attempts:
@@ -173,7 +254,7 @@ class Callbacks:
         with self.db.write() as session:
             session.execute(update(Callback)
                             .where(Callback.subject_id == subject_id, Callback.state == PENDING)
-                            .values(state=FAILED, next_at=None, last_error=error[:256],
+                            .values(state=FAILED, next_at=None, leased_at=None, last_error=error[:256],
                                     attempts=Callback.attempts + 1))
 
     def summary(self, session: Session, subject_id: str) -> dict[str, Any] | None:
@@ -184,12 +265,13 @@ class Callbacks:
         return {"state": row.state, "attempts": row.attempts, "last_status": row.last_status}
 
     def lost(self, grace: timedelta) -> list[str]:
-        """Due deliveries whose time passed more than ``grace`` ago (their message was lost); their
-        time is moved to now, so each is sent again once."""
+        """Due deliveries whose time passed more than ``grace`` ago and that no delivery holds
+        (their message was lost, or their worker died with them); their time is moved to now, so
+        each is sent again once. A leased one is in flight: it is never sent a second time."""
         now = self.clock()
         with self.db.write() as session:
             ids = list(session.scalars(select(Callback.subject_id).where(
-                Callback.state == PENDING, Callback.next_at < now - grace).limit(500)))
+                Callback.state == PENDING, Callback.next_at < now - grace, self._free(now)).limit(500)))
             if ids:
                 session.execute(update(Callback).where(Callback.subject_id.in_(ids)).values(next_at=now))
         return ids

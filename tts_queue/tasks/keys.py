@@ -29,9 +29,17 @@ def queue_name(pool: str, lane: Lane = Lane.INTERACTIVE, prefix: str = "tts") ->
     return f"{prefix}.{pool}" if lane is Lane.INTERACTIVE else f"{prefix}.{pool}.{lane.value}"
 
 
+def webhook_queue(prefix: str = "tts") -> str:
+    """The queue of webhook deliveries, shared by all pools: ``tts.webhooks``. Its messages only
+    hand a delivery to the worker's own bounded delivery threads (``TTS_WEBHOOK_CONCURRENCY``)."""
+    return f"{prefix}.webhooks"
+
+
 def worker_queues(pool: str, prefix: str = "tts") -> list[str]:
-    """The queues a worker of ``pool`` reads, in priority order: interactive, maintenance, bulk."""
-    return [queue_name(pool, lane, prefix) for lane in (Lane.INTERACTIVE, Lane.MAINTENANCE, Lane.BULK)]
+    """The queues a worker of ``pool`` reads, in priority order: interactive, maintenance,
+    webhooks, bulk."""
+    return [queue_name(pool, Lane.INTERACTIVE, prefix), queue_name(pool, Lane.MAINTENANCE, prefix),
+            webhook_queue(prefix), queue_name(pool, Lane.BULK, prefix)]
 
 
 def task_queues(prefix: str = "tts") -> list[str]:

@@ -34,7 +34,7 @@ from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
 from tts_queue.tables import CacheEntry, TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
-from tts_queue.tasks.callbacks import Callbacks, check_url
+from tts_queue.tasks.callbacks import Callbacks
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.keys import queue_name
@@ -109,7 +109,7 @@ class TaskService:
         as it is made (``tts_queue.tasks.streams``). ``callback_url``: the task's JSON is POSTed
         there when it finishes (links under ``base_url``)."""
         if callback_url is not None:
-            callback_url = check_url(callback_url, self.settings.webhooks.allow_private)
+            callback_url = self.callbacks.policy.check(callback_url)
         request = build_request(payload, self.registry, self.settings)
         key = self.key_of(request, owner)
         chosen_pool = self.pool_for(request, pool)

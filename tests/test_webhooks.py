@@ -1,0 +1,137 @@
+"""The worker side of webhooks, on real sockets but no worker: one POST under a total deadline
+(a trickling receiver is cut off at it, headers or body), the bounded delivery threads, and the
+task body that only hands a delivery over (or sends itself again when every thread is busy)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from tests.support import FakeQueue, Tarpit, core_of, free_port, migrate, wait_until
+from tts_queue.app.core import Core
+from tts_queue.settings import Settings
+from tts_queue.tables import Callback
+from tts_queue.tasks.callbacks import Callbacks, Target
+from workers.webhooks import BUSY_RETRY_S, Deadline, Deliveries, hand_over, post
+
+HEADERS = {"Host": "127.0.0.1", "Content-Type": "application/json"}
+
+
+def local(port: int, path: str = "/hook") -> Target:
+    return Target("http", "127.0.0.1", port, path, "127.0.0.1")
+
+
+@pytest.mark.parametrize("headers_too", [False, True])
+def test_a_trickling_answer_is_cut_off_at_the_deadline_as_a_failure(headers_too: bool) -> None:
+    # Given a receiver that sends its answer (or even its headers) a byte every 50 ms
+    tarpit = Tarpit(every_s=0.05, headers_too=headers_too)
+    try:
+        # When one delivery with a short total deadline POSTs to it
+        status, error = post(local(tarpit.port), b"{}", HEADERS, Deadline(0.4))
+        # Then no status counts (the answer never came whole), the error says why, and the
+        # connection is closed: the receiver holds nothing
+        assert status is None and error is not None and error.startswith("deadline")
+        wait_until(lambda: tarpit.open_now() == 0, timeout=10)
+        assert tarpit.accepted == ["/hook"]
+    finally:
+        tarpit.stop()
+
+
+def test_a_complete_answer_is_its_status() -> None:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(204 if self.path == "/ok" else 500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert post(local(port, "/ok"), b"{}", HEADERS, Deadline(5)) == (204, None)
+        assert post(local(port, "/no"), b"{}", HEADERS, Deadline(5)) == (500, None)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_refused_connection_is_a_failure_named_by_its_error() -> None:
+    assert post(local(free_port()), b"{}", HEADERS, Deadline(2)) == (None, "ConnectionRefusedError")
+
+
+def test_the_delivery_threads_are_bounded_and_know_what_they_hold() -> None:
+    # Given two delivery threads, both busy
+    deliveries = Deliveries(2)
+    release = threading.Event()
+    try:
+        for name in ("a", "b"):
+            assert deliveries.reserve()
+            deliveries.start(name, lambda: release.wait(10))
+        # Then a third finds no slot, and the two in flight are the ones whose leases are renewed
+        assert not deliveries.reserve()
+        assert sorted(deliveries.held()) == ["a", "b"]
+    finally:
+        release.set()
+    # And once they end, their slots are free again
+    wait_until(lambda: deliveries.held() == [], timeout=10)
+    assert deliveries.reserve() and deliveries.reserve()
+    deliveries.close()
+
+
+@pytest.fixture
+def queue() -> FakeQueue:
+    return FakeQueue()
+
+
+@pytest.fixture
+def core(settings: Settings, queue: FakeQueue) -> Core:
+    """The core over SQLite with the fake queue (where re-sent deliveries go)."""
+    return core_of(migrate(settings), queue)
+
+
+def due(callbacks: Callbacks) -> str:
+    subject_id = str(uuid.uuid4())
+    with callbacks.db.write() as session:
+        callbacks.register(session, subject_id, "task", "https://hooks.example/", "http://api/",
+                           finished=True)
+    return subject_id
+
+
+def test_with_every_thread_busy_the_task_sends_itself_again_shortly(core: Core, queue: FakeQueue) -> None:
+    # Given a worker whose one delivery thread is taken, and a due callback
+    callbacks = core.callbacks
+    deliveries = Deliveries(1)
+    assert deliveries.reserve()
+    subject_id = due(callbacks)
+    # When its message arrives
+    outcome = hand_over(core, deliveries, subject_id)
+    # Then nothing is sent to the receiver from this thread: the message comes back shortly, and
+    # the row's time moved with it (the sweep does not take it for lost)
+    assert outcome == "busy" and queue.countdowns == [(subject_id, BUSY_RETRY_S)]
+    with callbacks.db.read() as session:
+        row = session.get(Callback, subject_id)
+        assert row is not None and row.leased_at is None and row.attempts == 0
+    deliveries.close()
+
+
+def test_a_delivery_in_flight_is_not_handed_over_twice(core: Core, queue: FakeQueue) -> None:
+    # Given a delivery already leased by another worker
+    callbacks = core.callbacks
+    subject_id = due(callbacks)
+    assert callbacks.claim(subject_id) is not None
+    deliveries = Deliveries(2)
+    # When a duplicate message arrives, with threads free or not
+    assert hand_over(core, deliveries, subject_id) == "not due"
+    assert deliveries.reserve() and deliveries.reserve()
+    assert hand_over(core, deliveries, subject_id) == "not due"
+    # Then it is dropped: not started, not sent again
+    assert deliveries.held() == [] and queue.countdowns == []
+    deliveries.close()
