@@ -43,32 +43,20 @@ import soundfile
 from sqlalchemy import delete, insert, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tts_queue.books.assembler import ChapterAssembler  # noqa: E402
-from tts_queue.books.service import BookService  # noqa: E402
+from tts_queue.app.core import Core  # noqa: E402
 from tts_queue.db import Database  # noqa: E402
 from tts_queue.enums import BookStatus, TaskStatus  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
-from tts_queue.storage import open_storage  # noqa: E402
 from tts_queue.storage.cache import AudioCache  # noqa: E402
 from tts_queue.storage.store import AudioStore  # noqa: E402
 from tts_queue.synthesis.audio import Audio  # noqa: E402
-from tts_queue.synthesis.registry import VoiceRegistry  # noqa: E402
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow  # noqa: E402
-from tts_queue.tasks.service import TaskService  # noqa: E402
+from tts_queue.tasks.dispatcher import NoQueue  # noqa: E402
+from tts_queue.tasks.watch import NoWatch  # noqa: E402
 
 RATE = 16000  # the tiny voice's (tests/tiny_voice.py)
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 VARIANTS = 64  # distinct sentence sounds, reused under distinct keys
-
-
-class NoQueue:
-    """A dispatcher that sends nothing (the bench never dispatches)."""
-
-    def dispatch(self, task_id: str, queue: str) -> None: ...
-
-    def ingest(self, book_id: str, queue: str) -> None: ...
-
-    def assemble(self, book_id: str, chapter: int, queue: str) -> None: ...
 
 
 def status_kib(field: str) -> int:
@@ -108,7 +96,8 @@ def populate(data: Path, hours: float) -> dict[str, Any]:
     db.create_all()
     book_id, variants = str(uuid.uuid4()), sounds()
     kinds = ["sentence", "sentence", "sentence", "paragraph"]
-    sentences, audio_s, started = [], 0.0, time.perf_counter()
+    sentences: list[tuple[str, str]] = []
+    audio_s, started = 0.0, time.perf_counter()
     while audio_s < hours * 3600:
         n = len(sentences)
         wav, seconds = variants[n % VARIANTS]
@@ -166,11 +155,8 @@ def prepare(data: Path, book_id: str, mode: str, fmt: str) -> None:
 def child(data: Path, book_id: str) -> None:
     """One run in this fresh process: assemble chapter 1; print the figures as JSON."""
     settings, db, cache = open_parts(data)
-    queue = NoQueue()
-    registry = VoiceRegistry([], loader=lambda spec: None, default="tiny")  # never loads a voice
-    tasks = TaskService(settings, db, cache, registry, queue)
-    books = BookService(tasks, queue, storage=open_storage(settings.storage_url).child("books"))
-    assembler = ChapterAssembler(books, cache, books.storage)
+    core = Core.build(settings, NoQueue(), NoWatch())  # the bench never dispatches nor loads a voice
+    books, assembler = core.books, core.assembler
     books.book(book_id)  # the database is open and warm, the book not yet read
     before = status_kib("VmRSS")
     started = time.perf_counter()

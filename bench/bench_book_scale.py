@@ -61,24 +61,16 @@ def phase(name: str, env: dict[str, str], *args: str) -> dict[str, Any]:
 
 def run_phase(name: str, argument: str) -> None:
     """The child: ``api`` accepts the book file ``argument``; ``worker`` ingests book ``argument``."""
+    from tts_queue.app.core import Core
     from tts_queue.books.ingest import Ingester
-    from tts_queue.books.service import BookService, Upload
-    from tts_queue.db import Database
+    from tts_queue.books.upload import Upload
     from tts_queue.settings import Settings
-    from tts_queue.storage import open_storage
-    from tts_queue.storage.cache import AudioCache
-    from tts_queue.storage.store import AudioStore
-    from tts_queue.synthesis.registry import VoiceRegistry
-    from tts_queue.tasks.service import TaskService
+    from tts_queue.tasks.watch import RedisWatch
     from workers.dispatch import CeleryDispatcher, make_client
 
     settings = Settings.from_env(os.environ)
-    db = Database(settings.database_url)
-    root = open_storage(settings.storage_url)
-    cache = AudioCache(db, AudioStore.from_settings(settings, root))
-    dispatcher = CeleryDispatcher(make_client(settings))
-    tasks = TaskService(settings, db, cache, VoiceRegistry.from_settings(settings), dispatcher)
-    books = BookService(tasks, dispatcher, storage=root.child("books"))  # type: ignore[arg-type]
+    books = Core.build(settings, CeleryDispatcher(make_client(settings)),
+                       RedisWatch.from_settings(settings)).books
     started = time.perf_counter()
     if name == "api":
         book_id = books.accept(Upload(Path(argument).read_bytes(), "book.md", "markdown",

@@ -50,7 +50,7 @@ def populate(db: Database, store: AudioStore, entries: int, tasks: int) -> None:
         for n in range(start, min(entries, start + batch)):
             key = f"{n:064x}"
             path = store.relative_path(key, "wav")
-            target = store.storage.path(path)
+            target = Path(str(store.local_root)) / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(b"RIFF0000")
             when = NOW - timedelta(days=30 if n % 2 else 1)

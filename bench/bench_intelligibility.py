@@ -99,7 +99,8 @@ def to_16k(samples: np.ndarray[Any, Any], rate: int) -> np.ndarray[Any, Any]:
     """Linear resampling to Whisper's 16 kHz (enough for a recognizer)."""
     length = int(round(len(samples) * 16000 / rate))
     positions = np.linspace(0, len(samples) - 1, length)
-    return np.interp(positions, np.arange(len(samples)), samples).astype(np.float32)
+    resampled: np.ndarray[Any, Any] = np.interp(positions, np.arange(len(samples)), samples)
+    return resampled.astype(np.float32)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         return " ".join(segment.text.strip() for segment in segments)
 
     started = time.perf_counter()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for written, spoken in SENTENCES:
         heard = {"normalized": hear(written, True), "raw": hear(written, False),
                  "spoken": hear(spoken, False)}

@@ -20,6 +20,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tts_queue.books.epub import read_epub  # noqa: E402
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         sentences = len(segments)
         changed = sum(1 for s, script in zip(segments, scripts, strict=True)
                       if script != (("text", s.text),))
-    result = {
+    result: dict[str, Any] = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
         "book": Path(args.epub).name, "sentences": sentences, "sentences_changed": changed,

@@ -122,7 +122,7 @@ def summary(runs: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         return {"n": 0, "statuses": dict(statuses)}
 
     def pct(p: float) -> float:
-        return round(times[min(len(times) - 1, int(len(times) * p))], 2)
+        return round(float(times[min(len(times) - 1, int(len(times) * p))]), 2)
 
     return {"n": len(times), "req_s": round(len(times) / seconds, 1), "p50_ms": pct(0.50),
             "p95_ms": pct(0.95), "p99_ms": pct(0.99), "mean_ms": round(statistics.fmean(times), 2),

@@ -44,18 +44,10 @@ from tts_queue.migrate import upgrade  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.storage.retention import Cleaner  # noqa: E402
 from tts_queue.tables import TaskRow  # noqa: E402
+from tts_queue.tasks.dispatcher import NoQueue  # noqa: E402
+from tts_queue.tasks.watch import NoWatch  # noqa: E402
 
 SIZE = 100 * 1024
-
-
-class NoQueue:
-    """Downloads need no broker: a dispatcher that is never called."""
-
-    def dispatch(self, task_id: str, queue: str) -> None:
-        raise RuntimeError("not used")
-
-    def assemble(self, book_id: str, chapter: int, queue: str) -> None:
-        raise RuntimeError("not used")
 
 
 def start_moto() -> tuple[subprocess.Popen[bytes], str]:
@@ -83,7 +75,7 @@ def measure(kind: str, tmp: Path, entries: int, requests_n: int, bucket: str | N
         env["TTS_STORAGE_URL"] = f"s3://{bucket}/bench"
     settings = Settings.from_env(env)
     upgrade(settings.database_url)
-    services = Services.build(settings, dispatcher=NoQueue(), probe=None)
+    services = Services.build(settings, dispatcher=NoQueue(), watch=NoWatch())
     client = create_app(settings, services).test_client()
     cache = services.tasks.cache
     rng = random.Random(7)
