@@ -26,7 +26,7 @@ M = TypeVar("M", bound=BaseModel)
 
 RequestFormat = Literal[REQUEST_FORMATS]  # type: ignore[valid-type]
 BookFormat = Literal[BOOK_FORMATS]  # type: ignore[valid-type]
-Pool = Literal[POOLS]  # type: ignore[valid-type]
+PoolName = Literal[POOLS]  # type: ignore[valid-type]
 
 
 class _Body(BaseModel):
@@ -53,7 +53,7 @@ class SpeechRequest(_Body):
     text_type: Literal["text", "ssml"] | None = Field(None, description="ssml: the text is the SSML "
                                                       "subset (README); text starting <speak> is SSML "
                                                       "when absent.")
-    pool: Pool | None = Field(None, description="The worker pool (routing per voice when absent).")
+    pool: PoolName | None = Field(None, description="The worker pool (routing per voice when absent).")
     keep: bool = Field(False, description="Never evict the audio by age or pressure until released.")
     callback_url: str | None = Field(None, max_length=2048, description="POST the task's JSON here when it "
                                      "finishes (signed; public http(s) addresses only unless "
@@ -74,7 +74,7 @@ class BookRequest(_Body):
     format: BookFormat | None = Field(None, description="Chapter audio format (TTS_BOOK_FORMAT).")
     chapters: str | None = Field(None, max_length=1000, description="A range such as 2-5 or 1,3,7-9.")
     normalize: bool = Field(True, description="Read numbers, abbreviations and symbols as words.")
-    pool: Pool | None = None
+    pool: PoolName | None = None
     keep: bool = False
     callback_url: str | None = Field(None, max_length=2048, description="POST the book's JSON here when it "
                                      "finishes.")

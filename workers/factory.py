@@ -17,7 +17,7 @@ from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.heartbeat import Heartbeats
 from tts_queue.tasks.keys import CLEANUP, REQUEUE, RedisKeys, queue_name
 from workers.dispatch import CeleryDispatcher, make_client
-from workers.markers import AssemblyLock, BrokerMarker, ConsumedMarker
+from workers.markers import AssemblyLock, ConsumedMarker, RedisBrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
 from workers.signals import connect_signals
@@ -49,7 +49,7 @@ def make_celery(settings: Settings) -> Celery:
     assert settings.services.redis_url
     client = redis_client(settings.services.redis_url)  # one client for markers, heartbeats, sweep
     keys = RedisKeys(settings.services.queue_prefix)
-    marker = BrokerMarker(client, keys)
+    marker = RedisBrokerMarker(client, keys)
     app.tts_marker = marker  # type: ignore[attr-defined]
     deliveries = Deliveries(settings.webhooks.concurrency)  # webhooks' own threads, not Celery's
     app.tts_deliveries = deliveries  # type: ignore[attr-defined]

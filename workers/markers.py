@@ -1,6 +1,6 @@
 """What a worker keeps in Redis beside Celery's own keys, one class per purpose.
 
-- ``BrokerMarker``: a key with no expiry that lives exactly as long as the broker's data, so the
+- ``RedisBrokerMarker``: a key with no expiry that lives exactly as long as the broker's data, so the
   recovery sweep can tell that a restart or a flush lost every queued message.
 - ``ConsumedMarker``: a short-lived key set whenever this worker takes a task off a queue, so
   ``/readyz`` proves a worker still consumes, not only that it answers pings.
@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 ASSEMBLY_LOCK_S = 900
 
 
-class BrokerMarker:
-    """The ``BrokerMarker`` of ``tts_queue.tasks.recovery``: present while the broker keeps its data."""
+class RedisBrokerMarker:
+    """``tts_queue.tasks.recovery.BrokerMarker`` in Redis: present while the broker keeps its data."""
 
     def __init__(self, client: Any, keys: RedisKeys) -> None:
         self.client = client

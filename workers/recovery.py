@@ -19,7 +19,7 @@ from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.keys import SYNTHESIZE, task_queues
 from tts_queue.tasks.recovery import requeue_lost
 from tts_queue.tasks.rows import TaskRows
-from workers.markers import BrokerMarker
+from workers.markers import RedisBrokerMarker
 from workers.runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def _task_id(raw: bytes, wrapped: bool = False) -> str | None:
     return str(task_id) if task_id else None
 
 
-def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: BrokerMarker) -> int:
+def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: RedisBrokerMarker) -> int:
     """Re-dispatch tasks whose messages are lost or whose worker died; how many."""
     grace = timedelta(seconds=settings.worker.outbox_grace_s)
     queues = task_queues(settings.services.queue_prefix)
@@ -62,7 +62,7 @@ def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: 
                         messages=lambda: broker_messages(marker.client, queues))
 
 
-def sweep(runtime: WorkerRuntime, marker: BrokerMarker) -> int:
+def sweep(runtime: WorkerRuntime, marker: RedisBrokerMarker) -> int:
     """The recovery sweep (``tts.requeue_lost``, every ``TTS_SWEEP_INTERVAL_S``): send again what a
     broker restart or a dead worker lost, refill the bulk windows, repair chapter counters that lag
     their rows, assemble the chapters whose sentences are all done but never were, resend stalled

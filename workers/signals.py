@@ -27,7 +27,7 @@ from tts_queue import metrics
 from tts_queue.errors import ConfigError
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import SYNTHESIZE
-from workers.markers import BrokerMarker, ConsumedMarker
+from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import requeue
 from workers.runtime import RuntimeHolder
 from workers.webhooks import Deliveries
@@ -59,7 +59,7 @@ class Leases:
             return list(self._held)
 
 
-def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, marker: BrokerMarker,
+def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, marker: RedisBrokerMarker,
                     consumed: ConsumedMarker, deliveries: Deliveries | None = None) -> None:
     """Connect the worker's handlers for ``app`` (see the module docstring)."""
     settings = holder.settings

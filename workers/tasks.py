@@ -29,7 +29,7 @@ from tts_queue import metrics
 from tts_queue.backoff import backoff_s
 from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
 from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE
-from workers.markers import AssemblyLock, BrokerMarker
+from workers.markers import AssemblyLock, RedisBrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
 from workers.webhooks import Deliveries, hand_over
@@ -62,7 +62,7 @@ def resend_when_storage_blocked(task: Task[Any, Any], exc: BaseException, what: 
     return True
 
 
-def register_tasks(app: Celery, holder: RuntimeHolder, marker: BrokerMarker, lock: AssemblyLock,
+def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker, lock: AssemblyLock,
                    deliveries: Deliveries) -> None:
     """Register the six tasks of the module docstring on ``app`` (``shared=False``: Celery would
     otherwise put these closures on every app created later in the process, and a second app
