@@ -21,7 +21,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,8 @@ from tts_queue.tasks.heartbeat import WorkerInfo
 from tts_queue.tasks.keys import RedisKeys
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from tts_queue.app.core import Core
     from tts_queue.storage.cache import AudioCache
     from tts_queue.storage.local import LocalStorage
@@ -516,6 +520,14 @@ class Tarpit:
                     self.open[path] -= 1
 
 
+def dead(pid: int) -> bool:
+    """Whether ``pid`` has exited (gone, or a zombie nobody reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 # --- the adapter tests' fake queue ---------------------------------------------------------------
 
 
@@ -608,3 +620,52 @@ def local(cache: AudioCache) -> LocalStorage:
     storage = cache.store.storage
     assert isinstance(storage, LocalStorage), "this test needs the audio on a local disk"
     return storage
+
+
+# --- the API plus a worker under test --------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    """A service under test: its settings, one real worker process, its Celery app, and, when
+    asked for, the API under gunicorn (``url``)."""
+
+    settings: Settings
+    data_dir: Path
+    worker: WorkerProcess
+    app: Celery
+    url: str = ""
+    servers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def api(self, log_name: str, **env: str) -> str:
+        """One more API process (gunicorn) over the same service, with ``env``; its URL."""
+        server, url = start_api(self.settings, self.data_dir / log_name, 64, **env)
+        self.servers.append(server)
+        return url
+
+
+@contextmanager
+def served(data_dir: Path, redis_url: str, voices_dir: Path | None = None, gunicorn: bool = False,
+           worker_env: dict[str, str] | None = None, api_env: dict[str, str] | None = None,
+           **env: str) -> Iterator[Served]:
+    """Run a service for a test module: migrated settings over ``data_dir`` and the real Redis
+    (``voices_dir``: the tiny voice; ``None``: the real one; ``env``: settings), one worker (with
+    ``worker_env`` besides, e.g. ``hooked(...)``), gunicorn too when ``gunicorn``; all stopped
+    after."""
+    from workers.factory import make_celery
+
+    flush_queues(redis_url)
+    settings = service_settings(data_dir, redis_url, voices_dir, **env)
+    worker = WorkerProcess(settings, f"{data_dir.name}-{uuid.uuid4().hex[:6]}@localhost",
+                           data_dir / "worker.log", **(worker_env or {}))
+    service = Served(settings, data_dir, worker, make_celery(settings))
+    try:
+        worker.wait_ready(service.app)
+        if gunicorn:
+            service.url = service.api("api.log", **(api_env or {}))
+        yield service
+    finally:
+        for server in service.servers:
+            server.terminate()
+            server.wait(timeout=30)
+        worker.stop()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import dead
 from tts_queue.cli.supervisor import Backoff, Process, RestartPolicy, Supervisor
 
 POLICY = RestartPolicy(first_delay_s=1.0, max_delay_s=8.0, max_restarts=5, window_s=60.0,
@@ -261,14 +262,6 @@ def test_a_signal_ends_waiting_with_exit_code_0() -> None:
 # --- the same supervisor on real (tiny) processes: /bin/sh, no model, milliseconds ------------
 
 FAST = RestartPolicy(first_delay_s=0.01, max_delay_s=0.05, max_restarts=3, window_s=60.0)
-
-
-def dead(pid: int) -> bool:
-    """Whether ``pid`` has exited (gone, or a zombie nobody reaped yet)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def poll_until(check: Callable[[], object], sup: Supervisor | None = None, timeout: float = 10.0) -> None:

@@ -134,14 +134,6 @@ def test_audio_of_a_queued_task_is_a_conflict(client: FlaskClient) -> None:
     assert response.status_code == 409 and error_of(response) == "audio_not_ready"
 
 
-def test_cancel_then_cancel_again(client: FlaskClient) -> None:
-    task = client.post("/v1/tts", json={"text": "Cancel me."}).get_json()
-    first = client.delete(f"/v1/tasks/{task['task_id']}")
-    second = client.delete(f"/v1/tasks/{task['task_id']}")
-    assert first.status_code == 200 and first.get_json()["status"] == "cancelled"
-    assert second.status_code == 409 and error_of(second) == "task_not_cancellable"
-
-
 def test_broker_down_is_a_503_and_loses_nothing_silently(
     client: FlaskClient, queue: FakeQueue, services: Services
 ) -> None:

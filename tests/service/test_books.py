@@ -18,12 +18,11 @@ from sqlalchemy import func, select
 
 from api import create_app
 from tests.conftest import sherlock_epub
-from tests.support import QUEUE_PREFIX, WorkerProcess, flush_queues, service_settings, wait_until
+from tests.support import QUEUE_PREFIX, served, wait_until
 from tts_queue.books.assembler import decode
 from tts_queue.books.source import parse_book
 from tts_queue.db import Database
 from tts_queue.tables import TaskRow
-from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
 
@@ -40,14 +39,9 @@ def small_book() -> str:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[dict[str, Any]]:
     """A worker and an API over one SQLite database."""
-    data_dir = tmp_path_factory.mktemp("books")
-    flush_queues(redis_url)
-    settings = service_settings(data_dir, redis_url, TTS_SYNC_WAIT_S="60")  # the real voice
-    worker = WorkerProcess(settings, f"books-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
-    worker.wait_ready(make_celery(settings))
-    yield {"settings": settings, "client": create_app(settings).test_client(), "worker": worker,
-           "db": Database(settings.database_url)}
-    worker.stop()
+    with served(tmp_path_factory.mktemp("books"), redis_url, TTS_SYNC_WAIT_S="60") as stack:  # the real voice
+        yield {"settings": stack.settings, "client": create_app(stack.settings).test_client(),
+               "worker": stack.worker, "db": Database(stack.settings.database_url)}
 
 
 def srt_cues(text: str) -> list[tuple[float, float]]:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 import zipfile
 from collections.abc import Iterator
 from datetime import timedelta
@@ -28,19 +27,15 @@ from sqlalchemy import func, select, update
 
 from tests.support import (
     ROOT,
-    WorkerProcess,
-    flush_queues,
     hooked,
-    service_settings,
+    served,
     settings_env,
-    start_api,
     wait_until,
 )
 from tts_queue.cli.main import main
 from tts_queue.db import Database, utcnow
 from tts_queue.storage import open_storage
 from tts_queue.tables import BookRow, SentenceRow, TaskRow
-from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
 FINISHED = ("done", "failed", "cancelled")
@@ -50,17 +45,10 @@ FINISHED = ("done", "failed", "cancelled")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
     """The API under gunicorn and one worker whose model calls take 20 ms (tiny voice)."""
-    data_dir = tmp_path_factory.mktemp("books-untrusted")
-    flush_queues(redis_url)
-    settings = service_settings(data_dir, redis_url, voices_dir, TTS_MAX_BOOK_CHARS="2000000")
-    worker = WorkerProcess(settings, f"untrusted-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log",
-                           **hooked(TTS_TEST_BATCH_DELAY_MS="20"))
-    worker.wait_ready(make_celery(settings))
-    server, url = start_api(settings, data_dir / "api.log")
-    yield {"settings": settings, "url": url, "db": Database(settings.database_url), "dir": data_dir}
-    server.terminate()
-    server.wait(timeout=30)
-    worker.stop()
+    with served(tmp_path_factory.mktemp("books-untrusted"), redis_url, voices_dir, gunicorn=True,
+                worker_env=hooked(TTS_TEST_BATCH_DELAY_MS="20"), TTS_MAX_BOOK_CHARS="2000000") as stack:
+        yield {"settings": stack.settings, "url": stack.url, "db": Database(stack.settings.database_url),
+               "dir": stack.data_dir}
 
 
 def post_book(url: str, **body: Any) -> requests.Response:

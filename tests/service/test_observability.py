@@ -23,10 +23,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import ROOT, WorkerProcess, flush_queues, service_settings, start_api, wait_until
+from tests.support import ROOT, served, wait_until
 from tts_queue.access.keys import ApiKeys
 from tts_queue.db import Database
-from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = ROOT / "test-artifacts"
@@ -38,22 +37,15 @@ CHROMIUM = next((path for path in map(shutil.which, ("chromium", "chromium-brows
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
     data_dir = tmp_path_factory.mktemp("observe")
-    flush_queues(redis_url)
     shared = data_dir / "metrics"
     shared.mkdir()
-    settings = service_settings(data_dir, redis_url, voices_dir)
-    worker = WorkerProcess(settings, f"observe-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log",
-                           PROMETHEUS_MULTIPROC_DIR=str(shared))
-    worker.wait_ready(make_celery(settings))
-    server, url = start_api(settings, data_dir / "api.log", PROMETHEUS_MULTIPROC_DIR=str(shared))
-    # the same service behind a second API process that requires keys (the page with auth on)
-    key = ApiKeys(Database(settings.database_url)).create("pager")[1]
-    keyed, keyed_url = start_api(settings, data_dir / "api-keyed.log", TTS_AUTH="required")
-    yield {"url": url, "data_dir": data_dir, "keyed_url": keyed_url, "key": key}
-    for process in (server, keyed):
-        process.terminate()
-        process.wait(timeout=30)
-    worker.stop()
+    multiproc = {"PROMETHEUS_MULTIPROC_DIR": str(shared)}
+    with served(data_dir, redis_url, voices_dir, gunicorn=True, worker_env=multiproc,
+                api_env=multiproc) as stack:
+        # the same service behind a second API process that requires keys (the page with auth on)
+        key = ApiKeys(Database(stack.settings.database_url)).create("pager")[1]
+        keyed_url = stack.api("api-keyed.log", TTS_AUTH="required")
+        yield {"url": stack.url, "data_dir": data_dir, "keyed_url": keyed_url, "key": key}
 
 
 def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -24,8 +24,7 @@ import openai
 import pytest
 import requests
 
-from tests.support import WorkerProcess, flush_queues, hooked, service_settings, start_api
-from workers.factory import make_celery
+from tests.support import hooked, served
 
 pytestmark = pytest.mark.integration
 DELAY_MS = 150  # per model call: ten sentences take at least 1.5 s
@@ -34,17 +33,11 @@ DELAY_MS = 150  # per model call: ten sentences take at least 1.5 s
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
-    data_dir = tmp_path_factory.mktemp("openai")
-    flush_queues(redis_url)
-    settings = service_settings(data_dir, redis_url, voices_dir, TTS_OPENAI_VOICES="nova=multi")
-    worker = WorkerProcess(settings, f"openai-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log",
-                           **hooked(TTS_TEST_BATCH_DELAY_MS=str(DELAY_MS)))
-    worker.wait_ready(make_celery(settings))
-    server, url = start_api(settings, data_dir / "api.log")
-    yield {"url": url, "client": openai.OpenAI(base_url=f"{url}/v1", api_key="sk-anything", max_retries=0)}
-    server.terminate()
-    server.wait(timeout=30)
-    worker.stop()
+    with served(tmp_path_factory.mktemp("openai"), redis_url, voices_dir, gunicorn=True,
+                worker_env=hooked(TTS_TEST_BATCH_DELAY_MS=str(DELAY_MS)),
+                TTS_OPENAI_VOICES="nova=multi") as stack:
+        yield {"url": stack.url,
+               "client": openai.OpenAI(base_url=f"{stack.url}/v1", api_key="sk-anything", max_retries=0)}
 
 
 def sentences(count: int) -> str:

@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 from api import create_app
-from tests.support import QUEUE_PREFIX, WorkerProcess, flush_queues, service_settings, wait_until
+from tests.support import QUEUE_PREFIX, served, wait_until
 from tts_queue.cli.main import main
 from tts_queue.enums import Lane
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings, current_values
 from tts_queue.tasks.keys import CLEANUP, queue_name
-from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
 
@@ -26,16 +25,11 @@ pytestmark = pytest.mark.integration
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
     """An API and a worker whose cleanup deletes everything unpinned (ages of zero, no grace)."""
-    data_dir = tmp_path_factory.mktemp("retention")
-    flush_queues(redis_url)
-    settings = service_settings(data_dir, redis_url, voices_dir, TTS_DELETE_GRACE_S="0")
-    env = {k: v for k, v in current_values(settings).items() if v}
-    app = make_celery(settings)
-    worker = WorkerProcess(settings, f"ret-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log",
-                           TTS_DELETE_GRACE_S="0", TTS_AUDIO_TTL_DAYS="0", TTS_TASK_TTL_DAYS="0")
-    worker.wait_ready(app)
-    yield {"settings": settings, "env": env, "app": app, "client": create_app(settings).test_client()}
-    worker.stop()
+    with served(tmp_path_factory.mktemp("retention"), redis_url, voices_dir, TTS_DELETE_GRACE_S="0",
+                worker_env={"TTS_AUDIO_TTL_DAYS": "0", "TTS_TASK_TTL_DAYS": "0"}) as stack:
+        env = {k: v for k, v in current_values(stack.settings).items() if v}
+        yield {"settings": stack.settings, "env": env, "app": stack.app,
+               "client": create_app(stack.settings).test_client()}
 
 
 def submit_done(client: Any, text: str, **fields: Any) -> str:

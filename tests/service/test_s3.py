@@ -19,10 +19,9 @@ import pytest
 import requests
 
 from api import create_app
-from tests.support import WorkerProcess, flush_queues, service_settings, wait_until
+from tests.support import served, wait_until
 from tts_queue.cli.main import main
 from tts_queue.settings import current_values
-from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
 
@@ -34,17 +33,12 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoin
     bucket = f"tts-svc-{uuid.uuid4().hex[:10]}"
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=bucket)
-    data_dir = tmp_path_factory.mktemp("s3-service")
-    flush_queues(redis_url)
-    settings = service_settings(data_dir, redis_url, voices_dir, TTS_STORAGE_URL=f"s3://{bucket}/tts",
-                                TTS_DELETE_GRACE_S="0", TTS_SYNC_WAIT_S="60")
-    env = {k: v for k, v in current_values(settings).items() if v}
-    worker = WorkerProcess(settings, f"s3-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
-    worker.wait_ready(make_celery(settings))
-    app = create_app(settings)
-    yield {"settings": settings, "env": env, "bucket": bucket, "s3": s3, "app": app,
-           "client": app.test_client()}
-    worker.stop()
+    with served(tmp_path_factory.mktemp("s3-service"), redis_url, voices_dir, TTS_STORAGE_URL=f"s3://{bucket}/tts",
+                TTS_DELETE_GRACE_S="0", TTS_SYNC_WAIT_S="60") as stack:
+        env = {k: v for k, v in current_values(stack.settings).items() if v}
+        app = create_app(stack.settings)
+        yield {"settings": stack.settings, "env": env, "bucket": bucket, "s3": s3, "app": app,
+               "client": app.test_client()}
 
 
 def keys(service: dict[str, Any], prefix: str) -> list[str]:

@@ -4,6 +4,7 @@ and SQLite and PostgreSQL in turn (the module runs once per backend)."""
 from __future__ import annotations
 
 import io
+import threading
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from api import create_app
+from api.services import WAITERS
 from tests.support import WorkerProcess, announce_idle_worker, wait_until
 from tts_queue.db import Database
 from tts_queue.settings import PoolSettings, Settings
@@ -185,8 +187,10 @@ def test_a_pool_without_a_live_worker_is_refused_with_no_worker(client: FlaskCli
     assert response.headers["Retry-After"] == "10"
 
 
-def test_cancel_a_queued_task(client: FlaskClient, backend_settings: Settings) -> None:
-    # Given a task routed to the gpu pool, whose only worker consumes nothing, so it stays queued
+def test_cancel_a_queued_task_and_its_long_poll_wakes_at_once(backend_settings: Settings) -> None:
+    # Given a task routed to the gpu pool, whose only worker consumes nothing, so it stays queued,
+    # and an API that re-reads a waiting task's row only every 60 s (only a signal wakes a wait)
+    client = create_app(backend_settings.replace(**{"api.wait_recheck_s": 60.0})).test_client()
     url = str(backend_settings.services.redis_url)
     idle = announce_idle_worker(url, backend_settings.services.queue_prefix)
     try:
@@ -195,16 +199,32 @@ def test_cancel_a_queued_task(client: FlaskClient, backend_settings: Settings) -
         redis.Redis.from_url(client_url(url)).delete(idle)
     task_id = response.get_json()["task_id"]
     assert response.status_code == 202
+    # And a client long-polling it
+    polled: dict[str, Any] = {}
 
-    # When it is cancelled, then again
+    def poll() -> None:
+        polled["body"] = client.get(f"/v1/tasks/{task_id}?wait=30").get_json()
+        polled["at"] = time.monotonic()
+
+    slots = client.application.extensions[WAITERS]
+    free = slots._value  # noqa: SLF001 - the semaphore's count: a waiter holds one
+    poller = threading.Thread(target=poll)
+    poller.start()
+    wait_until(lambda: slots._value < free, timeout=10)  # noqa: SLF001 - the poll waits now
+    # When it is cancelled through the API, then again
+    cancelled_at = time.monotonic()
     cancelled = client.delete(f"/v1/tasks/{task_id}")
     again = client.delete(f"/v1/tasks/{task_id}")
-
+    poller.join(40)
     # Then the first cancels it and the second is a clear conflict
     assert cancelled.status_code == 200 and cancelled.get_json()["status"] == "cancelled"
     assert again.status_code == 409
     assert again.get_json()["error"]["code"] == "task_not_cancellable"
     assert client.get(f"/v1/tasks/{task_id}/audio").status_code == 409
+    # And the long-poll answered cancelled within a second of the cancel: the cancel's signal woke
+    # it (without it the answer waits for the 30 s deadline's re-read)
+    assert polled["body"]["status"] == "cancelled"
+    assert polled["at"] - cancelled_at < 1.0, polled["at"] - cancelled_at
 
 
 def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -> None:
@@ -217,9 +237,17 @@ def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -
     # the worker is known from its heartbeat: its pool and where its voices run
     assert worker.name in body["checks"]["pools"]["cpu"] and worker.name in body["checks"]["providers"]
     # and a probe in a loop is answered from the shared report, without checking again
-    started = time.monotonic()
+    readiness = client.application.extensions["tts"].readiness
+    refreshes: list[object] = []
+    refresh = readiness._refresh  # noqa: SLF001 - counted, not changed
+
+    def counted(last: Any) -> Any:
+        refreshes.append(last)
+        return refresh(last)
+
+    readiness._refresh = counted  # noqa: SLF001
     assert all(client.get("/readyz").status_code == 200 for _ in range(20))
-    assert time.monotonic() - started < 2
+    assert len(refreshes) <= 1  # at most the one the report's 2 s lifetime allows
 
 
 def test_long_poll_is_woken_by_the_workers_signal(backend_settings: Settings) -> None:

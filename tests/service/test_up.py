@@ -16,7 +16,7 @@ import pytest
 import requests
 import soundfile
 
-from tests.support import ROOT, free_port, hooked, ready, start_up, stop, tiny_voice_env, wait_until
+from tests.support import ROOT, dead, free_port, hooked, ready, start_up, stop, tiny_voice_env, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -120,14 +120,6 @@ def finish(url: str, task_id: str, timeout: float = 60.0) -> str:
         if status in ("done", "failed", "cancelled"):
             break
     return status
-
-
-def dead(pid: int) -> bool:
-    """Whether ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def answers(url: str, path: str) -> bool:

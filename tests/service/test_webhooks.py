@@ -39,11 +39,8 @@ from tests.support import (
     QUEUE_PREFIX,
     FakeQueue,
     Tarpit,
-    WorkerProcess,
-    flush_queues,
     migrate,
-    service_settings,
-    start_api,
+    served,
     wait_until,
 )
 from tts_queue.db import Database
@@ -53,7 +50,6 @@ from tts_queue.tables import Callback, TaskRow
 from tts_queue.tasks.callbacks import Callbacks
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.keys import DELIVER, REQUEUE, queue_name, webhook_queue
-from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
 SECRET = "webhook-s3cret"
@@ -135,27 +131,20 @@ def callback_of(url: str, task_id: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
-    data_dir = tmp_path_factory.mktemp("webhooks")
-    flush_queues(redis_url)
     receiver, slow, many = Receiver(), Tarpit(), Tarpit()  # their ports are the ones allowed
     ports = ",".join(str(port) for port in (80, 443, receiver.port, slow.port, many.port))
     # A lease shorter than a delivery's deadline (5 s): only its renewal while the delivery runs
     # keeps the sweep from taking an attempt in flight for lost and sending it a second time.
-    settings = service_settings(data_dir, redis_url, voices_dir, TTS_WEBHOOK_SECRET=SECRET,
-                                TTS_WEBHOOK_ALLOW_PRIVATE="true", TTS_WEBHOOK_BACKOFF_S="0.3",
-                                TTS_WEBHOOK_PORTS=ports, TTS_LEASE_S="4")
-    log = data_dir / "worker.log"
-    worker = WorkerProcess(settings, f"hooks-{uuid.uuid4().hex[:6]}@localhost", log)
-    app = make_celery(settings)
-    worker.wait_ready(app)
-    server, url = start_api(settings, data_dir / "api.log")
-    yield {"url": url, "receiver": receiver, "slow": slow, "many": many, "log": log, "app": app,
-           "settings": settings, "redis_url": redis_url}
-    server.terminate()
-    server.wait(timeout=30)
-    worker.stop()
-    slow.stop()
-    many.stop()
+    try:
+        with served(tmp_path_factory.mktemp("webhooks"), redis_url, voices_dir, gunicorn=True,
+                    TTS_WEBHOOK_SECRET=SECRET, TTS_WEBHOOK_ALLOW_PRIVATE="true", TTS_WEBHOOK_BACKOFF_S="0.3",
+                    TTS_WEBHOOK_PORTS=ports, TTS_LEASE_S="4") as stack:
+            yield {"url": stack.url, "receiver": receiver, "slow": slow, "many": many,
+                   "log": stack.data_dir / "worker.log", "app": stack.app, "settings": stack.settings,
+                   "redis_url": redis_url}
+    finally:
+        slow.stop()
+        many.stop()
 
 
 def test_a_finished_task_calls_back_signed_and_retries_until_a_success(service: dict[str, Any]) -> None:
