@@ -25,21 +25,11 @@ from tts_queue.synthesis.audio import Audio
 
 
 @pytest.fixture()
-def queue() -> FakeQueue:
-    return FakeQueue()
-
-
-@pytest.fixture()
 def services(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> Services:
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                   "TTS_MAX_TEXT_CHARS": "500", "TTS_VOICE_POOLS": "tiny=gpu"})
     migrate(settings)
     return Services.build(settings, dispatcher=queue, watch=queue)
-
-
-@pytest.fixture()
-def client(services: Services) -> FlaskClient:
-    return create_app(services.settings, services).test_client()
 
 
 UNKNOWN_ID = "7c1e5b7a-5d2e-4b8e-9a43-2f6d0c9e1a11"  # a well-formed id no task has (fixed: pytest-xdist

@@ -10,19 +10,13 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from api import create_app
 from api.services import Services
-from tests.service.test_api import error_of
+from tests.adapters.test_api import error_of
 from tests.support import FakeQueue, migrate
 from tts_queue.settings import Settings
 from tts_queue.synthesis import normalize as normalize_module
 from tts_queue.synthesis import request as request_module
 from tts_queue.tables import TaskRow
-
-
-@pytest.fixture()
-def queue() -> FakeQueue:
-    return FakeQueue()
 
 
 @pytest.fixture()
@@ -34,11 +28,6 @@ def services(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> Services:
                                   "TTS_LEXICON": str(lexicon)})
     migrate(settings)
     return Services.build(settings, dispatcher=queue, watch=queue)
-
-
-@pytest.fixture()
-def client(services: Services) -> FlaskClient:
-    return create_app(services.settings, services).test_client()
 
 
 def row_of(services: Services, task_id: str) -> TaskRow:
