@@ -131,10 +131,12 @@ def test_pcm_is_raw_16_bit_mono_at_24_khz_as_openai_documents() -> None:
 def test_a_streamed_file_is_sent_as_it_is_encoded_and_is_the_file_stored(fmt: str) -> None:
     # Given 3 s of a tone arriving as three sentences of 1 s
     audio = tone(3.0)
-    encoder = StreamEncoder(fmt, RATE)
-    # When each piece is written as it comes
+    store = io.BytesIO()
+    encoder = StreamEncoder(fmt, RATE, store)
+    # When each piece is written as it comes (into the file to store, and handed out)
     sent = [encoder.write(piece) for piece in np.split(audio.samples, [RATE, 2 * RATE])]
-    tail, stored = encoder.close()
+    tail = encoder.close()
+    stored = store.getvalue()
     streamed = b"".join(sent) + tail
     # Then audio leaves with the first second already, not only at the end
     assert len(sent[0]) > 0.2 * len(streamed)
@@ -157,7 +159,7 @@ def test_a_streamed_file_is_sent_as_it_is_encoded_and_is_the_file_stored(fmt: st
 
 def test_ogg_vorbis_cannot_be_streamed() -> None:
     with pytest.raises(UnsupportedFormat):
-        StreamEncoder("ogg", RATE)
+        StreamEncoder("ogg", RATE, io.BytesIO())
 
 
 def test_decode_blocks_reads_a_file_frame_by_frame(tmp_path: Path) -> None:

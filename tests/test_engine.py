@@ -224,7 +224,11 @@ class RecordingEngine:
         self.keys.append(key)
         model = self.registry.load(key.voice).model
         items = model.run_batch(sentences, key.scales, key.speaker)
-        return [SentenceResult(audio=item, batch_size=len(items)) for item in items]
+        results = [SentenceResult(audio=item, batch_size=len(items)) for item in items]
+        for index, result in enumerate(results):
+            if on_result is not None:
+                on_result(index, result)
+        return results
 
 
 def test_synthesizer_joins_exact_sentence_audio_with_silences(
@@ -263,10 +267,14 @@ def test_streamed_pieces_come_in_order_and_join_into_the_result(
     # When it is synthesized
     result = call(synthesizer.synthesize, request, on_audio=lambda samples, rate: pieces.append(samples))
     # Then the pieces are the sentences with the silences between them, in order: joined, they
-    # are exactly the result's audio
+    # are exactly the audio the same request makes unstreamed
     gap = SAMPLE_RATE * settings.request.sentence_silence_ms // 1000
     assert len(pieces) == 5 and all(len(p) == gap and not p.any() for p in pieces[1::2])
-    np.testing.assert_array_equal(np.concatenate(pieces), result.audio.samples)
+    whole = call(synthesizer.synthesize, request)
+    np.testing.assert_array_equal(np.concatenate(pieces), whole.audio.samples)
+    # And nothing of the streamed audio stayed behind: the result only says how long it was
+    assert len(result.audio.samples) == 0
+    assert result.duration_s == whole.duration_s == len(whole.audio.samples) / SAMPLE_RATE
 
 
 def test_synthesizer_builds_scales_from_speed_and_noise_overrides(

@@ -225,7 +225,7 @@ def test_a_full_disk_is_storage_full_and_costs_no_attempt(
     def full(*_: Any, **__: Any) -> str:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(world["cache"].store, "write", full)
+    monkeypatch.setattr(world["cache"].store, "write_file", full)
     # When the task runs
     with pytest.raises(StorageFull):
         world["executor"].execute(task_id)
@@ -246,7 +246,7 @@ def test_an_unreachable_bucket_waits_like_a_full_disk(
     def down(*_: Any, **__: Any) -> str:
         raise StorageUnavailable("the object store cannot be reached: connection refused")
 
-    monkeypatch.setattr(world["cache"].store, "write", down)
+    monkeypatch.setattr(world["cache"].store, "write_file", down)
     # When the task runs, the error says so (the worker retries after TTS_STORAGE_RETRY_S, for ever)
     with pytest.raises(StorageUnavailable) as raised:
         world["executor"].execute(task_id)

@@ -99,6 +99,13 @@ class TextTooLong(InvalidText):
     http_status = 413
 
 
+class AudioTooLong(InvalidText):
+    """What the text says would make more audio than ``TTS_MAX_AUDIO_S`` allows (estimated from the
+    spoken form, its speed and SSML rates and breaks)."""
+
+    code = "audio_too_long"
+
+
 class NothingToSpeak(InvalidText):
     """The text has no letters or digits (emoji or symbols only)."""
 

@@ -98,6 +98,9 @@ class RequestSettings:
     """Limits and defaults of a synthesis request."""
 
     max_text_chars: int = setting(5000, "longest accepted text (before and after Unicode normalization)")
+    max_audio_s: float = setting(1800.0, "longest audio one request (or one book sentence) may make, "
+                                 "estimated at submission from what is said (numbers read as words, "
+                                 "SSML breaks) at its speed and rates: over it, a 400 `audio_too_long`")
     max_sentence_phonemes: int = setting(400, "longer sentences are cut at word boundaries")
     sentence_silence_ms: int = setting(200, "silence between sentences")
     default_format: str = setting("wav", "format when a request names none", choices=REQUEST_FORMATS)

@@ -34,7 +34,7 @@ from tts_queue.books.service import BookService
 from tts_queue.books.upload import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT
 from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus
-from tts_queue.errors import BookError, BookTooLarge, EmptyBook, NothingToSpeak, QuotaExceeded
+from tts_queue.errors import AudioTooLong, BookError, BookOverQuota, BookTooLarge, EmptyBook, NothingToSpeak
 from tts_queue.synthesis.request import build_request
 from tts_queue.tables import ApiKey, BookRow, CacheEntry
 from tts_queue.tasks.rows import NewTask
@@ -78,7 +78,7 @@ class Ingester:
         try:
             self._ingest(row)
             metrics.stage("book_ingest", time.perf_counter() - began)
-        except BookError as exc:
+        except (BookError, AudioTooLong) as exc:  # a sentence over TTS_MAX_AUDIO_S fails the book too
             log.info("book %s: %s: %s", book_id, exc.code, exc.message)
             self._give_up(row, exc.code, exc.message)
             return BookStatus.FAILED
@@ -138,7 +138,7 @@ class Ingester:
             if index + len(planned) > limit:
                 raise BookTooLarge(f"the book has more than {limit} sentences (TTS_MAX_BOOK_SENTENCES)")
             if room is not None and index + len(planned) > room:
-                raise QuotaExceeded("the book has more sentences than its key may have queued (its quota); "
+                raise BookOverQuota("the book has more sentences than its key may have queued (its quota); "
                                     "render it when earlier work has finished")
             cached = self._cached({key for _, _, key in planned})
             now = self.clock()

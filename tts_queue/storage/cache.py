@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from cachetools import LRUCache
 from sqlalchemy import delete, update
@@ -115,8 +116,20 @@ class AudioCache:
             alignment: dict[str, object] | None = None, content_type: str | None = None) -> CachedAudio:
         """Store audio for ``key`` atomically and record it (idempotent)."""
         relative = self.store.write(key, fmt, data, alignment, content_type)
+        return self._record(key, relative, fmt, voice, len(data), duration_s)
+
+    def put_file(self, key: str, fmt: str, voice: str, source: Path, duration_s: float,
+                 alignment: dict[str, object] | None = None, content_type: str | None = None) -> CachedAudio:
+        """Store a finished audio file for ``key`` (made in ``store.scratch()``, fsynced) and record
+        it (idempotent): what a worker makes sentence by sentence is never whole in memory."""
+        size = source.stat().st_size
+        relative = self.store.write_file(key, fmt, source, alignment, content_type)
+        return self._record(key, relative, fmt, voice, size, duration_s)
+
+    def _record(self, key: str, relative: str, fmt: str, voice: str, size: int,
+                duration_s: float) -> CachedAudio:
         now = self.clock()
-        values = {"path": relative, "format": fmt, "voice": voice, "size_bytes": len(data),
+        values = {"path": relative, "format": fmt, "voice": voice, "size_bytes": size,
                   "duration_s": duration_s, "last_access_at": now, "expired_at": None}
         try:
             with self.db.write() as session:
@@ -124,7 +137,7 @@ class AudioCache:
         except IntegrityError:  # another worker stored the same key first: same audio
             with self.db.write() as session:
                 session.execute(update(CacheEntry).where(CacheEntry.key == key).values(**values))
-        hit = CachedAudio(key, relative, fmt, duration_s, len(data))
+        hit = CachedAudio(key, relative, fmt, duration_s, size)
         with self._lock:
             self._hot[key] = hit
         return hit

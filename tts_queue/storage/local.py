@@ -60,6 +60,11 @@ class LocalStorage:
         target = self.path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, target)
+        dir_fd = os.open(target.parent, os.O_RDONLY)  # the rename itself survives a crash
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
     def scratch(self) -> Path:
         """A directory for files made to be ``put_file`` here (same filesystem, so a rename)."""

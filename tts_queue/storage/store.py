@@ -62,6 +62,20 @@ class AudioStore:
         self.storage.put(relative, data, content_type)
         return relative
 
+    def write_file(self, key: str, fmt: str, source: Path, alignment: dict[str, Any] | None = None,
+                   content_type: str | None = None) -> str:
+        """Store a finished audio file made in ``scratch()`` (moved, not copied, on disk; its
+        alignment first); return the relative path."""
+        relative = self.relative_path(key, fmt)
+        if alignment is not None:
+            self.storage.put(sidecar(relative), json.dumps(alignment).encode("utf-8"), "application/json")
+        self.storage.put_file(relative, source, content_type)
+        return relative
+
+    def scratch(self) -> Path:
+        """Where audio is made before ``write_file`` stores it (the same filesystem on disk)."""
+        return self.storage.scratch()
+
     def exists(self, relative: str) -> bool:
         """Whether the audio is there (a cache row without its file is a miss)."""
         return self.storage.size(relative) is not None

@@ -142,21 +142,24 @@ def encode(audio: Audio, fmt: str, bit_rate: int | None = None) -> bytes:
 
 
 class StreamEncoder:
-    """Encodes audio as it arrives and hands out the bytes made so far, so a client can play the
-    start while the rest is synthesized. ``close`` gives the last bytes and the whole file to store:
-    the bytes sent, in order, are that file, except a WAV's header, which is sent with its sizes
-    unknown (``0xFFFFFFFF``, as streaming servers do) and stored with the real ones. Samples are
-    clipped and quantized exactly as ``encode`` does, so a streamed WAV or PCM carries the same
-    samples as the stored file, and any other format the same encoder's output."""
+    """Encodes audio as it arrives into ``store`` (a seekable binary file: the file to keep) and
+    hands out the bytes made so far, so a client can play the start while the rest is synthesized,
+    and nothing of it is held in memory. The bytes handed out, in order, are the stored file, except
+    a WAV's header, which is sent with its sizes unknown (``0xFFFFFFFF``, as streaming servers do)
+    and stored with the real ones (``close`` rewrites it). Samples are clipped and quantized exactly
+    as ``encode`` does, so a streamed WAV or PCM carries the same samples as the stored file, and
+    any other format the same encoder's output."""
 
-    def __init__(self, fmt: str, sample_rate: int) -> None:
+    def __init__(self, fmt: str, sample_rate: int, store: IO[bytes]) -> None:
         self.format = check_format(fmt, allowed=STREAM_FORMATS)
         if sample_rate <= 0:
             raise InvalidRequest("sample_rate must be positive")
         self.rate = sample_rate
-        self._sink = _Sink()
+        self._store = store
+        self._start = store.tell()
+        self._sink = _Sink(store)
         self._writer: _Writer | None = None
-        self._pcm: list[bytes] = []  # WAV: the samples, for the stored file's header
+        self._pcm_bytes = 0  # WAV: the samples' bytes, for the stored file's header
         if self.format == "wav":
             self._sink.write(_wav_header(sample_rate, None))
         else:
@@ -170,38 +173,41 @@ class StreamEncoder:
             self._writer.write(samples)
         else:
             pcm = Audio(np.asarray(samples, dtype=np.float32).reshape(-1), self.rate).to_int16().tobytes()
-            self._pcm.append(pcm)
+            self._pcm_bytes += len(pcm)
             self._sink.write(pcm)
         return self._sink.take()
 
-    def close(self) -> tuple[bytes, bytes]:
-        """Finish the file: ``(the bytes not handed out yet, the whole file)``."""
+    def close(self) -> bytes:
+        """Finish the file (a WAV's header gets its sizes); the bytes not handed out yet."""
         if self._writer is not None:
             self._writer.__exit__(None, None, None)
-            return self._sink.take(), self._sink.whole()
-        pcm = b"".join(self._pcm)
-        return self._sink.take(), _wav_header(self.rate, len(pcm)) + pcm
+            return self._sink.take()
+        tail = self._sink.take()
+        end = self._store.tell()
+        self._store.seek(self._start)
+        self._store.write(_wav_header(self.rate, self._pcm_bytes))
+        self._store.seek(end)
+        return tail
 
 
 class _Sink:
-    """A forward-only binary file (no ``seek``: muxers then never rewrite what was sent)."""
+    """A forward-only binary file (no ``seek``: muxers then never rewrite what was sent) that writes
+    through to ``store`` and keeps only what was not handed out yet."""
 
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-        self._taken = 0
+    def __init__(self, store: IO[bytes]) -> None:
+        self._store = store
+        self._fresh: list[bytes] = []
 
     def write(self, data: bytes) -> int:
-        self._parts.append(bytes(data))
+        self._store.write(data)
+        self._fresh.append(bytes(data))
         return len(data)
 
     def take(self) -> bytes:
         """The bytes written since the last ``take``."""
-        fresh = b"".join(self._parts[self._taken:])
-        self._taken = len(self._parts)
+        fresh = b"".join(self._fresh)
+        self._fresh.clear()
         return fresh
-
-    def whole(self) -> bytes:
-        return b"".join(self._parts)
 
 
 def _wav_header(rate: int, data_bytes: int | None) -> bytes:

@@ -18,6 +18,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from tts_queue import metrics
 from tts_queue.errors import ServiceUnavailable
 from tts_queue.settings import PoolSettings
@@ -37,12 +39,18 @@ class BatchKey:
     speaker: int | None
 
 
+NO_SAMPLES = np.zeros(0, dtype=np.float32)
+
+
 @dataclass(frozen=True)
 class SentenceResult:
     """A sentence's exact audio and the size of the batch it ran in."""
 
     audio: ItemAudio
     batch_size: int
+
+
+DONE: Future[SentenceResult] = Future()  # stands in for a future whose result was taken
 
 
 class BatchEngine:
@@ -98,7 +106,9 @@ class BatchEngine:
     ) -> list[SentenceResult]:
         """Synthesize ``sentences`` (model ids) in shared batches; blocks until all are done.
         ``on_result(index, result)`` is called in sentence order as soon as each one (and every
-        one before it) is done: streaming sends a sentence while the next ones are synthesized."""
+        one before it) is done: streaming sends a sentence while the next ones are synthesized.
+        With ``on_result``, the results returned keep no samples (the caller had them): a long
+        request's audio is never all in memory."""
         futures: list[Future[SentenceResult]] = []
         with self._cond:
             now = self.clock()
@@ -116,9 +126,12 @@ class BatchEngine:
         try:
             results = []
             for index, future in enumerate(futures):
-                results.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+                result = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                futures[index] = DONE  # the future held the samples: let them go
                 if on_result is not None:
-                    on_result(index, results[-1])
+                    on_result(index, result)
+                    result = replace(result, audio=replace(result.audio, samples=NO_SAMPLES))
+                results.append(result)
             return results
         except FutureTimeout:
             raise ServiceUnavailable(

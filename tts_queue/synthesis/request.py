@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tts_queue.errors import InvalidRequest, NothingToSpeak
+from tts_queue.errors import AudioTooLong, InvalidRequest, NothingToSpeak
 from tts_queue.settings import Settings
+from tts_queue.synthesis.duration import estimated_seconds
 from tts_queue.synthesis.encoder import check_format
 from tts_queue.synthesis.frontend import Script, load_lexicon, script_of
 from tts_queue.synthesis.normalize import VERSION as NORMALIZER_VERSION
@@ -107,6 +108,12 @@ def build_request(
     if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (str, int))):
         raise InvalidRequest("speaker must be a name or a number")
     speed = _number(payload, "speed", settings.request.min_speed, settings.request.max_speed)
+    pace = 1.0 if speed is None else speed
+    seconds = estimated_seconds(script, pace, settings.request.sentence_silence_ms)
+    limit = settings.request.max_audio_s
+    if seconds > limit:
+        raise AudioTooLong(f"this text would be about {seconds / 60:.0f} minutes of audio at speed {pace:g}; "
+                           f"the limit is {limit:g} s (TTS_MAX_AUDIO_S): send it in parts, or as a book")
     return SynthesisRequest(
         text=text,
         voice=spec.id,

@@ -9,6 +9,7 @@ break's length where it set one).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +42,8 @@ class Alignment:
 
 @dataclass(frozen=True)
 class SynthesisResult:
-    """Audio for a whole request, its alignment and the largest batch its sentences ran in."""
+    """A whole request's audio (empty when it went piece by piece to ``on_audio``), its length,
+    alignment and the largest batch its sentences ran in."""
 
     audio: Audio
     alignment: Alignment
@@ -49,9 +51,16 @@ class SynthesisResult:
     sentences: int
     text_s: float = 0.0  # phonemization
     inference_s: float = 0.0  # from the first sentence queued in the engine to the last one done
+    duration_s: float = 0.0  # the audio's length, streamed or not
 
 
 MIN_SPEED, MAX_SPEED = 0.1, 10.0  # the request's speed times an SSML prosody rate, bounded
+
+
+def _shifted(piece: Callable[[int, SentenceResult], None], offset: int, index: int,
+             result: SentenceResult) -> None:
+    """``piece`` of the request's sentence ``offset + index`` (one engine call runs a slice)."""
+    piece(offset + index, result)
 
 
 def _runs(rates: list[float]) -> list[tuple[int, int, float]]:
@@ -78,7 +87,9 @@ class Synthesizer:
 
         ``on_audio(samples, sample_rate)`` receives the request's audio piece by piece, in order,
         as sentences finish: each sentence, preceded (after the first) by the silence between
-        sentences, so the pieces joined are exactly the result's audio (streaming)."""
+        sentences, so the pieces joined are exactly the audio; then nothing of it is kept here (the
+        result's ``audio`` is empty), so memory does not grow with the request's length. Without
+        it, the result holds the audio joined."""
         voice = self.registry.load(request.voice)
         started = time.perf_counter()
         script = request.script or (("text", request.text),)
@@ -87,42 +98,46 @@ class Synthesizer:
         sentences = [ids for ids, _ in spoken]
         gaps = [int(voice.sample_rate * (request.sentence_silence_ms if s.pause_ms is None else s.pause_ms)
                     / 1000) for _, s in spoken]
+        joined: list[np.ndarray[Any, Any]] = []
+
+        def keep(samples: np.ndarray[Any, Any], rate: int) -> None:
+            joined.append(samples)
+
+        sink = on_audio if on_audio is not None else keep
+        starts: list[int] = []
+        phoneme_samples: list[tuple[int, ...]] = []
+        position, batch_size = 0, 0
 
         def piece(index: int, result: SentenceResult) -> None:
-            assert on_audio is not None
+            nonlocal position, batch_size
             if index:
-                on_audio(np.zeros(gaps[index - 1], dtype=np.float32), voice.sample_rate)
-            on_audio(result.audio.samples.astype(np.float32, copy=False), voice.sample_rate)
+                sink(np.zeros(gaps[index - 1], dtype=np.float32), voice.sample_rate)
+                position += gaps[index - 1]
+            starts.append(position)
+            phoneme_samples.append(tuple(int(x) for x in result.audio.phoneme_samples))
+            sink(result.audio.samples.astype(np.float32, copy=False), voice.sample_rate)
+            position += len(result.audio.samples)
+            batch_size = max(batch_size, result.batch_size)
 
-        results: list[SentenceResult] = []
         for start, end, rate in _runs([s.rate for _, s in spoken]):  # one rate per engine call
             speed = min(MAX_SPEED, max(MIN_SPEED, request.speed * rate))
             scales = voice.scales(speed, request.noise_scale, request.noise_w)
             key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
-            callback = (lambda i, r, at=start: piece(at + i, r)) if on_audio is not None else None
-            results += self.engine.run_sentences(key, sentences[start:end], priority=priority,
-                                                 on_result=callback)
+            self.engine.run_sentences(key, sentences[start:end], priority=priority,
+                                      on_result=functools.partial(_shifted, piece, start))
         inferred = time.perf_counter()
-        parts = [r.audio.samples for r in results]
-        starts, position, pieces = [], 0, []
-        for index, part in enumerate(parts):
-            if index:
-                pieces.append(np.zeros(gaps[index - 1], dtype=np.float32))
-                position += gaps[index - 1]
-            starts.append(position)
-            pieces.append(part.astype(np.float32, copy=False))
-            position += len(part)
-        audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), voice.sample_rate)
+        audio = Audio(np.concatenate(joined) if joined else np.zeros(0, np.float32), voice.sample_rate)
         alignment = Alignment(
             sentence_starts=tuple(starts),
-            phoneme_samples=tuple(tuple(int(x) for x in r.audio.phoneme_samples) for r in results),
+            phoneme_samples=tuple(phoneme_samples),
             phoneme_ids=tuple(tuple(int(i) for i in ids) for ids in sentences),
         )
         return SynthesisResult(
             audio=audio,
             alignment=alignment,
-            batch_size=max(r.batch_size for r in results),
-            sentences=len(results),
+            batch_size=batch_size,
+            sentences=len(starts),
             text_s=phonemized - started,
             inference_s=inferred - phonemized,
+            duration_s=position / voice.sample_rate,
         )

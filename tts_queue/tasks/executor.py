@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+from typing import IO
 
 import numpy as np
+import numpy.typing as npt
 
 from tts_queue import metrics
 from tts_queue.enums import STREAM_FORMATS, Lane, TaskStatus
@@ -31,7 +37,7 @@ from tts_queue.errors import (
 )
 from tts_queue.redact import redacted
 from tts_queue.storage.cache import AudioCache
-from tts_queue.synthesis.encoder import StreamEncoder, encode, mime_type
+from tts_queue.synthesis.encoder import AudioWriter, StreamEncoder, mime_type, open_writer
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow
@@ -170,46 +176,45 @@ class TaskExecutor:
     def synthesize(self, row: TaskRow, times: TaskTimes,
                    publisher: StreamPublisher | None = None) -> TaskStatus | None:
         """Synthesize, store atomically, and end the row; ``None`` if the row did not move (it
-        ended meanwhile). With a ``publisher``, the audio is encoded as sentences finish and each
-        piece is published at once; the file stored is those pieces (``StreamEncoder``)."""
+        ended meanwhile). The audio is encoded as sentences finish into a scratch file (so a long
+        request's audio is never whole in memory), which is then stored; with a ``publisher``, each
+        piece is also published at once, and the file stored is those pieces (``StreamEncoder``)."""
         request = SynthesisRequest.from_dict(row.request)
-        encoding = Encoding(request.format, publisher if request.format in STREAM_FORMATS else None)
+        encoding = Encoding(request.format, self.cache.store.scratch(),
+                            publisher if request.format in STREAM_FORMATS else None)
         try:
-            result = self.synthesizer.synthesize(request, priority=lane_priority(row.queue),
-                                                 on_audio=encoding.on_audio)
-        except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
-            return self.fail(row.id, *public_error(exc), detail=exc)
-        data = encoding.finish(result)
-        store_s = self._store(row, request, result, data)
+            try:
+                result = self.synthesizer.synthesize(request, priority=lane_priority(row.queue),
+                                                     on_audio=encoding.write)
+            except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
+                return self.fail(row.id, *public_error(exc), detail=exc)
+            store_s = self._store(row, request, result, encoding.finish())
+        except (StorageFull, StorageUnavailable):  # waiting for space (or the bucket) is no attempt
+            self.rows.uncount_attempt(row.id)
+            raise
+        finally:
+            encoding.discard()
         timings = times.timings(text=result.text_s, inference=result.inference_s, encode=encoding.seconds,
                                 store=store_s)
         ending = self.ends.done(row.id, batch_size=result.batch_size, timings=timings,
-                                seconds=result.audio.duration_s)
+                                seconds=result.duration_s)
         if ending is not None:
-            metrics.count(metrics.AUDIO_SECONDS, result.audio.duration_s)
+            metrics.count(metrics.AUDIO_SECONDS, result.duration_s)
         return TaskStatus.DONE if ending else None
 
-    def _store(self, row: TaskRow, request: SynthesisRequest, result: SynthesisResult, data: bytes) -> float:
-        """Store the encoded audio in the cache; seconds taken. No room (or no bucket) is not a
-        failed attempt: the attempt is taken back and the task waits (``StorageFull``,
-        ``StorageUnavailable``); nothing partial is ever left (``write_atomic``)."""
+    def _store(self, row: TaskRow, request: SynthesisRequest, result: SynthesisResult, path: Path) -> float:
+        """Store the encoded file in the cache; seconds taken. No room (``StorageFull``) or no bucket
+        (``StorageUnavailable``) is the caller's to wait out; nothing partial is ever left (the
+        file moves in whole)."""
+        size = path.stat().st_size
         free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
-        if free is not None and free - len(data) < self.storage_floor_bytes:
-            self.rows.uncount_attempt(row.id)
+        if free is not None and free - size < self.storage_floor_bytes:
             raise StorageFull(f"no room to store the audio of task {row.id}: {free} bytes free, the "
                               f"last {self.storage_floor_bytes} are kept for the broker and database")
         began = time.perf_counter()
-        try:
-            self.cache.put(row.cache_key, request.format, request.voice, data, result.audio.duration_s,
-                           result.alignment.to_dict(), mime_type(request.format))
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                self.rows.uncount_attempt(row.id)
-                raise StorageFull(f"no room to store the audio of task {row.id}: {exc}") from exc
-            raise
-        except StorageUnavailable:
-            self.rows.uncount_attempt(row.id)
-            raise
+        with _no_room(path):
+            self.cache.put_file(row.cache_key, request.format, request.voice, path, result.duration_s,
+                                result.alignment.to_dict(), mime_type(request.format))
         return time.perf_counter() - began
 
     def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None) -> TaskStatus:
@@ -235,36 +240,71 @@ def lane_priority(queue: str) -> int:
 
 
 class Encoding:
-    """A task's audio to bytes: streamed as it is made (to a ``publisher``) or encoded at the end."""
+    """A task's audio as it is made: encoded into a scratch file, and, with a ``publisher``, sent
+    piece by piece as it is encoded. A full disk while writing is ``StorageFull`` (the attempt
+    taken back by the caller's handling); the scratch file never outlives the task's run."""
 
-    def __init__(self, fmt: str, publisher: StreamPublisher | None) -> None:
+    def __init__(self, fmt: str, scratch: Path, publisher: StreamPublisher | None) -> None:
         self.format = fmt
         self.publisher = publisher
-        self.encoder: StreamEncoder | None = None
+        self.path = scratch / f".{uuid.uuid4().hex}.{fmt}.part"
+        self.handle: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by finish or discard
+        self.stream: StreamEncoder | None = None
+        self.writer: AbstractContextManager[AudioWriter] | None = None
+        self.sink: AudioWriter | None = None
         self.seconds = 0.0
 
-    @property
-    def on_audio(self) -> Callable[[np.ndarray, int], None] | None:
-        """The synthesizer's piece-by-piece callback when streaming, else ``None``."""
-        return self._piece if self.publisher is not None else None
-
-    def _piece(self, samples: np.ndarray, sample_rate: int) -> None:
-        assert self.publisher is not None
+    def write(self, samples: npt.NDArray[np.float32], sample_rate: int) -> None:
+        """Encode the next piece (publishing what is ready when streaming)."""
         began = time.perf_counter()
-        if self.encoder is None:
-            self.encoder = StreamEncoder(self.format, sample_rate)
-        piece = self.encoder.write(samples)
+        with _no_room(self.path):
+            if self.publisher is not None:
+                if self.stream is None:
+                    self.stream = StreamEncoder(self.format, sample_rate, self.handle)
+                piece = self.stream.write(samples)
+            else:
+                if self.writer is None:
+                    self.writer = open_writer(self.handle, self.format, sample_rate)
+                    self.sink = self.writer.__enter__()
+                assert self.sink is not None
+                self.sink.write(samples)
+                piece = b""
         self.seconds += time.perf_counter() - began
-        self.publisher.send(piece)
+        if self.publisher is not None:
+            self.publisher.send(piece)
 
-    def finish(self, result: SynthesisResult) -> bytes:
-        """The whole file: the stream's pieces (its tail published), or the result encoded."""
+    def finish(self) -> Path:
+        """The whole file, flushed to disk (a stream's last bytes published)."""
         began = time.perf_counter()
-        if self.encoder is not None and self.publisher is not None:
-            tail, data = self.encoder.close()
-            self.publisher.send(tail)
-        else:
-            data = encode(result.audio, self.format)
+        with _no_room(self.path):
+            if self.stream is not None:
+                tail = self.stream.close()
+                if self.publisher is not None:
+                    self.publisher.send(tail)
+            elif self.writer is not None:
+                self.writer.__exit__(None, None, None)
+                self.writer = None
+            else:
+                raise SynthesisError("the synthesizer made no audio")
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+            self.handle.close()
         self.seconds += time.perf_counter() - began
-        return data
+        return self.path
 
+    def discard(self) -> None:
+        """Close and remove the scratch file (stored files were moved away already)."""
+        if not self.handle.closed:
+            self.handle.close()
+        self.path.unlink(missing_ok=True)
+
+
+@contextmanager
+def _no_room(path: Path) -> Iterator[None]:
+    """``ENOSPC``/``EDQUOT`` while writing ``path`` is ``StorageFull``: the task waits for space."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StorageFull(f"no room to write audio ({path.name}): {exc}") from exc
+        raise
