@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from typing import Any
 
 from flask import Flask
@@ -23,7 +22,8 @@ from api.docs import bp as docs_bp
 from api.errors import default_body, of_status, public, register_error_handlers
 from api.openai import bp as openai_bp
 from api.routes import bp
-from api.services import WAITERS, Services
+from api.services import Services
+from api.slots import SLOTS, Slots
 from api.web import bp as web_bp
 from tts_queue.settings import Settings
 
@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.config["MAX_CONTENT_LENGTH"] = settings.request.max_text_chars * 8 + 4096
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["tts"] = services or Services.build(settings)
-    app.extensions[WAITERS] = threading.BoundedSemaphore(max_waiters(settings))
+    app.extensions[SLOTS] = Slots(max_waiters(settings), settings.api.slot_share)
     request_id.install(app)  # first: every later hook and error sees the id
     register_error_handlers(app)
     api_metrics.install(app, settings, app.extensions["tts"])
@@ -99,7 +99,22 @@ class JSONErrorWorker(ThreadWorker):  # type: ignore[misc]
 
     gunicorn keeps deciding the status and logging (its own ``handle_error``, written to a
     captured socket); only the page sent to the client changes from HTML to JSON.
+
+    Each answer is written under a timeout (``TTS_WRITE_TIMEOUT_S``): a client that stops reading
+    a streamed body (or any answer) for that long is dropped, so it cannot hold a thread, and a
+    stream's slot, for ever.
     """
+
+    write_timeout_s = Settings.from_env(os.environ).api.write_timeout_s
+
+    def handle_request(self, req: Any, conn: Any) -> bool:
+        """Serve one request, its writes bounded by the write timeout."""
+        conn.sock.settimeout(self.write_timeout_s)
+        try:
+            return bool(super().handle_request(req, conn))
+        except TimeoutError:
+            self.log.info("dropped %s: it read nothing for %.0f s", conn.client, self.write_timeout_s)
+            return False
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         """Answer a request gunicorn rejected (or that failed outside Flask) with a JSON error."""

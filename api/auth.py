@@ -12,9 +12,12 @@ With ``TTS_AUTH=off`` every caller is the anonymous principal (``None``), admin 
 any ``Authorization`` header is ignored (OpenAI-style clients always send one). With ``required``
 a request without a live key gets 401 ``unauthorized``. A key in the query string is always a 400
 (``key_in_query``): access logs keep query strings. Submissions are rate-limited per key (the
-key's own rate) through flask-limiter on the broker's Redis, shared by every API process; with auth
-off, per client address only when ``TTS_RATE_LIMIT`` is set. A key with as much work queued as its
-quota gets 429 ``quota_exceeded``.
+key's own rate) through flask-limiter on the broker's Redis, shared by every API process, with one
+counter for all the submission routes together (``shared_limit``: a key's rate is its rate, however
+it spreads its submissions over ``/v1/tts``, ``/tts``, ``/v1/audio/speech`` and ``/v1/books``); with
+auth off, per client address only when ``TTS_RATE_LIMIT`` is set, and with no limit at all nothing
+is installed (no wrapper runs). A key with as much work queued as its quota gets 429
+``quota_exceeded``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from flask_limiter import Limiter
 from flask_limiter.errors import RateLimitExceeded
 
 from api.services import Services
-from tts_queue.access.keys import Principal, queued_work
+from tts_queue.access.keys import Principal, pinned_bytes, queued_work
 from tts_queue.errors import Forbidden, KeyInQuery, QuotaExceeded, RateLimited, Unauthorized
 from tts_queue.settings import Settings
 
@@ -110,15 +113,30 @@ def _authenticate() -> None:
     g.principal = found
 
 
-def check_quota() -> None:
-    """429 ``quota_exceeded`` when the caller's key has as much work queued as its quota."""
+def check_quota(keep: bool = False, rows: int = 1) -> None:
+    """429 ``quota_exceeded`` when the caller's key has as much work queued as its quota, holds
+    ``TTS_KEY_MAX_ROWS`` task rows, or (``keep``) pins ``TTS_KEY_MAX_PINNED_BYTES`` of audio; else
+    the ``rows`` this submission writes are counted for the key."""
     who = principal()
     if who is None:
         return
     services: Services = current_app.extensions["tts"]
+    limits = services.settings.api
     queued = queued_work(services.db, who.id)
     if queued >= who.max_queued:
         raise QuotaExceeded(f"this key has {queued} tasks queued or running; its quota is {who.max_queued}")
+    held = services.usage.rows(who.id)
+    if held + rows > limits.key_max_rows:
+        raise QuotaExceeded(f"this key holds {held} task rows; it may hold {limits.key_max_rows} "
+                            "(TTS_KEY_MAX_ROWS) until old ones are cleaned up")
+    if keep:
+        pinned = pinned_bytes(services.db, who.id)
+        if pinned >= limits.key_max_pinned_bytes:
+            raise QuotaExceeded(f"this key pins {pinned} bytes of audio; it may pin "
+                                f"{limits.key_max_pinned_bytes} (TTS_KEY_MAX_PINNED_BYTES): release some "
+                                "(DELETE /v1/tasks/<id>/keep)")
+    for _ in range(rows):
+        services.usage.added(who.id)
 
 
 def _limit_key() -> str:
@@ -173,14 +191,17 @@ def storage_uri(settings: Settings) -> str:
 def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
     """Authentication before every request, rate limits on the ``submissions`` endpoints."""
     app.before_request(_authenticate)
+    if settings.api.auth != "required" and not settings.api.rate_limit:
+        return  # no key and no address is limited: nothing to count, nothing wrapped
     app.after_request(_honest_retry_after)  # registered first: runs after the limiter's own headers
     limiter = Limiter(key_func=_limit_key, app=app, storage_uri=storage_uri(settings), headers_enabled=True,
                       strategy="moving-window", key_prefix=f"{settings.services.queue_prefix}:limits",
                       swallow_errors=True)
     app.extensions[LIMITER] = limiter
+    shared = limiter.shared_limit(_limit_value, scope="submissions", key_func=_limit_key,
+                                  exempt_when=_not_limited)
     for endpoint in submissions:
-        limited = limiter.limit(_limit_value, key_func=_limit_key, exempt_when=_not_limited)
-        app.view_functions[endpoint] = limited(app.view_functions[endpoint])  # type: ignore[assignment]
+        app.view_functions[endpoint] = shared(app.view_functions[endpoint])  # type: ignore[assignment]
 
     @app.errorhandler(RateLimitExceeded)
     def _limited(exc: RateLimitExceeded) -> Any:

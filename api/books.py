@@ -119,7 +119,7 @@ def create_book() -> tuple[Response, int, dict[str, str]]:
     """Accept a book (cheap checks only); 202 with its id, status ``parsing`` and status URL. A
     worker parses it; a book that breaks a limit ends ``failed`` with a stable code."""
     upload = _upload()
-    check_quota()
+    check_quota(rows=0)  # a book's sentences count against the queued-work quota
     book_id = services().books.accept(upload, owner(), base_url=request.url_root)
     status_url = url_for("books.get_book", book_id=book_id, _external=True)
     return (jsonify(book_id=book_id, status=BookStatus.PARSING.value, status_url=status_url), 202,

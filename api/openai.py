@@ -24,9 +24,9 @@ from pydantic import BaseModel, Field
 import api.contract as contract
 from api.auth import KEY, check_quota, owner, rate_limited
 from api.errors import to_response
-from api.routes import json_body
+from api.routes import json_body, slot_owner, slots
 from api.services import Services
-from api.streaming import NoSlot, NotStarted, stream_response
+from api.streaming import NotStarted, stream_response
 from tts_queue.errors import Busy, InvalidRequest, TTSQueueError, UnknownVoice
 from tts_queue.errors import NotStarted as NotStartedError
 from tts_queue.synthesis.encoder import mime_type
@@ -172,12 +172,18 @@ def speech() -> Response:
     if voice is not None:
         payload["voice"] = voice
     svc = services()
-    view = svc.tasks.submit(payload, owner=owner(), stream=True, callback_url=speech.callback_url,
-                            base_url=request.url_root)
+    who = slot_owner()
+    if not slots().take(who):  # refused before anything is queued: no work, nothing in Redis
+        raise Busy("every streaming slot (or this key's share of them) is taken")
     try:
-        return stream_response(view, owner(), mime_type(speech.response_format), svc.settings.api.sync_wait_s)
-    except NoSlot:
-        raise Busy("every streaming slot is taken") from None
+        view = svc.tasks.submit(payload, owner=owner(), stream=True, callback_url=speech.callback_url,
+                                base_url=request.url_root)
+    except BaseException:
+        slots().give_back(who)
+        raise
+    try:
+        return stream_response(view, owner(), mime_type(speech.response_format), svc.settings.api.sync_wait_s,
+                               lambda: slots().give_back(who))
     except NotStarted:
         wait = svc.settings.api.sync_wait_s
         raise NotStartedError(f"task {view.id} did not start within {wait:.0f} s") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,8 +21,9 @@ from werkzeug.wrappers import Response as BaseResponse
 import api.contract as contract
 from api.auth import ADMIN, KEY, OPEN, check_quota, is_admin, owner, require_admin
 from api.downloads import presigned, send_stored
-from api.services import WAITERS, Services
-from api.streaming import NoSlot, NotStarted, stream_response
+from api.services import Services
+from api.slots import SLOTS, Slots
+from api.streaming import NotStarted, stream_response
 from tts_queue.enums import STREAM_FORMATS, TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
@@ -67,13 +67,14 @@ def task_json(view: TaskView) -> dict[str, Any]:
     return task_document(view, request.url_root)
 
 
-def _submit(stream: bool = False) -> TaskView:
-    """Validate the body by its contract, check the caller's quota, submit as the caller."""
+def _submit(stream: bool = False, checked_stream: bool = False) -> TaskView:
+    """Validate the body by its contract, check the caller's quota, submit as the caller
+    (``checked_stream``: asked as a stream, so its format must be one that streams)."""
     raw = json_body()
     speech = contract.body(contract.SpeechRequest, raw)
-    if stream:
+    if stream or checked_stream:
         check_format(speech.format or services().settings.request.default_format, allowed=STREAM_FORMATS)
-    check_quota()
+    check_quota(keep=bool(speech.keep))
     payload = {k: v for k, v in raw.items() if k not in ("pool", "keep", "callback_url")}
     return services().tasks.submit(payload, pool=speech.pool, keep=speech.keep, owner=owner(), stream=stream,
                                    callback_url=speech.callback_url, base_url=request.url_root)
@@ -122,21 +123,25 @@ def wait_seconds() -> float:
     return max(0.0, min(wait, settings.api.sync_wait_s))
 
 
+def slots() -> Slots:
+    """This app's long-poll and streaming slots."""
+    found: Slots = current_app.extensions[SLOTS]
+    return found
+
+
+def slot_owner() -> str:
+    """Whose share of the slots a request uses: its key, or with auth off its client address."""
+    caller = owner()
+    return f"key:{caller}" if caller is not None else f"addr:{request.remote_addr}"
+
+
 @contextmanager
 def waiter_slot() -> Iterator[bool]:
     """Whether this request may block in a long-poll: at most half the API threads do at once
-    (``api.max_waiters``), so waiters can never take the threads that serve everything else."""
-    slots: threading.BoundedSemaphore | None = current_app.extensions.get(WAITERS)
-    if slots is None:  # an app not built by create_app: unbounded, as before
-        yield True
-        return
-    if not slots.acquire(blocking=False):
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        slots.release()
+    (``api.max_waiters``), a key at most its share of them, so waiters can never take the threads
+    that serve everything else, nor one tenant every waiting slot."""
+    with slots().held(slot_owner()) as taken:
+        yield taken
 
 
 def _retry_after(response: Response) -> Response:
@@ -264,14 +269,23 @@ def synthesize_sync() -> Any:
     ``?stream=1``: the audio is sent sentence by sentence as it is synthesized."""
     wait = wait_seconds() if "wait" in request.args else services().settings.api.sync_wait_s
     if stream_requested():
-        view = _submit(stream=True)
+        who = slot_owner()
+        if not slots().take(who):  # no slot: not streamed, a task to poll (and nothing in Redis)
+            view = _submit(stream=False, checked_stream=True)
+            return jsonify(task_json(view)), 202, {"Location": task_json(view)["status_url"],
+                                                   "Retry-After": "1"}
         try:
+            view = _submit(stream=True)
+        except BaseException:
+            slots().give_back(who)
+            raise
+        try:
+            location = {"Location": task_json(view)["status_url"]}
             return stream_response(view, owner(), mime_type(view.format), wait,
-                                   {"Location": task_json(view)["status_url"]})
-        except (NoSlot, NotStarted) as exc:
-            current = exc.view if isinstance(exc, NotStarted) else view
-            return jsonify(task_json(current)), 202, {"Location": task_json(current)["status_url"],
-                                                      "Retry-After": "1"}
+                                   lambda: slots().give_back(who), location)
+        except NotStarted as exc:
+            return jsonify(task_json(exc.view)), 202, {"Location": task_json(exc.view)["status_url"],
+                                                       "Retry-After": "1"}
     view = wait_for(_submit(), wait)
     if view.status is TaskStatus.DONE:
         return _audio(view.id, owner())

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from api.errors import OUTAGES
-from tts_queue.access.keys import ApiKeys
+from tts_queue.access.keys import ApiKeys, Usage
 from tts_queue.app.core import Core
 from tts_queue.app.plugins import WorkerPlugin
 from tts_queue.enums import POOLS
@@ -37,10 +37,12 @@ class Services(Core):
 
     readiness: Readiness = field(init=False)
     keys: ApiKeys = field(init=False)
+    usage: Usage = field(init=False)
 
     def __post_init__(self) -> None:
         self.readiness = Readiness(self)
         self.keys = ApiKeys(self.db)
+        self.usage = Usage(self.db)
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher | None = None,
@@ -55,7 +57,6 @@ class Services(Core):
         return cls(**{f.name: getattr(core, f.name) for f in fields(Core)})
 
 
-WAITERS = "tts.waiters"  # app.extensions key of the long-poll slots (a BoundedSemaphore)
 
 
 # --- readiness -----------------------------------------------------------------------------------

@@ -10,19 +10,21 @@ audio. A task that is already done (a cache hit), or finished without streaming 
 request's audio was found), sends its stored file in pieces instead.
 
 A stream holds an API thread for as long as it lasts: it takes one of the long-poll slots (at most
-half the threads), like ``?wait=``.
+half the threads, and a key at most its share of them: ``api.slots``) before its task is even
+dispatched, like ``?wait=``. While it relays, it keeps the stream's reader mark fresh and trims what
+it has sent (``AudioStreams``); when it ends, however it ends (the client hung up, the write
+timed out), it deletes the stream, and the worker stops appending.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from flask import Response, current_app, stream_with_context
 
-from api.services import WAITERS, Services
+from api.services import Services
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import AudioNotReady, TaskFailed
 from tts_queue.tasks.view import TaskView
@@ -40,10 +42,6 @@ class NotStarted(Exception):
         self.view = view
 
 
-class NoSlot(Exception):
-    """Every long-poll slot is taken."""
-
-
 class StreamBroken(Exception):
     """The stream cannot be completed after audio was sent."""
 
@@ -54,18 +52,25 @@ def services() -> Services:
 
 
 def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: float,
-                    headers: dict[str, str] | None = None) -> Response:
-    """A chunked response of ``view``'s audio. Raises (before answering) ``NoSlot``,
-    ``NotStarted`` after ``wait_s`` without audio, ``TaskFailed``, or the audio's own errors."""
-    slots: threading.BoundedSemaphore | None = current_app.extensions.get(WAITERS)
-    if slots is not None and not slots.acquire(blocking=False):
-        raise NoSlot()
-    pieces = _pieces(services(), view, caller, wait_s)
+                    release: Callable[[], None], headers: dict[str, str] | None = None) -> Response:
+    """A chunked response of ``view``'s audio, under a slot the caller took (``release`` gives it
+    back once the answer ends). Raises (before answering, the slot given back) ``NotStarted``
+    after ``wait_s`` without audio, ``TaskFailed``, or the audio's own errors."""
+    svc = services()
+    pieces = _pieces(svc, view, caller, wait_s)
+
+    def ended() -> None:
+        release()
+        if svc.streams is not None:
+            try:
+                svc.streams.delete(view.id)  # the worker stops appending at its next piece
+            except Exception as exc:  # noqa: BLE001 - the stream expires on its own
+                log.warning("task %s: its stream was not dropped: %s", view.id, exc)
+
     try:
         first = next(pieces, b"")
     except BaseException:
-        if slots is not None:
-            slots.release()
+        ended()
         raise
 
     def body() -> Iterator[bytes]:
@@ -74,15 +79,15 @@ def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: 
                 yield first
             yield from pieces
         finally:
-            if slots is not None:
-                slots.release()
+            pieces.close()
+            ended()
 
     response = Response(stream_with_context(body()), mimetype=mime_type, headers=headers or {})
     response.headers["X-Task-ID"] = view.id
     return response
 
 
-def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) -> Iterator[bytes]:
+def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) -> Generator[bytes]:
     """The task's audio as it comes: stream entries, or its stored file."""
     streams = svc.streams
     if view.status is TaskStatus.DONE or streams is None:
@@ -91,8 +96,9 @@ def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) ->
     lease_s = svc.settings.worker.lease_s
     started = time.monotonic()
     last_seen = started
-    after, attempt, sent = "0", None, False
+    after, attempt, sent, read_bytes = "0", None, False, 0
     while True:
+        streams.attach(view.id, read_bytes)  # we still read: the worker may append
         entries = streams.read(view.id, after, READ_BLOCK_S)
         now = time.monotonic()
         if not entries:
@@ -100,6 +106,8 @@ def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) ->
             if view.status.finished:
                 entries = streams.read(view.id, after, 0.05)  # its end may be just behind the row
             if not entries:
+                if sent and not streams.exists(view.id):
+                    raise _broken(view.id, "its stream was dropped (this reader fell too far behind)")
                 if view.status.finished:
                     if sent:
                         raise _broken(view.id, f"it ended {view.status.value} without ending its stream")
@@ -110,6 +118,8 @@ def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) ->
                 if sent and now - last_seen > 2 * lease_s:
                     raise _broken(view.id, f"no audio for {now - last_seen:.0f} s")
                 continue
+        if entries:
+            streams.trim(view.id, entries[-1].id)  # Redis keeps only what is not sent yet
         for entry in entries:
             after, last_seen = entry.id, now
             if attempt is not None and entry.attempt != attempt and sent:
@@ -117,9 +127,9 @@ def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) ->
             attempt = entry.attempt
             if entry.kind == "data":
                 sent = True
+                read_bytes += len(entry.data)
                 yield entry.data
             elif entry.kind == "end":
-                streams.delete(view.id)
                 if entry.status == TaskStatus.DONE.value:
                     if not sent:  # nothing was streamed (found in the cache): the stored file
                         yield from _stored_when_done(svc, svc.tasks.get(view.id), caller, 0)

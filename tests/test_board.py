@@ -64,8 +64,7 @@ def test_a_status_read_from_the_board_runs_no_sql_and_honours_owners(
     db = core.db
     board_ends = TaskEnds(core.task_rows, [ShowOnBoard(board, lambda key: None)], board)
     tasks = TaskService(settings, db, core.cache, core.registry, FakeQueue(), board_ends, core.callbacks,
-                        board,
-                        lambda pool: True)
+                        board, None, lambda pool: True)
     view = tasks.submit({"text": "Hello there."}, owner="alice")
     statements: list[str] = []
     event.listen(db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))

@@ -135,12 +135,27 @@ class ApiSettings:
     sync_wait_s: float = setting(30.0, "longest wait of `POST /tts` and of `?wait=` long-polls")
     wait_recheck_s: float = setting(5.0, "a long-poll waits for the worker's finished signal and "
                                     "also re-reads the row this often (in case a signal was lost)")
+    slot_share: float = setting(0.5, "the share of the long-poll and streaming slots (half the API "
+                                "threads) one key (with auth off: one client address) may hold at "
+                                "once; over it, its polls answer at once and its streams are refused",
+                                env="TTS_KEY_SLOT_SHARE")
+    stream_max_bytes: int = setting(32 * 1024 * 1024, "a streamed answer's unread bytes in Redis at "
+                                    "most; a reader further behind is cut off (its stream dropped)",
+                                    env="TTS_STREAM_MAX_BYTES")
+    write_timeout_s: float = setting(30.0, "an answer whose client reads nothing for this long is "
+                                     "dropped (its thread and slot freed)", env="TTS_WRITE_TIMEOUT_S")
     auth: str = setting("off", "`required`: every route but health, readiness, metrics and the API's "
                         "description needs `Authorization: Bearer KEY` (`tts-queue keys create`); `off`: "
                         "keys are ignored", env="TTS_AUTH", choices=AUTH_MODES)
     cache_scope: str = setting("shared", "`shared`: one cache for every key (a hit on audio another key "
                                "caused is served as a new task of the caller); `key`: a cache per key",
                                env="TTS_CACHE_SCOPE", choices=CACHE_SCOPES)
+    key_max_rows: int = setting(100_000, "task rows one key may hold (cache hits included, book sentences "
+                                "excepted) until the cleanup deletes old ones; over it, 429 `quota_exceeded`",
+                                env="TTS_KEY_MAX_ROWS")
+    key_max_pinned_bytes: int = setting(1024 ** 3, "bytes of audio one key's pins (`keep`) may hold; a "
+                                        "pinning submission over it is a 429 `quota_exceeded`",
+                                        env="TTS_KEY_MAX_PINNED_BYTES")
     rate_limit: str = setting("", "with auth off, submissions allowed per client address, e.g. "
                               "`60/minute` (empty: no limit; with auth, each key has its own)",
                               env="TTS_RATE_LIMIT", shown="empty")

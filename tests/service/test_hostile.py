@@ -16,7 +16,8 @@ import pytest
 import requests
 
 from api import create_app, json_error_response, max_waiters
-from api.services import WAITERS, Services
+from api.services import Services
+from api.slots import SLOTS
 from tests.support import (
     QUEUE_PREFIX,
     ROOT,
@@ -38,8 +39,10 @@ THREADS = 64  # TTS_API_THREADS' default: `up` serves the API with this many thr
 def api_url(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[str]:
     """gunicorn with ``up``'s command line on a free port, a real Redis and SQLite, no worker."""
     data_dir = tmp_path_factory.mktemp("hostile")
+    # every client here comes from one address: its share of the slots is all of them (the per-key
+    # share has its own test, in tests/service/test_bounds.py)
     settings = Settings.from_env({"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url,
-                                  "TTS_QUEUE_PREFIX": QUEUE_PREFIX})
+                                  "TTS_QUEUE_PREFIX": QUEUE_PREFIX, "TTS_KEY_SLOT_SHARE": "1"})
     migrate(settings)
     announce_idle_worker(redis_url, QUEUE_PREFIX, "gpu")  # gpu looks served; nothing consumes it
     port = free_port()
@@ -218,7 +221,7 @@ def test_a_long_poll_without_a_free_slot_answers_at_once(small_api: Any) -> None
     # Given a queued task and its app's only waiter slot taken by another long-poll
     client = small_api.test_client()
     task = client.post("/v1/tts", json={"text": "Hello."}).get_json()
-    assert small_api.extensions[WAITERS].acquire(blocking=False)
+    assert small_api.extensions[SLOTS].take("another client")
     try:
         # When a client long-polls it for 20 s
         started = time.monotonic()
@@ -231,14 +234,14 @@ def test_a_long_poll_without_a_free_slot_answers_at_once(small_api: Any) -> None
         sync = client.post("/tts?wait=20", json={"text": "Hello again."})
         assert sync.status_code == 202 and sync.headers["Retry-After"] == "1"
     finally:
-        small_api.extensions[WAITERS].release()
+        small_api.extensions[SLOTS].give_back("another client")
 
 
 def test_a_finished_or_unwaited_read_never_needs_a_slot(small_api: Any) -> None:
     # Given every waiter slot taken
     client = small_api.test_client()
     task = client.post("/v1/tts", json={"text": "Hello."}).get_json()
-    assert small_api.extensions[WAITERS].acquire(blocking=False)
+    assert small_api.extensions[SLOTS].take("another client")
     try:
         # When a client reads the task without waiting
         started = time.monotonic()
@@ -247,7 +250,7 @@ def test_a_finished_or_unwaited_read_never_needs_a_slot(small_api: Any) -> None:
         assert response.status_code == 200 and time.monotonic() - started < 2
         assert response.headers["Retry-After"] == "1"
     finally:
-        small_api.extensions[WAITERS].release()
+        small_api.extensions[SLOTS].give_back("another client")
 
 
 def test_nested_json_in_the_adapter_is_malformed_json(small_api: Any) -> None:

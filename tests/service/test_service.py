@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from api import create_app
-from api.services import WAITERS
+from api.slots import SLOTS
 from tests.support import WorkerProcess, announce_idle_worker, wait_until
 from tts_queue.db import Database
 from tts_queue.settings import PoolSettings, Settings
@@ -206,11 +206,11 @@ def test_cancel_a_queued_task_and_its_long_poll_wakes_at_once(backend_settings: 
         polled["body"] = client.get(f"/v1/tasks/{task_id}?wait=30").get_json()
         polled["at"] = time.monotonic()
 
-    slots = client.application.extensions[WAITERS]
-    free = slots._value  # noqa: SLF001 - the semaphore's count: a waiter holds one
+    slots = client.application.extensions[SLOTS]
+    free = slots.free
     poller = threading.Thread(target=poll)
     poller.start()
-    wait_until(lambda: slots._value < free, timeout=10)  # noqa: SLF001 - the poll waits now
+    wait_until(lambda: slots.free < free, timeout=10)  # the poll holds a slot: it waits now
     # When it is cancelled through the API, then again
     cancelled_at = time.monotonic()
     cancelled = client.delete(f"/v1/tasks/{task_id}")

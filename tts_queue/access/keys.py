@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import InvalidRequest
-from tts_queue.tables import ApiKey, TaskRow
+from tts_queue.tables import ApiKey, CacheEntry, TaskRow
 
 CACHE_S = 5.0
 DEFAULT_RATE = "120/minute"
@@ -80,8 +80,10 @@ class ApiKeys:
     def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow) -> None:
         self.db = db
         self.clock = clock
-        self._cache: TTLCache[str, Principal | None] = TTLCache(maxsize=4096, ttl=CACHE_S,
-                                                                timer=time.monotonic)
+        self._cache: TTLCache[str, Principal] = TTLCache(maxsize=4096, ttl=CACHE_S, timer=time.monotonic)
+        # Keys that are not live, apart: a flood of made-up keys neither pushes real keys out of
+        # the cache above nor costs a database query each time one is sent again.
+        self._unknown: TTLCache[str, bool] = TTLCache(maxsize=16384, ttl=CACHE_S, timer=time.monotonic)
         self._lock = threading.Lock()
 
     def create(self, name: str, rate: str = DEFAULT_RATE, max_queued: int = DEFAULT_MAX_QUEUED,
@@ -115,6 +117,7 @@ class ApiKeys:
                                      .values(revoked_at=self.clock()))
         with self._lock:
             self._cache.clear()
+            self._unknown.clear()
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     def verify(self, key: str) -> Principal | None:
@@ -126,13 +129,18 @@ class ApiKeys:
         with self._lock:
             if stored in self._cache:
                 return self._cache[stored]
+            if stored in self._unknown:
+                return None
         with self.db.read() as session:
             row = session.scalar(select(ApiKey).where(ApiKey.prefix == match.group(1)))
         principal = None
         if row is not None and row.revoked_at is None and hmac.compare_digest(row.hash, stored):
             principal = Principal(row.id, row.name, row.rate, row.max_queued, row.admin)
         with self._lock:
-            self._cache[stored] = principal
+            if principal is None:
+                self._unknown[stored] = True
+            else:
+                self._cache[stored] = principal
         return principal
 
 
@@ -141,6 +149,56 @@ def queued_work(db: Database, owner: str) -> int:
     with db.read() as session:
         return int(session.scalar(select(func.count()).select_from(TaskRow).where(
             TaskRow.owner == owner, TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)))) or 0)
+
+
+def task_rows(db: Database, owner: str) -> int:
+    """How many task rows ``owner`` holds (its submissions, cache hits included, until the cleanup
+    deletes them; a book's sentences are bounded by the queued-work quota instead)."""
+    with db.read() as session:
+        return int(session.scalar(select(func.count()).select_from(TaskRow).where(
+            TaskRow.owner == owner, TaskRow.book_id.is_(None))) or 0)
+
+
+def pinned_bytes(db: Database, owner: str) -> int:
+    """Bytes of stored audio that ``owner``'s pins (``keep``) hold against retention."""
+    with db.read() as session:
+        return int(session.scalar(
+            select(func.coalesce(func.sum(CacheEntry.size_bytes), 0)).where(CacheEntry.key.in_(
+                select(TaskRow.cache_key).where(TaskRow.owner == owner, TaskRow.keep.is_(True))))) or 0)
+
+
+class Usage:
+    """A key's rows and pinned bytes as the caps see them: counted from the database at most every
+    ``every_s`` per key, and between counts by the submissions this process accepted, so a check
+    costs a dictionary read (a cap can be overshot by what other processes accepted meanwhile)."""
+
+    def __init__(self, db: Database, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.db = db
+        self.every_s = every_s
+        self.clock = clock
+        self._rows: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def rows(self, owner: str) -> int:
+        """``owner``'s task rows (``task_rows``), at most ``every_s`` old plus what was added since."""
+        now = self.clock()
+        with self._lock:
+            counted = self._rows.get(owner)
+        if counted is None or now - counted[0] > self.every_s:
+            counted = (now, task_rows(self.db, owner))
+            with self._lock:
+                self._rows[owner] = counted
+                if len(self._rows) > 65536:  # bounded however many keys there are
+                    self._rows.clear()
+        return counted[1]
+
+    def added(self, owner: str) -> None:
+        """``owner`` was given one more task row."""
+        with self._lock:
+            counted = self._rows.get(owner)
+            if counted is not None:
+                self._rows[owner] = (counted[0], counted[1] + 1)
 
 
 def _info(row: ApiKey) -> KeyInfo:

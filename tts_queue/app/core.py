@@ -76,7 +76,8 @@ class Core:
         if settings.services.redis_url:
             client = redis_client(settings.services.redis_url)
             keys = RedisKeys(settings.services.queue_prefix)
-            board, streams = StatusBoard(client, keys), AudioStreams(client, keys)
+            board = StatusBoard(client, keys)
+            streams = AudioStreams(client, keys, settings.api.stream_max_bytes)
         book_rows = BookRows(db)
         # the two owners of rows meet here: a book's sentence is counted as its task row ends
         task_rows = TaskRows(db, lease=timedelta(seconds=settings.worker.lease_s), counter=book_rows)
@@ -90,7 +91,7 @@ class Core:
         effects += [WakeWaiters(watch), CallBack(callbacks, dispatcher), SentenceEnd(book_ends, window),
                     WindowRefill(window)]
         ends = TaskEnds(task_rows, effects, board)
-        tasks = TaskService(settings, db, cache, registry, dispatcher, ends, callbacks, board,
+        tasks = TaskService(settings, db, cache, registry, dispatcher, ends, callbacks, board, streams,
                             watch.pool_alive)
         books = BookService(tasks, book_rows, book_ends, window, storage.child("books"))
         assembler = ChapterAssembler(book_ends, cache, books.storage,

@@ -81,6 +81,14 @@ class RedisKeys:
         """The Redis stream of ``task_id``'s audio while it is synthesized (``AudioStreams``)."""
         return f"{self.prefix}:stream:{task_id}"
 
+    def stream_reader(self, task_id: str) -> str:
+        """The mark of the reader of ``task_id``'s stream, its value the bytes read (``AudioStreams``)."""
+        return f"{self.prefix}:stream-reader:{task_id}"
+
+    def stream_bytes(self, task_id: str) -> str:
+        """How many bytes were appended to ``task_id``'s stream (``AudioStreams``)."""
+        return f"{self.prefix}:stream-bytes:{task_id}"
+
     @property
     def broker_marker(self) -> str:
         """A key with no expiry: missing means the broker lost its data (recovery sweep)."""

@@ -39,6 +39,7 @@ from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.keys import queue_name
 from tts_queue.tasks.rows import NewTask, TaskRows
+from tts_queue.tasks.streams import AudioStreams
 from tts_queue.tasks.view import AudioFile, TaskView
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class TaskService:
         ends: TaskEnds,
         callbacks: Callbacks,
         board: StatusBoard | None,
+        streams: AudioStreams | None,
         pool_alive: Callable[[str], bool],
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -70,6 +72,7 @@ class TaskService:
         self.rows: TaskRows = ends.rows
         self.callbacks = callbacks
         self.board = board  # status records in Redis: polling reads no database
+        self.streams = streams  # streamed tasks' audio in Redis
         self.pool_alive = pool_alive  # whether a live worker serves a pool (heartbeats)
         self.clock = clock
 
@@ -131,7 +134,10 @@ class TaskService:
             pending = {**WAITING_CALLBACK, "state": "pending"} if callback_url is not None else None
             return TaskView.of(row, hit.duration_s, pending)
         metrics.count(metrics.CACHE_MISSES)
+        stream = stream and self.streams is not None
         try:
+            if stream and self.streams is not None:  # the reader's mark first: the worker
+                self.streams.attach(row.id)  # appends only while it is there
             self.dispatcher.dispatch(row.id, row.queue, stream=stream)
         except Exception as exc:
             log.warning("task %s: the broker is unreachable: %s", row.id, exc)

@@ -4,9 +4,20 @@ the API relays the stream to the client as a chunked response.
 One stream per streamed task (``<prefix>:stream:<id>``), entries in order: ``data`` pieces, then
 one ``end`` with the task's final status. Each entry names the attempt that wrote it, so a reader
 that already sent audio can tell when a redelivered task starts over (its audio may differ: Piper's
-noise), and give up rather than splice two syntheses. The stream expires ``TTL_S`` after its last
-entry; the reader deletes it when done. It only carries audio that is also being stored: the cache
-row and the file remain the truth, and a reader that finds no stream serves the stored file.
+noise), and give up rather than splice two syntheses. It only carries audio that is also being
+stored: the cache row and the file remain the truth, and a reader that finds no stream serves the
+stored file.
+
+A stream is bounded, and lives only while someone reads it:
+
+- its reader holds a mark (``<prefix>:stream-reader:<id>``, ``READER_TTL_S``) that the API sets
+  before the task is even dispatched and refreshes with every read, its value the bytes read so
+  far; the worker appends only while the mark is there, so a reader that hung up (the API deletes
+  the stream and the mark) or whose process died (the mark expires) stops the stream within
+  seconds, and the worker goes on storing the audio;
+- the reader trims what it has read (``XTRIM MINID``), so Redis holds only what is unread;
+- what is unread is capped (``max_bytes``, ``TTS_STREAM_MAX_BYTES``): a reader that falls further
+  behind is cut off (its client sees an incomplete body) and the stream dropped.
 """
 
 from __future__ import annotations
@@ -31,30 +42,71 @@ class StreamEntry:
     status: str = ""
 
 
+# KEYS: the stream, its reader's mark, its byte count. ARGV: ttl, cap, size, then field, value...
+# Appends only while a reader holds its mark and is at most ``cap`` bytes behind; else drops it all.
+_APPEND = """
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[3])
+  return -1
+end
+local published = redis.call('INCRBY', KEYS[3], ARGV[3])
+local read = tonumber(redis.call('GET', KEYS[2])) or 0
+if published - read > tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  return -2
+end
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('XADD', KEYS[1], '*', unpack(fields))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[3], ARGV[1])
+return 1
+"""
+GONE, BEHIND = -1, -2  # what an append refused says: no reader any more, or it fell too far behind
+
+
+class StreamClosed(Exception):
+    """The stream's reader is gone, or fell more than ``max_bytes`` behind: stop streaming."""
+
+
 class AudioStreams:
     """Appends a task's audio pieces (worker) and reads them back (API)."""
 
-    TTL_S = 300
+    TTL_S = 300  # a stream (and its byte count) expires this long after its last entry
+    READER_TTL_S = 10  # a reader's mark expires this long after its last read
 
-    def __init__(self, client: Any, keys: RedisKeys) -> None:
+    def __init__(self, client: Any, keys: RedisKeys, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.client = client
         self.keys = keys
+        self.max_bytes = max_bytes  # unread bytes one stream may hold (TTS_STREAM_MAX_BYTES)
+        self._append = client.register_script(_APPEND)
+
+    def attach(self, task_id: str, read_bytes: int = 0) -> None:
+        """A reader reads ``task_id``'s stream (``read_bytes`` so far): set or refresh its mark."""
+        self.client.set(self.keys.stream_reader(task_id), read_bytes, ex=self.READER_TTL_S)
 
     def publish(self, task_id: str, attempt: int, data: bytes) -> None:
-        """Append a piece of encoded audio (nothing for an empty piece)."""
+        """Append a piece of encoded audio (nothing for an empty piece); ``StreamClosed`` when its
+        reader is gone or too far behind."""
         if data:
-            self._add(task_id, {"kind": "data", "attempt": attempt, "data": data})
+            self._add(task_id, len(data), {"kind": "data", "attempt": attempt, "data": data})
 
     def end(self, task_id: str, attempt: int, status: str) -> None:
         """Append the end: ``status`` is the task's final status (``done`` or ``failed``)."""
-        self._add(task_id, {"kind": "end", "attempt": attempt, "status": status})
+        self._add(task_id, 0, {"kind": "end", "attempt": attempt, "status": status})
 
-    def _add(self, task_id: str, fields: dict[str, Any]) -> None:
-        key = self.keys.stream(task_id)
-        pipe = self.client.pipeline()
-        pipe.xadd(key, fields)
-        pipe.expire(key, self.TTL_S)
-        pipe.execute()
+    def _add(self, task_id: str, size: int, fields: dict[str, Any]) -> None:
+        keys = [self.keys.stream(task_id), self.keys.stream_reader(task_id), self.keys.stream_bytes(task_id)]
+        values = [item for pair in fields.items() for item in pair]
+        outcome = int(self._append(keys=keys, args=[self.TTL_S, self.max_bytes, size, *values]))
+        if outcome == GONE:
+            raise StreamClosed(f"task {task_id}: nobody reads its stream any more")
+        if outcome == BEHIND:
+            raise StreamClosed(f"task {task_id}: its reader is more than {self.max_bytes} bytes behind")
+
+    def trim(self, task_id: str, through: str) -> None:
+        """Drop the entries up to ``through`` (read and sent): Redis keeps only what is unread."""
+        self.client.xtrim(self.keys.stream(task_id), minid=_next_id(through))
 
     def read(self, task_id: str, after: str, block_s: float) -> list[StreamEntry]:
         """Entries after ``after`` (``"0"``: from the start), waiting up to ``block_s`` for one."""
@@ -69,9 +121,15 @@ class AudioStreams:
                     status=_text(fields.get(b"status", b""))))
         return entries
 
+    def exists(self, task_id: str) -> bool:
+        """Whether ``task_id``'s stream is still there (not dropped, not expired)."""
+        return bool(self.client.exists(self.keys.stream(task_id)))
+
     def delete(self, task_id: str) -> None:
-        """Drop a stream its reader is done with."""
-        self.client.delete(self.keys.stream(task_id))
+        """Drop a stream its reader is done with (or gave up on), and the reader's mark: the
+        worker stops appending at its next piece."""
+        self.client.delete(self.keys.stream(task_id), self.keys.stream_reader(task_id),
+                           self.keys.stream_bytes(task_id))
 
 
 class StreamPublisher:
@@ -90,6 +148,9 @@ class StreamPublisher:
             return
         try:
             self.streams.publish(self.task_id, self.attempt, data)
+        except StreamClosed as exc:  # the reader went: the stored audio is still made
+            self.broken = True
+            log.info("task %s: streaming stopped: %s", self.task_id, exc)
         except Exception as exc:  # the broker's Redis hiccupped: the stored audio is still made
             self.broken = True
             log.warning("task %s: streaming stopped: %s", self.task_id, exc)
@@ -102,6 +163,12 @@ class StreamPublisher:
             self.streams.end(self.task_id, self.attempt, status)
         except Exception as exc:
             log.warning("task %s: could not end its stream: %s", self.task_id, exc)
+
+
+def _next_id(entry_id: str) -> str:
+    """The smallest stream id after ``entry_id`` (``ms-seq``)."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
 
 
 def _text(value: Any) -> str:
