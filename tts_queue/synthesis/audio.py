@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+Samples = npt.NDArray[np.float32]  # mono float samples, as every stage hands them on
+
 
 @dataclass(frozen=True)
 class Audio:
