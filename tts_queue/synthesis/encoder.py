@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 import av
 import numpy as np
@@ -29,11 +29,13 @@ import numpy.typing as npt
 import soundfile
 from av.audio.frame import AudioFrame
 from av.audio.stream import AudioStream
-from av.container import Chapter
 
 from tts_queue.enums import REQUEST_FORMATS, STREAM_FORMATS
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
 from tts_queue.synthesis.audio import Audio, Samples
+
+if TYPE_CHECKING:
+    from av.container import Chapter  # a TypedDict of av's stubs only
 
 BLOCK_SAMPLES = 16384  # samples per frame handed to the encoder
 
