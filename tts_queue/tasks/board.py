@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.keys import RedisKeys
 from tts_queue.tasks.view import TaskView
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 log = logging.getLogger(__name__)
 OPEN_TTL_S = 30
@@ -52,7 +55,7 @@ def rank(status: TaskStatus) -> int:
 class StatusBoard:
     """Writes and reads task status records (best effort: errors are logged, reads fall back)."""
 
-    def __init__(self, client: Any, keys: RedisKeys) -> None:
+    def __init__(self, client: Redis, keys: RedisKeys) -> None:
         self.client = client
         self.keys = keys
         self._put = client.register_script(_PUT)

@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from tts_queue.tasks.keys import RedisKeys
 
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.typing import EncodableT, FieldT
+
 log = logging.getLogger(__name__)
+# XREAD's answer as this client gets it (RESP2, no decode_responses): per stream, its entries
+XRead = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class AudioStreams:
 
     TTL_S = 300
 
-    def __init__(self, client: Any, keys: RedisKeys) -> None:
+    def __init__(self, client: Redis, keys: RedisKeys) -> None:
         self.client = client
         self.keys = keys
 
@@ -49,7 +55,7 @@ class AudioStreams:
         """Append the end: ``status`` is the task's final status (``done`` or ``failed``)."""
         self._add(task_id, {"kind": "end", "attempt": attempt, "status": status})
 
-    def _add(self, task_id: str, fields: dict[str, Any]) -> None:
+    def _add(self, task_id: str, fields: dict[FieldT, EncodableT]) -> None:
         key = self.keys.stream(task_id)
         pipe = self.client.pipeline()
         pipe.xadd(key, fields)
@@ -58,8 +64,8 @@ class AudioStreams:
 
     def read(self, task_id: str, after: str, block_s: float) -> list[StreamEntry]:
         """Entries after ``after`` (``"0"``: from the start), waiting up to ``block_s`` for one."""
-        answer = self.client.xread({self.keys.stream(task_id): after}, count=64,
-                                   block=max(1, int(block_s * 1000)))
+        answer = cast(XRead, self.client.xread({self.keys.stream(task_id): after}, count=64,
+                                               block=max(1, int(block_s * 1000))))
         entries = []
         for _, items in answer or []:
             for entry_id, fields in items:
@@ -104,5 +110,5 @@ class StreamPublisher:
             log.warning("task %s: could not end its stream: %s", self.task_id, exc)
 
 
-def _text(value: Any) -> str:
+def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
