@@ -21,7 +21,7 @@ from tts_queue import __version__
 from tts_queue.enums import BOOK_FORMATS, POOLS, REQUEST_FORMATS
 from tts_queue.errors import InvalidRequest, InvalidText, UnsupportedFormat
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 M = TypeVar("M", bound=BaseModel)
 
 RequestFormat = Literal[REQUEST_FORMATS]  # type: ignore[valid-type]

@@ -13,11 +13,15 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tts_queue.cli.client import Client
 from tts_queue.settings import Settings
+
+if TYPE_CHECKING:
+    from tts_queue.cli.flags import Subcommands
 
 FINISHED = ("done", "failed", "cancelled")
 UNSAFE_NAME = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')
@@ -148,7 +152,7 @@ def download(client: Client, book: dict[str, Any], out: Path, m4b: bool) -> None
     print(f"wrote {len(manifest['chapters'])} chapter(s) to {out}", file=sys.stderr)
 
 
-def add_book_commands(sub: Any, add_api_flag: Any) -> None:
+def add_book_commands(sub: Subcommands, add_api_flag: Callable[[argparse.ArgumentParser], None]) -> None:
     """The ``book`` command group."""
     book = sub.add_parser("book", help="render whole books (EPUB, text, Markdown) through a service")
     books = book.add_subparsers(dest="book_command", required=True)
