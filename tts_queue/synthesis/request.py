@@ -52,7 +52,7 @@ class SynthesisRequest:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SynthesisRequest:
-        """Inverse of ``to_dict`` (keys a row lacks take their defaults). ``Any``: the values go
+        """Inverse of ``to_dict`` (keys a row lacks take their defaults). Untyped values: they go
         to the constructor by name, whatever JSON gave back."""
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         if "script" in fields:
