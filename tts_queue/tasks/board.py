@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.keys import RedisKeys
-from tts_queue.tasks.view import TaskView
+from tts_queue.tasks.view import TaskRecord, TaskView
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -64,7 +64,7 @@ class StatusBoard:
         """Record a task's state as ``view`` shows it (read back by ``owner`` only)."""
         self.put(view.record(owner))
 
-    def put(self, record: dict[str, Any]) -> None:
+    def put(self, record: TaskRecord) -> None:
         """Record a task's state (``record`` as ``TaskView.record`` makes it)."""
         status = TaskStatus(record["status"])
         try:
@@ -75,7 +75,7 @@ class StatusBoard:
             log.warning("status board: %s not recorded: %s", record["id"], exc)
             self.drop([record["id"]])
 
-    def get(self, task_id: str) -> dict[str, Any] | None:
+    def get(self, task_id: str) -> TaskRecord | None:
         """The record of ``task_id``, or ``None`` (none, or Redis failed: read the row)."""
         try:
             raw = self.client.get(self.keys.status(task_id))
@@ -84,7 +84,7 @@ class StatusBoard:
             return None
         if raw is None:
             return None
-        record: dict[str, Any] = json.loads(raw)
+        record: TaskRecord = json.loads(raw)
         return record
 
     def drop(self, task_ids: list[str]) -> None:
