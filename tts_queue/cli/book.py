@@ -15,12 +15,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tts_queue.cli.client import Client
 from tts_queue.settings import Settings
 
 if TYPE_CHECKING:
+    from tts_queue.books.progress import BookProgress
     from tts_queue.cli.flags import Subcommands
 
 FINISHED = ("done", "failed", "cancelled")
@@ -98,7 +99,7 @@ def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def progress_line(book: dict[str, Any], width: int = 30) -> str:
+def progress_line(book: BookProgress, width: int = 30) -> str:
     """One line: a bar, chapters and sentences done, audio seconds, x real time, ETA."""
     total = max(1, book["sentences_total"])
     filled = int(width * book["sentences_done"] / total)
@@ -110,7 +111,7 @@ def progress_line(book: dict[str, Any], width: int = 30) -> str:
             f"audio {book['audio_seconds']:.0f} s  {speed} real time  ETA {eta_text}")
 
 
-def follow(client: Client, book_id: str, interval: float = 1.0) -> dict[str, Any]:
+def follow(client: Client, book_id: str, interval: float = 1.0) -> BookProgress:
     """Poll a book until it finishes, drawing the progress line on stderr."""
     while True:
         book = client.book(book_id)
@@ -133,7 +134,7 @@ def inside(out: Path, name: object, fallback: str) -> Path:
     return target
 
 
-def download(client: Client, book: dict[str, Any], out: Path, m4b: bool) -> None:
+def download(client: Client, book: BookProgress, out: Path, m4b: bool) -> None:
     """Chapter audio (``NN - Title.ext``), SRT and WebVTT captions, manifest.json and the M4B, all
     written inside ``out`` whatever names the server gives."""
     out.mkdir(parents=True, exist_ok=True)
