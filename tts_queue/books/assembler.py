@@ -43,7 +43,7 @@ from tts_queue.books.captions import CaptionWriter, CueStream
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.rows import BookRows
 from tts_queue.books.segment import PauseKind
-from tts_queue.books.stitch import Layout, Loudness, Samples, StitchSettings, clean_part
+from tts_queue.books.stitch import Layout, Loudness, StitchSettings, clean_part
 from tts_queue.books.words import IdMarks, sentence_word_starts
 from tts_queue.db import Database
 from tts_queue.enums import BookStatus, TaskStatus
@@ -51,7 +51,7 @@ from tts_queue.errors import InvalidRequest, SentenceFailed
 from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AlignmentJSON
-from tts_queue.synthesis.audio import Audio
+from tts_queue.synthesis.audio import Audio, Samples
 from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer, write_m4b
 from tts_queue.synthesis.frontend import written
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow

@@ -18,7 +18,7 @@ Samples = npt.NDArray[np.float32]  # mono float samples, as every stage hands th
 class Audio:
     """Mono float32 samples in [-1, 1] at a sample rate."""
 
-    samples: npt.NDArray[np.float32]
+    samples: Samples
     sample_rate: int
 
     @property
