@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from typing import Any
 
 from flask import Flask
@@ -65,11 +66,11 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 class _CapturedSocket:
     """Stands in for the client socket while gunicorn writes its error page, keeping the bytes."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: socket.socket) -> None:
         self.client = client
         self.data = b""
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         """Anything else gunicorn asks of the socket (its address, for the access log)."""
         return getattr(self.client, name)
 
@@ -116,7 +117,7 @@ class JSONErrorWorker(ThreadWorker):  # type: ignore[misc]
             self.log.info("dropped %s: it read nothing for %.0f s", conn.client, self.write_timeout_s)
             return False
 
-    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+    def handle_error(self, req: object, client: socket.socket, addr: object, exc: BaseException) -> None:
         """Answer a request gunicorn rejected (or that failed outside Flask) with a JSON error."""
         captured = _CapturedSocket(client)
         super().handle_error(req, captured, addr, exc)

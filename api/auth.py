@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from flask import Flask, current_app, g, request
+from flask import Flask, Response, current_app, g, request
 from flask_limiter import Limiter
 from flask_limiter.errors import RateLimitExceeded
 
@@ -36,7 +36,7 @@ from tts_queue.errors import Forbidden, KeyInQuery, QuotaExceeded, RateLimited, 
 from tts_queue.settings import Settings
 
 log = logging.getLogger(__name__)
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 OPEN, KEY, ADMIN = "open", "key", "admin"
 ACCESS: dict[str, str] = {}  # view function qualified name -> access level
 QUERY_KEY_NAMES = ("api_key", "key", "token", "access_token")
@@ -162,7 +162,7 @@ def rate_limited(exc: RateLimitExceeded) -> RateLimited:
     return RateLimited(f"more submissions than this key's rate allows ({exc.description}); retry later")
 
 
-def _honest_retry_after(response: Any) -> Any:
+def _honest_retry_after(response: Response) -> Response:
     """flask-limiter truncates ``Retry-After`` (a refusal under a second from its reset says 0, and
     its reset time is itself rounded down): a client that obeys it can be refused again. With a
     moving window, waiting one whole window always works, so the header is at least 1 and a
@@ -204,7 +204,7 @@ def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
         app.view_functions[endpoint] = shared(app.view_functions[endpoint])  # type: ignore[assignment]
 
     @app.errorhandler(RateLimitExceeded)
-    def _limited(exc: RateLimitExceeded) -> Any:
+    def _limited(exc: RateLimitExceeded) -> tuple[Response, int]:
         from api.errors import to_response
 
         g.tts_limit_window_s = exc.limit.limit.get_expiry()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, TypedDict
 
 from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -32,6 +32,9 @@ from tts_queue.storage.backend import Storage
 from tts_queue.storage.local import LocalStorage
 from tts_queue.synthesis.encoder import audio_format
 from tts_queue.tables import ChapterRow
+
+if TYPE_CHECKING:
+    from tts_queue.books.assembler import ChapterFiles, ManifestSentence
 
 bp = Blueprint("books", __name__)
 OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")
@@ -85,7 +88,7 @@ def _upload() -> Upload:
                   {k: body[k] for k in OPTION_FIELDS if k in body}, body.get("callback_url"))
 
 
-def book_json(book_id: str) -> dict[str, Any]:
+def book_json(book_id: str) -> dict[str, object]:
     """A book's progress with links to what is ready (the caller's books only)."""
     svc = services()
     document = book_document(svc.books.progress(book_id, owner()), request.url_root)
@@ -94,6 +97,21 @@ def book_json(book_id: str) -> dict[str, Any]:
     if callback is not None:
         document["callback"] = callback
     return document
+
+
+class _ChapterEntry(TypedDict):
+    number: int
+    title: str
+    status: str
+    duration_s: float | None
+    file: str  # the name a download is saved as
+
+
+class ManifestChapter(_ChapterEntry, total=False):
+    """A chapter in a book's manifest: its sentences once assembled, or why they are missing."""
+
+    sentences: list[ManifestSentence]
+    error: str
 
 
 JSON = ("application/json",)
@@ -163,7 +181,7 @@ def unpin_book(book_id: str) -> Response:
     return jsonify(book_json(book_id))
 
 
-def _chapter(book_id: str, number: int) -> tuple[ChapterRow, Any, str]:
+def _chapter(book_id: str, number: int) -> tuple[ChapterRow, ChapterFiles, str]:
     books = services().books
     book = books.touch(book_id, owner())
     chapter = next((c for c in books.chapters(book_id) if c.number == number), None)
@@ -230,9 +248,9 @@ def manifest(book_id: str) -> Response:
     chapters = []
     for chapter in books.chapters(book_id):
         name = chapter_filename(chapter.number, chapter.title, audio_format(fmt).suffix)
-        entry: dict[str, Any] = {"number": chapter.number, "title": chapter.title,
-                                 "status": chapter.status.value, "duration_s": chapter.duration_s,
-                                 "file": name}
+        entry: ManifestChapter = {"number": chapter.number, "title": chapter.title,
+                                  "status": chapter.status.value, "duration_s": chapter.duration_s,
+                                  "file": name}
         files = services().assembler.files(chapter, fmt)
         if files is not None:
             try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,8 +21,13 @@ from tts_queue import __version__
 from tts_queue.enums import BOOK_FORMATS, POOLS, REQUEST_FORMATS
 from tts_queue.errors import InvalidRequest, InvalidText, UnsupportedFormat
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
+
+F = TypeVar("F", bound=Callable[..., object])
 M = TypeVar("M", bound=BaseModel)
+# A piece of an OpenAPI (JSON Schema) document: built here, only serialized.
+JSONSchema = dict[str, object]
 
 RequestFormat = Literal[REQUEST_FORMATS]  # type: ignore[valid-type]
 BookFormat = Literal[BOOK_FORMATS]  # type: ignore[valid-type]
@@ -161,7 +166,7 @@ class Ready(BaseModel):
     """``GET /readyz``: details for admin keys (all callers with auth off)."""
 
     ready: bool
-    checks: dict[str, Any] | None = None
+    checks: dict[str, object] | None = None
     warnings: list[dict[str, str]] | None = None
 
 
@@ -174,7 +179,7 @@ class CacheStats(BaseModel):
     misses: int
     hit_ratio: float | None
     pinned: int
-    last_cleanup: dict[str, Any] | None
+    last_cleanup: dict[str, object] | None
 
 
 class BookAccepted(BaseModel):
@@ -252,8 +257,8 @@ class Manifest(BaseModel):
     author: str | None
     format: str
     status: str
-    options: dict[str, Any]
-    chapters: list[dict[str, Any]]
+    options: dict[str, object]
+    chapters: list[dict[str, object]]
 
 
 # --- operations ---------------------------------------------------------------------------------
@@ -270,7 +275,7 @@ class Param:
 
     name: str
     where: Literal["path", "query"]
-    schema: dict[str, Any]
+    schema: JSONSchema
     description: str = ""
 
 
@@ -290,10 +295,22 @@ class Operation:
     error_model: type[BaseModel] = field(default_factory=lambda: Error)
 
 
+class OperationDetails(TypedDict, total=False):
+    """The optional fields of an ``Operation``, as ``operation(...)`` takes them by name."""
+
+    body: type[BaseModel] | None
+    multipart: bool
+    params: tuple[Param, ...]
+    responses: dict[int, Response]
+    errors: tuple[int, ...]
+    error_model: type[BaseModel]
+
+
 OPERATIONS: list[Operation] = []
 
 
-def operation(method: str, path: str, summary: str, level: str, **details: Any) -> Callable[[F], F]:
+def operation(method: str, path: str, summary: str, level: str,
+              **details: Unpack[OperationDetails]) -> Callable[[F], F]:
     """Declare a route's contract and access level (the view's Flask route is declared beside it)."""
 
     def register(view: F) -> F:
@@ -303,7 +320,7 @@ def operation(method: str, path: str, summary: str, level: str, **details: Any) 
     return register
 
 
-def body(model: type[M], data: Any) -> M:
+def body(model: type[M], data: object) -> M:
     """``data`` (a parsed JSON value) validated by ``model``, or a 4xx with the project's codes."""
     try:
         return model.model_validate(data)
@@ -355,7 +372,7 @@ def wait_param() -> Param:
 # --- the document -------------------------------------------------------------------------------
 
 
-def openapi(server_url: str | None = None, auth_required: bool = False) -> dict[str, Any]:
+def openapi(server_url: str | None = None, auth_required: bool = False) -> JSONSchema:
     """The OpenAPI 3.1 document of every declared operation."""
     from pydantic.json_schema import models_json_schema
 
@@ -367,10 +384,10 @@ def openapi(server_url: str | None = None, auth_required: bool = False) -> dict[
         models.add(op.error_model)
     _, definitions = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
                                         ref_template="#/components/schemas/{model}")
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, JSONSchema]] = {}
     for op in OPERATIONS:
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, auth_required)
-    document: dict[str, Any] = {
+    document: JSONSchema = {
         "openapi": "3.1.0",
         "info": {"title": "tts-queue", "version": __version__,
                  "description": "Asynchronous, batched text to speech: submit, poll, download."},
@@ -383,9 +400,9 @@ def openapi(server_url: str | None = None, auth_required: bool = False) -> dict[
     return document
 
 
-def _operation(op: Operation, auth_required: bool) -> dict[str, Any]:
+def _operation(op: Operation, auth_required: bool) -> JSONSchema:
     error_ref = {"$ref": f"#/components/schemas/{op.error_model.__name__}"}
-    responses: dict[str, Any] = {}
+    responses: dict[str, JSONSchema] = {}
     for status, (description, model, types) in sorted(op.responses.items()):
         if model is None and not types:
             responses[str(status)] = {"description": description}
@@ -397,14 +414,14 @@ def _operation(op: Operation, auth_required: bool) -> dict[str, Any]:
     for status in op.errors:
         responses.setdefault(str(status), {"description": "An error with a stable code",
                                            "content": {"application/json": {"schema": error_ref}}})
-    spec: dict[str, Any] = {
+    spec: JSONSchema = {
         "summary": op.summary, "operationId": f"{op.method.lower()}_{op.path}",
         "parameters": [{"name": p.name, "in": p.where, "required": p.where == "path", "schema": p.schema,
                         "description": p.description} for p in op.params],
         "responses": responses,
     }
     if op.body is not None:
-        content: dict[str, Any] = {"application/json": {"schema": {"$ref": f"#/components/schemas/"
+        content: dict[str, JSONSchema] = {"application/json": {"schema": {"$ref": f"#/components/schemas/"
                                                                         f"{op.body.__name__}"}}}
         if op.multipart:
             content["multipart/form-data"] = {"schema": {

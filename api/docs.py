@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from flask import Blueprint, Response, current_app, jsonify, request, send_from_directory
 
 import api.contract as contract
@@ -39,7 +37,7 @@ def docs() -> Response:
 
 @bp.get("/docs/static/<path:name>")
 @access(OPEN)
-def docs_static(name: str) -> Any:
+def docs_static(name: str) -> Response:
     """Swagger UI's own files."""
     from swagger_ui_bundle import swagger_ui_path
 

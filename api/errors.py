@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 import redis
 import sqlalchemy.exc
@@ -60,10 +59,10 @@ HTTP_ERRORS: dict[int, type[TTSQueueError]] = {
 OUTAGES = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
-BodyShape = Callable[[TTSQueueError], dict[str, Any]]
+BodyShape = Callable[[TTSQueueError], dict[str, object]]  # an error's JSON, only serialized
 
 
-def default_body(exc: TTSQueueError) -> dict[str, Any]:
+def default_body(exc: TTSQueueError) -> dict[str, object]:
     """``{"error": {"code", "message"}, **details}``: the one shape of an error's JSON."""
     return {"error": {"code": exc.code, "message": exc.message}, **exc.details}
 
@@ -120,8 +119,9 @@ def to_response(exc: Exception, body: BodyShape = default_body) -> tuple[Respons
         log.warning("%s %s: %s", exc.http_status, exc.code, redacted(exc.message))
     payload = body(error)
     request_id = current_request_id()
-    if error.http_status >= 500 and request_id and isinstance(payload.get("error"), dict):
-        payload["error"]["request_id"] = request_id  # the key to the details in the logs
+    detail = payload.get("error")
+    if error.http_status >= 500 and request_id and isinstance(detail, dict):
+        detail["request_id"] = request_id  # the key to the details in the logs
     response = jsonify(payload)
     if error.retry_after_s is not None:
         response.headers["Retry-After"] = str(error.retry_after_s)

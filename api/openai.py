@@ -15,7 +15,7 @@ installed voice id picks that voice for OpenAI's names. ``instructions`` is acce
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask_limiter.errors import RateLimitExceeded
@@ -99,7 +99,7 @@ class VoiceNames(BaseModel):
     voices: list[VoiceName]
 
 
-def openai_body(exc: TTSQueueError) -> dict[str, Any]:
+def openai_body(exc: TTSQueueError) -> dict[str, object]:
     """OpenAI's error shape, with the stable code."""
     fallback = "server_error" if exc.http_status >= 500 else "invalid_request_error"
     param = exc.details.get("param")
@@ -167,8 +167,8 @@ def speech() -> Response:
     check_model(speech.model)
     voice = voice_for(speech.voice, speech.model)
     check_quota()
-    payload: dict[str, Any] = {"text": speech.input, "format": speech.response_format, "speed": speech.speed,
-                               "normalize": speech.normalize}
+    payload: dict[str, object] = {"text": speech.input, "format": speech.response_format,
+                                  "speed": speech.speed, "normalize": speech.normalize}
     if voice is not None:
         payload["voice"] = voice
     svc = services()

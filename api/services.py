@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any
+from typing import TypedDict
 
 from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys, Usage
@@ -71,13 +71,29 @@ FAILED = "error: failed (the API's log says why)"
 NO_HEARTBEAT = "error: no live worker (no heartbeat)"
 
 
+class _Checked(TypedDict):
+    database: str  # "ok", or a fixed sentence starting with "error"
+    broker: str
+    storage: str
+    workers: list[str] | str  # the live workers' names, or the failure
+
+
+class ReadinessChecks(_Checked, total=False):
+    """``/readyz``'s ``checks``: each backing service, then (once a round has run) consumption and
+    the live workers by pool and their execution providers."""
+
+    consuming: str
+    pools: dict[str, list[str]]
+    providers: dict[str, dict[str, str]]  # worker -> voice -> provider
+
+
 @dataclass(frozen=True)
 class ReadinessReport:
     """One round of readiness checks: ``checks`` as ``/readyz`` shows them (a failed check is a
     string starting with ``error``, never an exception's text), the doctor's ``warnings``, and
     when each was computed (``time.monotonic``)."""
 
-    checks: dict[str, Any]
+    checks: ReadinessChecks
     warnings: list[dict[str, str]]
     checked_at: float
     warned_at: float
@@ -91,8 +107,9 @@ class ReadinessReport:
 
 
 # What callers read while the very first round runs in another thread (they do not wait for it).
+_NOT_YET = "error: not checked yet"
 PENDING = ReadinessReport(
-    {name: "error: not checked yet" for name in ("database", "broker", "storage", "workers")},
+    ReadinessChecks(database=_NOT_YET, broker=_NOT_YET, storage=_NOT_YET, workers=_NOT_YET),
     [], checked_at=-1e18, warned_at=-1e18)
 
 
@@ -149,24 +166,24 @@ class Readiness:
         doctor = tuple(w.as_json() for w in self._warnings())
         return ReadinessReport(checks, [*doctor, *pools], checked_at, checked_at, doctor)
 
-    def _checks(self, before: dict[str, Any]) -> tuple[dict[str, Any], list[WorkerInfo]]:
+    def _checks(self, before: Mapping[str, object]) -> tuple[ReadinessChecks, list[WorkerInfo]]:
         """Database, broker, storage, live workers (heartbeats), consumption, pools, providers;
         a check that starts failing (or fails differently) is logged with its exception's text,
         one that keeps failing the same way only at debug level."""
         svc = self.services
         watch = svc.watch
         outcome = _Outcomes(before)
-        checks: dict[str, Any] = {
-            "database": outcome.of("database", svc.db.ping),
-            "broker": outcome.of("broker", watch.ping),
-            "storage": outcome.of("storage", self._check_storage),
-        }
+        database = outcome.of("database", svc.db.ping)
+        broker = outcome.of("broker", watch.ping)
+        storage = outcome.of("storage", self._check_storage)
         live: list[WorkerInfo] = []
+        workers: list[str] | str
         try:
             live = list(watch.workers())
-            checks["workers"] = [w.name for w in live] or outcome.failed("workers", NO_HEARTBEAT)
+            workers = [w.name for w in live] or outcome.failed("workers", NO_HEARTBEAT)
         except Exception as exc:  # noqa: BLE001 - any failure is reported, its text logged
-            checks["workers"] = outcome.failure("workers", exc)
+            workers = outcome.failure("workers", exc)
+        checks = ReadinessChecks(database=database, broker=broker, storage=storage, workers=workers)
         try:
             checks["consuming"] = "ok" if watch.consuming() else outcome.failed("consuming", (
                 f"error: no worker took a task off a queue in the last "
@@ -197,7 +214,7 @@ class Readiness:
 class _Outcomes:
     """Turns checks into what ``/readyz`` shows, logging a failure when it is new."""
 
-    def __init__(self, before: dict[str, Any]) -> None:
+    def __init__(self, before: Mapping[str, object]) -> None:
         self.before = before
 
     def of(self, name: str, check: Callable[[], object]) -> str:

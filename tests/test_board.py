@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -20,6 +19,7 @@ from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.ending import ShowOnBoard, TaskEnds
 from tts_queue.tasks.keys import RedisKeys
 from tts_queue.tasks.service import TaskService
+from tts_queue.tasks.view import TaskRecord
 
 
 @pytest.fixture
@@ -28,10 +28,10 @@ def board(redis_url: str) -> StatusBoard:
     return StatusBoard(client, RedisKeys(f"board-{uuid.uuid4().hex[:8]}"))
 
 
-def record(task_id: str, status: str, **fields: Any) -> dict[str, Any]:
+def record(task_id: str, status: str, duration_s: float | None = None, keep: bool = False) -> TaskRecord:
     return {"id": task_id, "status": status, "created_at": "2026-12-01T00:00:00+00:00", "started_at": None,
-            "finished_at": None, "error_code": None, "error_message": None, "duration_s": None,
-            "format": "wav", "voice": "tiny", "cache_hit": False, "keep": False, "owner": None, **fields}
+            "finished_at": None, "error_code": None, "error_message": None, "duration_s": duration_s,
+            "format": "wav", "voice": "tiny", "cache_hit": False, "keep": keep, "owner": None}
 
 
 def test_a_record_never_goes_back_and_only_a_finished_one_lives_long(board: StatusBoard) -> None:

@@ -46,7 +46,7 @@ def test_book_fetch_writes_only_inside_out(tmp_path: Path) -> None:
     out = tmp_path / "deep" / "out"
     server = HostileServer(["../../../x.mp3", "/tmp/abs.mp3", "ok.mp3"], "../../../../book")
     # When the book is downloaded with its M4B
-    download(server, {"book_id": "b"}, out, m4b=True)  # type: ignore[arg-type]
+    download(server, {"book_id": "b"}, out, m4b=True)  # type: ignore[arg-type, typeddict-item]
     # Then every file, captions and manifest included, lies directly inside --out
     written = [*server.written, out / "manifest.json"]
     assert len(server.written) == 3 * 3 + 1

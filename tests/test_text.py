@@ -96,7 +96,7 @@ def test_non_string_text_is_invalid_text(raw: object) -> None:
     # When it is cleaned
     # Then InvalidText is raised
     with pytest.raises(InvalidText):
-        clean_text(raw, LIMIT)  # type: ignore[arg-type]
+        clean_text(raw, LIMIT)
 
 
 def test_text_over_the_limit_is_too_long_and_at_the_limit_is_fine() -> None:

@@ -11,13 +11,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tts_queue.tables import Base
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from sqlalchemy.pool import ConnectionPoolEntry
 
 RowT = TypeVar("RowT")
 
@@ -38,7 +43,7 @@ def make_engine(url: str) -> Engine:
     engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -48,7 +53,7 @@ def make_engine(url: str) -> Engine:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
+    def _on_begin(connection: Connection) -> None:
         immediate = connection.get_execution_options().get("sqlite_immediate", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -26,6 +26,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 
 from tts_queue.enums import POOLS, Lane
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -200,7 +203,7 @@ def exposition(chosen: CollectorRegistry) -> bytes:
     return generate_latest(chosen)
 
 
-def serve(port: int, extra: Iterable[Collector] = ()) -> Any:
+def serve(port: int, extra: Iterable[Collector] = ()) -> tuple[WSGIServer, threading.Thread]:
     """Serve ``/metrics`` on ``port`` from a background thread (a worker on its own host)."""
     from prometheus_client import start_http_server
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard, TypeVar, overload
 from urllib.parse import unquote, urlparse
 
 from tts_queue.enums import (
@@ -29,14 +29,27 @@ from tts_queue.enums import (
 )
 from tts_queue.errors import ConfigError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 PREFIX = "TTS_"
+T = TypeVar("T")
+G = TypeVar("G", bound="DataclassInstance")  # a settings group (a dataclass instance)
 
 
-def setting(default: Any = None, doc: str = "", *, env: str | None = None, choices: tuple[str, ...] = (),
-            flag: str | None = None, shown: str | None = None, factory: Any = None,
-            secret: bool = False) -> Any:
+@overload
+def setting(default: None, doc: str = "", *, env: str | None = None, choices: tuple[str, ...] = (),
+            flag: str | None = None, shown: str | None = None, factory: Callable[[], T],
+            secret: bool = False) -> T: ...
+@overload
+def setting(default: T, doc: str = "", *, env: str | None = None, choices: tuple[str, ...] = (),
+            flag: str | None = None, shown: str | None = None, secret: bool = False) -> T: ...
+def setting(default: object = None, doc: str = "", *, env: str | None = None, choices: tuple[str, ...] = (),
+            flag: str | None = None, shown: str | None = None, factory: Callable[[], object] | None = None,
+            secret: bool = False) -> object:
     """Declare one setting: its default, documentation, variable name, allowed values and flag
-    (``secret``: never shown by ``tts-queue settings --current``)."""
+    (``secret``: never shown by ``tts-queue settings --current``). Typed as its default (or what
+    ``factory`` makes), as ``dataclasses.field`` is, so the field's annotation is checked."""
     meta = {"doc": doc, "env": env, "choices": choices, "flag": flag, "shown": shown, "secret": secret}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -371,7 +384,7 @@ class Settings:
         pool: PoolSettings = getattr(self.routing, name)
         return pool
 
-    def replace(self, **changes: Any) -> Settings:
+    def replace(self, **changes: object) -> Settings:
         """A copy with some settings changed, by dotted path: ``replace(**{"api.port": 9000})``."""
         settings = self
         for path, value in changes.items():
@@ -462,7 +475,7 @@ def _code(value: str) -> str:
     return value if value.startswith(("`", "<", "~", "embedded", "empty")) else f"`{value}`"
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     """A value as its variable would spell it (so ``current_values`` parses back to the same)."""
     if isinstance(value, bool):
         return str(value).lower()
@@ -473,30 +486,35 @@ def _show(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _variable(f: dataclasses.Field[Any], prefix: str) -> str:
+def _variable(f: dataclasses.Field[object], prefix: str) -> str:
     return str(f.metadata.get("env") or prefix + f.name.upper())
 
 
-Leaf = tuple[str, Any, tuple["dataclasses.Field[Any]", str]]
+Leaf = tuple[str, object, tuple["dataclasses.Field[object]", str]]
 
 
-def _walk(group: Any, prefix: str, path: str = "") -> Iterator[Leaf]:
+def _is_group(value: object) -> TypeGuard[DataclassInstance]:
+    """Whether a setting's value is a group of settings (a dataclass instance) rather than a leaf."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _walk(group: DataclassInstance, prefix: str, path: str = "") -> Iterator[Leaf]:
     """``(variable, value, (field, dotted path))`` of every leaf setting under ``group``."""
     for f in dataclasses.fields(group):
-        value = getattr(group, f.name)
+        value: object = getattr(group, f.name)
         dotted = f"{path}{f.name}"
-        if dataclasses.is_dataclass(value):
+        if _is_group(value):
             yield from _walk(value, f.metadata.get("env") or prefix, dotted + ".")
         else:
             yield _variable(f, prefix), value, (f, dotted)
 
 
-def _parse_group(group: Any, env: Mapping[str, str], prefix: str) -> Any:
+def _parse_group(group: G, env: Mapping[str, str], prefix: str) -> G:
     hints = typing.get_type_hints(type(group))
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for f in dataclasses.fields(group):
-        value = getattr(group, f.name)
-        if dataclasses.is_dataclass(value):
+        value: object = getattr(group, f.name)
+        if _is_group(value):
             changes[f.name] = _parse_group(value, env, f.metadata.get("env") or prefix)
             continue
         variable = _variable(f, prefix)
@@ -507,7 +525,7 @@ def _parse_group(group: Any, env: Mapping[str, str], prefix: str) -> Any:
     return dataclasses.replace(group, **changes)
 
 
-def _parse(variable: str, raw: str, kind: Any) -> Any:
+def _parse(variable: str, raw: str, kind: object) -> object:
     """``raw`` as a value of type ``kind`` (``X | None`` parses as ``X``)."""
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     base = args[0] if args and typing.get_origin(kind) not in (Mapping, tuple) else kind
@@ -520,8 +538,10 @@ def _parse(variable: str, raw: str, kind: Any) -> Any:
             raise ValueError(raw)
         if base is Path:
             return Path(raw).expanduser()
-        if base in (int, float):
-            return base(raw)
+        if base is int:
+            return int(raw)
+        if base is float:
+            return float(raw)
         if typing.get_origin(base) is tuple:  # a comma-separated list of ints (ports)
             return tuple(int(item) for item in raw.split(",") if item.strip())
         if typing.get_origin(base) is Mapping:
@@ -531,7 +551,7 @@ def _parse(variable: str, raw: str, kind: Any) -> Any:
         raise ConfigError(f"{variable}={raw!r} is not a valid {getattr(base, '__name__', base)}") from exc
 
 
-def _check_choices(variable: str, value: Any, choices: tuple[str, ...] = ()) -> None:
+def _check_choices(variable: str, value: object, choices: tuple[str, ...] = ()) -> None:
     """Raise ``ConfigError`` unless ``value`` is one of the allowed values of ``variable``."""
     allowed = choices or next((i.choices for i in _CHOICES if i.variable == variable), ())
     if variable == "TTS_PROVIDERS":
@@ -556,7 +576,7 @@ def _parse_pairs(variable: str, raw: str) -> dict[str, str]:
     return pairs
 
 
-def _replace_path(group: Any, path: list[str], value: Any) -> Any:
+def _replace_path(group: G, path: list[str], value: object) -> G:
     name = path[0]
     if not any(f.name == name for f in dataclasses.fields(group)):
         raise ConfigError(f"no setting {name!r} in {type(group).__name__}")

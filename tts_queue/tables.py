@@ -7,7 +7,8 @@ naming convention, so migrations get stable constraint names; ``migrations/`` cr
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from enum import Enum
+from typing import TypedDict
 
 from sqlalchemy import (
     JSON,
@@ -23,6 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy import Enum as SAEnum
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -37,7 +39,69 @@ NAMING_CONVENTION = {
 }
 
 
-def _status_column(enum: type[Any]) -> Any:
+# --- the JSON columns' documents ----------------------------------------------------------------
+
+
+class RequestJSON(TypedDict, total=False):
+    """``tasks.request``: a ``SynthesisRequest.to_dict()``. Every key is optional to a reader: rows
+    written before a field existed lack it (``SynthesisRequest.from_dict`` takes what is there)."""
+
+    text: str
+    voice: str
+    speaker: int | None
+    format: str
+    speed: float
+    noise_scale: float | None
+    noise_w: float | None
+    sentence_silence_ms: int
+    max_sentence_phonemes: int
+    script: list[list[str]]  # (kind, value) pairs of the frontend's script
+    normalizer: int
+
+
+class BookOptions(TypedDict, total=False):
+    """``books.options``: the rendering options as ``book_options`` checked them (only those given)."""
+
+    voice: str
+    speaker: str | int
+    speed: float
+    format: str
+    chapters: str
+    pool: str
+    keep: bool
+    normalize: bool
+
+
+class BookSource(TypedDict, total=False):
+    """``books.source``: the upload while it is parsed (``BookService.accept`` writes every key;
+    ``BookSource()`` is the empty one a reader falls back on)."""
+
+    upload: str  # its storage name
+    filename: str | None
+    input_format: str
+    split_pattern: str | None
+    title: str | None
+
+
+class CleanupReportJSON(TypedDict):
+    """``cleanup_runs.report``: a ``CleanupReport`` as JSON (also what ``tts.cleanup`` returns)."""
+
+    dry_run: bool
+    skipped: str | None  # why nothing ran (another cleaner holds the lock)
+    expired_by_age: int
+    expired_by_pressure: int
+    pressure_reason: str | None
+    entries: int
+    bytes: int
+    task_rows: int
+    pinned: int
+    oldest_access: str | None
+    newest_access: str | None
+    drift: dict[str, int]
+    books: int
+
+
+def _status_column(enum: type[Enum]) -> SAEnum:
     """A status stored as its string value (no native enum type, no check constraint)."""
     return SAEnum(enum, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
 
@@ -54,12 +118,12 @@ class UTCDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is not None and value.tzinfo is not None:
             value = value.astimezone(timezone.utc)
         return value
 
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
         return value
@@ -73,7 +137,7 @@ class TaskRow(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     status: Mapped[TaskStatus] = mapped_column(_status_column(TaskStatus), index=True)
     cache_key: Mapped[str] = mapped_column(String(64), index=True)
-    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    request: Mapped[RequestJSON] = mapped_column(JSON)
     pool: Mapped[str] = mapped_column(String(16), default="cpu")
     queue: Mapped[str] = mapped_column(String(64), default="tts.cpu")
     book_id: Mapped[str | None] = mapped_column(String(36), index=True, default=None)
@@ -90,7 +154,7 @@ class TaskRow(Base):
     error_message: Mapped[str | None] = mapped_column(Text, default=None)
     batch_size: Mapped[int | None] = mapped_column(Integer, default=None)
     # Where the time went, in ms: queue, text, inference, encode, store, total (``TIMINGS``).
-    timings: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    timings: Mapped[dict[str, float | None] | None] = mapped_column(JSON, default=None)
     # Answered from the cache (at submission, or by a worker that found another task's audio).
     cache_hit: Mapped[bool] = mapped_column(Boolean, default=False)
     # The client asked to keep the audio: never evicted by age or pressure until released.
@@ -162,7 +226,7 @@ class BookRow(Base):
     author: Mapped[str | None] = mapped_column(String(512), default=None)
     status: Mapped[BookStatus] = mapped_column(_status_column(BookStatus), index=True)
     # voice, speaker, speed, format, chapters (the selection as given)
-    options: Mapped[dict[str, Any]] = mapped_column(JSON)
+    options: Mapped[BookOptions] = mapped_column(JSON)
     pool: Mapped[str] = mapped_column(String(16), default="cpu")
     chapters_total: Mapped[int] = mapped_column(Integer)
     sentences_total: Mapped[int] = mapped_column(Integer)
@@ -174,7 +238,7 @@ class BookRow(Base):
     keep: Mapped[bool] = mapped_column(Boolean, default=False)
     owner: Mapped[str | None] = mapped_column(String(36), index=True, default=None)
     # The upload while it is parsed: its storage name, file name, input format, split pattern.
-    source: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    source: Mapped[BookSource | None] = mapped_column(JSON, default=None)
     # Ingestion in a worker: its lease (renewed while it works) and attempts (a book that kills
     # its parser fails after the cap).
     claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
@@ -245,7 +309,7 @@ class CleanupRun(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    report: Mapped[dict[str, Any]] = mapped_column(JSON)
+    report: Mapped[CleanupReportJSON] = mapped_column(JSON)
 
 
 class ApiKey(Base):

@@ -7,8 +7,6 @@ with it, and ``workers.factory.make_celery`` builds the worker app on top of the
 
 from __future__ import annotations
 
-from typing import Any
-
 from celery import Celery
 
 from tts_queue.errors import ConfigError
@@ -17,7 +15,7 @@ from tts_queue.tasks.connection import kombu_url
 from tts_queue.tasks.keys import ASSEMBLE, DELIVER, INGEST, SYNTHESIZE, queue_name, webhook_queue
 
 
-def celery_config(settings: Settings) -> dict[str, Any]:
+def celery_config(settings: Settings) -> dict[str, object]:
     """The Celery settings both sides must agree on."""
     visibility = settings.worker.visibility_timeout_s
     return {

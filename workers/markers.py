@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import redis
 from redis.exceptions import LockError
@@ -30,7 +29,7 @@ ASSEMBLY_LOCK_S = 900
 class RedisBrokerMarker:
     """``tts_queue.tasks.recovery.BrokerMarker`` in Redis: present while the broker keeps its data."""
 
-    def __init__(self, client: Any, keys: RedisKeys) -> None:
+    def __init__(self, client: redis.Redis, keys: RedisKeys) -> None:
         self.client = client
         self.keys = keys
 
@@ -46,7 +45,7 @@ class RedisBrokerMarker:
 class ConsumedMarker:
     """The "a worker consumed a task within the window" key that ``/readyz`` reads."""
 
-    def __init__(self, client: Any, keys: RedisKeys, window_s: float) -> None:
+    def __init__(self, client: redis.Redis, keys: RedisKeys, window_s: float) -> None:
         self.client = client
         self.keys = keys
         self.window_s = window_s
@@ -63,7 +62,7 @@ class ConsumedMarker:
 class AssemblyLock:
     """One chapter assembly at a time across workers (a Redis lock that only its holder releases)."""
 
-    def __init__(self, client: Any, keys: RedisKeys, expiry_s: float = ASSEMBLY_LOCK_S) -> None:
+    def __init__(self, client: redis.Redis, keys: RedisKeys, expiry_s: float = ASSEMBLY_LOCK_S) -> None:
         self.client = client
         self.keys = keys
         self.expiry_s = expiry_s

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from tts_queue.app.core import Core
 from tts_queue.enums import POOLS
@@ -22,10 +22,13 @@ from tts_queue.tasks.rows import TaskRows
 from workers.markers import RedisBrokerMarker
 from workers.runtime import WorkerRuntime
 
+if TYPE_CHECKING:
+    from redis import Redis
+
 log = logging.getLogger(__name__)
 
 
-def broker_messages(client: Any, queues: list[str]) -> dict[str, float | None]:
+def broker_messages(client: Redis, queues: list[str]) -> dict[str, float | None]:
     """The synthesis task ids the Redis transport holds: waiting in ``queues`` (``None``), else
     delivered and not yet acknowledged (kombu's ``unacked`` hash), with the latest delivery time
     (a task sent again after its worker died can have an old delivery beside the new message)."""
@@ -35,7 +38,9 @@ def broker_messages(client: Any, queues: list[str]) -> dict[str, float | None]:
             task_id = _task_id(raw)
             if task_id:
                 held[task_id] = None
-    delivered = dict(client.zrange("unacked_index", 0, -1, withscores=True))
+    # with scores, ZRANGE answers (member, score) pairs (redis-py's annotation covers every form)
+    scored = client.zrange("unacked_index", 0, -1, withscores=True)
+    delivered = dict(cast("list[tuple[bytes | str, float]]", scored))
     for tag, raw in client.hgetall("unacked").items():
         task_id = _task_id(raw, wrapped=True)
         if task_id and (task_id not in held or held[task_id] is not None):
@@ -43,7 +48,7 @@ def broker_messages(client: Any, queues: list[str]) -> dict[str, float | None]:
     return held
 
 
-def _task_id(raw: bytes, wrapped: bool = False) -> str | None:
+def _task_id(raw: bytes | str, wrapped: bool = False) -> str | None:
     """The task id in a raw kombu message (``[message, exchange, routing key]`` when ``wrapped``)."""
     try:
         message = json.loads(raw)

@@ -19,9 +19,10 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celery import Celery, signals
+from celery.utils.dispatch import Signal
 
 from tts_queue import metrics
 from tts_queue.errors import ConfigError
@@ -31,6 +32,9 @@ from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import requeue
 from workers.runtime import RuntimeHolder
 from workers.webhooks import Deliveries
+
+if TYPE_CHECKING:
+    from celery.worker.request import Request
 
 log = logging.getLogger(__name__)
 Handler = Callable[..., None]
@@ -66,10 +70,10 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
     stop = threading.Event()
     leases = Leases()
 
-    def mine(sender: Any) -> bool:
+    def mine(sender: object) -> bool:
         return getattr(sender, "app", None) is app
 
-    def received(sender: Any = None, request: Any = None, **_: Any) -> None:
+    def received(sender: object = None, request: Request | None = None, **_: object) -> None:
         # The row says which worker holds the task as soon as its message arrives, so a worker
         # that dies with tasks reserved or running is found by its expired leases.
         if not mine(sender) or request is None or request.name != SYNTHESIZE:
@@ -80,12 +84,13 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         except Exception as exc:  # the database is down: the lease is renewed once it is back
             log.warning("could not record task %s as received: %s", request.id, exc)
 
-    def ended(sender: Any = None, task_id: str | None = None, state: str | None = None, **_: Any) -> None:
+    def ended(sender: object = None, task_id: str | None = None, state: str | None = None,
+              **_: object) -> None:
         # A task handed back for a retry stays held: its lease is renewed until it runs again.
         if mine(sender) and task_id is not None and state != "RETRY":
             leases.drop(task_id)
 
-    def ready(sender: Any = None, **_: Any) -> None:
+    def ready(sender: object = None, **_: object) -> None:
         if not mine(sender):
             return
         runtime = holder.get()
@@ -116,19 +121,19 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
         consumed.mark()
 
-    def shutdown(sender: Any = None, **_: Any) -> None:
+    def shutdown(sender: object = None, **_: object) -> None:
         if mine(sender):
             stop.set()
             if deliveries is not None:
                 deliveries.close()
 
-    def started(sender: Any = None, **_: Any) -> None:
+    def started(sender: object = None, **_: object) -> None:
         # Readiness proves consumption: marked whenever this worker really takes a task off a
         # queue (not at start-up), so a worker alive but no longer consuming makes /readyz fail.
         if mine(sender):
             consumed.mark()
 
-    handlers: list[tuple[Any, Handler]] = [
+    handlers: list[tuple[Signal, Handler]] = [
         (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
         (signals.worker_shutdown, shutdown), (signals.task_prerun, started),
     ]

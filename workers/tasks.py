@@ -21,13 +21,14 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from celery import Celery, Task
 
 from tts_queue import metrics
 from tts_queue.backoff import backoff_s
 from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
+from tts_queue.tables import CleanupReportJSON
 from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE
 from workers.markers import AssemblyLock, RedisBrokerMarker
 from workers.recovery import sweep
@@ -39,7 +40,7 @@ T = TypeVar("T")
 MAX_BACKOFF_S = 30
 
 
-def retry_or_give_up(task: Task[Any, Any], exc: Exception, give_up: Callable[[], T]) -> T:
+def retry_or_give_up(task: Task[..., object], exc: Exception, give_up: Callable[[], T]) -> T:
     """Retry ``task`` after 1, 2, 4 ... (at most 30) seconds, or, once its retries are spent,
     return ``give_up()`` (which records the failure)."""
     retries = int(task.request.retries)
@@ -49,7 +50,8 @@ def retry_or_give_up(task: Task[Any, Any], exc: Exception, give_up: Callable[[],
     raise task.retry(exc=exc, countdown=backoff_s(retries + 1, 1.0, MAX_BACKOFF_S)) from exc
 
 
-def resend_when_storage_blocked(task: Task[Any, Any], exc: BaseException, what: str, wait_s: float) -> bool:
+def resend_when_storage_blocked(task: Task[..., object], exc: BaseException, what: str,
+                                wait_s: float) -> bool:
     """When ``exc`` means the storage is full or unreachable, send the task again after
     ``TTS_STORAGE_RETRY_S`` and say so (``True``): it waits however long it takes, never failed
     for it. A new message with the same id and retry count, not Celery's ``retry()``, which counts
@@ -71,7 +73,7 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
     storage_wait_s = settings.cache.storage_retry_s
 
     @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries, shared=False)
-    def synthesize(self: Task[Any, Any], task_id: str, stream: bool = False) -> str | None:
+    def synthesize(self: Task[[str, bool], str | None], task_id: str, stream: bool = False) -> str | None:
         """Synthesize one task row (``stream``: publish its audio as it is made); unexpected errors
         retry with backoff, then fail the row."""
         try:
@@ -83,7 +85,7 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
         return status.value if status else None
 
     @app.task(name=ASSEMBLE, bind=True, max_retries=settings.worker.max_retries, shared=False)
-    def assemble_chapter(self: Task[Any, Any], book_id: str, number: int) -> str | None:
+    def assemble_chapter(self: Task[[str, int], str | None], book_id: str, number: int) -> str | None:
         """Stitch, caption and encode a chapter whose sentences are all done (idempotent)."""
         try:
             with lock.held(book_id, number) as mine:
@@ -97,7 +99,7 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
         return status.value if status else None
 
     @app.task(name=INGEST, bind=True, max_retries=settings.worker.max_retries, shared=False)
-    def ingest_book(self: Task[Any, Any], book_id: str) -> str | None:
+    def ingest_book(self: Task[[str], str | None], book_id: str) -> str | None:
         """Parse an accepted upload into chapters, sentences and tasks, and dispatch them."""
         try:
             status = holder.get().ingester.run(book_id)
@@ -130,7 +132,7 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
         return sent
 
     @app.task(name=CLEANUP, shared=False)
-    def cleanup() -> dict[str, Any]:
+    def cleanup() -> CleanupReportJSON:
         """Retention: expire by age and pressure, purge, drop old task rows, repair drift; one
         cleaner at a time."""
         core = holder.get().core

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TypedDict, cast
 
 import numpy as np
 import soundfile
@@ -43,14 +43,15 @@ from tts_queue.books.captions import CaptionWriter, CueStream
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.rows import BookRows
 from tts_queue.books.segment import PauseKind
-from tts_queue.books.stitch import Layout, Loudness, Samples, StitchSettings, clean_part
+from tts_queue.books.stitch import Layout, Loudness, StitchSettings, clean_part
 from tts_queue.books.words import IdMarks, sentence_word_starts
 from tts_queue.db import Database
 from tts_queue.enums import BookStatus, TaskStatus
 from tts_queue.errors import InvalidRequest, SentenceFailed
 from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
-from tts_queue.synthesis.audio import Audio
+from tts_queue.storage.store import AlignmentJSON
+from tts_queue.synthesis.audio import Audio, Samples
 from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer, write_m4b
 from tts_queue.synthesis.frontend import written
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
@@ -62,6 +63,23 @@ PAGE_ROWS = 500  # sentence rows per query
 FEED_BLOCKS = 16  # blocks (a sentence or a pause each) the M4B thread may lag behind the chapter
 Blocks = Iterable[Audio]  # a chapter's audio, block after block
 _DURATION = re.compile(rb'\{"duration_s": ([-+0-9.eE]+),')
+
+
+class ManifestSentence(TypedDict):
+    """One sentence of an assembled chapter: its text as shown, where it is, its audio's key."""
+
+    text: str
+    start_s: float
+    end_s: float
+    cache_key: str
+
+
+class ChapterManifest(TypedDict):
+    """An assembled chapter's manifest file (``Scratch.finish_manifest`` writes it)."""
+
+    duration_s: float
+    sample_rate: int
+    sentences: list[ManifestSentence]
 
 
 @dataclass(frozen=True)
@@ -176,9 +194,9 @@ class ChapterAssembler:
             return None
         return ChapterFiles.of(chapter.digest, fmt)
 
-    def manifest(self, files: ChapterFiles) -> dict[str, Any]:
+    def manifest(self, files: ChapterFiles) -> ChapterManifest:
         """An assembled chapter's manifest (duration, sentences with offsets)."""
-        data: dict[str, Any] = json.loads(self.storage.read(files.manifest))
+        data: ChapterManifest = json.loads(self.storage.read(files.manifest))
         return data
 
     def _stored_duration(self, files: ChapterFiles) -> float | None:
@@ -447,7 +465,7 @@ def decode(data: bytes) -> Audio:
     return Audio(samples=samples.astype(np.float32), sample_rate=blocks[-1].sample_rate if blocks else 0)
 
 
-def word_starts_of(alignment: dict[str, Any] | None, text: str,
+def word_starts_of(alignment: AlignmentJSON | None, text: str,
                    marks: IdMarks | None) -> Sequence[int] | None:
     """Word starts (samples from the sentence start) from a sentence's alignment sidecar, or
     ``None`` (a sentence cue) when there is none, it has no phoneme ids or the words do not line up."""

@@ -18,9 +18,9 @@ import io
 import posixpath
 import re
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from bs4 import BeautifulSoup, Tag
@@ -28,6 +28,9 @@ from bs4 import BeautifulSoup, Tag
 from tts_queue.books.chapter import Book, BookLimits, TextBudget, normalize_text, number_chapters
 from tts_queue.books.xhtml import SKIP_TYPES, Block, Document, html_soup, parse_document, semantic_types
 from tts_queue.errors import BookError, BookTooLarge, EmptyBook, InvalidBook
+
+if TYPE_CHECKING:  # ebooklib ships no annotations: these name its classes for the reader
+    from ebooklib.epub import EpubBook, EpubHtml, EpubItem
 
 MAX_UNCOMPRESSED_BYTES = 512 * 1024 * 1024  # without ``BookLimits``
 READ_BLOCK = 64 * 1024
@@ -154,7 +157,7 @@ def _encrypts_text(encryption_xml: bytes) -> bool:
     return False
 
 
-def _load(data: bytes, budget: UnpackBudget) -> Any:
+def _load(data: bytes, budget: UnpackBudget) -> EpubBook:
     """The ebooklib package, every entry read through ``budget``; a parser failure is ``InvalidBook``."""
     from ebooklib import epub
 
@@ -176,11 +179,11 @@ def _load(data: bytes, budget: UnpackBudget) -> Any:
         raise InvalidBook(f"not a readable EPUB: {type(exc).__name__}: {exc}") from exc
 
 
-def _spine_documents(package: Any) -> list[Any]:
+def _spine_documents(package: EpubBook) -> list[EpubHtml]:
     """Linear spine items that are ordinary content documents, in reading order."""
     from ebooklib import epub
 
-    by_id: dict[Any, Any] = {}
+    by_id: dict[str, EpubItem] = {}
     for item in package.get_items():
         by_id.setdefault(item.get_id(), item)  # the first of an id, as get_item_with_id
     items = []
@@ -194,7 +197,7 @@ def _spine_documents(package: Any) -> list[Any]:
     return items
 
 
-def toc_entries(package: Any) -> list[NavEntry]:
+def toc_entries(package: EpubBook) -> list[NavEntry]:
     """The navigation flattened in order; hrefs resolved against the NCX when it was the source."""
     from ebooklib import epub
 
@@ -203,7 +206,7 @@ def toc_entries(package: Any) -> list[NavEntry]:
     base = "" if has_nav or ncx is None else posixpath.dirname(ncx.get_name())
     entries: list[NavEntry] = []
     top = package.toc if isinstance(package.toc, (list, tuple)) else [package.toc]
-    stack: list[tuple[Any, int]] = [(iter(top), 0)]  # entries, then their children: no recursion
+    stack: list[tuple[Iterator[object], int]] = [(iter(top), 0)]  # entries, then their children: no recursion
     while stack:
         node = next(stack[-1][0], _END)
         if node is _END:
@@ -221,7 +224,7 @@ def toc_entries(package: Any) -> list[NavEntry]:
     return entries
 
 
-def landmark_paths(package: Any) -> set[str]:
+def landmark_paths(package: EpubBook) -> set[str]:
     """Documents the EPUB 2 guide or EPUB 3 landmarks mark as cover, title page, contents..."""
     from ebooklib import epub
 
@@ -307,6 +310,6 @@ def _letters(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())
 
 
-def _metadata(package: Any, name: str) -> str | None:
+def _metadata(package: EpubBook, name: str) -> str | None:
     values = package.get_metadata("DC", name)
     return normalize_text(str(values[0][0])) or None if values else None

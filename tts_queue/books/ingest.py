@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any
+from typing import TypeVar
 
 from sqlalchemy import select
 
@@ -36,13 +36,14 @@ from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus
 from tts_queue.errors import AudioTooLong, BookError, BookOverQuota, BookTooLarge, EmptyBook, NothingToSpeak
 from tts_queue.synthesis.request import build_request
-from tts_queue.tables import ApiKey, BookRow, CacheEntry
+from tts_queue.tables import ApiKey, BookRow, BookSource, CacheEntry, RequestJSON
 from tts_queue.tasks.rows import NewTask
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
     """``items`` in lists of at most ``size``."""
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
@@ -90,7 +91,7 @@ class Ingester:
     def _ingest(self, row: BookRow) -> None:
         from tts_queue.books.source import BookLimits, parse_book
 
-        source = row.source or {}
+        source = row.source or BookSource()
         limits = self.settings.books
         data = self.books.storage.read(str(source["upload"]))
         book = parse_book(data, source.get("filename"), source.get("input_format"),
@@ -120,14 +121,14 @@ class Ingester:
 
     def _write_sentences(self, row: BookRow, chapters: list[Chapter]) -> int:
         """Task and sentence rows (with their counters), a batch per transaction; how many."""
-        payload: dict[str, Any] = {k: v for k, v in row.options.items()
+        payload: dict[str, object] = {k: v for k, v in row.options.items()
                                    if k in ("voice", "speaker", "speed", "normalize")}
         limit = self.settings.books.max_sentences
         room = self._quota_room(row.owner)
         queue = self.books.window.queue(row.pool)
         index = 0
         for batch in batched(self._sentences(chapters), BATCH_ROWS):
-            planned: list[tuple[Segment, dict[str, Any], str]] = []
+            planned: list[tuple[Segment, RequestJSON, str]] = []
             for segment in batch:
                 try:
                     request = build_request({**payload, "text": segment.text, "format": SENTENCE_FORMAT},
@@ -173,7 +174,7 @@ class Ingester:
     def _give_up(self, row: BookRow, code: str, message: str) -> None:
         self.rows.clear(row.id)
         self.ends.fail(row.id, code, message)
-        upload = (row.source or {}).get("upload")
+        upload = (row.source or BookSource()).get("upload")
         if upload:
             self.books.storage.delete([str(upload)])
 

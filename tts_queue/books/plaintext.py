@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from tts_queue.books.chapter import (
     Book,
@@ -45,8 +45,8 @@ _WRAP_WIDTH = 100
 class LinePattern(Protocol):
     """A compiled chapter-line pattern: ``search`` returns a match object or ``None``."""
 
-    def search(self, text: str) -> Any:
-        """The first match in ``text``, or ``None``."""
+    def search(self, text: str) -> object | None:
+        """The first match in ``text`` (read only as found or not), or ``None``."""
 
 
 def compile_pattern(split_pattern: str | None) -> LinePattern | None:

@@ -9,13 +9,67 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
 from tts_queue.enums import BookStatus
 from tts_queue.tables import BookRow, ChapterRow
 
 
-def book_progress(row: BookRow, chapters: Sequence[ChapterRow], now: datetime) -> dict[str, Any]:
+class BookError(TypedDict):
+    """Why a book failed: a stable code and what the row says."""
+
+    code: str
+    message: str | None
+
+
+class _ChapterCounts(TypedDict):
+    number: int
+    title: str
+    status: str
+    sentences_total: int
+    sentences_done: int
+    duration_s: float | None
+
+
+class ChapterProgress(_ChapterCounts, total=False):
+    """A chapter in a book's progress; once done, links to its files (``book_document``)."""
+
+    audio_url: str
+    srt_url: str
+    vtt_url: str
+
+
+class _BookCounts(TypedDict):
+    book_id: str
+    title: str
+    author: str | None
+    status: str
+    format: str | None
+    voice: str | None
+    keep: bool
+    chapters_total: int
+    chapters_done: int
+    sentences_total: int
+    sentences_done: int
+    audio_seconds: float
+    speed_x_realtime: float | None
+    eta_s: float | None
+    created_at: str
+    finished_at: str | None
+    error: BookError | None
+
+
+class BookProgress(_BookCounts, total=False):
+    """A book's status document: its chapters (a list's summaries have none), then the links
+    ``book_document`` adds."""
+
+    chapters: list[ChapterProgress]
+    status_url: str
+    manifest_url: str
+    m4b_url: str
+
+
+def book_progress(row: BookRow, chapters: Sequence[ChapterRow], now: datetime) -> BookProgress:
     """The status document of a book (the API's ``GET /v1/books/<id>`` body, without links)."""
     done = row.sentences_done
     status = row.status
@@ -49,9 +103,10 @@ def book_progress(row: BookRow, chapters: Sequence[ChapterRow], now: datetime) -
     }
 
 
-def book_document(progress: dict[str, Any], base_url: str) -> dict[str, Any]:
+def book_document(progress: BookProgress, base_url: str) -> dict[str, object]:
     """``progress`` with links under ``base_url`` (the API's address, ending in ``/``) to what is
-    ready: what ``GET /v1/books/<id>`` answers and what a book's callback POSTs."""
+    ready: what ``GET /v1/books/<id>`` answers and what a book's callback POSTs (handed on as a
+    plain dict: the adapters only serialize it)."""
     book = f"{base_url}v1/books/{progress['book_id']}"
     for chapter in progress.get("chapters", ()):  # a list's summaries have none
         if chapter["status"] == BookStatus.DONE.value:
@@ -63,4 +118,4 @@ def book_document(progress: dict[str, Any], base_url: str) -> dict[str, Any]:
     progress["manifest_url"] = f"{book}/manifest"
     if progress["status"] == BookStatus.DONE.value:
         progress["m4b_url"] = f"{book}/audiobook.m4b"
-    return progress
+    return dict(progress)

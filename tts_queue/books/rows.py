@@ -20,7 +20,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -28,7 +27,7 @@ from sqlalchemy.orm import Session
 from tts_queue.db import Database, get_by_id, utcnow
 from tts_queue.enums import OPEN_BOOK, BookStatus, TaskStatus, book_sources
 from tts_queue.errors import BookNotFound
-from tts_queue.tables import BookRow, Callback, ChapterRow, SentenceRow, TaskRow
+from tts_queue.tables import BookOptions, BookRow, BookSource, Callback, ChapterRow, SentenceRow, TaskRow
 from tts_queue.tasks.rows import BATCH_IDS, ChapterCount, NewTask, TaskRows
 
 log = logging.getLogger(__name__)
@@ -96,8 +95,8 @@ class BookRows:
 
     # --- a new book and its ingestion -----------------------------------------------------------
 
-    def create(self, session: Session, book_id: str, title: str, options: dict[str, Any], pool: str,
-               source: dict[str, Any], owner: str | None) -> None:
+    def create(self, session: Session, book_id: str, title: str, options: BookOptions, pool: str,
+               source: BookSource, owner: str | None) -> None:
         """Insert an accepted book, ``parsing``, in the caller's transaction."""
         now = self.clock()
         session.add(BookRow(
@@ -303,7 +302,7 @@ class BookRows:
                 book_sources(BookStatus.CANCELLED))).values(status=BookStatus.CANCELLED))
         return moved
 
-    def _end(self, book_id: str, target: BookStatus, **values: Any) -> bool:
+    def _end(self, book_id: str, target: BookStatus, **values: str | None) -> bool:
         with self.db.write() as session:
             moved = session.execute(update(BookRow).where(
                 BookRow.id == book_id, BookRow.status.in_(book_sources(target)))

@@ -21,12 +21,11 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import PurePath
-from typing import Any
 
 from sqlalchemy import func, select
 
 from tts_queue.books.ending import BookEnds
-from tts_queue.books.progress import book_progress
+from tts_queue.books.progress import BookProgress, book_progress
 from tts_queue.books.rows import BookRows
 from tts_queue.books.upload import (
     MAX_TITLE_CHARS,
@@ -42,7 +41,7 @@ from tts_queue.enums import BookStatus, Lane, TaskStatus
 from tts_queue.errors import BookTooLarge, ServiceUnavailable
 from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.request import build_request
-from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
+from tts_queue.tables import BookRow, BookSource, ChapterRow, SentenceRow, TaskRow
 from tts_queue.tasks.keys import queue_name
 from tts_queue.tasks.service import TaskService
 
@@ -86,8 +85,8 @@ class BookService:
         fmt = upload_format(upload)
         if pattern is not None and fmt != "epub":
             compile_pattern(pattern)  # RE2: refused here if it does not compile
-        voice: dict[str, Any] = {k: options[k] for k in ("voice", "speaker", "speed", "normalize")
-                                 if k in options}
+        voice: dict[str, object] = {k: v for k, v in options.items()
+                                    if k in ("voice", "speaker", "speed", "normalize")}
         probe = build_request({**voice, "text": "Probe.", "format": SENTENCE_FORMAT}, self.tasks.registry,
                               self.settings)
         pool = self.tasks.pool_for(probe, options.get("pool"))
@@ -97,8 +96,8 @@ class BookService:
         upload_name = f"uploads/{book_id}"
         self.storage.put(upload_name, upload.data, "application/octet-stream")
         fallback = PurePath(filename).stem if filename else None
-        source = {"upload": upload_name, "filename": filename, "input_format": fmt, "split_pattern": pattern,
-                  "title": title[:MAX_TITLE_CHARS] if title else None}
+        source = BookSource(upload=upload_name, filename=filename, input_format=fmt, split_pattern=pattern,
+                            title=title[:MAX_TITLE_CHARS] if title else None)
         with self.db.write() as session:
             self.rows.create(session, book_id, (title or fallback or "Untitled")[:MAX_TITLE_CHARS], options,
                              pool, source, owner)
@@ -142,13 +141,13 @@ class BookService:
         with self.db.read() as session:
             return [(sentence, status) for sentence, status in session.execute(query).all()]
 
-    def progress(self, book_id: str, owner: str | None = None) -> dict[str, Any]:
+    def progress(self, book_id: str, owner: str | None = None) -> BookProgress:
         """Status, counts, audio seconds so far and an ETA, from the book's and chapters' counters
         (the reader's visit counts as an access)."""
         row = self.touch(book_id, owner)
         return book_progress(row, self.chapters(book_id), self.clock())
 
-    def recent(self, owner: str | None, limit: int) -> list[dict[str, Any]]:
+    def recent(self, owner: str | None, limit: int) -> list[BookProgress]:
         """``owner``'s newest ``limit`` books' progress without their chapters, newest first (not
         counted as reads): two queries, however many chapters the books have."""
         with self.db.read() as session:
@@ -160,7 +159,7 @@ class BookService:
                     ChapterRow.book_id.in_([row.id for row in rows]), ChapterRow.status == BookStatus.DONE)
                 .group_by(ChapterRow.book_id))}
         now = self.clock()
-        summaries = []
+        summaries: list[BookProgress] = []
         for row in rows:
             summary = book_progress(row, (), now)
             del summary["chapters"]

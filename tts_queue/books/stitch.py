@@ -23,9 +23,8 @@ import numpy.typing as npt
 
 from tts_queue.books.segment import PauseKind
 from tts_queue.errors import InvalidRequest
-from tts_queue.synthesis.audio import Audio
+from tts_queue.synthesis.audio import Audio, Samples
 
-Samples = npt.NDArray[np.float32]
 SILENCE_RMS = 10 ** (-50 / 20)  # frames quieter than -50 dBFS are not speech
 FRAME_MS = 20
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import SupportsFloat, SupportsIndex, cast
 
 from tts_queue.enums import BOOK_FORMATS, INPUT_FORMATS, POOLS
 from tts_queue.errors import EmptyBook, InvalidBook, InvalidRequest, UnknownChapters
+from tts_queue.tables import BookOptions
 
 OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")
 # Sentences are cached as WAV: lossless for stitching, and shared with interactive WAV requests.
@@ -30,7 +31,7 @@ class Upload:
     input_format: str | None = None
     title: str | None = None
     split_pattern: str | None = None
-    options: Mapping[str, Any] | None = None
+    options: Mapping[str, object] | None = None
     callback_url: str | None = None  # the book's JSON is POSTed here when it finishes
 
 
@@ -45,9 +46,9 @@ def text_field(value: object, name: str, limit: int) -> str | None:
     return value
 
 
-def book_options(raw: Mapping[str, Any], default_format: str = "mp3") -> dict[str, Any]:
+def book_options(raw: Mapping[str, object], default_format: str = "mp3") -> BookOptions:
     """The rendering options of a book, checked for type and value (voice and speaker against the
-    registry by ``BookService.accept``)."""
+    registry by ``BookService.accept``); what ``books.options`` stores."""
     unknown = sorted(set(raw) - set(OPTIONS))
     if unknown:
         raise InvalidRequest(f"unknown book option(s): {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
@@ -64,8 +65,11 @@ def book_options(raw: Mapping[str, Any], default_format: str = "mp3") -> dict[st
                                  or not isinstance(options["speaker"], (str, int))):
         raise InvalidRequest("speaker must be a name or a number")
     if "speed" in options:
+        speed = options["speed"]  # a JSON number or a form field's text: what float() takes
+        if not isinstance(speed, (str, SupportsFloat, SupportsIndex)):
+            raise InvalidRequest("speed must be a number")
         try:
-            options["speed"] = float(options["speed"])
+            options["speed"] = float(speed)
         except (TypeError, ValueError, OverflowError):
             raise InvalidRequest("speed must be a number") from None
     for flag in ("keep", "normalize"):
@@ -83,7 +87,7 @@ def book_options(raw: Mapping[str, Any], default_format: str = "mp3") -> dict[st
         if spec is None or not _CHAPTER_SPEC.fullmatch(spec):
             raise UnknownChapters(f"chapter range {options['chapters']!r} does not parse; use a form "
                                   "like 2-5 or 1,3,7-9")
-    return options
+    return cast(BookOptions, options)  # every value was checked above
 
 
 def upload_format(upload: Upload) -> str:

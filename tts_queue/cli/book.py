@@ -13,11 +13,16 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tts_queue.cli.client import Client
 from tts_queue.settings import Settings
+
+if TYPE_CHECKING:
+    from tts_queue.books.progress import BookProgress
+    from tts_queue.cli.flags import Subcommands
 
 FINISHED = ("done", "failed", "cancelled")
 UNSAFE_NAME = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')
@@ -94,7 +99,7 @@ def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def progress_line(book: dict[str, Any], width: int = 30) -> str:
+def progress_line(book: BookProgress, width: int = 30) -> str:
     """One line: a bar, chapters and sentences done, audio seconds, x real time, ETA."""
     total = max(1, book["sentences_total"])
     filled = int(width * book["sentences_done"] / total)
@@ -106,7 +111,7 @@ def progress_line(book: dict[str, Any], width: int = 30) -> str:
             f"audio {book['audio_seconds']:.0f} s  {speed} real time  ETA {eta_text}")
 
 
-def follow(client: Client, book_id: str, interval: float = 1.0) -> dict[str, Any]:
+def follow(client: Client, book_id: str, interval: float = 1.0) -> BookProgress:
     """Poll a book until it finishes, drawing the progress line on stderr."""
     while True:
         book = client.book(book_id)
@@ -129,7 +134,7 @@ def inside(out: Path, name: object, fallback: str) -> Path:
     return target
 
 
-def download(client: Client, book: dict[str, Any], out: Path, m4b: bool) -> None:
+def download(client: Client, book: BookProgress, out: Path, m4b: bool) -> None:
     """Chapter audio (``NN - Title.ext``), SRT and WebVTT captions, manifest.json and the M4B, all
     written inside ``out`` whatever names the server gives."""
     out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +153,7 @@ def download(client: Client, book: dict[str, Any], out: Path, m4b: bool) -> None
     print(f"wrote {len(manifest['chapters'])} chapter(s) to {out}", file=sys.stderr)
 
 
-def add_book_commands(sub: Any, add_api_flag: Any) -> None:
+def add_book_commands(sub: Subcommands, add_api_flag: Callable[[argparse.ArgumentParser], None]) -> None:
     """The ``book`` command group."""
     book = sub.add_parser("book", help="render whole books (EPUB, text, Markdown) through a service")
     books = book.add_subparsers(dest="book_command", required=True)

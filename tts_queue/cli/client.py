@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import requests
 
 from tts_queue.errors import ServiceUnavailable, TTSQueueError
 from tts_queue.settings import Settings
+
+if TYPE_CHECKING:
+    from tts_queue.books.progress import BookProgress
+    from tts_queue.tasks.view import TaskDocument
+
+
+class BookAccepted(TypedDict):
+    """``POST /v1/books``'s answer."""
+
+    book_id: str
+    status: str
+    status_url: str
 
 
 class ApiError(TTSQueueError):
@@ -38,7 +51,7 @@ class Client:
         """A client of ``TTS_API_URL`` (``--api``) with ``TTS_API_KEY`` (``--key``)."""
         return cls(settings.client.api_url, timeout, settings.client.api_key)
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+    def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:  # requests' own
         try:
             response = self.http.request(method, self.base_url + path, timeout=self.timeout, **kwargs)
         except requests.ConnectionError as exc:
@@ -53,21 +66,21 @@ class Client:
             raise ApiError(error["code"], error["message"], response.status_code)
         return response
 
-    def submit(self, text: str, **fields: Any) -> dict[str, Any]:
+    def submit(self, text: str, **fields: object) -> TaskDocument:
         """POST /v1/tts."""
         body = {"text": text, **{k: v for k, v in fields.items() if v is not None}}
-        data: dict[str, Any] = self._call("POST", "/v1/tts", json=body).json()
+        data: TaskDocument = self._call("POST", "/v1/tts", json=body).json()
         return data
 
-    def status(self, task_id: str, wait: float = 0.0) -> dict[str, Any]:
+    def status(self, task_id: str, wait: float = 0.0) -> TaskDocument:
         """GET /v1/tasks/<id>; with ``wait``, the server holds the answer until it finishes."""
         params = {"wait": wait} if wait else None
         response = self._call("GET", f"/v1/tasks/{task_id}", params=params)
         self.retry_after = _seconds(response.headers.get("Retry-After"))
-        data: dict[str, Any] = response.json()
+        data: TaskDocument = response.json()
         return data
 
-    def wait(self, task_id: str, timeout: float = 600.0, progress: bool = True) -> dict[str, Any]:
+    def wait(self, task_id: str, timeout: float = 600.0, progress: bool = True) -> TaskDocument:
         """Long-poll until the task finishes, drawing a spinner on stderr."""
         deadline = time.monotonic() + timeout
         spinner = "|/-\\"
@@ -98,25 +111,27 @@ class Client:
         output.write_bytes(response.content)
         return len(response.content)
 
-    def create_book(self, path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    def create_book(self, path: Path, options: Mapping[str, object]) -> BookAccepted:
         """POST /v1/books with the file as multipart field ``file`` and the options as form fields."""
         with open(path, "rb") as handle:
             form = {k: str(v) for k, v in options.items()}
-            data: dict[str, Any] = self._call("POST", "/v1/books", files={"file": (path.name, handle)},
+            data: BookAccepted = self._call("POST", "/v1/books", files={"file": (path.name, handle)},
                                               data=form).json()
         return data
 
-    def book(self, book_id: str) -> dict[str, Any]:
+    def book(self, book_id: str) -> BookProgress:
         """GET /v1/books/<id>."""
-        return self.get_json(f"/v1/books/{book_id}")
+        data: BookProgress = self._call("GET", f"/v1/books/{book_id}").json()
+        return data
 
-    def delete_book(self, book_id: str) -> dict[str, Any]:
+    def delete_book(self, book_id: str) -> dict[str, object]:
         """DELETE /v1/books/<id>: deletes a finished book, cancels an unfinished one."""
-        data: dict[str, Any] = self._call("DELETE", f"/v1/books/{book_id}").json()
+        data: dict[str, object] = self._call("DELETE", f"/v1/books/{book_id}").json()
         return data
 
     def get_json(self, path: str) -> dict[str, Any]:
-        """GET ``path`` as JSON."""
+        """GET ``path`` as JSON: any document, whose fields the caller checks as it reads them
+        (a book's manifest: ``book.download``), hence untyped values."""
         data: dict[str, Any] = self._call("GET", path).json()
         return data
 

@@ -10,8 +10,14 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tts_queue.settings import SettingInfo, Settings, describe
+
+if TYPE_CHECKING:  # what ``add_subparsers`` returns; typeshed's generic class, plain at run time
+    from typing import TypeAlias
+
+    Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _by_path() -> dict[str, SettingInfo]:

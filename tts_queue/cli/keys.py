@@ -11,12 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tts_queue.settings import Settings
 
+if TYPE_CHECKING:
+    from tts_queue.access.keys import ApiKeys
+    from tts_queue.cli.flags import Subcommands
 
-def _keys(settings: Settings) -> Any:
+
+def _keys(settings: Settings) -> ApiKeys:
     from tts_queue.access.keys import ApiKeys
     from tts_queue.db import Database
     from tts_queue.migrate import upgrade
@@ -62,7 +67,7 @@ def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 1
 
 
-def add_key_commands(sub: Any, add_data_dir: Any) -> None:
+def add_key_commands(sub: Subcommands, add_data_dir: Callable[[argparse.ArgumentParser], None]) -> None:
     """The ``keys`` command group."""
     from tts_queue.access.keys import DEFAULT_MAX_QUEUED, DEFAULT_RATE
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from tts_queue.cli.book import add_book_commands
 from tts_queue.cli.flags import add_flags, apply_flags
@@ -21,6 +21,7 @@ from tts_queue.settings import Settings
 
 if TYPE_CHECKING:
     from tts_queue.app.core import Core
+    from tts_queue.cli.flags import Subcommands
 
 
 def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
@@ -57,6 +58,20 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+class VoiceLine(TypedDict):
+    """One voice as ``tts-queue voices`` shows it (``--json``: one item of ``voices``)."""
+
+    id: str
+    aliases: list[str]
+    language: str
+    sample_rate: int
+    speakers: list[str]
+    num_speakers: int
+    status: str
+    source: str
+    provider: str | None
+
+
 def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
     """List the registry's voices and whether their files are present and verified."""
     import onnxruntime
@@ -67,7 +82,7 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
     registry = VoiceRegistry.from_settings(settings)
     available = onnxruntime.get_available_providers()
     order = choose_providers(settings.onnx.providers, available)
-    rows: list[dict[str, Any]] = []
+    rows: list[VoiceLine] = []
     for spec in registry.specs():
         status = registry.status(spec)
         provider = "(not loaded; --load)"
@@ -306,7 +321,7 @@ def _add_voice_options(parser: argparse.ArgumentParser) -> None:
                         help="the text is SSML (also when it starts with <speak>)")
 
 
-def _add_local_commands(sub: Any) -> None:
+def _add_local_commands(sub: Subcommands) -> None:
     """Commands that need no running service."""
     say = sub.add_parser("say", help="synthesize text to an audio file locally")
     _add_voice_options(say)
@@ -336,7 +351,7 @@ def _add_local_commands(sub: Any) -> None:
     config.set_defaults(func=cmd_settings)
 
 
-def _add_service_commands(sub: Any) -> None:
+def _add_service_commands(sub: Subcommands) -> None:
     """Commands that run parts of the service."""
     up = sub.add_parser("up", help="run API, worker, scheduler (and embedded Redis) here")
     add_flags(up, "api.host", "api.port", "data_dir")
@@ -355,7 +370,7 @@ def _add_service_commands(sub: Any) -> None:
     doctor.set_defaults(func=cmd_doctor)
 
 
-def _add_client_commands(sub: Any) -> None:
+def _add_client_commands(sub: Subcommands) -> None:
     """Commands that talk to a running service over HTTP."""
     submit = sub.add_parser("submit", help="submit text to a running service")
     _add_voice_options(submit)

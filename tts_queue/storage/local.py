@@ -7,9 +7,18 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Protocol
 
 from tts_queue.storage.backend import StoredObject
+
+
+class DiskUsage(Protocol):
+    """What ``shutil.disk_usage`` answers (the figures read here)."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def free(self) -> int: ...
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -112,7 +121,7 @@ class LocalStorage:
     def ping(self) -> None:
         """Nothing to reach (free space is checked by ``TaskService.require_storage``)."""
 
-    def _usage(self) -> Any:
+    def _usage(self) -> DiskUsage | None:
         """``shutil.disk_usage`` of the filesystem that holds the root (its nearest existing
         parent), or ``None``."""
         for candidate in (self.root, *self.root.parents):

@@ -26,9 +26,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import cast
 
-from sqlalchemy import Select, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, CompoundSelect, Select, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tts_queue.db import utcnow
@@ -36,7 +36,16 @@ from tts_queue.enums import OPEN_BOOK, TaskStatus
 from tts_queue.settings import CacheSettings
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.repair import repair_drift
-from tts_queue.tables import BookRow, CacheEntry, Callback, CleanupRun, MaintenanceLock, SentenceRow, TaskRow
+from tts_queue.tables import (
+    BookRow,
+    CacheEntry,
+    Callback,
+    CleanupReportJSON,
+    CleanupRun,
+    MaintenanceLock,
+    SentenceRow,
+    TaskRow,
+)
 
 BATCH_ROWS = 500
 LOCK = "cleanup"
@@ -61,9 +70,9 @@ class CleanupReport:
     drift: dict[str, int] = field(default_factory=dict)
     books: int = 0  # books deleted for not being read for TTS_BOOK_TTL_DAYS (the books layer's part)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> CleanupReportJSON:
         """JSON-safe form."""
-        return asdict(self)
+        return cast(CleanupReportJSON, asdict(self))
 
 
 class Cleaner:
@@ -105,12 +114,12 @@ class Cleaner:
 
     # --- selection --------------------------------------------------------------------------
 
-    def _stale(self, cutoff: datetime) -> Select[Any]:
+    def _stale(self, cutoff: datetime) -> Select[str]:
         return select(CacheEntry.key).where(
             CacheEntry.expired_at.is_(None), CacheEntry.last_access_at < cutoff,
             CacheEntry.key.not_in(pinned_keys()))
 
-    def _count(self, query: Select[Any]) -> int:
+    def _count(self, query: Select[int]) -> int:
         with self.db.read() as session:
             return int(session.scalar(query) or 0)
 
@@ -130,7 +139,7 @@ class Cleaner:
 
     # --- phases -----------------------------------------------------------------------------
 
-    def _expire(self, keys: Select[Any], now: datetime, limit: int | None = None) -> int:
+    def _expire(self, keys: Select[str], now: datetime, limit: int | None = None) -> int:
         """Mark the entries ``keys`` selects as expired, a batch at a time; how many."""
         total = 0
         while limit is None or total < limit:
@@ -204,7 +213,7 @@ class Cleaner:
             entries += len(gone)
             freed += sum(size for _, size in gone)
 
-    def _old_tasks(self, now: datetime) -> list[Any]:
+    def _old_tasks(self, now: datetime) -> list[ColumnElement[bool]]:
         cutoff = now - timedelta(days=self.policy.task_ttl_days)
         return [TaskRow.status.in_([s for s in TaskStatus if s.finished]),
                 TaskRow.finished_at < cutoff, TaskRow.book_id.is_(None), TaskRow.keep.is_(False)]
@@ -252,7 +261,7 @@ class Cleaner:
             session.add(CleanupRun(started_at=started, finished_at=self.clock(), report=report.as_json()))
 
 
-def pinned_keys() -> Any:
+def pinned_keys() -> CompoundSelect[str]:
     """Cache keys that must not be evicted: kept tasks, and every sentence of a book that is still
     rendering or that a client asked to keep."""
     books = select(BookRow.id).where(or_(

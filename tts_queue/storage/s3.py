@@ -10,17 +10,78 @@ import io
 import itertools
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Protocol, TypedDict, cast
 
 from tts_queue.errors import ConfigError, StorageUnavailable
 from tts_queue.storage.backend import StoredObject
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+# --- what this module asks of boto3's S3 client (boto3 ships no types; mypy_boto3_s3 is not a
+# dependency): the calls made and the parts of their answers read ----------------------------
+
+
+class ObjectBody(Protocol):
+    """A GET's streamed body (botocore's ``StreamingBody``)."""
+
+    def read(self, amt: int | None = None, /) -> bytes: ...
+    def close(self) -> None: ...
+
+
+class GetObjectAnswer(TypedDict, total=False):
+    Body: ObjectBody
+    ContentLength: int
+    ContentRange: str  # "bytes 0-9/100" on a ranged GET
+
+
+class HeadObjectAnswer(TypedDict, total=False):
+    ContentLength: int
+
+
+class DeleteError(TypedDict, total=False):
+    Key: str
+    Code: str
+    Message: str
+
+
+class DeleteObjectsAnswer(TypedDict, total=False):
+    Errors: list[DeleteError]
+
+
+class ListedObject(TypedDict):
+    Key: str
+    Size: int
+    LastModified: datetime
+
+
+class ListPage(TypedDict, total=False):
+    Contents: list[ListedObject]
+
+
+class Paginator(Protocol):
+    def paginate(self, **kwargs: str) -> Iterable[ListPage]: ...
+
+
+class S3Client(Protocol):
+    """The methods of a boto3 S3 client this storage calls."""
+
+    def put_object(self, **kwargs: object) -> object: ...
+    def upload_file(self, filename: str, bucket: str, key: str, **kwargs: object) -> None: ...
+    def get_object(self, **kwargs: object) -> GetObjectAnswer: ...
+    def head_object(self, **kwargs: object) -> HeadObjectAnswer: ...
+    def head_bucket(self, **kwargs: object) -> object: ...
+    def delete_objects(self, **kwargs: object) -> DeleteObjectsAnswer: ...
+    def get_paginator(self, operation_name: str, /) -> Paginator: ...
+    def generate_presigned_url(self, method: str, **kwargs: object) -> str: ...
 
 
 class S3Storage:
     """Objects in an S3-compatible bucket under a key prefix (boto3, one thread-safe client)."""
 
-    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+    def __init__(self, bucket: str, prefix: str = "", client: S3Client | None = None) -> None:
         self.bucket = bucket
         self.prefix = f"{prefix}/" if prefix else ""
         self.local_root: Path | None = None
@@ -131,7 +192,7 @@ class S3Reader(io.RawIOBase):
     def __init__(self, storage: S3Storage, name: str, start: int = 0) -> None:
         super().__init__()
         self.storage, self.name = storage, name
-        self.body: Any = None
+        self.body: ObjectBody | None = None
         try:
             self.length = self._get(start)
             self.position = start
@@ -174,14 +235,16 @@ class S3Reader(io.RawIOBase):
             self.position = max(0, target)
         return self.position
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         if self.position >= self.length:
             return 0
         if self.body is None:
             self._get(self.position)
+        assert self.body is not None
+        target = memoryview(buffer).cast("B")
         with _mapped(self.name):
-            data = self.body.read(len(buffer))
-        buffer[: len(data)] = data
+            data = self.body.read(len(target))
+        target[: len(data)] = data
         self.position += len(data)
         return len(data)
 
@@ -219,7 +282,7 @@ def _mapped(name: str) -> Iterator[None]:
         raise
 
 
-def _s3_client() -> Any:
+def _s3_client() -> S3Client:
     try:
         import boto3
         from botocore.config import Config
@@ -227,4 +290,4 @@ def _s3_client() -> Any:
         raise ConfigError("an s3:// TTS_STORAGE_URL needs boto3: pip install 'tts-queue[s3]'") from None
     config = Config(signature_version="s3v4", retries={"mode": "standard", "max_attempts": 5},
                     max_pool_connections=32, connect_timeout=5, read_timeout=30)
-    return boto3.session.Session().client("s3", config=config)
+    return cast(S3Client, boto3.session.Session().client("s3", config=config))  # boto3 is untyped

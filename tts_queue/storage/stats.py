@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from sqlalchemy import func, select
 
@@ -12,7 +12,30 @@ from tts_queue.storage.retention import pinned_keys
 from tts_queue.tables import CacheEntry, CleanupRun, TaskRow
 
 
-def cache_stats(db: Database) -> dict[str, Any]:
+class LastCleanup(TypedDict):
+    """What the last cleanup did (from its ``cleanup_runs`` row)."""
+
+    at: str
+    entries: int
+    bytes: int
+    task_rows: int
+    expired_by_pressure: int
+    drift: dict[str, int]
+
+
+class CacheStats(TypedDict):
+    """``GET /v1/cache/stats`` and ``tts-queue cache stats``."""
+
+    entries: int
+    bytes: int
+    hits: int
+    misses: int
+    hit_ratio: float | None
+    pinned: int
+    last_cleanup: LastCleanup | None
+
+
+def cache_stats(db: Database) -> CacheStats:
     """``entries``, ``bytes``, ``hits``, ``misses``, ``hit_ratio``, ``pinned``, ``last_cleanup``.
 
     Hits count every time stored audio answered a request (``cache_entries.hits``); misses count

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TypedDict
 
 from tts_queue.settings import Settings
 from tts_queue.storage import open_storage
 from tts_queue.storage.backend import Storage
+
+
+class AlignmentJSON(TypedDict, total=False):
+    """An alignment sidecar as read back (``synthesizer.Alignment.to_dict``); a reader takes what
+    is there."""
+
+    sentence_starts: list[int]  # samples from the audio's start
+    phoneme_samples: list[list[int]]  # per sentence, samples per phoneme id
+    phoneme_ids: list[list[int]]
 
 SIDECAR = ".align.json"
 
@@ -53,7 +62,7 @@ class AudioStore:
         """A new name for audio of ``key``, relative to the root (what the database records)."""
         return f"{key[:2]}/{key}.{secrets.token_hex(4)}.{fmt}"
 
-    def write(self, key: str, fmt: str, data: bytes, alignment: dict[str, Any] | None = None,
+    def write(self, key: str, fmt: str, data: bytes, alignment: Mapping[str, object] | None = None,
               content_type: str | None = None) -> str:
         """Store audio (and its alignment first) atomically; return the relative path."""
         relative = self.relative_path(key, fmt)
@@ -62,7 +71,7 @@ class AudioStore:
         self.storage.put(relative, data, content_type)
         return relative
 
-    def write_file(self, key: str, fmt: str, source: Path, alignment: dict[str, Any] | None = None,
+    def write_file(self, key: str, fmt: str, source: Path, alignment: Mapping[str, object] | None = None,
                    content_type: str | None = None) -> str:
         """Store a finished audio file made in ``scratch()`` (moved, not copied, on disk; its
         alignment first); return the relative path."""
@@ -88,10 +97,10 @@ class AudioStore:
         """The whole audio file."""
         return self.storage.read(relative)
 
-    def alignment(self, relative: str) -> dict[str, Any] | None:
+    def alignment(self, relative: str) -> AlignmentJSON | None:
         """The alignment sidecar of the audio, or ``None``."""
         try:
-            data: dict[str, Any] = json.loads(self.storage.read(sidecar(relative)))
+            data: AlignmentJSON = json.loads(self.storage.read(sidecar(relative)))
         except (FileNotFoundError, ValueError):
             return None
         return data

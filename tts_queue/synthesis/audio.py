@@ -11,12 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+Samples = npt.NDArray[np.float32]  # mono float samples, as every stage hands them on
+
 
 @dataclass(frozen=True)
 class Audio:
     """Mono float32 samples in [-1, 1] at a sample rate."""
 
-    samples: npt.NDArray[np.float32]
+    samples: Samples
     sample_rate: int
 
     @property

@@ -21,16 +21,21 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 import av
 import numpy as np
+import numpy.typing as npt
 import soundfile
+from av.audio.frame import AudioFrame
 from av.audio.stream import AudioStream
 
 from tts_queue.enums import REQUEST_FORMATS, STREAM_FORMATS
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
-from tts_queue.synthesis.audio import Audio
+from tts_queue.synthesis.audio import Audio, Samples
+
+if TYPE_CHECKING:
+    from av.container import Chapter  # a TypedDict of av's stubs only
 
 BLOCK_SAMPLES = 16384  # samples per frame handed to the encoder
 
@@ -111,7 +116,7 @@ def mime_type(fmt: str) -> str:
 class AudioWriter(Protocol):
     """Takes float samples in [-1, 1] (clipped), block after block, at the rate it was opened with."""
 
-    def write(self, samples: np.ndarray[Any, Any]) -> None:
+    def write(self, samples: npt.ArrayLike) -> None:
         """Append samples."""
 
 
@@ -167,7 +172,7 @@ class StreamEncoder:
             self._writer = _Writer(self._sink, spec, sample_rate, None)
             self._writer.rechunk = False  # a short first sentence leaves at once, not after 16,384 samples
 
-    def write(self, samples: np.ndarray[Any, Any]) -> bytes:
+    def write(self, samples: npt.ArrayLike) -> bytes:
         """Append float samples in [-1, 1]; the bytes of the file that are ready now."""
         if self._writer is not None:
             self._writer.write(samples)
@@ -221,7 +226,7 @@ def _wav_header(rate: int, data_bytes: int | None) -> bytes:
 
 def decode_blocks(source: str | Path | IO[bytes]) -> Iterator[Audio]:
     """Any file the encoder writes, decoded frame by frame to mono float32 blocks (PyAV)."""
-    container: Any = av.open(str(source) if isinstance(source, Path) else source)
+    container = av.open(str(source) if isinstance(source, Path) else source, "r")
     with container:
         for frame in container.decode(audio=0):
             array = frame.to_ndarray().astype(np.float32)
@@ -316,7 +321,7 @@ class _Blocked:
         self._pending = np.zeros(0, dtype=np.float32)
         self.rechunk = True  # False: every write goes to the encoder at once (streaming)
 
-    def write(self, samples: np.ndarray[Any, Any]) -> None:
+    def write(self, samples: npt.ArrayLike) -> None:
         """Append float samples in [-1, 1] (clipped) at the writer's input rate."""
         data = np.asarray(samples, dtype=np.float32).reshape(-1)
         if not self.rechunk:
@@ -335,14 +340,14 @@ class _Blocked:
             self._block(self._pending)
         self._pending = np.zeros(0, dtype=np.float32)
 
-    def _block(self, samples: np.ndarray[Any, Any]) -> None:
+    def _block(self, samples: Samples) -> None:
         raise NotImplementedError
 
 
 class _PcmWriter(_Blocked):
     """One soundfile file (WAV, FLAC, Ogg Vorbis) written as 16-bit PCM, block by block."""
 
-    def __init__(self, target: Any, spec: AudioFormat, rate: int) -> None:
+    def __init__(self, target: str | IO[bytes], spec: AudioFormat, rate: int) -> None:
         super().__init__()
         assert spec.soundfile is not None
         container, subtype = spec.soundfile
@@ -360,7 +365,7 @@ class _PcmWriter(_Blocked):
         finally:
             self.file.close()
 
-    def _block(self, samples: np.ndarray[Any, Any]) -> None:
+    def _block(self, samples: Samples) -> None:
         """Clipped and rounded to 16 bits as ``Audio.to_int16`` does."""
         self.file.write(Audio(samples, self.rate).to_int16())
 
@@ -368,13 +373,13 @@ class _PcmWriter(_Blocked):
 class _Writer(_Blocked):
     """One output container with one mono audio stream; float samples in, packets muxed out."""
 
-    def __init__(self, target: Any, spec: AudioFormat, rate: int, bit_rate: int | None,
+    def __init__(self, target: str | IO[bytes] | _Sink, spec: AudioFormat, rate: int, bit_rate: int | None,
                  metadata: dict[str, str] | None = None) -> None:
         super().__init__()
         if rate <= 0:
             raise InvalidRequest("sample_rate must be positive")
         self.rate = rate
-        self.chapters: list[Any] = []
+        self.chapters: list[Chapter] = []
         self.container = av.open(target, "w", format=spec.container, options=dict(spec.options))
         self.container.metadata.update(metadata or {})
         out_rate = spec.sample_rate or rate
@@ -405,14 +410,14 @@ class _Writer(_Blocked):
         finally:
             self.container.close()
 
-    def _block(self, samples: np.ndarray[Any, Any]) -> None:
+    def _block(self, samples: Samples) -> None:
         """One frame of clipped float samples to the encoder."""
         chunk = np.clip(np.nan_to_num(samples), -1.0, 1.0).reshape(1, -1)
         frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(chunk), format="flt", layout="mono")
         frame.sample_rate = self.rate
         self._encode(frame)
 
-    def _encode(self, frame: Any) -> None:
+    def _encode(self, frame: AudioFrame | None) -> None:
         """Resample one frame (``None`` flushes) and mux what the encoder gives back."""
         for resampled in self.resampler.resample(frame):
             self.container.mux(self.stream.encode(resampled))

@@ -21,11 +21,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tts_queue.enums import PROVIDERS
 from tts_queue.errors import ConfigError
 from tts_queue.settings import SessionConfig, Settings
+
+if TYPE_CHECKING:
+    import onnx
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,8 @@ IDS_INPUT = "input"
 SCALES_INPUT = "scales"
 
 # A provider as ONNX Runtime takes it: a name, or a name with its options.
-ProviderEntry = tuple[str, dict[str, Any]]
+ProviderOptions = dict[str, str | int | bool]
+ProviderEntry = tuple[str, ProviderOptions]
 InputShape = tuple[str, tuple[int | None, ...]]  # name, dimensions (None: dynamic)
 
 
@@ -123,7 +127,7 @@ class SessionPlan:
         return Shapes(self.max_batch, max_sentence_ids(self.max_phonemes, id_map))
 
 
-def declared_inputs(model: Any) -> list[InputShape]:
+def declared_inputs(model: onnx.ModelProto) -> list[InputShape]:
     """Each graph input of an ``onnx.ModelProto`` with its declared dimensions (None where dynamic)."""
     initializers = {i.name for i in model.graph.initializer}
     found = []
@@ -169,7 +173,7 @@ def profile_shapes(inputs: Sequence[InputShape], shapes: Shapes) -> dict[str, st
     return {f"trt_profile_{kind}_shapes": ",".join(items) for kind, items in bounds.items()}
 
 
-def cuda_options(config: SessionConfig) -> dict[str, Any]:
+def cuda_options(config: SessionConfig) -> ProviderOptions:
     """The CUDA provider's options."""
     return {
         "device_id": config.cuda_device,
@@ -180,7 +184,7 @@ def cuda_options(config: SessionConfig) -> dict[str, Any]:
 
 
 def tensorrt_options(config: SessionConfig, inputs: Sequence[InputShape], shapes: Shapes,
-                     engine_dir: Path) -> dict[str, Any]:
+                     engine_dir: Path) -> ProviderOptions:
     """The TensorRT provider's options: fp16, engine and timing caches in ``engine_dir``, a profile."""
     return {
         "device_id": config.cuda_device,

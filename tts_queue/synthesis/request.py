@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tts_queue.errors import AudioTooLong, InvalidRequest, NothingToSpeak
 from tts_queue.settings import Settings
@@ -17,7 +17,10 @@ from tts_queue.synthesis.normalize import VERSION as NORMALIZER_VERSION
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.ssml import is_ssml, script_of_ssml
 from tts_queue.synthesis.text import clean_text
-from tts_queue.synthesis.voice import resolve_speaker
+from tts_queue.synthesis.voice import VoiceSpec, resolve_speaker
+
+if TYPE_CHECKING:  # the column's document; synthesis stays free of the database at run time
+    from tts_queue.tables import RequestJSON
 
 KEY_VERSION = 2
 FIELDS = ("text", "voice", "speaker", "language", "format", "speed", "noise_scale", "noise_w", "normalize",
@@ -42,15 +45,16 @@ class SynthesisRequest:
     script: Script = ()
     normalizer: int = 0  # normalize.VERSION when the text was normalized, 0 when not
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe form."""
+    def to_dict(self) -> RequestJSON:
+        """JSON-safe form (what ``tasks.request`` holds)."""
         data = asdict(self)
         data["script"] = [list(part) for part in self.script]
-        return data
+        return cast("RequestJSON", data)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SynthesisRequest:
-        """Inverse of ``to_dict``."""
+        """Inverse of ``to_dict`` (keys a row lacks take their defaults). Untyped values: they go
+        to the constructor by name, whatever JSON gave back."""
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         if "script" in fields:
             fields["script"] = tuple((str(kind), str(value)) for kind, value in fields["script"])
@@ -67,7 +71,7 @@ def cache_key(request: SynthesisRequest, voice_digest: str) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _number(payload: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
+def _number(payload: Mapping[str, object], name: str, low: float, high: float) -> float | None:
     value = payload.get(name)
     if value is None:
         return None
@@ -83,7 +87,7 @@ def _number(payload: Mapping[str, Any], name: str, low: float, high: float) -> f
 
 
 def build_request(
-    payload: Mapping[str, Any], registry: VoiceRegistry, settings: Settings
+    payload: Mapping[str, object], registry: VoiceRegistry, settings: Settings
 ) -> SynthesisRequest:
     """Validate a request body (a JSON object) into a ``SynthesisRequest`` or raise a 4xx error."""
     if not isinstance(payload, Mapping):
@@ -97,10 +101,8 @@ def build_request(
     normalize = payload.get("normalize", True)
     if not isinstance(normalize, bool):
         raise InvalidRequest("normalize must be true or false")
-    for name in ("voice", "language", "format"):
-        if payload.get(name) is not None and not isinstance(payload[name], str):
-            raise InvalidRequest(f"{name} must be a string")
-    spec = _voice_for(payload.get("voice"), payload.get("language"), registry)
+    voice, language, fmt = (_string(payload, name) for name in ("voice", "language", "format"))
+    spec = _voice_for(voice, language, registry)
     # The normalizer's rules are English: other voices hear the text as written (overrides apply).
     normalize = normalize and spec.language.lower().startswith("en")
     script = _script(text, payload.get("text_type"), normalize, settings)
@@ -118,7 +120,7 @@ def build_request(
         text=text,
         voice=spec.id,
         speaker=resolve_speaker(spec, speaker),
-        format=check_format(payload.get("format"), settings.request.default_format),
+        format=check_format(fmt, settings.request.default_format),
         speed=1.0 if speed is None else speed,
         noise_scale=_number(payload, "noise_scale", 0.0, 2.0),
         noise_w=_number(payload, "noise_w", 0.0, 2.0),
@@ -129,7 +131,15 @@ def build_request(
     )
 
 
-def _script(text: str, text_type: Any, normalize: bool, settings: Settings) -> Script:
+def _string(payload: Mapping[str, object], name: str) -> str | None:
+    """An optional string field of a request, or a 400."""
+    value = payload.get(name)
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest(f"{name} must be a string")
+    return value
+
+
+def _script(text: str, text_type: object, normalize: bool, settings: Settings) -> Script:
     """The frontend script of cleaned ``text``: SSML when asked (or when it starts ``<speak``)."""
     if text_type is not None and text_type not in TEXT_TYPES:
         raise InvalidRequest(f"text_type must be one of {', '.join(TEXT_TYPES)}; got {text_type!r}")
@@ -144,7 +154,7 @@ def _script(text: str, text_type: Any, normalize: bool, settings: Settings) -> S
     return script
 
 
-def _voice_for(voice: str | None, language: str | None, registry: VoiceRegistry) -> Any:
+def _voice_for(voice: str | None, language: str | None, registry: VoiceRegistry) -> VoiceSpec:
     if voice is None and language:
         wanted = language.replace("-", "_").lower()
         for spec in registry.specs():

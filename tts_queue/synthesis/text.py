@@ -13,9 +13,12 @@ import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tts_queue.errors import EmptyText, InvalidText, NothingToSpeak, SynthesisError, TextTooLong
+
+if TYPE_CHECKING:
+    from piper.phonemize_espeak import EspeakPhonemizer
 
 _SPACES = re.compile(r"\s+")
 # "1½" would become "11⁄2" under NFKC: a space keeps the whole number apart from the fraction.
@@ -35,7 +38,7 @@ _CLOSING_MARKS = "\"'”’)]} "
 TEXT, IPA, BREAK, RATE = "text", "ipa", "break", "rate"
 
 
-def clean_text(text: str, max_chars: int) -> str:
+def clean_text(text: object, max_chars: int) -> str:
     """Normalize ``text`` for synthesis and caching, or raise an ``InvalidText`` subclass.
 
     NFKC folds compatibility forms (full-width letters, ligatures); control characters and emoji
@@ -164,10 +167,10 @@ def _append(current: list[str], phonemes: Sequence[str]) -> None:
     current.extend(phonemes)
 
 
-_PHONEMIZER: Any = None
+_PHONEMIZER: EspeakPhonemizer | None = None
 
 
-def _espeak(factory: Any) -> Any:
+def _espeak(factory: type[EspeakPhonemizer]) -> EspeakPhonemizer:
     """One espeak-ng instance per process (it is global C state)."""
     global _PHONEMIZER
     if _PHONEMIZER is None:

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.keys import RedisKeys
-from tts_queue.tasks.view import TaskView
+from tts_queue.tasks.view import TaskRecord, TaskView
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 log = logging.getLogger(__name__)
 OPEN_TTL_S = 30
@@ -52,7 +55,7 @@ def rank(status: TaskStatus) -> int:
 class StatusBoard:
     """Writes and reads task status records (best effort: errors are logged, reads fall back)."""
 
-    def __init__(self, client: Any, keys: RedisKeys) -> None:
+    def __init__(self, client: Redis, keys: RedisKeys) -> None:
         self.client = client
         self.keys = keys
         self._put = client.register_script(_PUT)
@@ -61,7 +64,7 @@ class StatusBoard:
         """Record a task's state as ``view`` shows it (read back by ``owner`` only)."""
         self.put(view.record(owner))
 
-    def put(self, record: dict[str, Any]) -> None:
+    def put(self, record: TaskRecord) -> None:
         """Record a task's state (``record`` as ``TaskView.record`` makes it)."""
         status = TaskStatus(record["status"])
         try:
@@ -72,7 +75,7 @@ class StatusBoard:
             log.warning("status board: %s not recorded: %s", record["id"], exc)
             self.drop([record["id"]])
 
-    def get(self, task_id: str) -> dict[str, Any] | None:
+    def get(self, task_id: str) -> TaskRecord | None:
         """The record of ``task_id``, or ``None`` (none, or Redis failed: read the row)."""
         try:
             raw = self.client.get(self.keys.status(task_id))
@@ -81,7 +84,7 @@ class StatusBoard:
             return None
         if raw is None:
             return None
-        record: dict[str, Any] = json.loads(raw)
+        record: TaskRecord = json.loads(raw)
         return record
 
     def drop(self, task_ids: list[str]) -> None:

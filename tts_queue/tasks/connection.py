@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 
 def kombu_url(url: str) -> str:
@@ -19,7 +22,7 @@ def client_url(url: str) -> str:
     return url
 
 
-def redis_client(url: str, socket_timeout: float = 5.0) -> Any:
+def redis_client(url: str, socket_timeout: float = 5.0) -> Redis:
     """A redis-py client for a broker URL in either spelling."""
     import redis
 

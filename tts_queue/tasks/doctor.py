@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.engine import Engine
 
 from tts_queue.redact import redacted
 from tts_queue.settings import Settings
 from tts_queue.tasks.heartbeat import WorkerInfo
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +64,25 @@ def gpu_pool_warnings(live: list[WorkerInfo]) -> list[HealthWarning]:
     return found
 
 
-def _config(client: Any, name: str) -> str:
+class ConfigAnswer(Protocol):
+    """What ``CONFIG GET`` answers: a mapping of names to values."""
+
+    def get(self, key: str, default: str, /) -> object: ...
+
+
+class RedisConfig(Protocol):
+    """What the doctor asks of a Redis (a redis-py client has it)."""
+
+    def config_get(self, name: str, /) -> ConfigAnswer: ...
+
+
+def _config(client: RedisConfig, name: str) -> str:
     """One ``CONFIG GET`` value as text."""
     value = client.config_get(name).get(name, "")
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def redis_warnings(client: Any, where: str = "Redis") -> list[HealthWarning]:
+def redis_warnings(client: RedisConfig, where: str = "Redis") -> list[HealthWarning]:
     """Eviction and persistence of the Redis behind ``client`` (a redis-py client)."""
     import redis
 
@@ -132,7 +147,7 @@ def schema_warnings(engine: Engine, where: str = "the database") -> list[HealthW
                           f"code expects {expected}", SCHEMA_RISK)]
 
 
-def _unknown(script: Any, revision: str) -> bool:
+def _unknown(script: ScriptDirectory, revision: str) -> bool:
     """Whether ``revision`` is missing from the code's migrations."""
     from alembic.util import CommandError
 

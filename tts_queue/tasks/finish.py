@@ -7,10 +7,13 @@ costs only latency: waiters always re-read the task row afterwards.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.keys import RedisKeys
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 
 class FinishSignals:
@@ -18,7 +21,7 @@ class FinishSignals:
 
     TTL_S = 600
 
-    def __init__(self, client: Any, keys: RedisKeys, max_block_s: float = 5.0) -> None:
+    def __init__(self, client: Redis, keys: RedisKeys, max_block_s: float = 5.0) -> None:
         self.client = client
         self.keys = keys
         self.max_block_s = max_block_s
@@ -42,5 +45,6 @@ class FinishSignals:
         if timeout <= 0:
             return None
         key = self.keys.finished(task_id)
-        value = self.client.blmove(key, key, min(timeout, self.max_block_s), "RIGHT", "LEFT")
+        # redis-py's annotation says an int; BLMOVE's timeout is a float of seconds (Redis 6+)
+        value = self.client.blmove(key, key, min(timeout, self.max_block_s), "RIGHT", "LEFT")  # type: ignore[arg-type]
         return value.decode() if isinstance(value, bytes) else value

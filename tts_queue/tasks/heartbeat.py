@@ -12,9 +12,12 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tts_queue.tasks.keys import RedisKeys
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class WorkerInfo:
 class Heartbeats:
     """Writes this worker's heartbeat and reads everyone's."""
 
-    def __init__(self, client: Any, keys: RedisKeys, ttl_s: float = 30.0) -> None:
+    def __init__(self, client: Redis, keys: RedisKeys, ttl_s: float = 30.0) -> None:
         self.client = client
         self.keys = keys
         self.ttl_s = ttl_s

@@ -15,14 +15,14 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import TaskStatus, sources
-from tts_queue.tables import TaskRow
+from tts_queue.tables import RequestJSON, TaskRow
 
 log = logging.getLogger(__name__)
 BATCH_IDS = 500  # ids per statement (SQLite and psycopg bound the parameters of one statement)
@@ -34,7 +34,7 @@ class NewTask:
 
     id: str
     cache_key: str
-    request: dict[str, Any]
+    request: RequestJSON
     pool: str
     queue: str
     created_at: datetime
@@ -44,7 +44,7 @@ class NewTask:
     keep: bool = False
     callback: bool = False
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> dict[str, object]:
         """The row's columns."""
         now = self.created_at
         return {"id": self.id, "cache_key": self.cache_key, "request": self.request, "pool": self.pool,
@@ -316,7 +316,8 @@ class TaskRows:
                 .order_by(TaskRow.created_at)
             )]
 
-    def _move(self, task_id: str, target: TaskStatus, seconds: float = 0.0, **values: Any) -> Ending | None:
+    def _move(self, task_id: str, target: TaskStatus, seconds: float = 0.0,
+              **values: object) -> Ending | None:
         with self.db.write() as session:
             row = session.scalars(
                 update(TaskRow).where(TaskRow.id == task_id, TaskRow.status.in_(sources(target)))

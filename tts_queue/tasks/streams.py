@@ -24,11 +24,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from tts_queue.tasks.keys import RedisKeys
 
+if TYPE_CHECKING:
+    from redis import Redis
+
 log = logging.getLogger(__name__)
+# XREAD's answer as this client gets it (RESP2, no decode_responses): per stream, its entries
+XRead = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ class AudioStreams:
     TTL_S = 300  # a stream (and its byte count) expires this long after its last entry
     READER_TTL_S = 10  # a reader's mark expires this long after its last read
 
-    def __init__(self, client: Any, keys: RedisKeys, max_bytes: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, client: Redis, keys: RedisKeys, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.client = client
         self.keys = keys
         self.max_bytes = max_bytes  # unread bytes one stream may hold (TTS_STREAM_MAX_BYTES)
@@ -95,7 +100,7 @@ class AudioStreams:
         """Append the end: ``status`` is the task's final status (``done`` or ``failed``)."""
         self._add(task_id, 0, {"kind": "end", "attempt": attempt, "status": status})
 
-    def _add(self, task_id: str, size: int, fields: dict[str, Any]) -> None:
+    def _add(self, task_id: str, size: int, fields: dict[str, str | int | bytes]) -> None:
         keys = [self.keys.stream(task_id), self.keys.stream_reader(task_id), self.keys.stream_bytes(task_id)]
         values = [item for pair in fields.items() for item in pair]
         outcome = int(self._append(keys=keys, args=[self.TTL_S, self.max_bytes, size, *values]))
@@ -110,8 +115,8 @@ class AudioStreams:
 
     def read(self, task_id: str, after: str, block_s: float) -> list[StreamEntry]:
         """Entries after ``after`` (``"0"``: from the start), waiting up to ``block_s`` for one."""
-        answer = self.client.xread({self.keys.stream(task_id): after}, count=64,
-                                   block=max(1, int(block_s * 1000)))
+        answer = cast(XRead, self.client.xread({self.keys.stream(task_id): after}, count=64,
+                                               block=max(1, int(block_s * 1000))))
         entries = []
         for _, items in answer or []:
             for entry_id, fields in items:
@@ -171,5 +176,5 @@ def _next_id(entry_id: str) -> str:
     return f"{ms}-{int(seq or 0) + 1}"
 
 
-def _text(value: Any) -> str:
+def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)

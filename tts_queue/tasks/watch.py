@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import redis_client
@@ -19,6 +19,9 @@ from tts_queue.tasks.doctor import HealthWarning, redis_warnings
 from tts_queue.tasks.finish import FinishSignals
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import RedisKeys
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 log = logging.getLogger(__name__)
 LIVE_READ_EVERY_S = 1.0  # heartbeats are read at most this often for routing and the bulk window
@@ -58,7 +61,7 @@ class QueueWatch(Protocol):
 class RedisWatch:
     """``QueueWatch`` over the broker's Redis: a few commands each, with a 2 s timeout."""
 
-    def __init__(self, client: Any, keys: RedisKeys, signals: FinishSignals) -> None:
+    def __init__(self, client: Redis, keys: RedisKeys, signals: FinishSignals) -> None:
         self.client = client
         self.keys = keys
         self.signals = signals
