@@ -465,7 +465,8 @@ def per_request(before: dict[str, dict[str, float]], after: dict[str, dict[str, 
         kinds = {k.split(":", 1)[1]: round(v, 2) for k, v in diff.items() if k.startswith("kind:")}
         sites = {k.split(":", 1)[1]: round(v, 2) for k, v in sorted(diff.items(), key=lambda kv: -kv[1])
                  if k.startswith("site:")}
-        out[role] = {"statements": kinds, "by_site": sites}
+        waits = {k.split(":", 1)[1]: round(v, 3) for k, v in diff.items() if k.startswith("ms:")}
+        out[role] = {"statements": kinds, "ms": waits, "by_site": sites}
     return out
 
 

@@ -17,6 +17,11 @@ client (so gunicorn's own share, HTTP parsing and the access log, is not here: s
 - profiles ``--n`` more of each with cProfile: the functions with the most own time and the
   most cumulative time, as shares of the profiled total.
 
+And the model call alone (``model_call``): the tiny voice's ``VoiceModel.run_batch`` on one
+sentence, every 20 ms as interactive requests come, with ONNX Runtime's spinning on (the
+default, ``TTS_ALLOW_SPINNING``) and off: wall time per call and the process's CPU per call,
+the pool threads' busy-wait after each call included.
+
 Results go to ``--out``; nothing is asserted.
 """
 
@@ -94,6 +99,7 @@ def measure(name: str, call: Callable[[], Any], n: int, counter: SqlCounter, red
             call()
     counts = counter.snapshot()
     statements = {k[5:]: round(v / n, 2) for k, v in counts.items() if k.startswith("kind:")}
+    waits = {k[3:]: round(v / n, 3) for k, v in counts.items() if k.startswith("ms:")}
     sites = {k[5:]: round(v / n, 2) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
              if k.startswith("site:")}
     redis_after = commandstats(redis_client)
@@ -102,27 +108,57 @@ def measure(name: str, call: Callable[[], Any], n: int, counter: SqlCounter, red
     for _ in range(n):
         call()
     profile.disable()
-    result = {
+    own, cumulative = top(profile, "tottime", limit), top(profile, "cumtime", limit)
+    for rows in (own, cumulative):
+        for row in rows:
+            row["calls_per_request"] = round(row["calls_per_request"] / n, 2)
+    result: dict[str, Any] = {
         "n": n, "p50_ms": round(statistics.median(times), 3), "mean_ms": round(statistics.fmean(times), 3),
         "per_request": {
             "sql_statements": statements,
+            "sql_ms": waits,
             "sql_by_site": sites,
             "redis_commands": {c: round((v - redis_before.get(c, 0)) / n, 2) for c, v in redis_after.items()
                                if v - redis_before.get(c, 0) > 0 and c != "info"},
             "importlib_metadata_version_calls": versions[0] / n,
             "os_stat_calls": stats[0] / n,
         },
-        "top_own_time": top(profile, "tottime", limit),
-        "top_cumulative": top(profile, "cumtime", limit),
+        "top_own_time": own,
+        "top_cumulative": cumulative,
     }
-    for rows in (result["top_own_time"], result["top_cumulative"]):
-        for row in rows:
-            row["calls_per_request"] = round(row["calls_per_request"] / n, 2)
     print(f"{name}: p50 {result['p50_ms']:.2f} ms in process; per request: {result['per_request']}")
-    for row in result["top_cumulative"][:25]:
+    for row in cumulative[:25]:
         print(f"  {100 * row['share']:5.1f}% cum {100 * row['own_share']:5.1f}% own "
               f"{row['calls_per_request']:6.2f}x  {row['function']}")
     return result
+
+
+def model_call(voices: Path, data: Path, calls: int = 200) -> dict[str, Any]:
+    """Wall and CPU ms per ``run_batch`` of one sentence, ONNX Runtime's spinning on and off."""
+    from tts_queue.settings import Settings
+    from tts_queue.synthesis.registry import VoiceRegistry
+
+    found = {}
+    for spinning in ("true", "false"):
+        settings = Settings.from_env(tiny_voice_settings(voices / spinning) | {
+            "TTS_DATA_DIR": str(data), "TTS_ALLOW_SPINNING": spinning})
+        voice = VoiceRegistry.from_settings(settings).load(None)
+        ids = voice.sentence_ids("The overhead bench asks for miss number one hundred, round two.", 400)
+        for _ in range(20):
+            voice.model.run_batch(ids, voice.scales())
+        walls = []
+        cpu0 = time.process_time()
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            voice.model.run_batch(ids, voice.scales())
+            walls.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.02)
+        time.sleep(0.5)  # whatever spins after the last call
+        cpu = (time.process_time() - cpu0) * 1000 / calls
+        found[f"spinning_{'on' if spinning == 'true' else 'off'}"] = {
+            "wall_p50_ms": round(statistics.median(walls), 3), "cpu_ms_per_call": round(cpu, 3)}
+    print(f"model call (tiny voice, one sentence every 20 ms): {found}")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
 
             redis_client = redis.Redis(unix_socket_path=str(embedded.socket))
             results = {"hit": measure("hit", hit, args.n, counter, redis_client, args.top),
-                       "status_read": measure("status read", status, args.n, counter, redis_client, args.top)}
+                       "status_read": measure("status read", status, args.n, counter, redis_client, args.top),
+                       "load_avg": os.getloadavg()}
+            results["model_call"] = model_call(tmp / "spin-voices", tmp / "data")
         finally:
             embedded.stop()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,9 @@ made before or after), with no change to the project's code. Keys of ``counts``:
   ``ROLLBACK``;
 - ``site:<what>``: the same per statement (``BEGIN``/``COMMIT`` included) with the first two
   functions of this repository on the stack that are not ``tts_queue/db.py``
-  (``tasks/rows.py:claim <- tasks/executor.py:_execute``).
+  (``tasks/rows.py:claim <- tasks/executor.py:_execute``);
+- ``ms:<KIND>``: milliseconds spent executing statements of that kind (for ``BEGIN IMMEDIATE``:
+  waiting for SQLite's write lock, which another process holds).
 
 Used in process by ``bench/profile_overhead.py`` and in every process of a service by
 ``bench/hooks/sitecustomize.py`` (``bench_overhead.py``'s SQL pass), which writes the counts to a
@@ -21,6 +23,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,7 @@ class SqlCounter:
     """Counts of statements by kind and site (thread-safe)."""
 
     def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()  # the ms: keys hold floats
         self._lock = threading.Lock()
 
     def add(self, kind: str) -> None:
@@ -66,20 +69,31 @@ class SqlCounter:
             self.counts[f"kind:{kind}"] += 1
             self.counts[f"site:{kind} {site}"] += 1
 
+    def took(self, kind: str, seconds: float) -> None:
+        with self._lock:
+            self.counts[f"ms:{kind}"] += seconds * 1000  # type: ignore[assignment]  # a float count
+
     def install(self) -> SqlCounter:
         """Listen on every engine of the process."""
         from sqlalchemy import event
         from sqlalchemy.engine import Engine
 
-        def executed(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        def executing(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
             self.add(_kind(statement))
+            conn.info.setdefault("sqlcount_started", []).append(time.perf_counter())
 
-        event.listen(Engine, "before_cursor_execute", executed)
+        def executed(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            started = conn.info.get("sqlcount_started")
+            if started:
+                self.took(_kind(statement), time.perf_counter() - started.pop())
+
+        event.listen(Engine, "before_cursor_execute", executing)
+        event.listen(Engine, "after_cursor_execute", executed)
         event.listen(Engine, "commit", lambda _conn: self.add("COMMIT"))
         event.listen(Engine, "rollback", lambda _conn: self.add("ROLLBACK"))
         return self
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> dict[str, float]:
         with self._lock:
             return dict(self.counts)
 
