@@ -16,7 +16,9 @@ worker), the worker (Celery) and Redis before and after a burst of ``--n`` reque
 - ``miss``: a one-sentence text never seen: submit, the documented long-poll
   ``GET /v1/tasks/<id>?wait=30`` until done, then the audio;
 - ``stream``: ``POST /tts?stream=1`` of a one-sentence text never seen, the whole body read;
-- ``poll``: submit, ``GET /v1/tasks/<id>`` every 50 ms until done, then the audio.
+- ``poll``: submit, ``GET /v1/tasks/<id>`` every 50 ms until done, then the audio;
+- ``healthz``: ``GET /healthz``, the floor: what gunicorn, Flask and the app's hooks cost for a
+  request that does nothing.
 
 Per kind and process: CPU ms per request, raw and net of what the process burns while idle
 (measured first, ``--idle-s``; heartbeats, sweeps, the broker poll), the model's own share (the
@@ -78,7 +80,7 @@ from tts_queue.db import Database  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.tables import TaskRow  # noqa: E402
 
-KINDS = ("hit", "miss", "stream", "poll")
+KINDS = ("hit", "miss", "stream", "poll", "healthz")
 ROLES = ("api", "worker", "redis")  # what the goals count; "scheduler" and "up" are reported beside
 PIDS = {"api": "api", "worker": "worker 0", "redis": "redis", "scheduler": "scheduler"}
 STAGES = ("queue_ms", "text_ms", "inference_ms", "encode_ms", "store_ms", "total_ms")
@@ -214,6 +216,12 @@ class Client:
         return {"id": task["task_id"], "latency_ms": (time.perf_counter() - t0) * 1000, "polls": polls,
                 "bytes": size}
 
+    def healthz(self, _text: str) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        response = self.http.get(self.url + "/healthz", timeout=30)
+        assert response.status_code == 200, response.status_code
+        return {"id": None, "latency_ms": (time.perf_counter() - t0) * 1000}
+
     def _audio(self, task: dict[str, Any]) -> int:
         assert task["status"] == "done", task
         response = self.http.get(task["audio_url"], timeout=30)
@@ -288,7 +296,7 @@ class Bench:
 
         raw = {role: (cpu1[role] - cpu0[role]) * 1000 / n for role in cpu1}
         net = {role: raw[role] - self.idle_rate.get(role, 0.0) * elapsed * 1000 / n for role in raw}
-        timings = row_timings(self.db, [d["id"] for d in done]) if kind != "hit" else []
+        timings = row_timings(self.db, [d["id"] for d in done]) if kind not in ("hit", "healthz") else []
         stages = {name: statistics.fmean(t.get(name) or 0.0 for t in timings) if timings else None
                   for name in STAGES}
         model_ms = stages["inference_ms"] or 0.0
@@ -396,6 +404,7 @@ def headline(summary: dict[str, Any], lone: dict[str, Any]) -> dict[str, Any]:
         "miss_beyond_model_ms": median("miss", "beyond_model_net_ms"),
         "stream_beyond_model_ms": median("stream", "beyond_model_net_ms"),
         "poll_beyond_model_ms": median("poll", "beyond_model_net_ms"),
+        "healthz_floor_ms": median("healthz", "total_net_ms"),
         "hit_p50_ms": median("hit", "latency_p50_ms"),
         "lone_queue_ms": lone["queue_ms_p50"],
         "goals": GOALS,
@@ -488,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/overhead.json")
     parser.add_argument("--label", default="current", help="the entry in --out (e.g. before, after)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--n", type=int, default=200, help="requests per burst (cache hits: 3x as many)")
+    parser.add_argument("--n", type=int, default=200, help="requests per burst (hits, /healthz: 3x)")
     parser.add_argument("--clients", type=int, default=1, help="client threads of each burst")
     parser.add_argument("--lone", type=int, default=10, help="lone requests on an idle worker")
     parser.add_argument("--idle-s", type=float, default=3.0)
@@ -516,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
                 bench.idle(args.idle_s)  # the idle rate just before this round's bursts
                 found = {}
                 for kind in KINDS:
-                    n = args.n * 3 if kind == "hit" else args.n
+                    n = args.n * 3 if kind in ("hit", "healthz") else args.n
                     found[kind] = bench.burst(kind, n, f"round {round_no} {uuid.uuid4().hex[:6]}")
                     r = found[kind]
                     print(f"round {round_no} {kind:6s}: api {r['cpu_ms']['api']:.2f} worker "
@@ -537,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
                                  text=True).stdout.strip(),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version(), "load_avg": os.getloadavg()},
-        "settings": {"rounds": args.rounds, "n": args.n, "hit_n": args.n * 3, "clients": args.clients,
+        "settings": {"rounds": args.rounds, "n": args.n, "hit_and_healthz_n": args.n * 3,
+                     "clients": args.clients,
                      "idle_s": args.idle_s, "quick": args.quick,
                      "sql_counted_in_cpu_run": args.quick, "overrides": overrides,
                      "voice": "tiny (tests/tiny_voice.py)"},
@@ -548,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
           f"p50 {head['hit_p50_ms']:.2f} ms (goal <= 2)")
     print(f"miss: {head['miss_beyond_model_ms']:.2f} ms CPU beyond the model (goal <= 5); stream "
           f"{head['stream_beyond_model_ms']:.2f} ms, poll {head['poll_beyond_model_ms']:.2f} ms")
-    print(f"lone queue_ms p50: {head['lone_queue_ms']:.1f} ms (goal <= 5)")
+    print(f"lone queue_ms p50: {head['lone_queue_ms']:.1f} ms (goal <= 5); the floor, GET /healthz: "
+          f"{head['healthz_floor_ms']:.2f} ms CPU")
     print(f"wrote {args.out} [{args.label}]")
     return 0
 

@@ -30,7 +30,7 @@ def test_bench_overhead_quick_measures_every_kind_and_keeps_other_labels(tmp_pat
     assert report["before"] == {"kept": True}
     smoke = report["smoke"]
     # And every kind has CPU per request of each process, the model's share and the stages
-    for kind in ("hit", "miss", "stream", "poll"):
+    for kind in ("hit", "miss", "stream", "poll", "healthz"):
         figures = smoke["rounds"][0][kind]
         assert set(figures["cpu_ms"]) >= {"api", "worker", "redis"}
         assert figures["cpu_ms"]["api"] > 0 and figures["latency_p50_ms"] > 0
@@ -39,7 +39,7 @@ def test_bench_overhead_quick_measures_every_kind_and_keeps_other_labels(tmp_pat
     miss = smoke["rounds"][0]["miss"]
     assert miss["model_ms"] > 0 and miss["stages_ms"]["inference_ms"] == miss["model_ms"]
     assert "/v1/tasks/<task_id>" in miss["routes"] and miss["redis_commands"]
-    assert smoke["lone"]["queue_ms_p50"] > 0
+    assert smoke["lone"]["queue_ms_p50"] > 0 and smoke["headline"]["healthz_floor_ms"] is not None
     # And the SQL of each kind was counted in the service's own processes, by what ran it
     sql = smoke["sql_per_request"]
     assert sql["hit"]["api"]["statements"]["BEGIN IMMEDIATE"] >= 1
