@@ -1,6 +1,7 @@
 """The service's own CPU per request: API, worker and Redis, on a voice that costs almost nothing.
 
-Run from the repository root (about two minutes on 2 cores; ``--quick``: seconds, a smoke run)::
+Run from the repository root (three to four minutes on 2 cores, more under load; ``--rounds 1``: about
+a minute and a half; ``--quick``: about 20 s, a smoke run)::
 
     .venv/bin/python bench/bench_overhead.py --label before [--rounds 3] [--out bench/results/overhead.json]
     .venv/bin/python bench/bench_overhead.py --quick --out /tmp/overhead.json
