@@ -136,10 +136,12 @@ def test_from_settings_merges_the_manifest_and_the_voices_directory(
                                   "TTS_DEFAULT_VOICE": "tiny"})
     # When the registry is built
     registry = VoiceRegistry.from_settings(settings)
-    # Then it knows the shipped default voice by its aliases and the dropped-in ones
+    # Then it knows the shipped default voice by its aliases, the Japanese voices (the ja extra,
+    # which .[dev] installs) and, after the manifest's, the dropped-in ones
     ids = [spec.id for spec in registry.specs()]
     assert ids[0] == "en_US-joe-medium"
-    assert set(ids[1:]) == {"tiny", "multi"}
+    assert ids[1:6] == ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]
+    assert set(ids[6:]) == {"tiny", "multi"}
     assert registry.get("joe").id == "en_US-joe-medium"
     assert registry.get(None).id == "tiny"
     assert registry.get("en_US-joe-medium").sha256 is not None

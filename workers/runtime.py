@@ -22,7 +22,6 @@ from tts_queue.synthesis.frontend import load_lexicon
 from tts_queue.synthesis.providers import CPU
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.synthesizer import Synthesizer
-from tts_queue.synthesis.voice import read_config
 from tts_queue.tasks.board import StatusBoard
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.executor import TaskExecutor
@@ -110,7 +109,7 @@ class WorkerRuntime:
                                                         RedisKeys(settings.services.queue_prefix)))
         assembler = ChapterAssembler(
             books, cache, books.storage,
-            id_map=lambda voice: read_config(registry.get(voice).config_path)["phoneme_id_map"])
+            id_map=registry.id_map)  # any family's symbol -> ids (Kokoro voices have no Piper config)
         ingester = Ingester(books, lease=timedelta(seconds=settings.worker.lease_s),
                             max_attempts=settings.worker.max_retries + 1)
         return cls(settings, db, cache, registry, engine, executor, executor.rows, books, assembler, ingester)
