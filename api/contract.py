@@ -137,6 +137,8 @@ class Voice(BaseModel):
     id: str
     aliases: list[str]
     language: str
+    languages: list[str] = Field(description="Every language it speaks (ja, en_US...).")
+    family: str = Field(description="Its model family: piper (Piper VITS) or kokoro (Kokoro-82M).")
     sample_rate: int
     speakers: list[str]
     num_speakers: int
