@@ -32,7 +32,7 @@ from tts_queue.books.service import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT
 from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus, TaskStatus
 from tts_queue.errors import BookError, BookTooLarge, EmptyBook, NothingToSpeak
-from tts_queue.synthesis.request import SynthesisRequest, build_request
+from tts_queue.synthesis.request import SynthesisRequest, build_request, routed_voice
 from tts_queue.tables import ApiKey, BookRow, CacheEntry, ChapterRow, SentenceRow, TaskRow
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,10 @@ class Ingester:
                           source.get("split_pattern"), title=source.get("title"), max_bytes=limits.max_bytes,
                           limits=BookLimits(unpacked_bytes=limits.max_unpacked_bytes, chars=limits.max_chars))
         chapters = select_chapters(book, row.options.get("chapters"))
+        if not row.options.get("voice"):  # one voice for the whole book, chosen by its script
+            row.options = {**row.options, "voice": routed_voice(_sample(chapters), self.tasks.registry)}
+            with self.db.write() as session:
+                session.execute(update(BookRow).where(BookRow.id == row.id).values(options=row.options))
         self._clear(row.id)
         self._renew(row.id)
         with self.db.write() as session:
@@ -244,3 +248,15 @@ class Ingester:
                     or_(BookRow.claimed_at < now - self.lease,
                         BookRow.claimed_at.is_(None) & (BookRow.progress_at < now - self.lease)))
                 .values(progress_at=now, claimed_at=None).returning(BookRow.id, BookRow.pool))]
+
+
+def _sample(chapters: list[Chapter], chars: int = 2000) -> str:
+    """The first ``chars`` characters of the chapters' paragraphs (the script a book is written in)."""
+    taken: list[str] = []
+    size = 0
+    for paragraph in (p for chapter in chapters for p in chapter.paragraphs):
+        taken.append(paragraph[:chars - size])
+        size += len(taken[-1])
+        if size >= chars:
+            break
+    return " ".join(taken)

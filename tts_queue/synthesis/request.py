@@ -140,6 +140,12 @@ def _script(text: str, text_type: Any, normalize: bool, settings: Settings) -> S
     return script
 
 
+def routed_voice(text: str, registry: VoiceRegistry) -> str:
+    """The voice a request naming neither voice nor language gets for ``text`` (a book's sample:
+    the whole book is read by one voice)."""
+    return _voice_for(None, None, registry, text).id
+
+
 def _voice_for(voice: str | None, language: str | None, registry: VoiceRegistry, text: str) -> VoiceSpec:
     """The voice named, else the first that speaks ``language``, else (neither given) the default
     Japanese voice for a text written in Japanese, else the default voice."""
