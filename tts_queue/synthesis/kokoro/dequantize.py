@@ -62,7 +62,7 @@ def dequantize(model: Any) -> Any:
             name = f"{node.input[1]}_float_{node.input[3]}"
             added.setdefault(name, numpy_helper.from_array(weight - zero, name))
             edited = helper.make_node(_INTEGER_OPS[node.op_type], [unscaled(node.input[0]), name],
-                                      list(node.output), name=f"{node.name}_float")
+                                      list(node.output), name=f"{node.name or node.output[0]}_float")
             if node.op_type == "ConvInteger":
                 edited.attribute.extend(node.attribute)
             replaced[id(node)] = edited
@@ -95,7 +95,7 @@ def _lstm(node: Any, array: Any, added: dict[str, Any], helper: Any, numpy_helpe
     inputs = [node.input[0], *names, *node.input[3:8]]
     while inputs and not inputs[-1]:
         inputs.pop()
-    lstm = helper.make_node("LSTM", inputs, list(node.output), name=f"{node.name}_float")
+    lstm = helper.make_node("LSTM", inputs, list(node.output), name=f"{node.name or node.output[0]}_float")
     lstm.attribute.extend(node.attribute)
     return lstm
 

@@ -21,13 +21,14 @@ import numpy.typing as npt
 from tts_queue.errors import ModelLoadError
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.inference import ItemAudio, Scales
-from tts_queue.synthesis.kokoro.graph import SAMPLE_RATE, KokoroGraph
+from tts_queue.synthesis.kokoro.graph import HOP, SAMPLE_RATE, KokoroGraph
 from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
 from tts_queue.synthesis.kokoro.symbols import id_map, to_ids
 from tts_queue.synthesis.text import TEXT, Phonemizer, SpokenSentence
 from tts_queue.synthesis.voice import VoiceSpec
 
 ENGLISH = "en-us"  # espeak-ng's voice for the Latin runs
+EDGE = 2 * HOP  # samples of silence each pad keeps (50 ms): the request's sentence silence does the rest
 
 
 class Graphs:
@@ -75,8 +76,19 @@ class KokoroModel:
         items = []
         for sentence in ids:
             samples, per_id = self.graph.run(sentence, self.style(len(sentence) - 2), speed, run_options)
-            items.append(ItemAudio(samples=samples, phoneme_samples=per_id))
+            items.append(trimmed(samples, per_id))
         return items
+
+
+def trimmed(samples: npt.NDArray[np.float32], per_id: npt.NDArray[np.int64]) -> ItemAudio:
+    """The sentence without most of the silence its two pads are given (about 0.3 s before it):
+    each pad keeps ``EDGE`` samples, so the samples per id still add up exactly."""
+    per_id = per_id.copy()
+    lead, tail = max(0, int(per_id[0]) - EDGE), max(0, int(per_id[-1]) - EDGE) if len(per_id) > 1 else 0
+    per_id[0] -= lead
+    if len(per_id) > 1:
+        per_id[-1] -= tail
+    return ItemAudio(samples=samples[lead:len(samples) - tail].copy(), phoneme_samples=per_id)
 
 
 @dataclass
