@@ -173,7 +173,7 @@ def _paragraphs(lines: list[str]) -> list[str]:
 def _is_subtitle(lines: list[str]) -> bool:
     """A one-line block right after a bare chapter line that reads as its title."""
     line = lines[0]
-    return (len(lines) == 1 and len(line) <= 60 and not line.endswith(tuple(".!?,;:\"”’'"))
+    return (len(lines) == 1 and len(line) <= 60 and not line.endswith(tuple(".!?,;:\"”’'。！？、」』"))
             and not _is_chapter_line(line, 1))
 
 
