@@ -103,3 +103,27 @@ def test_a_script_is_cut_into_sentences_within_the_token_limit(phonemizer: Japan
 def test_a_text_with_nothing_to_say_is_refused(phonemizer: JapanesePhonemizer) -> None:
     with pytest.raises(NothingToSpeak):
         phonemizer.script((("text", "。。！"),), max_len=400)
+
+
+def test_a_long_run_without_a_stop_costs_time_in_proportion_to_its_length(
+        phonemizer: JapanesePhonemizer) -> None:
+    import time
+
+    from tts_queue.synthesis.kokoro.japanese import READ_CHARS, read_pieces
+
+    # Given runs of Japanese with no 。 (misaki's word grouping alone is cubic in a run's length)
+    def timed(n: int) -> float:
+        text = "今日は雨" * (n // 4)
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            phonemizer.sentence(text)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    # Then they reach the reader in bounded pieces that keep every character
+    run = "今日は、雨" * 100
+    assert all(len(p) <= READ_CHARS for p in read_pieces(run)) and "".join(read_pieces(run)) == run
+    # And four times the text takes about four times as long (cubic would be 64 times)
+    small, large = timed(400), timed(1600)
+    assert large / small < 10, (small, large)

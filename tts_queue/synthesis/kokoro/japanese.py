@@ -12,6 +12,10 @@ Latin runs go to espeak-ng (en-us, piper's phonemizer) and are mapped into Kokor
 (``symbols.english_to_kokoro``): said in English by the same voice, spelled letter by letter only
 where espeak-ng spells them (capitals it cannot pronounce: "GPU", "HTTP"; "NASA" is a word).
 
+misaki's romanizer groups a run's words against its word list in time cubic in the run's length
+(5,000 characters without a 。 would take minutes), so a Japanese run reaches it in pieces of at
+most ``READ_CHARS`` characters, cut after 、，・ or a space where there is one: linear in the text.
+
 ``VERSION`` counts this module's rules: it is part of the voice digest, so a change here never
 serves old audio.
 """
@@ -29,6 +33,8 @@ from tts_queue.synthesis.kokoro.symbols import english_to_kokoro
 from tts_queue.synthesis.text import BREAK, IPA, RATE, TEXT, SpokenSentence, split_long
 
 VERSION = 1
+READ_CHARS = 64
+_READ_CUT = frozenset("、，,・ ")
 _SENTENCE = re.compile(r"(?<=[。！？!?])|(?<=\.)(?=\s)")
 # Disjoint classes around each repetition: linear on any input.
 _LATIN = re.compile(r"[A-Za-z][A-Za-z0-9'’.\-]*(?:[ \t]+[A-Za-z0-9][A-Za-z0-9'’.\-]*)*")
@@ -50,6 +56,19 @@ def runs(sentence: str) -> Iterator[tuple[str, str]]:
         position = end
     if position < len(sentence):
         yield "ja", sentence[position:]
+
+
+def read_pieces(run: str, size: int = READ_CHARS) -> Iterator[str]:
+    """``run`` in pieces of at most ``size`` characters, each cut after its last 、，・ or space
+    (anywhere if it has none)."""
+    start = 0
+    while len(run) - start > size:
+        window = run[start:start + size]
+        cut = max((i + 1 for i, ch in enumerate(window) if ch in _READ_CUT), default=size)
+        yield run[start:start + cut]
+        start += cut
+    if start < len(run):
+        yield run[start:]
 
 
 def sentences(text: str) -> list[str]:
@@ -112,7 +131,7 @@ class JapanesePhonemizer:
             if kind == "en":
                 said = " ".join(english_to_kokoro(s, self.vocab) for s in self.english(run))
             else:
-                said = self.reader(run)
+                said = " ".join(self.reader(piece) for piece in read_pieces(run))
             if said.strip():
                 pieces.append(said.strip())
         return _join(pieces)
