@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/voices.json")
     args = parser.parse_args(argv)
     count, repeats = (2, 1) if args.quick else (len(SENTENCES), args.repeats)
+    load_before = os.getloadavg()[0]
     env = {k: v for k, v in os.environ.items() if k.startswith("TTS_")}
     settings = Settings.from_env({**env, "TTS_PROVIDERS": args.provider,
                                   "TTS_INTRA_OP_THREADS": str(args.threads)})
@@ -173,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "provider": args.provider,
+                    # the 1-minute load average at the start and the end (a shared machine's load
+                    # inflates every real-time factor alike; their ratios are the result)
+                    "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                     "intra_op_threads": args.threads, "providers_used": {
                         "piper": piper.model.provider, "kokoro_int8": voice.model.provider,
                         "kokoro_float": floated.provider}},
