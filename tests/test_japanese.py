@@ -127,3 +127,28 @@ def test_a_long_run_without_a_stop_costs_time_in_proportion_to_its_length(
     # And four times the text takes about four times as long (cubic would be 64 times)
     small, large = timed(400), timed(1600)
     assert large / small < 10, (small, large)
+
+
+@pytest.mark.parametrize("text", [
+    "数は" + "1" * 1990 + "です。",  # one huge number
+    "これは" + " ".join(["word"] * 390) + "です。",  # a long Latin run
+    "鑢" * 2000,  # one kanji, no stop
+    "Aあ1" * 660,  # scripts alternating at every character
+    "、" * 1990 + "あ",  # marks only, then one kana
+    "ｶﾞｷﾞ゛゜ヽヾゝゞ〃々〆ヶ" * 150,  # half-width, marks, iteration marks
+    "(´・ω・`)" * 250 + "です",  # kaomoji
+])
+def test_hostile_text_gives_bounded_sentences_or_a_clear_error(phonemizer: JapanesePhonemizer,
+                                                               text: str) -> None:
+    from tts_queue.errors import TTSQueueError
+    from tts_queue.synthesis.text import clean_text
+
+    # Given text of the kinds the hostile battery sends, within the text limit
+    cleaned = clean_text(text, 5000)
+    # When it is read, then every sentence fits one model call and the symbols stay in proportion
+    try:
+        spoken = phonemizer.script((("text", cleaned),), max_len=400)
+    except TTSQueueError:
+        return  # refused with one of the project's errors (a 4xx/422), never a crash
+    assert all(0 < len(s.phonemes) <= 400 for s in spoken)
+    assert sum(len(s.phonemes) for s in spoken) <= 10 * len(cleaned)
