@@ -91,7 +91,8 @@ class VoiceSettings:
                                shown="<data dir>/voices")
     manifest: Path | None = setting(None, "the voice manifest", env="TTS_MANIFEST",
                                     shown="models/voices.json")
-    default: str = setting("en_US-joe-medium", "voice used when a request names none",
+    default: str = setting("en_US-joe-medium", "voice used when a request names none (text with kana: "
+                           "the first Japanese voice)",
                            env="TTS_DEFAULT_VOICE")
     max_loaded: int = setting(2, "voices kept loaded per process (least recently used out first)",
                               env="TTS_MAX_LOADED_VOICES")
