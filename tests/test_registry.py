@@ -21,7 +21,7 @@ from tts_queue.errors import (
 )
 from tts_queue.settings import Settings
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs, file_sha256, manifest_specs
-from tts_queue.synthesis.voice import Voice, VoiceSpec, resolve_speaker
+from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec, resolve_speaker
 
 
 def write_manifest(directory: Path, entries: list[dict[str, Any]]) -> Path:
@@ -178,6 +178,7 @@ def test_load_builds_a_voice_from_config_and_model(registry: VoiceRegistry) -> N
     # Given a registry
     # When the default voice is loaded
     voice = registry.load(None)
+    assert isinstance(voice, Voice)  # a Piper voice (its family's adapter)
     # Then it has the config's sample rate, hop length and espeak voice
     assert voice.spec.id == "tiny"
     assert voice.sample_rate == SAMPLE_RATE
@@ -343,6 +344,7 @@ def test_loaded_voice_resolves_speakers_like_its_spec(registry: VoiceRegistry) -
     # Given the loaded three-speaker voice
     # Then it resolves speakers as its spec does
     voice = registry.load("multi")
+    assert isinstance(voice, Voice)
     assert voice.model.multi_speaker is True
     assert voice.speaker_id("carol") == 2
     with pytest.raises(UnknownSpeaker):
@@ -424,7 +426,7 @@ def test_a_voice_is_loaded_once_however_many_threads_ask_for_it(voices_dir: Path
     # Given multi loading slowly, and four more threads asking for it meanwhile
     loader = SlowLoader("multi")
     registry = VoiceRegistry(discover_specs(voices_dir), loader=loader, default="tiny")
-    got: list[Voice] = []
+    got: list[LoadedVoice] = []
     threads = [threading.Thread(target=lambda: got.append(registry.load("multi")), daemon=True)
                for _ in range(5)]
     threads[0].start()

@@ -72,10 +72,10 @@ def wait_done(client: FlaskClient, task_id: str) -> dict[str, Any]:
 
 def decoded(data: bytes) -> tuple[float, int]:
     """Seconds and sample rate of encoded audio."""
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), "r") as container:
         stream = container.streams.audio[0]
-        samples = sum(frame.samples for frame in container.decode(stream))
-        return samples / stream.sample_rate, stream.sample_rate
+        samples = sum(int(frame.samples) for frame in container.decode(stream))
+        return samples / stream.sample_rate, int(stream.sample_rate)
 
 
 def test_japanese_text_goes_to_the_japanese_voice_and_a_repeat_is_a_cache_hit(client: FlaskClient) -> None:
@@ -164,7 +164,7 @@ def test_a_japanese_text_book_renders_two_chapters_with_captions(client: FlaskCl
         assert all(s["text"] in shown for s in chapter["sentences"])
     m4b = client.get(f"/v1/books/{book_id}/audiobook.m4b")
     assert m4b.status_code == 200
-    with av.open(io.BytesIO(m4b.data)) as container:
+    with av.open(io.BytesIO(m4b.data), "r") as container:
         assert len(container.chapters()) == 2
 
 
