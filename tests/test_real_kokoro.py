@@ -197,3 +197,30 @@ def test_cli_say_writes_japanese_speech(tmp_path: Path, settings: Settings) -> N
     assert main(["say", GREETING, "-o", str(out)], env=env) == 0
     samples, rate = soundfile.read(out)
     assert rate == 24000 and plausible(len(samples) / rate, GREETING)
+
+
+def test_the_graph_lives_while_a_japanese_voice_is_loaded_within_the_voice_limit(tmp_path: Path) -> None:
+    import gc
+
+    from tts_queue.synthesis.loader import VoiceLoader
+
+    # Given a registry that keeps one voice loaded
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_PROVIDERS": "cpu",
+                                  "TTS_MAX_LOADED_VOICES": "1"})
+    registry = VoiceRegistry.from_settings(settings)
+    loader = registry._loader
+    assert isinstance(loader, VoiceLoader)
+    # When a Japanese voice is loaded, then another one in its place
+    alpha = registry.load("jf_alpha")
+    assert isinstance(alpha, KokoroVoice)
+    graph = alpha.model.graph
+    del alpha
+    kumo = registry.load("jm_kumo")
+    assert isinstance(kumo, KokoroVoice)
+    # Then the second shares the first's graph (not loaded again), one voice is loaded
+    assert kumo.model.graph is graph and registry.loaded() == ["jm_kumo"]
+    del kumo, graph
+    # And when a Piper voice takes the last place, the graph goes with the last Japanese voice
+    registry.load("joe")
+    gc.collect()
+    assert registry.loaded() == ["en_US-joe-medium"] and len(loader.graphs._graphs) == 0
