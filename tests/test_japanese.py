@@ -152,3 +152,8 @@ def test_hostile_text_gives_bounded_sentences_or_a_clear_error(phonemizer: Japan
         return  # refused with one of the project's errors (a 4xx/422), never a crash
     assert all(0 < len(s.phonemes) <= 400 for s in spoken)
     assert sum(len(s.phonemes) for s in spoken) <= 10 * len(cleaned)
+
+
+def test_a_quotation_keeps_its_closing_bracket_and_a_title_keeps_its_name() -> None:
+    assert sentences("「どこで生れたか？」とんと見当がつかぬ！Mr. Smith came. J. Doe too.") == [
+        "「どこで生れたか？」", "とんと見当がつかぬ！", "Mr. Smith came.", "J. Doe too."]

@@ -1,6 +1,7 @@
 """Japanese text to Kokoro's symbols, with the Latin-script runs inside it read as English.
 
-A text part is cut into sentences after 。！？!? (and after a period before a space). Each
+A text part is cut into sentences after 。！？!? with their closing brackets (and after a period
+before a space). Each
 sentence is cut into runs: a Latin run is a Latin word and the Latin words and numbers that follow
 it with spaces between ("Hello", "GPU", "Python 3.11", "Alice Smith"); everything else is
 Japanese. Japanese runs go to pyopenjtalk's frontend (pyopenjtalk-plus, its bundled dictionary;
@@ -32,10 +33,13 @@ from tts_queue.errors import NothingToSpeak, SynthesisError
 from tts_queue.synthesis.kokoro.symbols import english_to_kokoro
 from tts_queue.synthesis.text import BREAK, IPA, RATE, TEXT, SpokenSentence, split_long
 
-VERSION = 1
+VERSION = 2
 READ_CHARS = 64
 _READ_CUT = frozenset("、，,・ ")
-_SENTENCE = re.compile(r"(?<=[。！？!?])|(?<=\.)(?=\s)")
+# A sentence ends after its marks and the closing brackets after them, or at a period before a space
+# (not after an initial or a title: "J. Smith", "Mr. Smith").
+_SENTENCE_END = re.compile("[。！？!?]+[」』）)\"”’〕】]*"
+                           r"|(?<![A-Z])(?<!Mr)(?<!Ms)(?<!Dr)(?<!St)(?<!Mrs)\.(?=\s)")
 # Disjoint classes around each repetition: linear on any input.
 _LATIN = re.compile(r"[A-Za-z][A-Za-z0-9'’.\-]*(?:[ \t]+[A-Za-z0-9][A-Za-z0-9'’.\-]*)*")
 _TRAILING = ".-'’ "
@@ -72,8 +76,14 @@ def read_pieces(run: str, size: int = READ_CHARS) -> Iterator[str]:
 
 
 def sentences(text: str) -> list[str]:
-    """The sentences of a text part: cut after 。！？!? and after a period before a space."""
-    return [piece.strip() for piece in _SENTENCE.split(text) if piece.strip()]
+    """The sentences of a text part: cut after 。！？!? (with the closing brackets after them:
+    「どこで生れたか？」 is one) and after a period before a space."""
+    found, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        found.append(text[start:match.end()])
+        start = match.end()
+    found.append(text[start:])
+    return [piece.strip() for piece in found if piece.strip()]
 
 
 class Reader:
