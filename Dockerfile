@@ -1,6 +1,7 @@
 # One image for every role (api, worker, scheduler); the command picks the role.
 FROM python:3.11-slim
-ARG EXTRAS="postgres,s3"
+# `ja`: the five Japanese voices (Kokoro-82M, about 430 MB more); EXTRAS=postgres,s3 leaves them out.
+ARG EXTRAS="postgres,s3,ja"
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TTS_DATA_DIR=/data
 RUN apt-get update && apt-get install -y --no-install-recommends libsndfile1 \
     && rm -rf /var/lib/apt/lists/*

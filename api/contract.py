@@ -43,11 +43,12 @@ class SpeechRequest(_Body):
 
     text: str = Field(description="The text, at most TTS_MAX_TEXT_CHARS characters (5,000 by default) "
                                   "before and after Unicode normalization.", max_length=100_000)
-    voice: str | None = Field(None, description="A voice id or alias (GET /v1/voices); the default "
-                              "voice when absent.", max_length=256)
+    voice: str | None = Field(None, description="A voice id or alias (GET /v1/voices); when absent, the "
+                              "default voice, or the default Japanese voice for text with kana.",
+                              max_length=256)
     speaker: str | int | None = Field(None, description="Speaker name or number of a multi-speaker voice.")
-    language: str | None = Field(None, description="Picks a voice of this language, or must match the "
-                                 "voice's.", max_length=32)
+    language: str | None = Field(None, description="Picks a voice of this language (ja, en, en-US...), or "
+                                 "must be one the voice speaks.", max_length=32)
     format: RequestFormat | None = Field(None, description="Audio format (TTS_DEFAULT_FORMAT when absent).")
     speed: float | None = Field(None, ge=0.25, le=4.0, description="1.0 is normal (the bounds are "
                                 "TTS_MIN_SPEED and TTS_MAX_SPEED).")
@@ -142,6 +143,8 @@ class Voice(BaseModel):
     id: str
     aliases: list[str]
     language: str
+    languages: list[str] = Field(description="Every language it speaks (ja, en_US...).")
+    family: str = Field(description="Its model family: piper (Piper VITS) or kokoro (Kokoro-82M).")
     sample_rate: int
     speakers: list[str]
     num_speakers: int

@@ -91,6 +91,10 @@ class VoiceName(BaseModel):
     id: str
     name: str
     voice: str = Field(description="The installed voice it speaks with.")
+    family: str = Field(description="That voice's model family (piper, kokoro).")
+    languages: list[str] = Field(description="The languages that voice speaks.")
+    sample_rate: int
+    speakers: list[str]
 
 
 class VoiceNames(BaseModel):
@@ -208,9 +212,17 @@ def voices() -> Response:
     svc = services()
     default = svc.registry.get(None).id
     mapping = svc.settings.api.openai_voices
-    names = [{"id": name, "name": name, "voice": _installed(mapping.get(name)) or default} for name in VOICES]
-    names += [{"id": spec.id, "name": spec.id, "voice": spec.id} for spec in svc.registry.specs()]
+    names = [{"id": name, "name": name, **_described(_installed(mapping.get(name)) or default)}
+             for name in VOICES]
+    names += [{"id": spec.id, "name": spec.id, **_described(spec.id)} for spec in svc.registry.specs()]
     return jsonify(voices=names)
+
+
+def _described(voice: str) -> dict[str, object]:
+    """An installed voice's id, family, languages, sample rate and speakers."""
+    spec = services().registry.get(voice)
+    return {"voice": spec.id, "family": spec.family, "languages": list(spec.spoken),
+            "sample_rate": spec.sample_rate, "speakers": list(spec.speakers)}
 
 
 def _installed(voice: str | None) -> str | None:

@@ -306,6 +306,8 @@ def list_voices() -> Response:
             "id": spec.id,
             "aliases": list(spec.aliases),
             "language": spec.language,
+            "languages": list(spec.spoken),
+            "family": spec.family,
             "sample_rate": spec.sample_rate,
             "speakers": list(spec.speakers),
             "num_speakers": spec.num_speakers,

@@ -230,6 +230,7 @@ def build_modes(
 ) -> dict[str, Mode]:
     """Every mode, in the order they run in a round."""
     voice, cpu = registry.load(None), settings.routing.cpu
+    assert isinstance(voice, Voice), "bench_core measures a Piper voice (batching)"
     modes: dict[str, Mode] = {
         "bare": bare_mode(bare),
         "core_single": batch_mode(voice, 1, False),

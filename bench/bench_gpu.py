@@ -94,7 +94,9 @@ def load_voice(provider: str, max_batch: int, voice_id: str | None) -> Voice:
     """The voice as a GPU-pool worker loads it, with ``provider`` demanded."""
     env = {**os.environ, "TTS_PROVIDERS": provider, "TTS_WORKER_POOL": "gpu",
            "TTS_GPU_MAX_BATCH": str(max_batch)}
-    return VoiceRegistry.from_settings(Settings.from_env(env)).load(voice_id)
+    voice = VoiceRegistry.from_settings(Settings.from_env(env)).load(voice_id)
+    assert isinstance(voice, Voice), "bench_gpu measures a Piper voice (a batch axis)"
+    return voice
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -275,3 +275,26 @@ def test_bulk_keys_wait_while_another_key_has_interactive_work() -> None:
     # Then key a is served first
     first = policy.next_batch(now=2.0)
     assert first is not None and first.key == "a"
+
+
+def test_a_family_that_cannot_batch_gets_one_sentence_per_call_on_any_pool() -> None:
+    # Given a pool that would take eight sentences a call, and three waiting sentences of a voice
+    # whose family takes one (Kokoro: its graph's batch axis is fixed at 1), plus two repeats
+    policy = BatchPolicy("eager", max_batch=8, max_padded=10_000)
+    first = Entry(key=KEY, ids=(1, 2, 3), arrived=0.0, ticket=object(), max_batch=1)
+    for item in (first, *(Entry(key=KEY, ids=(n, n + 1), arrived=0.1, ticket=object(), max_batch=1)
+                          for n in (10, 20))):
+        policy.append(item)
+    policy.append(Entry(key=KEY, ids=(1, 2, 3), arrived=0.2, ticket=object(), max_batch=1))
+    # When batches are taken until none is left
+    batches = []
+    while (batch := policy.next_batch(now=1.0)) is not None:
+        batches.append(batch)
+    # Then each call holds one distinct sentence (an equal one shares it), oldest first
+    assert [len(b.slots) for b in batches] == [1, 1, 1]
+    assert batches[0].slots == [(1, 2, 3)] and len(batches[0].members) == 2
+    # And the window policy treats one sentence as a full batch: nothing waits for a window
+    window = BatchPolicy("window", max_batch=8, window_s=60.0)
+    window.append(Entry(key=KEY, ids=(1,), arrived=0.0, ticket=object(), max_batch=1))
+    window.append(Entry(key=KEY, ids=(2,), arrived=0.0, ticket=object(), max_batch=1))
+    assert window.next_batch(now=0.0) is not None

@@ -143,3 +143,21 @@ def test_sherlock_stories_keep_every_character() -> None:
     # And "Mr." in the first story never ends a segment
     first = segment_chapter(chapters[0])
     assert not any(s.text.endswith(("Mr.", "Mrs.", "Dr.", "St.")) for s in first)
+
+
+def test_japanese_sentences_end_at_their_marks_and_line_breaks_never_at_spaces() -> None:
+    # Given Japanese prose with 。！？, a quotation, a line break, a space and a Latin sentence
+    text = ("吾輩は猫である。名前はまだ無い。「どこで生れたか？」とんと見当がつかぬ！\n"
+            "何でも 薄暗い所で泣いていた。Hello world. GPUを使う")
+    # Then it is cut after each mark (with the closing quote) and at the line break only
+    assert split_sentences(text) == [
+        "吾輩は猫である。", "名前はまだ無い。", "「どこで生れたか？」", "とんと見当がつかぬ！",
+        "何でも 薄暗い所で泣いていた。", "Hello world. GPUを使う"]
+
+
+def test_a_long_japanese_sentence_is_cut_after_commas_within_half_the_limit() -> None:
+    text = "あ" + "、とても長い文章です" * 40 + "。"
+    pieces = split_sentences(text, 100)
+    assert len(pieces) > 1 and all(len(p) <= 50 for p in pieces)
+    assert all(p.endswith(("、", "。")) for p in pieces)
+    assert "".join(pieces) == text

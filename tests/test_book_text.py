@@ -259,3 +259,13 @@ def test_select_chapters_rejects_unknown_or_malformed(spec: str) -> None:
     # Then UnknownChapters
     with pytest.raises(UnknownChapters):
         select_chapters(_book(10), spec)
+
+
+def test_japanese_chapters_start_at_dai_n_sho_and_each_line_is_a_paragraph() -> None:
+    # Given a Japanese text: 第N章 headings with titles, short lines that are paragraphs
+    text = "第一章 雨の朝\n\n今日は雨だった。\n\n窓の外は静かだった。\n鳥が鳴いた。\n\n第2話\n\n晴れた。\n"
+    book = parse_book(text.encode(), "ja.txt")
+    # Then each heading starts a chapter (its title kept, no sentence taken for a subtitle)
+    assert [c.title for c in book.chapters] == ["第一章 雨の朝", "第2話"]
+    # And each line is its own paragraph (a line break ends a sentence), never joined with a space
+    assert book.chapters[0].paragraphs[1:] == ("今日は雨だった。", "窓の外は静かだった。", "鳥が鳴いた。")

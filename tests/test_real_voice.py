@@ -72,7 +72,9 @@ def registry() -> VoiceRegistry:
 
 @pytest.fixture(scope="module")
 def voice(registry: VoiceRegistry) -> Voice:
-    return registry.load(None)
+    loaded = registry.load(None)
+    assert isinstance(loaded, Voice)
+    return loaded
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from tts_queue.errors import (
 )
 from tts_queue.settings import Settings
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs, file_sha256, manifest_specs
-from tts_queue.synthesis.voice import Voice, VoiceSpec, resolve_speaker
+from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec, resolve_speaker
 
 
 def write_manifest(directory: Path, entries: list[dict[str, Any]]) -> Path:
@@ -136,10 +136,12 @@ def test_from_settings_merges_the_manifest_and_the_voices_directory(
                                   "TTS_DEFAULT_VOICE": "tiny"})
     # When the registry is built
     registry = VoiceRegistry.from_settings(settings)
-    # Then it knows the shipped default voice by its aliases and the dropped-in ones
+    # Then it knows the shipped default voice by its aliases, the Japanese voices (the ja extra,
+    # which .[dev] installs) and, after the manifest's, the dropped-in ones
     ids = [spec.id for spec in registry.specs()]
     assert ids[0] == "en_US-joe-medium"
-    assert set(ids[1:]) == {"tiny", "multi"}
+    assert ids[1:6] == ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]
+    assert set(ids[6:]) == {"tiny", "multi"}
     assert registry.get("joe").id == "en_US-joe-medium"
     assert registry.get(None).id == "tiny"
     assert registry.get("en_US-joe-medium").sha256 is not None
@@ -176,6 +178,7 @@ def test_load_builds_a_voice_from_config_and_model(registry: VoiceRegistry) -> N
     # Given a registry
     # When the default voice is loaded
     voice = registry.load(None)
+    assert isinstance(voice, Voice)  # a Piper voice (its family's adapter)
     # Then it has the config's sample rate, hop length and espeak voice
     assert voice.spec.id == "tiny"
     assert voice.sample_rate == SAMPLE_RATE
@@ -341,6 +344,7 @@ def test_loaded_voice_resolves_speakers_like_its_spec(registry: VoiceRegistry) -
     # Given the loaded three-speaker voice
     # Then it resolves speakers as its spec does
     voice = registry.load("multi")
+    assert isinstance(voice, Voice)
     assert voice.model.multi_speaker is True
     assert voice.speaker_id("carol") == 2
     with pytest.raises(UnknownSpeaker):
@@ -422,7 +426,7 @@ def test_a_voice_is_loaded_once_however_many_threads_ask_for_it(voices_dir: Path
     # Given multi loading slowly, and four more threads asking for it meanwhile
     loader = SlowLoader("multi")
     registry = VoiceRegistry(discover_specs(voices_dir), loader=loader, default="tiny")
-    got: list[Voice] = []
+    got: list[LoadedVoice] = []
     threads = [threading.Thread(target=lambda: got.append(registry.load("multi")), daemon=True)
                for _ in range(5)]
     threads[0].start()

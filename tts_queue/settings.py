@@ -87,6 +87,10 @@ class SessionConfig:
     io_binding: bool = setting(True, "CUDA and TensorRT sessions bind inputs and outputs (ONNX Runtime I/O "
                                "binding), so the audio is written once, into host memory")
     trt_fp16: bool = setting(True, "TensorRT sessions may run layers in fp16")
+    kokoro_graph: str = setting("auto", "which Kokoro graph runs: `int8` (as shipped), `float` (its weights "
+                                "dequantized once at load), `auto` (int8 on the CPU, float on a GPU: "
+                                "the int8 graph's integer convolutions have no CUDA kernels)",
+                                choices=("auto", "int8", "float"))
     trt_cache_dir: Path | None = setting(None, "where TensorRT keeps built engines and its timing cache "
                                          "(one folder per model), so a restart does not rebuild them",
                                          shown="<data dir>/trt-engines")
@@ -100,7 +104,8 @@ class VoiceSettings:
                                shown="<data dir>/voices")
     manifest: Path | None = setting(None, "the voice manifest", env="TTS_MANIFEST",
                                     shown="models/voices.json")
-    default: str = setting("en_US-joe-medium", "voice used when a request names none",
+    default: str = setting("en_US-joe-medium", "voice used when a request names none (text with kana: "
+                           "the first Japanese voice)",
                            env="TTS_DEFAULT_VOICE")
     max_loaded: int = setting(2, "voices kept loaded per process (least recently used out first)",
                               env="TTS_MAX_LOADED_VOICES")

@@ -48,14 +48,17 @@ def page() -> Response:
     services: Services = current_app.extensions["tts"]
     settings = services.settings
     default = services.registry.get(None).id
-    voices = [(spec.id, f"{spec.id} ({spec.language})") for spec in services.registry.specs()]
+    # First: no voice named, so the text's script picks one (Japanese text: the Japanese voice)
+    voices = [("", f"by language (default {default})")]
+    voices += [(spec.id, f"{spec.id} ({', '.join(spec.spoken)}, {spec.traits.title}, {spec.sample_rate} Hz)")
+               for spec in services.registry.specs()]
     html = _template()
     for name, value in {
         "KEY_HIDDEN": "" if settings.api.auth == "required" else "hidden",
         "MAX_CHARS": str(settings.request.max_text_chars),
         "MIN_SPEED": str(settings.request.min_speed),
         "MAX_SPEED": str(settings.request.max_speed),
-        "VOICE_OPTIONS": _options(voices, default),
+        "VOICE_OPTIONS": _options(voices, ""),
         "FORMAT_OPTIONS": _options([(f, f) for f in PAGE_FORMATS], "mp3" if "mp3" in PAGE_FORMATS else "wav"),
         "BOOK_FORMAT_OPTIONS": _options([(f, f) for f in BOOK_FORMATS], "mp3"),
     }.items():

@@ -76,7 +76,7 @@ async function speak(event) {
   try {
     const body = {
       text: $("text").value,
-      voice: $("voice").value,
+      voice: $("voice").value || undefined, // "": chosen by the text's language
       speed: parseFloat($("speed").value || "1"),
       format: $("format").value,
     };

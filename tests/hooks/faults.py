@@ -26,7 +26,7 @@ from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales, VoiceMod
 from tts_queue.synthesis.registry import Loader
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
-from tts_queue.synthesis.voice import Voice, VoiceSpec
+from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec
 
 
 class SlowModel(VoiceModel):
@@ -73,11 +73,11 @@ class Faults:
 
     def loader(self, load: Loader) -> Loader:
         """Slow loads of one voice; slow model calls of every voice."""
-        def faulty(spec: VoiceSpec) -> Voice:
+        def faulty(spec: VoiceSpec) -> LoadedVoice:
             if spec.id == self.slow_voice:
                 time.sleep(self.slow_s)
             voice = load(spec)
-            if self.delay_s:
+            if self.delay_s and isinstance(voice, Voice):  # a Piper voice: its own model
                 voice.model = SlowModel(voice.model, self.delay_s)
             return voice
 

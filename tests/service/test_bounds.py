@@ -56,7 +56,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
 def test_a_number_bomb_at_the_slowest_speed_is_a_400_on_every_route(service: dict[str, Any]) -> None:
     # Given 4,900 characters of 15-digit numbers (about ten times as many spoken) at speed 0.25
     url, alice = service["url"], service["keys"]["alice"]
-    body = {"text": number_text(), "speed": 0.25}
+    body: dict[str, Any] = {"text": number_text(), "speed": 0.25}
     # When it is sent to each synthesis route
     answers = {
         "/v1/tts": requests.post(f"{url}/v1/tts", json=body, headers=alice, timeout=30),
@@ -91,7 +91,7 @@ def test_a_long_admitted_request_does_not_grow_the_workers_memory(service: dict[
     before = rss_kb(pid)
     # When a request just under the audio limit is made: 5,000 characters at speed 0.25, about
     # half an hour of 16 kHz audio (61 MB as WAV, 122 MB as the model's float samples)
-    body = {"text": (PROSE * 70)[:4990], "voice": "long", "format": "wav", "speed": 0.25}
+    body: dict[str, Any] = {"text": (PROSE * 70)[:4990], "voice": "long", "format": "wav", "speed": 0.25}
     task = requests.post(f"{url}/v1/tts", json=body, headers=alice, timeout=30).json()
     peak = before
     while True:
@@ -109,9 +109,9 @@ def test_a_long_admitted_request_does_not_grow_the_workers_memory(service: dict[
     assert growth_mb < 100
 
 
-def stream_keys(service: dict[str, Any], task_id: str) -> list[bytes]:
+def stream_keys(service: dict[str, Any], task_id: str) -> list[str]:
     names: RedisKeys = service["names"]
-    found: list[bytes] = [key for key in (names.stream(task_id), names.stream_reader(task_id))
+    found: list[str] = [key for key in (names.stream(task_id), names.stream_reader(task_id))
                           if service["redis"].exists(key)]
     return found
 
@@ -142,7 +142,7 @@ def test_an_abandoned_stream_is_dropped_and_its_worker_stops_appending(service: 
 def test_a_reader_that_stops_reading_holds_at_most_the_cap_in_redis(service: dict[str, Any]) -> None:
     # Given a streamed request of half an hour of WAV (61 MB) whose client reads nothing at all
     url, alice = service["url"], service["keys"]["alice"]
-    body = {"text": (PROSE * 70)[:4990], "voice": "long", "format": "wav", "speed": 0.25}
+    body: dict[str, Any] = {"text": (PROSE * 70)[:4990], "voice": "long", "format": "wav", "speed": 0.25}
     response = requests.post(f"{url}/tts?stream=1", json=body, headers=alice, stream=True, timeout=30)
     task_id = response.headers["X-Task-ID"]
     stream = service["names"].stream(task_id)
@@ -183,8 +183,8 @@ def test_one_key_cannot_take_every_slot(service: dict[str, Any]) -> None:
     prefix = service["settings"].services.queue_prefix
     idle = announce_idle_worker(str(service["settings"].services.redis_url), prefix)
     try:
-        task = requests.post(f"{url}/v1/tts", json={"text": "Nobody runs this.", "pool": "gpu"}, headers=alice,
-                             timeout=10).json()
+        task = requests.post(f"{url}/v1/tts", json={"text": "Nobody runs this.", "pool": "gpu"},
+                             headers=alice, timeout=10).json()
     finally:
         service["redis"].delete(idle)
     # When alice long-polls it 32 times at once (every slot of the API's 64 threads)
@@ -193,7 +193,8 @@ def test_one_key_cannot_take_every_slot(service: dict[str, Any]) -> None:
     started = time.monotonic()
 
     def poll() -> None:
-        got = requests.get(f"{url}/v1/tasks/{task['task_id']}", params={"wait": 15}, headers=alice, timeout=40)
+        got = requests.get(f"{url}/v1/tasks/{task['task_id']}", params={"wait": 15}, headers=alice,
+                           timeout=40)
         with lock:
             answers.append((time.monotonic() - started, got.status_code, got.headers.get("Retry-After")))
 
@@ -237,7 +238,8 @@ def test_a_keys_rate_holds_across_every_submission_route(service: dict[str, Any]
 def series(url: str) -> set[str]:
     """The request counter's series in ``/metrics`` (one line each)."""
     text = requests.get(f"{url}/metrics", timeout=10).text
-    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line.startswith("tts_http_requests_total{")}
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines()
+            if line.startswith("tts_http_requests_total{")}
 
 
 def test_made_up_methods_and_paths_add_no_series(service: dict[str, Any]) -> None:

@@ -27,7 +27,6 @@ from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.retention import Cleaner
 from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.registry import VoiceRegistry
-from tts_queue.synthesis.voice import read_config
 from tts_queue.tasks.board import StatusBoard
 from tts_queue.tasks.callbacks import Callbacks, UrlPolicy
 from tts_queue.tasks.connection import redis_client
@@ -111,6 +110,5 @@ def _duration(cache: AudioCache, key: str) -> float | None:
 
 
 def _id_map(registry: VoiceRegistry, voice: str | None) -> Mapping[str, Sequence[int]]:
-    """A voice's phonemes to ids (word captions)."""
-    id_map: Mapping[str, Sequence[int]] = read_config(registry.get(voice).config_path)["phoneme_id_map"]
-    return id_map
+    """A voice's symbols to ids, any family's (word captions)."""
+    return registry.id_map(voice)

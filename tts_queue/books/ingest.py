@@ -35,7 +35,7 @@ from tts_queue.books.upload import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT
 from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus
 from tts_queue.errors import AudioTooLong, BookError, BookOverQuota, BookTooLarge, EmptyBook, NothingToSpeak
-from tts_queue.synthesis.request import build_request
+from tts_queue.synthesis.request import build_request, routed_voice
 from tts_queue.tables import ApiKey, BookRow, BookSource, CacheEntry, RequestJSON
 from tts_queue.tasks.rows import NewTask
 
@@ -99,6 +99,9 @@ class Ingester:
                           limits=BookLimits(unpacked_bytes=limits.max_unpacked_bytes, chars=limits.max_chars))
         del data  # the parse holds what it needs; the upload's bytes can go
         chapters = select_chapters(book, row.options.get("chapters"))
+        if not row.options.get("voice"):  # one voice for the whole book, chosen by its script
+            row.options = {**row.options, "voice": routed_voice(_sample(chapters), self.tasks.registry)}
+            self.rows.set_options(row.id, row.options)
         self.rows.clear(row.id)
         self.rows.renew(row.id)
         self.rows.add_chapters(row.id, [(c.number, c.title[:MAX_TITLE_CHARS]) for c in chapters])
@@ -181,3 +184,15 @@ class Ingester:
     def stalled(self) -> list[tuple[str, str]]:
         """``(book_id, pool)`` of books still parsing whose parser died or never started."""
         return self.rows.stalled(self.lease)
+
+
+def _sample(chapters: list[Chapter], chars: int = 2000) -> str:
+    """The first ``chars`` characters of the chapters' paragraphs (the script a book is written in)."""
+    taken: list[str] = []
+    size = 0
+    for paragraph in (p for chapter in chapters for p in chapter.paragraphs):
+        taken.append(paragraph[:chars - size])
+        size += len(taken[-1])
+        if size >= chars:
+            break
+    return " ".join(taken)

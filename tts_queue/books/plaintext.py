@@ -27,6 +27,7 @@ from tts_queue.books.chapter import (
 )
 from tts_queue.books.markdown import TextBlock, front_matter_title, markdown_blocks
 from tts_queue.errors import EmptyBook, InvalidBook
+from tts_queue.synthesis.language import written_in
 
 MIN_PROSE_WORDS = 20
 _WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
@@ -34,8 +35,11 @@ _WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirte
           "hundred")
 _NUMBER = rf"(?:\d{{1,4}}|(?-i:[IVXLCDM]{{1,8}})|(?:{_WORDS})(?:[\s-](?:{_WORDS}))*)"
 _HEAD = rf"^(?i:chapter|part|book)\s+(?i:{_NUMBER})\b\.?"
-CHAPTER_LINE = re.compile(rf"{_HEAD}\s*$")
-_TITLED_CHAPTER_LINE = re.compile(rf"{_HEAD}(?:\s*[:.\-—–]\s*|\s+)\S.{{0,80}}$")
+# Japanese headings: 第一章, 第3話, 第十二部 (NFKC has made full-width digits ASCII by then or not)
+_JA_HEAD = r"^第[0-9０-９一二三四五六七八九十百千〇零]{1,6}[章話部節回幕]"
+CHAPTER_LINE = re.compile(rf"(?:{_HEAD}|{_JA_HEAD})\s*$")
+_TITLED_CHAPTER_LINE = re.compile(
+    rf"(?:{_HEAD}(?:\s*[:.\-—–]\s*|\s+)|{_JA_HEAD}\s*[:：.\-—–・]?\s*)\S.{{0,80}}$")
 _PG_START = re.compile(r"^\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.MULTILINE | re.IGNORECASE)
 _PG_END = re.compile(r"^\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.MULTILINE | re.IGNORECASE)
 _SHORT_LINE = 80
@@ -159,8 +163,9 @@ def text_blocks(text: str, pattern: LinePattern | None, budget: TextBudget | Non
 
 def _paragraphs(lines: list[str]) -> list[str]:
     """A block's paragraphs: hard-wrapped lines joined, or one per line when lines are not wrapped
-    (a quarter or more of them longer than any wrap width, 100 characters)."""
-    if sum(len(line) > _WRAP_WIDTH for line in lines) * 4 >= len(lines):
+    (a quarter or more of them longer than any wrap width, 100 characters) or are Japanese (where
+    a line is a paragraph, and a line break ends a sentence)."""
+    if sum(len(line) > _WRAP_WIDTH for line in lines) * 4 >= len(lines) or written_in(lines[0]):
         return lines
     return [" ".join(lines)]
 
@@ -168,7 +173,7 @@ def _paragraphs(lines: list[str]) -> list[str]:
 def _is_subtitle(lines: list[str]) -> bool:
     """A one-line block right after a bare chapter line that reads as its title."""
     line = lines[0]
-    return (len(lines) == 1 and len(line) <= 60 and not line.endswith(tuple(".!?,;:\"”’'"))
+    return (len(lines) == 1 and len(line) <= 60 and not line.endswith(tuple(".!?,;:\"”’'。！？、」』"))
             and not _is_chapter_line(line, 1))
 
 

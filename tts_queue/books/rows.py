@@ -104,6 +104,11 @@ class BookRows:
             chapters_total=0, sentences_total=0, created_at=now, keep=bool(options.get("keep", False)),
             source=source, attempts=0, owner=owner, last_access_at=now, progress_at=now))
 
+    def set_options(self, book_id: str, options: BookOptions) -> None:
+        """Record the options a book is rendered with (its voice, once chosen by its script)."""
+        with self.db.write() as session:
+            session.execute(update(BookRow).where(BookRow.id == book_id).values(options=options))
+
     def claim_parsing(self, book_id: str, lease: timedelta) -> bool:
         """Take the parsing of a book under a lease (counting the attempt); whether this caller has
         it (the book still parses and no live parser holds it)."""

@@ -5,6 +5,12 @@ rules keep "Mr. Holmes", "St. James's" and "e.g." inside their sentences; a sent
 ``max_chars`` is cut at the clause boundary nearest an even split (``;`` or ``:`` first, then
 ``,``, then a dash, then a space), never inside a word unless one word alone is too long.
 
+Japanese text (any kana: ``synthesis.language``) is split by its own marks instead: after 。！？
+(and !?), with the closing brackets and quotes after them (」』）), and at line breaks; never at a
+space. Its long sentences are cut after 、 (or ；：), else at a space, within half of ``max_chars``:
+a Japanese character becomes two to three of Kokoro's symbols, so half the limit keeps a sentence
+in one model call (510 tokens).
+
 pysbd's time grows with the square of its input (far faster on numbered-list-like text such as
 "1. 2. 3."), so it never sees more than ``PIECE_CHARS`` characters at once: the time per
 character is bounded and a paragraph of any length costs time in proportion to its length.
@@ -21,6 +27,7 @@ from typing import Any, Literal
 
 from tts_queue.books.chapter import Chapter, normalize_text
 from tts_queue.errors import InvalidRequest
+from tts_queue.synthesis.language import written_in
 from tts_queue.synthesis.rules import ABBREVIATIONS, BEFORE_NUMBER, MAY_END, MONTHS, WEEKDAYS
 
 PauseKind = Literal["sentence", "paragraph", "heading"]
@@ -56,6 +63,9 @@ _TIERS = (
     re.compile(r"[—–](?=\S)|(?<=\s)[-–—](?=\s)"),
     re.compile(r"\s"),
 )
+_JA_TIERS = (re.compile("[、，,；：;:]"), re.compile(r"\s"))
+# After a sentence mark and the closing marks after it, or at a line break (linear: disjoint classes).
+_JA_SENTENCE = re.compile("[。！？!?]+[」』）)\"”’〕】]*|\n")
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,8 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
     """Sentences of ``text`` in order, each at most ``max_chars`` characters."""
     if max_chars < MIN_MAX_CHARS:
         raise InvalidRequest(f"max_chars must be at least {MIN_MAX_CHARS}; got {max_chars}")
+    if written_in(text):
+        return japanese_sentences(text, max_chars)
     text = normalize_text(text)
     if not text:
         return []
@@ -87,6 +99,21 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
             elif sentence:
                 sentences.append([sentence])
     return [piece for parts in sentences for piece in split_long("".join(parts), max_chars)]
+
+
+def japanese_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
+    """Sentences of Japanese ``text``: after 。！？!? (with their closing marks) and at line breaks,
+    each at most half of ``max_chars`` (cut after 、 where possible)."""
+    limit = max(MIN_MAX_CHARS // 2, max_chars // 2)
+    sentences: list[str] = []
+    start = 0
+    for match in _JA_SENTENCE.finditer(text):
+        sentences.append(text[start:match.end()])
+        start = match.end()
+    sentences.append(text[start:])
+    pieces = (normalize_text(sentence) for sentence in sentences)
+    return [cut for piece in pieces if any(ch.isalnum() for ch in piece)
+            for cut in split_long(piece, limit, _JA_TIERS)]
 
 
 def _hide_periods(text: str) -> str:
@@ -189,14 +216,14 @@ def _first_letter(text: str, start: int) -> str:
     return ""
 
 
-def split_long(sentence: str, max_chars: int) -> list[str]:
+def split_long(sentence: str, max_chars: int, tiers: tuple[re.Pattern[str], ...] = _TIERS) -> list[str]:
     """One sentence cut into pieces of at most ``max_chars`` at the best clause boundaries."""
     pieces: list[str] = []
     rest = sentence.strip()
     start = 0
     while len(rest) - start > max_chars:
         window = rest[start:start + max_chars + 1]  # no cut looks further: linear in the sentence
-        cut = _cut_position(window, len(rest) - start, max_chars)
+        cut = _cut_position(window, len(rest) - start, max_chars, tiers)
         pieces.append(window[:cut].rstrip())
         start += cut
         while start < len(rest) and rest[start].isspace():
@@ -206,15 +233,16 @@ def split_long(sentence: str, max_chars: int) -> list[str]:
     return pieces
 
 
-def _cut_position(window: str, length: int, max_chars: int) -> int:
+def _cut_position(window: str, length: int, max_chars: int,
+                  tiers: tuple[re.Pattern[str], ...] = _TIERS) -> int:
     """Where to cut a text of ``length`` characters that starts with ``window`` (its first
     ``max_chars + 1``): the best-tier boundary nearest an even split, within the limit."""
     target = length / math.ceil(length / max_chars)
     low = max(1, int(target / 2))
     text_start = len(window) - len(window.lstrip())  # a cut must leave some text before it
-    for tier, pattern in enumerate(_TIERS):
+    for tier, pattern in enumerate(tiers):
         matches = pattern.finditer(window, 0, max_chars + 1)
-        ends = [m.start() if tier == len(_TIERS) - 1 else m.end() for m in matches]
+        ends = [m.start() if tier == len(tiers) - 1 else m.end() for m in matches]
         window_ends = [end for end in ends if low <= end <= max_chars and end > text_start]
         if window_ends:
             return min(window_ends, key=lambda end: abs(end - target))

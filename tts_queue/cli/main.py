@@ -64,6 +64,8 @@ class VoiceLine(TypedDict):
     id: str
     aliases: list[str]
     language: str
+    languages: list[str]
+    family: str
     sample_rate: int
     speakers: list[str]
     num_speakers: int
@@ -90,7 +92,8 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
             provider = registry.load(spec.id).model.provider  # read back from the session
         rows.append({
             "id": spec.id, "aliases": list(spec.aliases), "language": spec.language,
-            "sample_rate": spec.sample_rate, "speakers": list(spec.speakers),
+            "languages": list(spec.spoken), "family": spec.family, "sample_rate": spec.sample_rate,
+            "speakers": list(spec.speakers),
             "num_speakers": spec.num_speakers, "status": status, "source": spec.source,
             "provider": provider if args.load else None,
         })
@@ -100,11 +103,12 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print(f"execution providers: TTS_PROVIDERS={settings.onnx.providers} -> tries {', '.join(order)} "
           f"(available here: {', '.join(available)})")
-    print(f"{'voice':28} {'language':8} {'rate':>6} {'speakers':10} {'status':10} {'provider':22} source")
+    print(f"{'voice':20} {'family':7} {'language':8} {'rate':>6} {'speakers':9} {'status':10} "
+          f"{'provider':22} source")
     for row in rows:
         speakers = ", ".join(row["speakers"]) or str(row["num_speakers"])
-        print(f"{row['id']:28} {row['language']:8} {row['sample_rate']:>6} {speakers:10} "
-              f"{row['status']:10} {row['provider'] or '(--load to see)':22} {row['source']}")
+        print(f"{row['id']:20} {row['family']:7} {','.join(row['languages']):8} {row['sample_rate']:>6} "
+              f"{speakers:9} {row['status']:10} {row['provider'] or '(--load to see)':22} {row['source']}")
     return 0
 
 

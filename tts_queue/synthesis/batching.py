@@ -10,8 +10,10 @@ runs what it returns. Two policies:
   accelerators where a larger batch costs little more than a small one.
 
 Budgets: at most ``max_batch`` distinct sequences and ``max_padded`` padded ids (rows x longest)
-per call. Sentences with equal ids and batch key share one slot (synthesized once). A cancelled
-task never reaches the policy: the executor skips it before synthesis (``TaskRows.claim``).
+per call, and no more than an entry's own ``max_batch`` where its model family sets one (Kokoro's
+graph takes one sentence a call, on any pool). Sentences with equal ids and batch key share one
+slot (synthesized once). A cancelled task never reaches the policy: the executor skips it before
+synthesis (``TaskRows.claim``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Entry:
     ticket: Any = None
     priority: int = 0
     stopped: bool = False  # stopped once in the model for interactive work: runs to the end next time
+    max_batch: int = 0  # the model family's bound on sentences per call (0: the pool's budget)
 
 
 @dataclass
@@ -88,7 +91,7 @@ class BatchPolicy:
         for key in keys:
             batch = self._fill(key)
             oldest = batch.members[0][0]
-            full = len(batch.slots) >= self.max_batch or len(batch.members) < self._count(key)
+            full = len(batch.slots) >= self._limit(oldest) or len(batch.members) < self._count(key)
             if self.policy == "window" and not full and now < oldest.arrived + self.window_s:
                 continue
             taken = {id(entry) for entry, _ in batch.members}
@@ -100,6 +103,10 @@ class BatchPolicy:
         """Remove and return every waiting entry (shutdown)."""
         waiting, self._waiting = self._waiting, []
         return waiting
+
+    def _limit(self, entry: Entry) -> int:
+        """Sentences one call may take for ``entry``: the pool's budget within the family's bound."""
+        return min(self.max_batch, entry.max_batch) if entry.max_batch > 0 else self.max_batch
 
     def _count(self, key: Hashable) -> int:
         return sum(1 for e in self._waiting if e.key == key)
@@ -114,6 +121,7 @@ class BatchPolicy:
         anchor = same[0]
         others = sorted(same[1:], key=lambda e: (e.priority, abs(len(e.ids) - len(anchor.ids)), e.arrived))
         batch = Batch(key=key)
+        limit = self._limit(anchor)
         slot_of: dict[tuple[int, ...], int] = {}
         longest = 0
         for entry in (anchor, *others):
@@ -122,7 +130,7 @@ class BatchPolicy:
                 continue
             new_longest = max(longest, len(entry.ids))
             too_big = (len(batch.slots) + 1) * new_longest > self.max_padded
-            if batch.slots and (len(batch.slots) >= self.max_batch or too_big):
+            if batch.slots and (len(batch.slots) >= limit or too_big):
                 continue
             slot_of[entry.ids] = len(batch.slots)
             batch.slots.append(entry.ids)

@@ -37,6 +37,7 @@ class BatchKey:
     voice: str
     scales: Scales
     speaker: int | None
+    max_batch: int = 0  # the voice family's own bound (Kokoro: 1); 0: the pool's budget
 
 
 NO_SAMPLES = np.zeros(0, dtype=np.float32)
@@ -115,7 +116,7 @@ class BatchEngine:
             for ids in sentences:
                 future: Future[SentenceResult] = Future()
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
-                                         priority=priority))
+                                         priority=priority, max_batch=key.max_batch))
                 futures.append(future)
             if priority == 0 and self._preemptible is not None and futures and self._worth_stopping():
                 self._preemptible.terminate = True  # interactive work waits for no book sentence

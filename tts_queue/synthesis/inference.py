@@ -125,6 +125,8 @@ class VoiceModel:
     class reads; the plain ``session.run`` path is used otherwise. Both give the same samples.
     """
 
+    max_batch = 0  # a dynamic batch axis: the pool's budget decides
+
     def __init__(self, session: Any, providers: Sequence[str], hop_length: int, multi_speaker: bool,
                  io_binding: bool = False) -> None:
         self.session = session

@@ -1,4 +1,4 @@
-"""The voice registry: the manifest in ``models/``, drop-in voices from a directory, digests, and
+"""The voice registry: the manifest's voices and drop-in voices (``manifest``), digests, and
 a bounded set of loaded voices (least recently used unloaded first).
 
 Loading a voice (digest, ONNX session; a TensorRT engine build can take minutes) never holds the
@@ -10,24 +10,29 @@ which also renews task leases) and loads of other voices go on meanwhile.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from importlib import import_module
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from cachetools import LRUCache
 
 from tts_queue.errors import DigestMismatch, UnknownVoice, VoiceFilesMissing
 from tts_queue.settings import Settings
+from tts_queue.synthesis.family import KOKORO, PIPER
+from tts_queue.synthesis.kokoro.japanese import VERSION as JAPANESE_FRONTEND
+from tts_queue.synthesis.kokoro.symbols import id_map as kokoro_id_map
+from tts_queue.synthesis.loader import VoiceLoader
+from tts_queue.synthesis.manifest import discover_specs, manifest_specs
 from tts_queue.synthesis.providers import SessionPlan
-from tts_queue.synthesis.voice import Voice, VoiceSpec, read_config, speaker_names
+from tts_queue.synthesis.voice import LoadedVoice, VoiceSpec, read_config
+
+__all__ = ["VoiceRegistry", "discover_specs", "file_sha256", "manifest_specs", "package_version"]
 
 log = logging.getLogger(__name__)
 
-Loader = Callable[[VoiceSpec], Voice]
+Loader = Callable[[VoiceSpec], LoadedVoice]
 
 
 def file_sha256(path: Path) -> str:
@@ -39,86 +44,35 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def files_sha256(paths: Sequence[Path]) -> str:
+    """sha256 of several files read one after the other (a model in parts)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def _stat_key(path: Path) -> tuple[Path, int, int]:
     """A file version: path, size and modification time (ns)."""
     stat = path.stat()
     return (path, stat.st_size, stat.st_mtime_ns)
 
 
-def _piper_version() -> str:
+@lru_cache(maxsize=64)
+def package_version(package: str) -> str:
+    """An installed distribution's version, read once per process ("unknown" if absent)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("piper-tts")
+        return version(package)
     except PackageNotFoundError:
         return "unknown"
 
 
-def _package_dir(package: str) -> Path:
-    module = import_module(package)
-    data_dir = getattr(module, "data_dir", None)
-    if callable(data_dir):
-        return Path(data_dir())
-    return Path(str(module.__file__)).parent
-
-
-def manifest_specs(path: Path) -> list[VoiceSpec]:
-    """Voices listed in a manifest file; files live in an installed package or beside it."""
-    with open(path, encoding="utf-8") as handle:
-        entries: list[dict[str, Any]] = json.load(handle)["voices"]
-    specs = []
-    for entry in entries:
-        try:
-            base = _package_dir(entry["package"]) if "package" in entry else path.parent
-        except ImportError:
-            log.warning("voice %s: package %s is not installed", entry["id"], entry["package"])
-            base = path.parent / "missing-package" / entry["package"]
-        speakers = tuple(entry.get("speakers", ()))
-        specs.append(
-            VoiceSpec(
-                id=entry["id"],
-                model_path=base / entry["model"],
-                config_path=base / entry["config"],
-                sha256=entry.get("sha256"),
-                aliases=tuple(entry.get("aliases", ())),
-                language=entry.get("language", ""),
-                sample_rate=int(entry.get("sample_rate", 22050)),
-                speakers=speakers,
-                num_speakers=int(entry.get("num_speakers", max(1, len(speakers)))),
-                source=f"package {entry['package']}" if "package" in entry else str(path.parent),
-            )
-        )
-    return specs
-
-
-def discover_specs(directory: Path) -> list[VoiceSpec]:
-    """Piper voices dropped into ``directory`` as ``NAME.onnx`` + ``NAME.onnx.json``."""
-    if not directory.is_dir():
-        return []
-    specs = []
-    for model in sorted(directory.glob("*.onnx")):
-        config_path = model.with_name(model.name + ".json")
-        if not config_path.is_file():
-            log.warning("skipping %s: no %s beside it", model.name, config_path.name)
-            continue
-        try:
-            config = read_config(config_path)
-        except (OSError, ValueError) as exc:
-            log.warning("skipping %s: unreadable config: %s", model.name, exc)
-            continue
-        specs.append(
-            VoiceSpec(
-                id=model.stem,
-                model_path=model,
-                config_path=config_path,
-                language=str((config.get("language") or {}).get("code", "")),
-                sample_rate=int(config.get("audio", {}).get("sample_rate", 22050)),
-                speakers=speaker_names(config),
-                num_speakers=int(config.get("num_speakers", 1)),
-                source=str(directory),
-            )
-        )
-    return specs
+def _piper_version() -> str:
+    return package_version("piper-tts")
 
 
 class VoiceRegistry:
@@ -134,8 +88,8 @@ class VoiceRegistry:
             for name in (spec.id, *spec.aliases):
                 self._names[name.lower()] = spec.id
         self._loader = loader
-        self._loaded: LRUCache[str, Voice] = LRUCache(maxsize=max_loaded)
-        self._digests: dict[tuple[Path, int, int], str] = {}
+        self._loaded: LRUCache[str, LoadedVoice] = LRUCache(maxsize=max_loaded)
+        self._digests: dict[tuple[tuple[Path, int, int], ...], str] = {}
         self._loaded_files: dict[str, tuple[tuple[Path, int, int], ...]] = {}
         self._lock = threading.Lock()  # held only for dict reads and writes, never across I/O
         self._loading: dict[str, threading.Lock] = {}  # one per voice: its load runs under it
@@ -150,10 +104,7 @@ class VoiceRegistry:
 
         specs = manifest_specs(settings.voices.manifest or MANIFEST_PATH)
         specs += discover_specs(settings.voices_dir)
-        session, plan = settings.onnx, SessionPlan.from_settings(settings)
-        def load(spec: VoiceSpec) -> Voice:
-            return Voice.load(spec, session, plan)
-
+        load: Loader = VoiceLoader(settings.onnx, SessionPlan.from_settings(settings))
         return cls(
             specs,
             loader=wrap(load) if wrap is not None else load,
@@ -175,16 +126,17 @@ class VoiceRegistry:
         return self._specs[voice_id]
 
     def digest(self, spec: VoiceSpec) -> str:
-        """The model file's sha256, computed once per file version (hashed outside the lock)."""
+        """The model's sha256 (of its parts joined, in order), computed once per file version
+        (hashed outside the lock)."""
         spec.require_files()
-        return self._file_digest(spec.model_path)
+        return self._file_digest(*spec.model_files)
 
-    def _file_digest(self, path: Path) -> str:
-        key = _stat_key(path)
+    def _file_digest(self, *paths: Path) -> str:
+        key = tuple(_stat_key(path) for path in paths)
         with self._lock:
             known = self._digests.get(key)
-        if known is None:
-            known = file_sha256(path)  # two threads may both hash a new file: same answer
+        if known is None:  # two threads may both hash a new file: same answer
+            known = file_sha256(paths[0]) if len(paths) == 1 else files_sha256(paths)
             with self._lock:
                 self._digests[key] = known
         return known
@@ -194,9 +146,16 @@ class VoiceRegistry:
         return spec.sha256 or self.digest(spec)
 
     def voice_digest(self, spec: VoiceSpec) -> str:
-        """What identifies this voice's audio: model, config and phonemizer (piper) version."""
+        """What identifies this voice's audio: model, config and phonemizer (piper) version; for a
+        Kokoro voice also its style table, its style's name, the frontend packages' versions and
+        the Japanese frontend's rules."""
         config = self._file_digest(spec.config_path)
         material = f"{self.model_digest(spec)}:{config}:piper-{_piper_version()}"
+        if spec.family != PIPER:
+            data = ":".join(self._file_digest(path) for path in spec.data_files)
+            versions = ":".join(f"{name}-{package_version(name)}" for name in spec.frontend)
+            rules = f"japanese-{JAPANESE_FRONTEND}" if spec.family == KOKORO else ""
+            material += f":{spec.family}:{data}:{spec.style}:{versions}:{rules}"
         return hashlib.sha256(material.encode()).hexdigest()
 
     def verify(self, spec: VoiceSpec) -> None:
@@ -210,7 +169,7 @@ class VoiceRegistry:
                 f"the manifest expects {spec.sha256[:12]}...; reinstall the voice"
             )
 
-    def load(self, name: str | None) -> Voice:
+    def load(self, name: str | None) -> LoadedVoice:
         """The loaded voice, verifying and loading it on first use (see the module docstring)."""
         spec = self.get(name)
         voice = self._current(spec)
@@ -225,7 +184,7 @@ class VoiceRegistry:
             if not spec.present:
                 raise VoiceFilesMissing(f"voice {spec.id!r}: files not found at {spec.model_path}")
             self.verify(spec)
-            files = (_stat_key(spec.model_path), _stat_key(spec.config_path))
+            files = tuple(_stat_key(path) for path in spec.files)
             voice = self._loader(spec)
             with self._lock:
                 self._loaded.pop(spec.id, None)
@@ -233,7 +192,7 @@ class VoiceRegistry:
                 self._loaded_files[spec.id] = files
             return voice
 
-    def _current(self, spec: VoiceSpec) -> Voice | None:
+    def _current(self, spec: VoiceSpec) -> LoadedVoice | None:
         """The loaded voice of ``spec`` if its files are unchanged, marked most recently used."""
         with self._lock:
             # pop and re-insert, so the cache's iteration order is its LRU order (``loaded()``)
@@ -250,7 +209,7 @@ class VoiceRegistry:
     @staticmethod
     def _files_changed(spec: VoiceSpec, loaded_from: tuple[tuple[Path, int, int], ...] | None) -> bool:
         try:
-            now = (_stat_key(spec.model_path), _stat_key(spec.config_path))
+            now = tuple(_stat_key(path) for path in spec.files)
         except OSError:
             return True
         return loaded_from != now
@@ -276,3 +235,28 @@ class VoiceRegistry:
         except DigestMismatch:
             return "mismatch"
         return "verified"
+
+    def for_language(self, language: str) -> VoiceSpec | None:
+        """The first voice (in registration order) that speaks ``language`` (``ja``, ``en_US``...):
+        the default voice if it does, else the manifest's first; ``None`` if none does."""
+        wanted = language.replace("-", "_").lower()
+        speaking = [spec for spec in self._specs.values() if _speaks(spec, wanted)]
+        default = self._specs.get(self._names.get(self.default.lower(), ""))
+        if default is not None and default in speaking:
+            return default
+        return speaking[0] if speaking else None
+
+    def id_map(self, name: str | None) -> Mapping[str, Sequence[int]]:
+        """The symbol -> ids map of a voice, read from its config without loading it (captions find
+        word spaces and silent marks with it): Piper's ``phoneme_id_map``, Kokoro's vocabulary."""
+        spec = self.get(name)
+        config = read_config(spec.config_path)
+        if spec.family == KOKORO:
+            return kokoro_id_map(config["vocab"])
+        id_map: Mapping[str, Sequence[int]] = config["phoneme_id_map"]
+        return id_map
+
+
+def _speaks(spec: VoiceSpec, wanted: str) -> bool:
+    """Whether ``spec`` speaks ``wanted`` (``en`` matches ``en_US``)."""
+    return any(wanted in (code.lower(), code.lower().split("_")[0]) for code in spec.spoken)

@@ -13,6 +13,7 @@ from tts_queue.settings import Settings
 from tts_queue.synthesis.duration import estimated_seconds
 from tts_queue.synthesis.encoder import check_format
 from tts_queue.synthesis.frontend import Script, load_lexicon, script_of
+from tts_queue.synthesis.language import written_in
 from tts_queue.synthesis.normalize import VERSION as NORMALIZER_VERSION
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.ssml import is_ssml, script_of_ssml
@@ -102,9 +103,10 @@ def build_request(
     if not isinstance(normalize, bool):
         raise InvalidRequest("normalize must be true or false")
     voice, language, fmt = (_string(payload, name) for name in ("voice", "language", "format"))
-    spec = _voice_for(voice, language, registry)
-    # The normalizer's rules are English: other voices hear the text as written (overrides apply).
-    normalize = normalize and spec.language.lower().startswith("en")
+    spec = _voice_for(voice, language, registry, text)
+    # The normalizer's rules are English: other voices hear the text as written (overrides apply),
+    # and so does Japanese text whatever the voice (the Japanese frontend reads its own numbers).
+    normalize = normalize and spec.language.lower().startswith("en") and written_in(text) is None
     script = _script(text, payload.get("text_type"), normalize, settings)
     speaker = payload.get("speaker")
     if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (str, int))):
@@ -122,8 +124,9 @@ def build_request(
         speaker=resolve_speaker(spec, speaker),
         format=check_format(fmt, settings.request.default_format),
         speed=1.0 if speed is None else speed,
-        noise_scale=_number(payload, "noise_scale", 0.0, 2.0),
-        noise_w=_number(payload, "noise_w", 0.0, 2.0),
+        # a family without noise inputs (Kokoro) ignores them: equal audio, one cache key
+        noise_scale=_number(payload, "noise_scale", 0.0, 2.0) if spec.traits.noise else None,
+        noise_w=_number(payload, "noise_w", 0.0, 2.0) if spec.traits.noise else None,
         sentence_silence_ms=settings.request.sentence_silence_ms,
         max_sentence_phonemes=settings.request.max_sentence_phonemes,
         script=script,
@@ -154,16 +157,27 @@ def _script(text: str, text_type: object, normalize: bool, settings: Settings) -
     return script
 
 
-def _voice_for(voice: str | None, language: str | None, registry: VoiceRegistry) -> VoiceSpec:
+def routed_voice(text: str, registry: VoiceRegistry) -> str:
+    """The voice a request naming neither voice nor language gets for ``text`` (a book's sample:
+    the whole book is read by one voice)."""
+    return _voice_for(None, None, registry, text).id
+
+
+def _voice_for(voice: str | None, language: str | None, registry: VoiceRegistry, text: str) -> VoiceSpec:
+    """The voice named, else the first that speaks ``language``, else (neither given) the default
+    Japanese voice for a text written in Japanese, else the default voice."""
     if voice is None and language:
-        wanted = language.replace("-", "_").lower()
-        for spec in registry.specs():
-            if spec.language.lower() == wanted or spec.language.lower().split("_")[0] == wanted:
-                return spec
-        raise InvalidRequest(f"no voice speaks language {language!r}")
+        found = registry.for_language(language)
+        if found is None:
+            raise InvalidRequest(f"no voice speaks language {language!r}")
+        return found
+    if voice is None:
+        written = written_in(text)
+        found = registry.for_language(written) if written else None
+        return found or registry.get(None)
     spec = registry.get(voice)
     if language:
         wanted = language.replace("-", "_").lower()
-        if wanted not in (spec.language.lower(), spec.language.lower().split("_")[0]):
-            raise InvalidRequest(f"voice {spec.id!r} speaks {spec.language}, not {language}")
+        if not any(wanted in (code.lower(), code.lower().split("_")[0]) for code in spec.spoken):
+            raise InvalidRequest(f"voice {spec.id!r} speaks {', '.join(spec.spoken)}, not {language}")
     return spec

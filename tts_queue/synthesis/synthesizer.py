@@ -122,7 +122,8 @@ class Synthesizer:
         for start, end, rate in _runs([s.rate for _, s in spoken]):  # one rate per engine call
             speed = min(MAX_SPEED, max(MIN_SPEED, request.speed * rate))
             scales = voice.scales(speed, request.noise_scale, request.noise_w)
-            key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker)
+            key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker,
+                           max_batch=voice.model.max_batch)
             self.engine.run_sentences(key, sentences[start:end], priority=priority,
                                       on_result=functools.partial(_shifted, piece, start))
         inferred = time.perf_counter()

@@ -114,6 +114,10 @@ class Phonemizer:
         """Phonemes per sentence for cleaned ``text``, each at most ``max_len`` phonemes."""
         return [s.phonemes for s in self.script(((TEXT, text),), max_len)]
 
+    def phonemize(self, text: str) -> list[list[str]]:
+        """espeak-ng's phonemes of ``text``, one list per sentence it found."""
+        return self._phonemize(text)
+
     def _phonemize(self, text: str) -> list[list[str]]:
         from piper.phonemize_espeak import EspeakPhonemizer
 

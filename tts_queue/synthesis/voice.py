@@ -1,20 +1,23 @@
-"""A voice: what the registry knows about it (``VoiceSpec``) and its loaded form (``Voice``).
+"""A voice: what the registry knows about it (``VoiceSpec``), the seams every family's loaded form
+offers (``LoadedVoice``, ``SpeechModel``) and the Piper family's loaded voice (``Voice``).
 
 Loading follows Piper's shape: one ``Voice.load`` builds config + ONNX session + phonemizer; the
-staged pipeline is text -> sentences of phonemes -> ids -> batched audio.
+staged pipeline is text -> sentences of phonemes -> ids -> batched audio. Kokoro voices
+(``synthesis.kokoro``) offer the same seams, so nothing after the registry knows the family.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tts_queue.errors import UnknownSpeaker, VoiceFilesMissing
 from tts_queue.settings import SessionConfig
-from tts_queue.synthesis.inference import Scales, VoiceModel
+from tts_queue.synthesis.family import PIPER, Family, family
+from tts_queue.synthesis.inference import ItemAudio, Scales, VoiceModel
 from tts_queue.synthesis.providers import SessionPlan
 from tts_queue.synthesis.text import Phonemizer, SpokenSentence, to_ids
 
@@ -33,17 +36,88 @@ class VoiceSpec:
     speakers: tuple[str, ...] = ()
     num_speakers: int = 1
     source: str = "manifest"
+    family: str = PIPER
+    languages: tuple[str, ...] = ()  # every language it speaks (empty: ``language``)
+    # The model in parts (Kokoro's graph comes in four packages), in order; empty: ``model_path``.
+    model_parts: tuple[Path, ...] = ()
+    data_files: tuple[Path, ...] = ()  # further files its audio depends on (Kokoro's style vectors)
+    style: str = ""  # the voice's name inside a shared model's style table (Kokoro)
+    frontend: tuple[str, ...] = ("piper-tts",)  # packages whose versions change what it says
+
+    @property
+    def traits(self) -> Family:
+        """What its family can do (batching, noise inputs, context length)."""
+        return family(self.family)
+
+    @property
+    def spoken(self) -> tuple[str, ...]:
+        """The languages it speaks: ``languages``, else its one ``language``."""
+        return self.languages or ((self.language,) if self.language else ())
+
+    @property
+    def model_files(self) -> tuple[Path, ...]:
+        """The model's bytes, in order: its parts, or the one model file."""
+        return self.model_parts or (self.model_path,)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file the voice is read from (a change to any of them reloads it)."""
+        return (*self.model_files, self.config_path, *self.data_files)
 
     @property
     def present(self) -> bool:
-        """Whether both files exist."""
-        return self.model_path.is_file() and self.config_path.is_file()
+        """Whether every file exists."""
+        return all(path.is_file() for path in self.files)
 
     def require_files(self) -> None:
-        """Raise ``VoiceFilesMissing`` unless both files exist."""
-        for path in (self.model_path, self.config_path):
+        """Raise ``VoiceFilesMissing`` unless every file exists."""
+        for path in self.files:
             if not path.is_file():
                 raise VoiceFilesMissing(f"voice {self.id!r}: missing file {path}")
+
+
+class SpeechModel(Protocol):
+    """A loaded model as the engine uses it: one call per batch, cut back into exact items."""
+
+    @property
+    def provider(self) -> str:
+        """The execution provider the session really runs on."""
+
+    @property
+    def max_batch(self) -> int:
+        """Sentences one call may take (0: as many as the pool's budget allows)."""
+
+    def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
+                  run_options: Any = None) -> list[ItemAudio]:
+        """Synthesize every id sequence; exact per-item audio and samples per id."""
+
+
+class LoadedVoice(Protocol):
+    """A loaded voice of any family, as the registry, engine and synthesizer use it."""
+
+    spec: VoiceSpec
+
+    @property
+    def model(self) -> SpeechModel:
+        """Its model (Kokoro voices share one session)."""
+
+    @property
+    def sample_rate(self) -> int:
+        """Output sample rate in Hz."""
+
+    def scales(self, speed: float = 1.0, noise_scale: float | None = None,
+               noise_w: float | None = None) -> Scales:
+        """The synthesis parameters of one call."""
+
+    def script_sentences(self, script: Sequence[tuple[str, str]], max_phonemes: int
+                         ) -> list[tuple[list[int], SpokenSentence]]:
+        """Model ids per sentence of a frontend script, each with its sentence (pause, rate)."""
+
+    def sentence_ids(self, cleaned_text: str, max_phonemes: int) -> list[list[int]]:
+        """Model ids per sentence for already-cleaned text."""
+
+    def id_map(self) -> Mapping[str, Sequence[int]]:
+        """Symbol -> ids, Piper's shape (captions find word spaces and silent marks with it)."""
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -88,6 +162,11 @@ class Voice:
     def sample_rate(self) -> int:
         """Output sample rate in Hz."""
         return int(self.config.sample_rate)
+
+    def id_map(self) -> Mapping[str, Sequence[int]]:
+        """The config's ``phoneme_id_map``."""
+        id_map: Mapping[str, Sequence[int]] = self.config.phoneme_id_map
+        return id_map
 
     def speaker_id(self, speaker: str | int | None) -> int | None:
         """Speaker number for a name or number, ``None`` for single-speaker voices."""

@@ -1,0 +1,179 @@
+"""The Japanese voices on every route, on real parts: a real worker process with the real voices
+(Piper's default and Kokoro's five), Redis and SQLite, the app in process.
+
+- Japanese text that names no voice goes to the default Japanese voice (``jf_alpha``), and the
+  task says so; ``language`` picks a voice; a repeat is a cache hit;
+- ``/v1/tts`` in every format, ``/tts`` (synchronous and streamed) and ``/v1/audio/speech`` give
+  24 kHz Japanese speech as long as its morae take;
+- a Japanese text book of two chapters renders chapter files, captions per sentence and an M4B;
+- the voice lists carry family and languages.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import av
+import pytest
+from flask.testing import FlaskClient
+
+from api import create_app
+from tests.support import WorkerProcess, flush_queues, service_settings, wait_until
+from workers.factory import make_celery
+
+pytestmark = pytest.mark.integration
+BOOK = """第一章 雨の朝
+
+今日は朝から雨が降っていた。窓の外は静かだった。
+
+彼はコーヒーを入れて、新聞を読んだ。
+
+第二章 晴れた午後
+
+午後になると、空が明るくなった。
+
+二人は公園まで歩いた。鳥が鳴いていた！
+"""
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[FlaskClient]:
+    data_dir = tmp_path_factory.mktemp("japanese")
+    flush_queues(redis_url)
+    settings = service_settings(data_dir, redis_url, TTS_SYNC_WAIT_S="60")  # the real voices
+    worker = WorkerProcess(settings, f"ja-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
+    worker.wait_ready(make_celery(settings))
+    yield create_app(settings).test_client()
+    worker.stop()
+
+
+def morae(text: str) -> int:
+    import pyopenjtalk
+
+    return sum(int(n["mora_size"]) for n in pyopenjtalk.run_frontend(text, use_sudachi_kanji_yomi=False))
+
+
+def plausible(seconds: float, text: str) -> bool:
+    """Japanese speech lasts about n/8 s for n morae: between n/12 and n/4 (plus pauses)."""
+    n = morae(text)
+    return n / 12 <= seconds <= n / 4 + 0.6
+
+
+def wait_done(client: FlaskClient, task_id: str) -> dict[str, Any]:
+    for _ in range(4):
+        body: dict[str, Any] = client.get(f"/v1/tasks/{task_id}?wait=60").get_json()
+        if body["status"] in ("done", "failed", "cancelled"):
+            return body
+    pytest.fail(f"task {task_id} did not finish")
+
+
+def decoded(data: bytes) -> tuple[float, int]:
+    """Seconds and sample rate of encoded audio."""
+    with av.open(io.BytesIO(data), "r") as container:
+        stream = container.streams.audio[0]
+        samples = sum(int(frame.samples) for frame in container.decode(stream))
+        return samples / stream.sample_rate, int(stream.sample_rate)
+
+
+def test_japanese_text_goes_to_the_japanese_voice_and_a_repeat_is_a_cache_hit(client: FlaskClient) -> None:
+    text = f"今日はいい天気ですね。{uuid.uuid4().int % 1000}本のペンがあります。"
+    # When Japanese text naming neither voice nor language is submitted
+    submitted = client.post("/v1/tts", json={"text": text})
+    assert submitted.status_code == 202, submitted.get_json()
+    task = wait_done(client, submitted.get_json()["task_id"])
+    # Then the default Japanese voice said it, and the task's JSON says which voice
+    assert task["status"] == "done", task
+    assert task["voice"] == "jf_alpha"
+    audio = client.get(f"/v1/tasks/{task['task_id']}/audio")
+    seconds, rate = decoded(audio.data)
+    assert rate == 24000 and plausible(seconds, text) and abs(seconds - task["duration_s"]) < 0.01
+    # And the same request again is answered from the cache at once
+    again = client.post("/v1/tts", json={"text": text})
+    assert again.status_code == 200 and again.get_json()["cache_hit"] is True
+    # And language picks a voice for text in any script
+    english = client.post("/v1/tts", json={"text": "Hello there.", "language": "ja", "voice": "jm_kumo"})
+    assert wait_done(client, english.get_json()["task_id"])["voice"] == "jm_kumo"
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac", "ogg", "mp3", "opus", "aac"])
+def test_every_format(client: FlaskClient, fmt: str) -> None:
+    text = "はい、そうです。"
+    submitted = client.post("/v1/tts", json={"text": text, "voice": "jf_tebukuro", "format": fmt})
+    task = wait_done(client, submitted.get_json()["task_id"])
+    assert task["status"] == "done", task
+    seconds, _ = decoded(client.get(f"/v1/tasks/{task['task_id']}/audio").data)
+    assert plausible(seconds, text)
+    assert abs(seconds - task["duration_s"]) < (0.15 if fmt in ("mp3", "aac") else 0.07)
+
+
+def test_synchronous_and_streamed_tts(client: FlaskClient) -> None:
+    text = "散歩に行きましょう。駅の近くに公園があります。"
+    # The synchronous form answers with the WAV itself
+    now = client.post("/tts?wait=60", json={"text": text, "voice": "jf_gongitsune"})
+    assert now.status_code == 200 and now.mimetype == "audio/wav"
+    seconds, rate = decoded(now.data)
+    assert rate == 24000 and plausible(seconds, text)
+    # And the streamed form sends the same speech as it is made
+    streamed = client.post("/tts?stream=1", json={"text": text, "voice": "jf_gongitsune", "format": "mp3"})
+    assert streamed.status_code == 200, streamed.get_data(as_text=True)[:200]
+    assert abs(decoded(streamed.data)[0] - seconds) < 0.15
+
+
+def test_openai_speech_speaks_japanese_with_an_installed_voice(client: FlaskClient) -> None:
+    text = "新しい機能について説明します。"
+    response = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "jf_nezumi", "input": text,
+                                                     "response_format": "mp3"})
+    assert response.status_code == 200, response.get_data(as_text=True)[:200]
+    task = client.get(f"/v1/tasks/{response.headers['X-Task-ID']}").get_json()
+    assert task["voice"] == "jf_nezumi"
+    seconds, rate = decoded(response.data)
+    assert rate == 24000 and plausible(seconds, text)
+
+
+def test_a_japanese_text_book_renders_two_chapters_with_captions(client: FlaskClient) -> None:
+    # Given a text book in Japanese with two 第N章 chapters and no voice named
+    created = client.post("/v1/books", json={"text": BOOK, "input_format": "text", "format": "mp3"})
+    assert created.status_code == 202, created.get_json()
+    book_id = created.get_json()["book_id"]
+
+    def finished() -> dict[str, Any] | None:
+        body: dict[str, Any] = client.get(f"/v1/books/{book_id}").get_json()
+        return body if body["status"] in ("done", "failed", "cancelled") else None
+
+    book = wait_until(finished, timeout=300, interval=0.5)
+    # Then both chapters are rendered, each sentence split at 。 and ！
+    assert book["status"] == "done", book
+    assert book["chapters_total"] == book["chapters_done"] == 2
+    manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
+    assert [c["title"] for c in manifest["chapters"]] == ["第一章 雨の朝", "第二章 晴れた午後"]
+    texts = [s["text"] for c in manifest["chapters"] for s in c["sentences"]]
+    assert "今日は朝から雨が降っていた。" in texts and "鳥が鳴いていた！" in texts
+    for chapter in manifest["chapters"]:
+        audio = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/audio")
+        seconds, rate = decoded(audio.data)
+        assert rate == 24000 and abs(seconds - chapter["duration_s"]) < 0.15
+        # captions: a cue per sentence at least, the Japanese text as written, tiling the audio
+        captions = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/captions.srt")
+        srt = captions.get_data(as_text=True)
+        cues = [line for line in srt.splitlines() if " --> " in line]
+        shown = "".join(srt.splitlines()[2::4])
+        assert len(cues) >= len(chapter["sentences"])
+        assert all(s["text"] in shown for s in chapter["sentences"])
+    m4b = client.get(f"/v1/books/{book_id}/audiobook.m4b")
+    assert m4b.status_code == 200
+    with av.open(io.BytesIO(m4b.data), "r") as container:
+        assert len(container.chapters()) == 2
+
+
+def test_voice_lists_carry_family_and_languages(client: FlaskClient) -> None:
+    voices = {v["id"]: v for v in client.get("/v1/voices").get_json()["voices"]}
+    assert voices["jf_alpha"]["family"] == "kokoro" and voices["jf_alpha"]["languages"] == ["ja"]
+    assert voices["jf_alpha"]["sample_rate"] == 24000
+    assert voices["en_US-joe-medium"]["family"] == "piper"
+    named = {v["id"]: v for v in client.get("/v1/audio/voices").get_json()["voices"]}
+    assert named["jm_kumo"]["family"] == "kokoro" and named["jm_kumo"]["languages"] == ["ja"]
+    page = client.get("/").get_data(as_text=True)
+    assert "jf_alpha (ja, Kokoro-82M, 24000 Hz)" in page and 'value="" selected' in page

