@@ -104,8 +104,11 @@ def test_every_format_and_the_streamed_pieces_are_the_same_speech(
     registry, synthesizer = core
     request = build_request({"text": GREETING, "voice": "jf_nezumi"}, registry, settings)
     pieces: list[np.ndarray[Any, Any]] = []
-    result = synthesizer.synthesize(request, on_audio=lambda samples, rate: pieces.append(samples))
+    streamed = synthesizer.synthesize(request, on_audio=lambda samples, rate: pieces.append(samples))
+    result = synthesizer.synthesize(request)
+    # (the streamed audio went to the pieces only: the result keeps nothing but its length)
     assert np.array_equal(np.concatenate(pieces), result.audio.samples)
+    assert len(streamed.audio.samples) == 0 and streamed.duration_s == result.duration_s
     for fmt in ("wav", "flac", "ogg", "mp3", "opus", "aac"):
         data = encode(result.audio, fmt)
         if fmt in ("wav", "flac", "ogg"):
