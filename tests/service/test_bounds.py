@@ -46,7 +46,8 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
                 TTS_STREAM_MAX_BYTES=str(STREAM_CAP), TTS_SYNC_WAIT_S="20") as stack:
         keys = ApiKeys(Database(stack.settings.database_url))
         made = {name: keys.create(name, rate=rate)[1]
-                for name, rate in (("alice", "1000/minute"), ("bob", "1000/minute"), ("slow", "2/minute"))}
+                for name, rate in (("alice", "1000/minute"), ("bob", "1000/minute"), ("carol", "1000/minute"),
+                                   ("slow", "2/minute"))}
         yield {"url": stack.url, "settings": stack.settings, "worker": stack.worker,
                "keys": {name: {"Authorization": f"Bearer {key}"} for name, key in made.items()},
                "redis": redis.Redis.from_url(client_url(str(stack.settings.services.redis_url))),
@@ -82,10 +83,12 @@ def rss_kb(pid: int) -> int:
 
 
 def test_a_long_admitted_request_does_not_grow_the_workers_memory(service: dict[str, Any]) -> None:
-    # Given a worker that has served a request before (its arenas and caches warm)
+    # Given a worker that has served a one-sentence request of the same sentence at the same speed
+    # (ONNX Runtime's arena has grown to what one call of it takes: that much a request of one
+    # sentence costs anyway)
     url, alice = service["url"], service["keys"]["alice"]
     pid = service["worker"].process.pid
-    first = requests.post(f"{url}/tts", json={"text": PROSE, "voice": "long", "format": "wav"},
+    first = requests.post(f"{url}/tts", json={"text": PROSE, "voice": "long", "format": "wav", "speed": 0.25},
                           headers=alice, timeout=60)
     assert first.status_code == 200
     before = rss_kb(pid)
@@ -140,9 +143,10 @@ def test_an_abandoned_stream_is_dropped_and_its_worker_stops_appending(service: 
 
 
 def test_a_reader_that_stops_reading_holds_at_most_the_cap_in_redis(service: dict[str, Any]) -> None:
-    # Given a streamed request of half an hour of WAV (61 MB) whose client reads nothing at all
+    # Given a streamed request of twenty minutes of WAV (34 MB) whose client reads nothing at all
     url, alice = service["url"], service["keys"]["alice"]
-    body: dict[str, Any] = {"text": (PROSE * 70)[:4990], "voice": "long", "format": "wav", "speed": 0.25}
+    body: dict[str, Any] = {"text": ("Never read. " + PROSE * 70)[:4990], "voice": "long", "format": "wav",
+                            "speed": 0.25}
     response = requests.post(f"{url}/tts?stream=1", json=body, headers=alice, stream=True, timeout=30)
     task_id = response.headers["X-Task-ID"]
     stream = service["names"].stream(task_id)
@@ -178,22 +182,22 @@ def test_a_reader_that_stops_reading_holds_at_most_the_cap_in_redis(service: dic
 
 
 def test_one_key_cannot_take_every_slot(service: dict[str, Any]) -> None:
-    # Given a task of alice's that stays queued (its pool's only worker consumes nothing)
-    url, alice, bob = service["url"], service["keys"]["alice"], service["keys"]["bob"]
+    # Given a task of carol's that stays queued (its pool's only worker consumes nothing)
+    url, carol, bob = service["url"], service["keys"]["carol"], service["keys"]["bob"]
     prefix = service["settings"].services.queue_prefix
     idle = announce_idle_worker(str(service["settings"].services.redis_url), prefix)
     try:
         task = requests.post(f"{url}/v1/tts", json={"text": "Nobody runs this.", "pool": "gpu"},
-                             headers=alice, timeout=10).json()
+                             headers=carol, timeout=10).json()
     finally:
         service["redis"].delete(idle)
-    # When alice long-polls it 32 times at once (every slot of the API's 64 threads)
+    # When carol long-polls it 32 times at once (every slot of the API's 64 threads)
     answers: list[tuple[float, int, str | None]] = []
     lock = threading.Lock()
     started = time.monotonic()
 
     def poll() -> None:
-        got = requests.get(f"{url}/v1/tasks/{task['task_id']}", params={"wait": 15}, headers=alice,
+        got = requests.get(f"{url}/v1/tasks/{task['task_id']}", params={"wait": 15}, headers=carol,
                            timeout=40)
         with lock:
             answers.append((time.monotonic() - started, got.status_code, got.headers.get("Retry-After")))
