@@ -24,7 +24,7 @@ from tts_queue.db import Database
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 15
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
 

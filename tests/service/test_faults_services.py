@@ -80,7 +80,7 @@ def fleet_on(tmp_path: Path, voices_dir: Path, broker_url: str, delay_ms: int = 
 
 # --- database outage ----------------------------------------------------------------------------
 
-OUTAGE_S = 5.0
+OUTAGE_S = 3.0
 SUBMIT_EVERY_S = 0.2
 SUBMIT_TIMEOUT_S = 15.0
 

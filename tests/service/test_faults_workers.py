@@ -79,8 +79,8 @@ def attempts_report(rows: dict[str, Any]) -> str:
 
 # --- worker deaths under load -------------------------------------------------------------------
 
-TASKS = 80
-KILLS = 3
+TASKS = 40
+KILLS = 2
 
 
 @dataclass
@@ -158,8 +158,8 @@ def test_worker_deaths_under_load_lose_nothing_and_redo_nothing_finished(
 
 def test_a_poison_task_fails_after_the_cap_and_the_others_finish(make_fleet: Callable[..., Fleet]) -> None:
     # Given workers that die (exit 137) whenever they synthesize a text containing POISON (a lease
-    # of 2 s: each death is found sooner)
-    fleet = make_fleet(delay_ms=20, TTS_LEASE_S="2")
+    # of 2 s: each death is found sooner; two attempts: each one a worker's death and restart)
+    fleet = make_fleet(delay_ms=20, TTS_LEASE_S="2", TTS_MAX_RETRIES="1")
     fleet.start("poison", TTS_TEST_POISON="POISON")
     api = create_app(fleet.settings).test_client()
     # And a poison task among normal ones

@@ -27,15 +27,11 @@ from workers.factory import make_celery
 pytestmark = pytest.mark.integration
 BOOK = """第一章 雨の朝
 
-今日は朝から雨が降っていた。窓の外は静かだった。
-
-彼はコーヒーを入れて、新聞を読んだ。
+雨が降っていた。静かだった。
 
 第二章 晴れた午後
 
-午後になると、空が明るくなった。
-
-二人は公園まで歩いた。鳥が鳴いていた！
+空が明るい。鳥が鳴いた！
 """
 
 
@@ -98,9 +94,11 @@ def test_japanese_text_goes_to_the_japanese_voice_and_a_repeat_is_a_cache_hit(cl
     assert wait_done(client, english.get_json()["task_id"])["voice"] == "jm_kumo"
 
 
-@pytest.mark.parametrize("fmt", ["wav", "flac", "ogg", "mp3", "opus", "aac"])
+# (every format of Kokoro's audio is encoded in tests/test_real_kokoro.py; the route is the same for
+# every family and every format: tests/service/test_openai.py tries each one end to end)
+@pytest.mark.parametrize("fmt", ["flac", "opus"])
 def test_every_format(client: FlaskClient, fmt: str) -> None:
-    text = "はい、そうです。"
+    text = "はい。"
     submitted = client.post("/v1/tts", json={"text": text, "voice": "jf_tebukuro", "format": fmt})
     task = wait_done(client, submitted.get_json()["task_id"])
     assert task["status"] == "done", task
@@ -110,7 +108,7 @@ def test_every_format(client: FlaskClient, fmt: str) -> None:
 
 
 def test_synchronous_and_streamed_tts(client: FlaskClient) -> None:
-    text = "散歩に行きましょう。駅の近くに公園があります。"
+    text = "散歩に行こう。公園がある。"
     # The synchronous form answers with the WAV itself
     now = client.post("/tts?wait=60", json={"text": text, "voice": "jf_gongitsune"})
     assert now.status_code == 200 and now.mimetype == "audio/wav"
@@ -123,7 +121,7 @@ def test_synchronous_and_streamed_tts(client: FlaskClient) -> None:
 
 
 def test_openai_speech_speaks_japanese_with_an_installed_voice(client: FlaskClient) -> None:
-    text = "新しい機能について説明します。"
+    text = "新しい機能です。"
     response = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "jf_nezumi", "input": text,
                                                      "response_format": "mp3"})
     assert response.status_code == 200, response.get_data(as_text=True)[:200]
@@ -150,7 +148,7 @@ def test_a_japanese_text_book_renders_two_chapters_with_captions(client: FlaskCl
     manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
     assert [c["title"] for c in manifest["chapters"]] == ["第一章 雨の朝", "第二章 晴れた午後"]
     texts = [s["text"] for c in manifest["chapters"] for s in c["sentences"]]
-    assert "今日は朝から雨が降っていた。" in texts and "鳥が鳴いていた！" in texts
+    assert "雨が降っていた。" in texts and "鳥が鳴いた！" in texts
     for chapter in manifest["chapters"]:
         audio = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/audio")
         seconds, rate = decoded(audio.data)

@@ -140,7 +140,7 @@ def start_ready(tmp_path: Path, voices_dir: Path) -> tuple[subprocess.Popen[byte
     and log."""
     data_dir, port, log = tmp_path / "data", free_port(), tmp_path / "up.log"
     url = f"http://127.0.0.1:{port}"
-    slow = hooked(TTS_TEST_BATCH_DELAY_MS="100")  # a slow model: tasks wait and run when killed
+    slow = hooked(TTS_TEST_BATCH_DELAY_MS="60")  # a slow model: tasks wait and run when killed
     # A short lease and a frequent sweep: a message lost between Redis's pop and kombu's unacked
     # bookkeeping when Redis dies is found in seconds, not after the default 30 s lease.
     quick = {"TTS_LEASE_S": "6", "TTS_SWEEP_INTERVAL_S": "2", "TTS_OUTBOX_GRACE_S": "2"}
@@ -152,12 +152,12 @@ def start_ready(tmp_path: Path, voices_dir: Path) -> tuple[subprocess.Popen[byte
 
 def test_up_restarts_every_killed_child_and_every_task_finishes(tmp_path: Path,
                                                                 voices_dir: Path) -> None:
-    # Given `up` on the embedded Redis with 30 tasks accepted, some running, some reserved, some
+    # Given `up` on the embedded Redis with 20 tasks accepted, some running, some reserved, some
     # queued (its worker's model slowed down, so they take a while)
     up, data_dir, url, log = start_ready(tmp_path, voices_dir)
     try:
         tasks = [submit(url, f"Sentence {i} of the broker test, long enough to take a moment.")
-                 for i in range(30)]
+                 for i in range(20)]
         redis_pid = child_pids(data_dir)["redis"]
 
         # When the redis-server child is SIGKILLed (as the OOM killer would)
