@@ -152,7 +152,8 @@ def _retry_after(response: Response) -> Response:
 def wait_for(view: TaskView, seconds: float) -> TaskView:
     """Block until the task finishes or ``seconds`` pass (the worker's signal wakes us early).
 
-    The row is also re-read every ``TTS_WAIT_RECHECK_S`` in case a signal was lost. When every
+    The waiter reads the row itself (not the status board) when it starts, on the signal, and every
+    ``TTS_WAIT_RECHECK_S`` in case a signal was lost. When every
     waiter slot is taken, the current state is answered at once with ``Retry-After: 1``.
     """
     if view.status.finished or seconds <= 0:
@@ -169,12 +170,15 @@ def _block_until_finished(view: TaskView, seconds: float) -> TaskView:
     svc = services()
     recheck = svc.settings.api.wait_recheck_s
     deadline = time.monotonic() + seconds
+    # the row, never the board: a record whose update was lost while Redis was down stays stale
+    # for its TTL (a restarted Redis even reloads it), and would hold the waiter for that long
+    view = svc.tasks.get(view.id, fresh=True)
     while not view.status.finished:
         left = deadline - time.monotonic()
         if left <= 0:
             break
         svc.watch.wait_finished(view.id, min(left, recheck))
-        view = svc.tasks.get(view.id)
+        view = svc.tasks.get(view.id, fresh=True)
     return view
 
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 from sqlalchemy import event
 
-from tests.support import FakeQueue, core_of, migrate
+from tests.support import FakeQueue, core_of, migrate, service_settings
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import TaskNotFound
 from tts_queue.settings import Settings
@@ -19,7 +19,7 @@ from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.ending import ShowOnBoard, TaskEnds
 from tts_queue.tasks.keys import RedisKeys
 from tts_queue.tasks.service import TaskService
-from tts_queue.tasks.view import TaskRecord
+from tts_queue.tasks.view import TaskRecord, TaskView
 
 
 @pytest.fixture
@@ -80,3 +80,29 @@ def test_a_status_read_from_the_board_runs_no_sql_and_honours_owners(
     # And a cancel changes the record too
     assert tasks.cancel(view.id, "alice").status is TaskStatus.CANCELLED
     assert board.get(view.id)["status"] == "cancelled"  # type: ignore[index]
+
+
+def test_a_long_poll_reads_the_row_past_a_stale_record(tmp_path: Path, voices_dir: Path,
+                                                       redis_url: str) -> None:
+    from api import create_app
+    from api.services import Services
+
+    # Given the API over a real Redis board (the recheck of a lost signal further off than any
+    # wait here), and a task whose record says running
+    settings = service_settings(tmp_path, redis_url, voices_dir, TTS_WAIT_RECHECK_S="600")
+    queue = FakeQueue()
+    services = Services.build(settings, dispatcher=queue, watch=queue)
+    assert services.board is not None
+    client = create_app(settings, services).test_client()
+    task_id = client.post("/v1/tts", json={"text": "A stale record."}).get_json()["task_id"]
+    row = services.task_rows.claim(task_id, "worker@test")
+    assert row is not None
+    services.board.show(TaskView.of(row), None)
+    # When the task fails while Redis is away: its row ends, its record is never updated (the
+    # row changes alone, as when the worker's board write and finished signal were both lost)
+    assert services.task_rows.fail(task_id, "synthesis_failed", "lost while Redis was down") is not None
+    # Then a plain read still shows the record (stale for at most its 30 s TTL)
+    assert client.get(f"/v1/tasks/{task_id}").get_json()["status"] == "running"
+    # But a long-poll reads the row: it answers the failure, not the record at the end of its wait
+    shown = client.get(f"/v1/tasks/{task_id}?wait=2").get_json()
+    assert shown["status"] == "failed" and shown["error"]["code"] == "synthesis_failed"
