@@ -177,6 +177,15 @@ def _honest_retry_after(response: Response) -> Response:
     return response
 
 
+def _private_when_keyed(response: Response) -> Response:
+    """What a key fetched is its owner's: a shared cache (a CDN, a corporate proxy) must not keep it
+    for whoever asks next with the same URL, so a cacheable keyed answer is ``private``."""
+    if principal() is not None and response.cache_control.public:
+        response.cache_control.public = False
+        response.cache_control.private = True
+    return response
+
+
 def storage_uri(settings: Settings) -> str:
     """The limiter's storage: the broker's Redis (shared by every API process), else memory."""
     url = settings.services.redis_url
@@ -191,6 +200,7 @@ def storage_uri(settings: Settings) -> str:
 def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
     """Authentication before every request, rate limits on the ``submissions`` endpoints."""
     app.before_request(_authenticate)
+    app.after_request(_private_when_keyed)
     if settings.api.auth != "required" and not settings.api.rate_limit:
         return  # no key and no address is limited: nothing to count, nothing wrapped
     app.after_request(_honest_retry_after)  # registered first: runs after the limiter's own headers

@@ -185,7 +185,7 @@ def _block_until_finished(view: TaskView, seconds: float) -> TaskView:
 def list_limit() -> int:
     """The ``?limit=`` of a list: 1 to ``contract.MAX_LIST`` (default ``contract.DEFAULT_LIST``)."""
     raw = request.args.get("limit", str(contract.DEFAULT_LIST)).strip()
-    if not raw.isdigit() or not 1 <= int(raw) <= contract.MAX_LIST:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= contract.MAX_LIST:  # "²" is a digit
         raise InvalidRequest(f"limit must be a whole number from 1 to {contract.MAX_LIST}")
     return int(raw)
 

@@ -236,6 +236,22 @@ def test_an_unchanged_chapter_is_reused_and_a_waiting_or_failed_one_waits(librar
     one, two = library.books.chapters(first)[0], library.books.chapters(second)[0]
     assert (one.digest, one.duration_s) == (two.digest, two.duration_s)
     assert library.storage.path(files.audio).stat().st_mtime_ns == stamp  # type: ignore[attr-defined]
+    # Given a third book whose sentences are the same speech, one of them written otherwise (the
+    # same cache keys: full-width letters and a zero-width space, as another tenant may send)
+    third = library.add_book([chapter(4)])
+    with library.db.write() as session:
+        row = session.query(SentenceRow).filter_by(book_id=third, index=1).one()
+        own = "Ｔｈｅｉｒ\u200b own words."
+        row.text = own
+    # When it is assembled
+    assert library.assembler().assemble(third, 1) is BookStatus.DONE
+    # Then its captions and manifest show its own text, and the first book's still show the first's
+    theirs, mine = stored(library, first, 1), stored(library, third, 1)
+    assert theirs != mine
+    assert "Ｔｈｅｉｒ" in library.storage.read(mine.vtt).decode()  # its word cue
+    assert own in json.loads(library.storage.read(mine.manifest))["sentences"][1]["text"]
+    assert "Ｔｈｅｉｒ" not in library.storage.read(theirs.vtt).decode() + library.storage.read(
+        theirs.manifest).decode()
     # Given a book with a sentence still running, and one with a failed sentence
     waiting, failed = library.add_book([chapter(3)], salt="w"), library.add_book([chapter(3)], salt="f")
     for book_id, status in ((waiting, TaskStatus.RUNNING), (failed, TaskStatus.FAILED)):

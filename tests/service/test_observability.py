@@ -142,7 +142,7 @@ def test_lists_show_the_callers_newest_first_and_refuse_bad_limits(service: dict
     listed = requests.get(f"{url}/v1/tasks?limit=2", timeout=10)
     assert listed.status_code == 200
     assert [t["task_id"] for t in listed.json()["tasks"]] == ids[::-1][:2]
-    for bad in ("0", "101", "x", "-1", "1e3"):
+    for bad in ("0", "101", "x", "-1", "1e3", "²", "٣"):  # digits, but not ASCII ones
         response = requests.get(f"{url}/v1/tasks?limit={bad}", timeout=10)
         assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request", bad
     book = requests.post(f"{url}/v1/books", json={"text": "Chapter one. It begins here.", "title": "Listed"},

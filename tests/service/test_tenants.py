@@ -83,8 +83,14 @@ def test_each_key_sees_only_its_own_tasks_books_and_audio(tenants: dict[str, Any
         return bool(status == "done")
 
     wait_until(finished, timeout=60, interval=0.2)
-    assert requests.get(f"{url}/v1/books/{book['book_id']}/chapters/1/audio", headers=alice,
-                        timeout=10).status_code == 200
+    # (her own audio reaches her, marked for her alone: no shared cache may keep it for the URL)
+    for path in (f"/v1/tasks/{task['task_id']}/audio", f"/v1/books/{book['book_id']}/chapters/1/audio"):
+        mine = requests.get(url + path, headers=alice, timeout=10)
+        assert mine.status_code == 200, path
+        kept = mine.headers.get("Cache-Control", "")
+        assert "public" not in kept and ("private" in kept or "max-age" not in kept), (path, kept)
+    assert "private" in requests.get(f"{url}/v1/tasks/{task['task_id']}/audio", headers=alice,
+                                     timeout=10).headers["Cache-Control"]
     # When bob asks for each of them, by every route that takes an id
     unknown = str(uuid.uuid4())
     routes = [("get", "/v1/tasks/{t}"), ("get", "/v1/tasks/{t}/audio"), ("delete", "/v1/tasks/{t}/keep"),

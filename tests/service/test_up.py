@@ -79,15 +79,21 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def test_a_signal_while_starting_stops_everything(tmp_path: Path, voices_dir: Path) -> None:
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_signal_while_starting_stops_everything(tmp_path: Path, voices_dir: Path, how: str) -> None:
     # Given `tts-queue up` that has started its children but is not ready yet
     data_dir, port = tmp_path / "data", free_port()
     up = start_up(data_dir, port, tmp_path / "up.log", tiny_voice_env(voices_dir))
     wait_until(lambda: len(processes_mentioning(str(data_dir))) >= 5, timeout=60)
-    # When it gets SIGTERM during start-up
-    code = stop(up)
-    # Then it exits cleanly and leaves no process behind
-    assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
+    # When it gets SIGTERM during start-up, or SIGKILL (as the OOM killer would: no handler runs)
+    if how == "SIGKILL":
+        up.kill()
+        assert up.wait(timeout=10) == -signal.SIGKILL
+    else:
+        code = stop(up)
+        # Then it exits cleanly
+        assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
+    # And it leaves no process behind: its children get SIGTERM when it dies, however it dies
     wait_until(lambda: processes_mentioning(str(data_dir)) == [] and not processes_mentioning(f":{port}"),
                timeout=30)
 

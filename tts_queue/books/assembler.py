@@ -58,7 +58,7 @@ from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
 
 log = logging.getLogger(__name__)
 
-STITCH_VERSION = 3  # 2: word captions; 3: streamed, digest hashed row by row
+STITCH_VERSION = 4  # 2: word captions; 3: streamed, digest hashed row by row; 4: shown text hashed
 PAGE_ROWS = 500  # sentence rows per query
 FEED_BLOCKS = 16  # blocks (a sentence or a pause each) the M4B thread may lag behind the chapter
 Blocks = Iterable[Audio]  # a chapter's audio, block after block
@@ -176,11 +176,15 @@ class ChapterAssembler:
             last = page[-1][0]
 
     def scan(self, book_id: str, number: int, fmt: str) -> Scan:
-        """The chapter's digest (version, format, each sentence's cache key and pause) and state."""
+        """The chapter's digest (version, format, each sentence's cache key, pause and text as
+        shown) and state. Two books share a chapter's files only when they show the same text: the
+        same speech from other characters (full-width letters, emoji, zero-width marks) has its own
+        captions and manifest, never another tenant's text."""
         digest = hashlib.sha256(f"{STITCH_VERSION}\n{fmt}\n".encode())
         failed, waiting = None, False
         for line in self.lines(book_id, number):
-            digest.update(f"{line.cache_key} {line.pause}\n".encode())
+            shown = hashlib.sha256(written(line.text).encode()).hexdigest()
+            digest.update(f"{line.cache_key} {line.pause} {shown}\n".encode())
             if line.status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
                 failed = line.index if failed is None else failed
             elif line.status is not TaskStatus.DONE:
