@@ -264,6 +264,17 @@ class Manifest(BaseModel):
     chapters: list[dict[str, object]]
 
 
+class OpenAPIDocument(BaseModel):
+    """This description itself: an OpenAPI 3.1 document (its full schema is OpenAPI's own)."""
+
+    model_config = ConfigDict(extra="allow")
+    openapi: Literal["3.1.0"]
+    info: dict[str, object]
+    paths: dict[str, object]
+    components: dict[str, object]
+    servers: list[dict[str, str]] = Field(default_factory=list, description="The server reached.")
+
+
 # --- operations ---------------------------------------------------------------------------------
 
 AUDIO = ("audio/wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/aac", "audio/mp4", "audio/pcm")
@@ -403,6 +414,15 @@ def openapi(server_url: str | None = None, auth_required: bool = False) -> JSONS
     return document
 
 
+def _body_schema(model: type[BaseModel] | None, kind: str) -> JSONSchema:
+    """A response body's schema: its model's, else text for text types, else bytes."""
+    if model is not None:
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+    if kind.startswith("text/") or kind == "application/x-subrip":
+        return {"type": "string"}
+    return {"type": "string", "format": "binary"}
+
+
 def _operation(op: Operation, auth_required: bool) -> JSONSchema:
     error_ref = {"$ref": f"#/components/schemas/{op.error_model.__name__}"}
     responses: dict[str, JSONSchema] = {}
@@ -410,10 +430,8 @@ def _operation(op: Operation, auth_required: bool) -> JSONSchema:
         if model is None and not types:
             responses[str(status)] = {"description": description}
             continue
-        schema = {"$ref": f"#/components/schemas/{model.__name__}"} if model is not None else {
-            "type": "string", "format": "binary"}
         responses[str(status)] = {"description": description,
-                                  "content": {kind: {"schema": schema} for kind in types}}
+                                  "content": {kind: {"schema": _body_schema(model, kind)} for kind in types}}
     for status in op.errors:
         responses.setdefault(str(status), {"description": "An error with a stable code",
                                            "content": {"application/json": {"schema": error_ref}}})

@@ -20,7 +20,7 @@ PAGE = """<!doctype html>
 
 @bp.get("/openapi.json")
 @contract.operation("GET", "/openapi.json", "This API's OpenAPI 3.1 description", OPEN, errors=(),
-                    responses={200: ("The description", None, ("application/json",))})
+                    responses={200: ("The description", contract.OpenAPIDocument, ("application/json",))})
 def openapi() -> Response:
     """The OpenAPI document of every route, with the server this request reached."""
     services: Services = current_app.extensions["tts"]

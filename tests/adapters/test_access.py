@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from flask import Flask
 from sqlalchemy import select
@@ -205,6 +206,16 @@ def test_the_contract_describes_every_route_with_its_errors(world: dict[str, Any
                 assert any(code.startswith("4") or code == "503" for code in operation["responses"]), path
     schema = document["components"]["schemas"]["SpeechRequest"]
     assert schema["required"] == ["text"] and schema.get("additionalProperties") is False
+    # And the description describes itself truly: its own answer conforms to the schema it states
+    stated = document["paths"]["/openapi.json"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert stated["schema"] == {"$ref": "#/components/schemas/OpenAPIDocument"}
+    jsonschema.validate(document, {**document["components"]["schemas"]["OpenAPIDocument"],
+                                   "$defs": document["components"]["schemas"]})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"openapi": "3.1.0"}, document["components"]["schemas"]["OpenAPIDocument"])
+    # (text is text, audio is bytes)
+    metrics = document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]["text/plain"]["schema"]
+    assert metrics == {"type": "string"}
     assert operation_security(document, "/v1/tts", "post") == [{"bearer": []}]
 
 
