@@ -71,6 +71,9 @@ def test_numbers_dates_and_counters_are_read_by_pyopenjtalk(phonemizer: Japanese
     assert "ɲi seɴ ɲiʥɨːɡo neɴ" in said and "saŋɡaʦɨ" in said and "joʔka" in said and "saɴ boɴ" in said
     assert "seɴ ɡoçakɯ eɴ" in phonemizer.sentence("価格は1,500円です。")
     assert "paːsento" in phonemizer.sentence("割引は20%です。")
+    # And a number pyopenjtalk keeps as one word after a particle is read too (it was an error)
+    assert "ʣeɾo hoɴ" in phonemizer.sentence("今日は0本です。")
+    assert "ʣeɾo hoɴ" in phonemizer.sentence("ペンが0本あります。")
 
 
 def test_latin_words_are_said_in_english_by_the_same_voice(phonemizer: JapanesePhonemizer,

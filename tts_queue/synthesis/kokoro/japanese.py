@@ -122,6 +122,13 @@ def _without_digit_words(base: type[Any]) -> type[Any]:
             text = jaconv.z2h(text, kana=False, digit=True, ascii=True)
             return str(jaconv.h2z(text, kana=True, digit=False, ascii=False))
 
+        def _romaji_word(self, word: Any) -> str:
+            # a number pyopenjtalk kept as one word ("今日は0本": ０, read ゼロ) is said as it was
+            # read; misaki's own digits (replaced here) never reach this, so it asserts they don't
+            if word.surface.isdigit():
+                word = type(word)(word.hira, word.hira, 6)
+            return str(super()._romaji_word(word))
+
     return Tagger
 
 
