@@ -144,10 +144,17 @@ def migrate(settings: Settings) -> Settings:
     return settings
 
 
+# Two test processes share the two cores: a model's idle threads busy-waiting after each call, or
+# one call spread over both cores, takes CPU from the other test and saves nothing (the suite's
+# speed is its CPU). Production keeps its defaults; a test of these settings names its own.
+SHARED_CORES = {"TTS_ALLOW_SPINNING": "false"}
+
+
 def service_settings(data_dir: Path, redis_url: str, voices_dir: Path | None = None, **env: str) -> Settings:
     """Migrated settings of one test service: its data dir, a real Redis with this run's queue
     prefix, the tiny voice (``voices_dir``; ``None`` keeps the real default voice), and ``env``."""
-    values = {"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX}
+    values = {"TTS_DATA_DIR": str(data_dir), "TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX,
+              **SHARED_CORES}
     if voices_dir is not None:
         values.update(tiny_voice_env(voices_dir))
     return migrate(Settings.from_env({**values, **env}))
@@ -391,10 +398,11 @@ class PrivatePostgres:
 
 def start_up(data_dir: Path, port: int, log: Path,
              extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """``tts-queue up --data-dir DIR --port PORT`` as the README runs it (no ``TTS_*`` inherited)."""
+    """``tts-queue up --data-dir DIR --port PORT`` as the README runs it (no ``TTS_*`` inherited;
+    the model's threads do not spin, ``SHARED_CORES``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
     env["PYTHONPATH"] = str(ROOT)
-    env.update(extra or {})
+    env.update({**SHARED_CORES, **(extra or {})})
     return subprocess.Popen(
         [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir), "--port", str(port)],
         env=env, cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
