@@ -25,13 +25,13 @@ from tests.support import WorkerProcess, flush_queues, service_settings, wait_un
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
-BOOK = """第一章 雨の朝
+BOOK = """第一章 雨
 
-雨が降っていた。静かだった。
+雨が降った。静か。
 
-第二章 晴れた午後
+第二章 鳥
 
-空が明るい。鳥が鳴いた！
+鳥が鳴いた！
 """
 
 
@@ -75,7 +75,7 @@ def decoded(data: bytes) -> tuple[float, int]:
 
 
 def test_japanese_text_goes_to_the_japanese_voice_and_a_repeat_is_a_cache_hit(client: FlaskClient) -> None:
-    text = f"今日はいい天気ですね。{uuid.uuid4().int % 1000}本のペンがあります。"
+    text = f"いい天気。{uuid.uuid4().int % 1000}本です。"
     # When Japanese text naming neither voice nor language is submitted
     submitted = client.post("/v1/tts", json={"text": text})
     assert submitted.status_code == 202, submitted.get_json()
@@ -90,7 +90,7 @@ def test_japanese_text_goes_to_the_japanese_voice_and_a_repeat_is_a_cache_hit(cl
     again = client.post("/v1/tts", json={"text": text})
     assert again.status_code == 200 and again.get_json()["cache_hit"] is True
     # And language picks a voice for text in any script
-    english = client.post("/v1/tts", json={"text": "Hello there.", "language": "ja", "voice": "jm_kumo"})
+    english = client.post("/v1/tts", json={"text": "Hi.", "language": "ja", "voice": "jm_kumo"})
     assert wait_done(client, english.get_json()["task_id"])["voice"] == "jm_kumo"
 
 
@@ -108,7 +108,7 @@ def test_every_format(client: FlaskClient, fmt: str) -> None:
 
 
 def test_synchronous_and_streamed_tts(client: FlaskClient) -> None:
-    text = "散歩に行こう。公園がある。"
+    text = "行こう。公園だ。"
     # The synchronous form answers with the WAV itself
     now = client.post("/tts?wait=60", json={"text": text, "voice": "jf_gongitsune"})
     assert now.status_code == 200 and now.mimetype == "audio/wav"
@@ -121,7 +121,7 @@ def test_synchronous_and_streamed_tts(client: FlaskClient) -> None:
 
 
 def test_openai_speech_speaks_japanese_with_an_installed_voice(client: FlaskClient) -> None:
-    text = "新しい機能です。"
+    text = "新機能。"
     response = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "jf_nezumi", "input": text,
                                                      "response_format": "mp3"})
     assert response.status_code == 200, response.get_data(as_text=True)[:200]
@@ -146,9 +146,9 @@ def test_a_japanese_text_book_renders_two_chapters_with_captions(client: FlaskCl
     assert book["status"] == "done", book
     assert book["chapters_total"] == book["chapters_done"] == 2
     manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
-    assert [c["title"] for c in manifest["chapters"]] == ["第一章 雨の朝", "第二章 晴れた午後"]
+    assert [c["title"] for c in manifest["chapters"]] == ["第一章 雨", "第二章 鳥"]
     texts = [s["text"] for c in manifest["chapters"] for s in c["sentences"]]
-    assert "雨が降っていた。" in texts and "鳥が鳴いた！" in texts
+    assert texts == ["第一章 雨", "雨が降った。", "静か。", "第二章 鳥", "鳥が鳴いた！"]  # titles are said
     for chapter in manifest["chapters"]:
         audio = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/audio")
         seconds, rate = decoded(audio.data)
@@ -159,7 +159,7 @@ def test_a_japanese_text_book_renders_two_chapters_with_captions(client: FlaskCl
         cues = [line for line in srt.splitlines() if " --> " in line]
         shown = "".join(srt.splitlines()[2::4])
         assert len(cues) >= len(chapter["sentences"])
-        assert all(s["text"] in shown for s in chapter["sentences"])
+        assert all(s["text"].replace(" ", "") in shown for s in chapter["sentences"]), srt  # cut at spaces
     m4b = client.get(f"/v1/books/{book_id}/audiobook.m4b")
     assert m4b.status_code == 200
     with av.open(io.BytesIO(m4b.data), "r") as container:
