@@ -60,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 import requests
@@ -144,7 +144,7 @@ def api_histograms(url: str) -> dict[str, dict[str, float]]:
 
 def commandstats(client: redis.Redis) -> dict[str, int]:
     """Calls so far per Redis command."""
-    info: dict[str, Any] = client.info("commandstats")
+    info = cast("dict[str, Any]", client.info("commandstats"))
     return {name.removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in info.items()}
 
 

@@ -134,8 +134,8 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if process.poll() is not None:
             pytest.fail(f"moto's S3 server exited; see {log.name}")
         try:
-            return requests.get(endpoint, timeout=1) is not None
-        except requests.ConnectionError:
+            return requests.get(endpoint, timeout=5) is not None
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or still starting
             return False
 
     wait_until(answers, timeout=60, interval=0.1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -41,14 +42,14 @@ def test_a_record_never_goes_back_and_only_a_finished_one_lives_long(board: Stat
     board.put(record(task_id, "queued"))
     board.put(record(task_id, "running"))
     assert board.get(task_id)["status"] == "running"  # type: ignore[index]
-    assert 0 < board.client.ttl(key) <= OPEN_TTL_S
+    assert 0 < cast(int, board.client.ttl(key)) <= OPEN_TTL_S
     # When it finishes, and a late "running" (a redelivery's claim) arrives after
     board.put(record(task_id, "done", duration_s=1.5))
     board.put(record(task_id, "running"))
     # Then the board still says done, for minutes
     found = board.get(task_id)
     assert found is not None and found["status"] == "done" and found["duration_s"] == 1.5
-    assert OPEN_TTL_S < board.client.ttl(key) <= DONE_TTL_S
+    assert OPEN_TTL_S < cast(int, board.client.ttl(key)) <= DONE_TTL_S
     # And an equal rank replaces (an unpinned task's keep)
     board.put(record(task_id, "done", duration_s=1.5, keep=True))
     assert board.get(task_id)["keep"] is True  # type: ignore[index]

@@ -34,14 +34,14 @@ def broker_messages(client: Redis, queues: list[str]) -> dict[str, float | None]
     (a task sent again after its worker died can have an old delivery beside the new message)."""
     held: dict[str, float | None] = {}
     for queue in queues:
-        for raw in client.lrange(queue, 0, -1):
+        for raw in cast("list[bytes]", client.lrange(queue, 0, -1)):
             task_id = _task_id(raw)
             if task_id:
                 held[task_id] = None
     # with scores, ZRANGE answers (member, score) pairs (redis-py's annotation covers every form)
     scored = client.zrange("unacked_index", 0, -1, withscores=True)
     delivered = dict(cast("list[tuple[bytes | str, float]]", scored))
-    for tag, raw in client.hgetall("unacked").items():
+    for tag, raw in cast("dict[bytes, bytes]", client.hgetall("unacked")).items():
         task_id = _task_id(raw, wrapped=True)
         if task_id and (task_id not in held or held[task_id] is not None):
             held[task_id] = max(float(delivered.get(tag, 0.0)), held.get(task_id) or 0.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -93,7 +94,7 @@ def test_a_gpu_pool_worker_on_cpu_says_so_and_a_slow_load_keeps_its_leases(
             renewed = wait_until(lambda: (r := row()).claimed_at > before and r,  # noqa: B023
                                  timeout=SLOW_LOAD_S, interval=0.2)
             assert renewed.status == TaskStatus.RUNNING, "the lease was renewed only after the load"
-        assert broker.pttl(heartbeat) > 0  # (the lease is renewed by the same beat that writes it)
+        assert cast(int, broker.pttl(heartbeat)) > 0  # (the lease is renewed by the same beat that writes it)
         # And /readyz stays truthful: the worker is live, multi is not listed until it is loaded
         now = client.get("/readyz").get_json()
         assert now["checks"]["pools"]["gpu"] == [name]

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -105,8 +105,8 @@ def delivery_messages(redis_url: str, subject_id: str) -> int:
     """The ``tts.deliver_callback`` messages for ``subject_id`` the broker holds: waiting in the
     webhooks queue, or delivered to a worker and not yet acknowledged (a countdown's included)."""
     client = redis.Redis.from_url(client_url(redis_url))
-    raw = [json.loads(m) for m in client.lrange(webhook_queue(QUEUE_PREFIX), 0, -1)]
-    raw += [json.loads(m)[0] for m in client.hgetall("unacked").values()]
+    raw = [json.loads(m) for m in cast("list[bytes]", client.lrange(webhook_queue(QUEUE_PREFIX), 0, -1))]
+    raw += [json.loads(m)[0] for m in cast("dict[bytes, bytes]", client.hgetall("unacked")).values()]
     return sum(1 for m in raw if m["headers"].get("task") == DELIVER
                and subject_id in str(m["headers"].get("argsrepr")))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
@@ -84,7 +84,7 @@ class StatusBoard:
             return None
         if raw is None:
             return None
-        record: TaskRecord = json.loads(raw)
+        record: TaskRecord = json.loads(cast("bytes | str", raw))
         return record
 
     def drop(self, task_ids: list[str]) -> None:

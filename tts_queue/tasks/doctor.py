@@ -64,21 +64,17 @@ def gpu_pool_warnings(live: list[WorkerInfo]) -> list[HealthWarning]:
     return found
 
 
-class ConfigAnswer(Protocol):
-    """What ``CONFIG GET`` answers: a mapping of names to values."""
-
-    def get(self, key: str, default: str, /) -> object: ...
-
-
 class RedisConfig(Protocol):
-    """What the doctor asks of a Redis (a redis-py client has it)."""
+    """What the doctor asks of a Redis (a redis-py client has it): ``CONFIG GET`` answering a
+    mapping of names to values (redis-py annotates the answer of every command loosely)."""
 
-    def config_get(self, name: str, /) -> ConfigAnswer: ...
+    def config_get(self, pattern: str, /) -> object: ...
 
 
 def _config(client: RedisConfig, name: str) -> str:
     """One ``CONFIG GET`` value as text."""
-    value = client.config_get(name).get(name, "")
+    answer = client.config_get(name)
+    value = answer.get(name, "") if isinstance(answer, dict) else ""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

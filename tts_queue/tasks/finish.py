@@ -7,7 +7,7 @@ costs only latency: waiters always re-read the task row afterwards.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.keys import RedisKeys
@@ -47,4 +47,4 @@ class FinishSignals:
         key = self.keys.finished(task_id)
         # redis-py's annotation says an int; BLMOVE's timeout is a float of seconds (Redis 6+)
         value = self.client.blmove(key, key, min(timeout, self.max_block_s), "RIGHT", "LEFT")  # type: ignore[arg-type]
-        return value.decode() if isinstance(value, bytes) else value
+        return value.decode() if isinstance(value, bytes) else cast("str | None", value)

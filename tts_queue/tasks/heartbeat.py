@@ -12,7 +12,7 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tts_queue.tasks.keys import RedisKeys
 
@@ -46,7 +46,7 @@ class Heartbeats:
         written by something else under the same prefix, is skipped rather than failing readiness)."""
         keys = sorted(self.client.scan_iter(match=self.keys.worker("*"), count=500))
         found = []
-        for raw in self.client.mget(keys) if keys else []:
+        for raw in cast("list[bytes | None]", self.client.mget(keys)) if keys else []:
             info = _parse(raw) if raw else None
             if info is not None:
                 found.append(info)
