@@ -302,6 +302,44 @@ def test_versions_a_row_no_longer_names_are_removed_by_drift_repair(cache: Audio
     assert cache.lookup(key(1)) is not None and (root / sidecar_of(second)).is_file()
 
 
+def test_a_key_stored_again_after_its_row_was_read_keeps_its_new_file(
+    cache: AudioCache, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drift repair reads the rows, then lists the store: a key stored again in between shows a
+    version the row it read does not name, which is the live one."""
+    from tts_queue.db import utcnow
+    from tts_queue.storage import repair
+
+    # Given a key stored once, a day ago
+    clock.now = START
+    first = path_of(cache, put(cache, clock, 1, START))
+    clock.now = START + DAY
+    rows = repair._rows
+
+    def read_then_store_again(db: Database) -> Iterator[tuple[str, str, datetime]]:
+        batch = rows(db)
+        found = next(batch)  # the row read (naming the first version) ...
+        put(cache, clock, 1, clock.now)  # ... then a worker stores the key again
+        yield found
+        yield from batch
+
+    monkeypatch.setattr(repair, "_rows", read_then_store_again)
+    # When drift repair runs with no grace, the new file's age is no guard
+    later = utcnow() + timedelta(seconds=5)
+    counts = repair.repair_drift(cache.db, cache.store, later, timedelta(0), timedelta(hours=1))
+    # Then the row's new file and its sidecar stay (the first version is left for the next pass)
+    second = path_of(cache, key(1))
+    root = local(cache).root
+    assert root is not None and second != first
+    assert cache.store.exists(second) and (root / sidecar_of(second)).is_file()
+    assert counts["files_without_row"] == 0 and counts["orphan_sidecars"] == 0
+    # And the next pass, reading the row as it is, takes the first version and only it
+    monkeypatch.setattr(repair, "_rows", rows)
+    counts = repair.repair_drift(cache.db, cache.store, later, timedelta(0), timedelta(hours=1))
+    assert counts["files_without_row"] == 1 and not cache.store.exists(first)
+    assert cache.store.exists(second) and cache.lookup(key(1)) is not None
+
+
 def test_a_cleanup_racing_stores_of_the_same_keys_never_leaves_a_live_row_without_its_file(
     cache: AudioCache,
 ) -> None:

@@ -55,6 +55,7 @@ class _Pass:
     cutoff: datetime
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     orphans: dict[str, list[str]] = field(default_factory=dict)  # key -> names, rechecked first
+    superseded: dict[str, list[str]] = field(default_factory=dict)  # key -> old versions, rechecked
     doomed: list[str] = field(default_factory=list)  # temporary files, orphan sidecars
     missing: list[str] = field(default_factory=list)  # keys of rows without a file
     out_of_order: bool = False
@@ -77,10 +78,25 @@ class _Pass:
         self.out_of_order = True
         self.missing.clear()
         self.orphans.clear()
+        self.superseded.clear()
 
     def flush_files(self) -> None:
         """Delete what was found so far (called per directory): orphan audio only if its key still
-        has no row (the same audio may have been stored again during the walk)."""
+        has no row (the same audio may have been stored again during the walk), an old version only
+        if the row does not name it now (the key may have been stored again after its row was read:
+        the listing then shows the new file, which the row read before does not name)."""
+        if self.superseded:
+            with self.db.read() as session:
+                named = dict(session.execute(select(CacheEntry.key, CacheEntry.path).where(
+                    CacheEntry.key.in_(list(self.superseded)))).tuples().all())
+            for key, names in self.superseded.items():
+                live = named.get(key)
+                old = [name for name in names if live is None or name not in (live, sidecar(live))]
+                self.doomed.extend(old)
+                sidecars = sum(name.endswith(SIDECAR) for name in old)
+                self.counts["files_without_row"] += len(old) - sidecars
+                self.counts["orphan_sidecars"] += sidecars
+            self.superseded.clear()
         if self.orphans:
             with self.db.read() as session:
                 stored_again = set(session.scalars(select(CacheEntry.key).where(
@@ -114,9 +130,10 @@ def repair_drift(db: Database, store: AudioStore, now: datetime, grace: timedelt
             # versions of the key its row no longer names (stored again since), once old enough
             superseded = [name for name, modified in stored.audio.items()
                           if name != row[1] and modified < newest]
-            state.doomed.extend(superseded)
-            state.counts["files_without_row"] += len(superseded)
-            kept = {sidecar(name) for name in stored.audio if name not in superseded}
+            if superseded:  # with their sidecars, deleted once the row is read again
+                state.superseded[stored.key] = [*superseded, *(sidecar(name) for name in superseded
+                                                               if sidecar(name) in stored.sidecars)]
+            kept = {sidecar(name) for name in stored.audio}
             row = next(rows, None)
         elif stored.audio and all(modified < newest for modified in stored.audio.values()):
             state.orphans[stored.key] = [*stored.audio, *stored.sidecars]
