@@ -87,8 +87,8 @@ class _Pass:
         the listing then shows the new file, which the row read before does not name)."""
         if self.superseded:
             with self.db.read() as session:
-                named = dict(session.execute(select(CacheEntry.key, CacheEntry.path).where(
-                    CacheEntry.key.in_(list(self.superseded)))).tuples().all())
+                named = {key: path for key, path in session.execute(select(CacheEntry.key, CacheEntry.path)
+                                                                    .where(CacheEntry.key.in_(list(self.superseded))))}
             for key, names in self.superseded.items():
                 live = named.get(key)
                 old = [name for name in names if live is None or name not in (live, sidecar(live))]
