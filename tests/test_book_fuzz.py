@@ -48,16 +48,25 @@ def fuzz(examples: int) -> settings:
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def within_budget(call: Callable[[], object], shown: object) -> None:
-    """Run ``call``: it may raise only the project's own errors, and must finish in ``BUDGET_S``
-    (``BUDGET_TIMES`` the reference parse measured in this run)."""
+def _timed(call: Callable[[], object]) -> float:
     start = time.perf_counter()
     try:
         call()
     except (BookError, InvalidRequest):
         pass
-    elapsed = time.perf_counter() - start
-    assert elapsed < BUDGET_S, f"{elapsed:.2f} s (budget {BUDGET_S} s) on {shown!r:.500}"
+    return time.perf_counter() - start
+
+
+def within_budget(call: Callable[[], object], shown: object) -> None:
+    """Run ``call``: it may raise only the project's own errors, and must finish in ``BUDGET_S``
+    (``BUDGET_TIMES`` the reference parse measured in this run). A call over it is timed again
+    beside a fresh reference, as the machine is now (other processes share its cores): a parse
+    that blows up exceeds that budget too, a burst of load does not."""
+    elapsed = _timed(call)
+    if elapsed >= BUDGET_S:
+        budget = max(BUDGET_S, BUDGET_TIMES * _reference_s())
+        elapsed = _timed(call)
+        assert elapsed < budget, f"{elapsed:.2f} s (budget {budget:.2f} s) on {shown!r:.500}"
 
 
 # --- strategies -------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def test_a_signal_while_starting_stops_everything(tmp_path: Path, voices_dir: Pa
         assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
     # And it leaves no process behind: its children get SIGTERM when it dies, however it dies
     wait_until(lambda: processes_mentioning(str(data_dir)) == [] and not processes_mentioning(f":{port}"),
-               timeout=30)
+               timeout=60)  # (a child still importing under load takes a while to act on SIGTERM)
 
 
 # --- `up` as a process manager: SIGKILL a child, the service comes back by itself --------------
