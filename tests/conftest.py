@@ -25,6 +25,25 @@ from tts_queue.synthesis.voice import Voice, VoiceSpec
 CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 
 
+# The modules that take longest (a real-model graph, several service stacks, restarts), run first:
+# pytest-xdist hands modules to its processes in collection order, so the long ones start at once
+# and the short ones fill in around them instead of one long module running alone at the end.
+LONGEST_FIRST = (
+    "tests/test_real_kokoro.py", "tests/service/test_up.py", "tests/service/test_japanese.py",
+    "tests/service/test_faults_services.py", "tests/service/test_faults_workers.py",
+    "tests/service/test_bounds.py", "tests/service/test_webhooks.py", "tests/service/test_observability.py",
+    "tests/service/test_books.py", "tests/test_book_fuzz.py", "tests/test_book_assembly.py",
+    "tests/service/test_full_disk.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest modules first (``LONGEST_FIRST``), every other in its usual order after them."""
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    root = Path(str(config.rootpath))
+    items.sort(key=lambda item: rank.get(Path(item.path).relative_to(root).as_posix(), len(rank)))
+
+
 def load_voice(spec: VoiceSpec) -> Voice:
     """The registry loader the tests use: CPU only, one thread."""
     return Voice.load(spec, CPU_SESSION)
