@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from api import create_app
 from api.services import Services
@@ -175,6 +175,40 @@ def test_finished_sentences_are_counted_once_and_complete_their_chapter(world: d
     assert body["sentences_done"] == body["sentences_total"] == len(order) and body["status"] == "running"
     assert [c["sentences_done"] for c in body["chapters"]] == [2, 3]
     assert body["audio_seconds"] == pytest.approx(0.5 * len(order))
+
+
+def test_a_chapter_whose_counter_lags_its_rows_is_recounted_while_the_book_renders(
+    world: dict[str, Any],
+) -> None:
+    # Given a book of two chapters whose first chapter's sentences are all done by their rows, but
+    # whose counter lost two of them (the Sherlock book's chapter 1 stayed at 643 of 659 so), while
+    # the second chapter is still rendering
+    book_id = accept(world, text="# One\n\nFirst here. Also here. And here.\n\n# Two\n\nSecond here.",
+                     input_format="markdown")
+    world["ingester"].run(book_id)
+    services = world["services"]
+    with services.db.read() as session:
+        first = list(session.scalars(select(SentenceRow.task_id).where(
+            SentenceRow.book_id == book_id, SentenceRow.chapter == 1)))
+    for task_id in first:
+        services.task_rows.claim(task_id, "w")
+        assert services.ends.done(task_id, 1, seconds=0.5) is not None
+    with services.db.write() as session:  # the lost counts
+        session.execute(update(ChapterRow).where(ChapterRow.book_id == book_id, ChapterRow.number == 1)
+                        .values(sentences_done=ChapterRow.sentences_done - 2))
+        session.execute(update(BookRow).where(BookRow.id == book_id)
+                        .values(sentences_done=BookRow.sentences_done - 2))
+    assert services.book_rows.due_assemblies() == []
+    # When the sweep's repair runs, the book still rendering (not stalled)
+    assert services.book_rows.repair() == 1
+    # Then the chapter's counter and the book's agree with the rows again, and the chapter is due
+    body = world["client"].get(f"/v1/books/{book_id}").get_json()
+    assert [c["sentences_done"] for c in body["chapters"]] == [len(first), 0]  # (its heading is one)
+    assert body["sentences_done"] == len(first) < body["sentences_total"]
+    assert body["status"] == "running"
+    assert services.book_rows.due_assemblies() == [(book_id, 1, "cpu")]
+    # And a second pass finds nothing to recount
+    assert services.book_rows.repair() == 0
 
 
 @pytest.mark.parametrize(("body", "code"), [
