@@ -1,8 +1,9 @@
 """What one request may cost the service's memory, on the real default voice (issue 24).
 
-Run from the repository root (about five minutes on 2 cores, more under load)::
+Run from the repository root (about six minutes on 2 cores, more under load)::
 
     .venv/bin/python bench/bench_bounds.py [--out bench/results/bounds.json] [--set TTS_MAX_AUDIO_S=600]
+    .venv/bin/python bench/bench_bounds.py --parts model --model-arena off --out /tmp/no-arena.json
 
 It starts ``tts-queue up`` (embedded Redis, SQLite, one worker, default settings; ``--set`` adds
 settings) on a fresh data directory and measures, in the same run:
@@ -18,6 +19,10 @@ settings) on a fresh data directory and measures, in the same run:
     each, texts never seen) are read to their first bytes and hung up on (the socket closed with
     data unread), until it is back within ``--tolerance-mb`` of the idle figure: the peak, the
     stream keys seen, and the time from the last hang-up to that return. Goal: within 10 s.
+(c) ``model``: after the service has stopped, the model alone in this process, one variant of the
+    sentence per call as the worker's engine runs them (``--model-calls``): each call's output and
+    the RSS peak during it and after it; with ``--model-arena off`` ONNX Runtime's CPU arena is off
+    (the worker keeps it on). It tells what (a) measures: a call's own peak, or what the arena kept.
 
 Results go to a JSON file; nothing here is asserted.
 """
@@ -175,6 +180,41 @@ def rss_part(url: str, pid: int, overrides: dict[str, str], args: argparse.Names
             "difference_mb": round(longest["peak_rss_mb"] - one["peak_rss_mb"], 1)}
 
 
+def model_part(args: argparse.Namespace, overrides: dict[str, str]) -> dict[str, Any]:
+    """(c) the model alone in this process, as the worker's engine calls it (one sentence a call):
+    each variant's output and this process's RSS peak during the call and after it. ONNX Runtime's
+    CPU arena keeps what it took; ``--model-arena off`` compares calls without it."""
+    import tts_queue.synthesis.inference as inference
+
+    if args.model_arena == "off":
+        options = inference.session_options
+
+        def no_arena(config: Any) -> Any:
+            found = options(config)
+            found.enable_cpu_mem_arena = False
+            return found
+
+        inference.session_options = no_arena
+    settings = Settings.from_env(overrides)
+    registry = VoiceRegistry.from_settings(settings)
+    voice = registry.load(None)
+    scales = voice.scales(args.speed, None, None)
+    read, calls = worker_rss(os.getpid()), []
+    loaded = read()
+    for text in variants(args.sentence, args.model_calls):
+        request = build_request({"text": text, "speed": args.speed}, registry, settings)
+        spoken = voice.script_sentences(request.script, request.max_sentence_phonemes)
+        ids = [sentence for sentence, _ in spoken]
+        with Sampler(read, 0.02) as sampler:
+            items = voice.model.run_batch(ids, scales)
+            time.sleep(0.05)
+        calls.append({"ids": sum(len(s) for s in ids), "samples": sum(len(item.samples) for item in items),
+                      "peak_rss_mb": round(sampler.peak() / MB), "after_rss_mb": round(read() / MB)})
+        print(f"(c) {calls[-1]}", flush=True)
+    return {"arena": args.model_arena, "loaded_rss_mb": round(loaded / MB), "calls": calls,
+            "largest_peak_mb": max(call["peak_rss_mb"] for call in calls)}
+
+
 # --- (b) Redis while streams are abandoned ---------------------------------------------------------
 
 
@@ -188,6 +228,8 @@ def abandon(port: int, text: str, read_bytes: int) -> dict[str, Any]:
     got = response.read(read_bytes) if response.status == 200 else response.read()
     first = time.monotonic()
     task_id = response.getheader("X-Task-ID")
+    if response.status != 200:  # 202: no audio within TTS_SYNC_WAIT_S, the task to poll instead
+        task_id = json.loads(got).get("task_id")
     conn.close()  # data unread in the socket: the kernel answers the server's next write with a reset
     return {"status": response.status, "task_id": task_id, "bytes": len(got),
             "first_s": round(first - t0, 2), "closed_at": time.monotonic()}
@@ -247,17 +289,76 @@ def redis_part(port: int, client: redis.Redis, settings: Settings,
     }
 
 
-def finish(url: str, ids: list[str], timeout_s: float) -> dict[str, int]:
-    """The statuses of ``ids`` once all are finished (or ``timeout_s`` has passed)."""
+def finish(url: str, ids: list[str | None], timeout_s: float) -> dict[str, int]:
+    """The statuses of ``ids`` once all are finished (or ``timeout_s`` has passed); a request that
+    got no task id counts as ``none``, an error answer by its HTTP status."""
     deadline, found = time.monotonic() + timeout_s, dict[str, int]()
     with requests.Session() as http:
         for task_id in ids:
-            while True:
-                state = http.get(f"{url}/v1/tasks/{task_id}", params={"wait": 30}, timeout=60).json()
-                if state["status"] in FINISHED or time.monotonic() > deadline:
+            status = "none"
+            while task_id is not None:
+                answer = http.get(f"{url}/v1/tasks/{task_id}", params={"wait": 30}, timeout=60)
+                status = str(answer.json().get("status")) if answer.ok else f"http {answer.status_code}"
+                if status in FINISHED or not answer.ok or time.monotonic() > deadline:
                     break
-            found[state["status"]] = found.get(state["status"], 0) + 1
+            found[status] = found.get(status, 0) + 1
     return found
+
+
+def write(out: str, results: dict[str, Any]) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(results, indent=2))
+
+
+def headline(results: dict[str, Any], tolerance_mb: float) -> dict[str, Any]:
+    """The figures the goals are about, printed."""
+    head: dict[str, Any] = {}
+    if "rss" in results:
+        rss = results["rss"]
+        head.update(idle_rss_mb=rss["idle_rss_mb"], one_sentence_peak_mb=rss["one_sentence"]["peak_rss_mb"],
+                    longest_peak_mb=rss["longest"]["peak_rss_mb"], rss_difference_mb=rss["difference_mb"],
+                    longest_audio_s=rss["longest"]["audio_s"], max_audio_s=rss["max_audio_s"])
+        print(f"(a) worker RSS idle {rss['idle_rss_mb']:.0f} MB; peak for one sentence "
+              f"{head['one_sentence_peak_mb']:.0f} MB, for {head['longest_audio_s']:.0f} s of audio "
+              f"{head['longest_peak_mb']:.0f} MB: {head['rss_difference_mb']:+.0f} MB (goal within 100; "
+              f"TTS_MAX_AUDIO_S {head['max_audio_s']:g})")
+    if "redis" in results:
+        red = results["redis"]
+        head.update(redis_idle_mb=red["idle_mb"], redis_peak_mb=red["peak_mb"],
+                    redis_return_s=red["return_s"])
+        print(f"(b) Redis idle {red['idle_mb']:.2f} MB, peak {red['peak_mb']:.2f} MB; back within "
+              f"{tolerance_mb:g} MB {red['return_s']} s after the last hang-up (goal <= 10); "
+              f"answers {red['statuses']}, tasks {red.get('tasks')}")
+    if "model" in results:
+        model = results["model"]
+        head.update(model_largest_peak_mb=model["largest_peak_mb"])
+        peaks = [call["peak_rss_mb"] for call in model["calls"]]
+        print(f"(c) the model alone, arena {model['arena']}: loaded {model['loaded_rss_mb']} MB, peaks per "
+              f"call {min(peaks)}-{max(peaks)} MB, after the last {model['calls'][-1]['after_rss_mb']} MB")
+    return head
+
+
+def service_parts(args: argparse.Namespace, overrides: dict[str, str], results: dict[str, Any]) -> None:
+    """(a) and (b) on one ``tts-queue up``, each written to ``--out`` as soon as it is measured."""
+    settings = Settings.from_env(overrides)
+    with tempfile.TemporaryDirectory(prefix="tts-bench-") as tmp:
+        data_dir, port = Path(tmp), free_port()
+        url = f"http://127.0.0.1:{port}"
+        service = start_service(data_dir, port, overrides)
+        try:
+            pid = int(json.loads((data_dir / "up.pids").read_text())["worker 0"])
+            client = redis.Redis(unix_socket_path=str(data_dir / "broker" / "redis.sock"))
+            if "rss" in args.parts:
+                results["rss"] = rss_part(url, pid, overrides, args)
+                write(args.out, results)
+            if "redis" in args.parts:
+                results["redis"] = redis_part(port, client, settings, args)
+                write(args.out, results)
+                results["redis"]["tasks"] = finish(url, results["redis"].pop("task_ids"), 600)
+                results["redis"]["used_mb_after_tasks"] = round(redis_used(client)() / MB, 3)
+        finally:
+            service.send_signal(signal.SIGTERM)
+            service.wait(timeout=60)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,57 +371,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--singles", type=int, default=3, help="one-sentence requests (variants) first")
     parser.add_argument("--rss-every", type=float, default=0.2)
     parser.add_argument("--streams", type=int, default=16)
-    parser.add_argument("--stream-sentences", type=int, default=20)
+    parser.add_argument("--stream-sentences", type=int, default=4,
+                        help="sentences per stream: the engine runs the oldest task's sentences first, so "
+                             "the last stream's first piece waits for every one before it (202 past "
+                             "TTS_SYNC_WAIT_S)")
     parser.add_argument("--read-bytes", type=int, default=4096)
     parser.add_argument("--redis-every", type=float, default=0.25)
     parser.add_argument("--tolerance-mb", type=float, default=1.0)
     parser.add_argument("--max-wait-s", type=float, default=120.0)
+    parser.add_argument("--parts", default="rss,redis,model", help="what to measure: rss, redis, model")
+    parser.add_argument("--model-calls", type=int, default=12)
+    parser.add_argument("--model-arena", choices=("on", "off"), default="on")
     args = parser.parse_args(argv)
     overrides = dict(item.split("=", 1) for item in args.set)
-    settings = Settings.from_env(overrides)
 
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="tts-bench-") as tmp:
-        data_dir, port = Path(tmp), free_port()
-        url = f"http://127.0.0.1:{port}"
-        service = start_service(data_dir, port, overrides)
-        try:
-            pid = int(json.loads((data_dir / "up.pids").read_text())["worker 0"])
-            client = redis.Redis(unix_socket_path=str(data_dir / "broker" / "redis.sock"))
-            results["rss"] = rss_part(url, pid, overrides, args)
-            results["redis"] = redis_part(port, client, settings, args)
-            results["redis"]["tasks"] = finish(url, results["redis"].pop("task_ids"), 600)
-            results["redis"]["used_mb_after_tasks"] = round(redis_used(client)() / MB, 3)
-        finally:
-            service.send_signal(signal.SIGTERM)
-            service.wait(timeout=60)
-
-    rss, red = results["rss"], results["redis"]
+    if "rss" in args.parts or "redis" in args.parts:
+        service_parts(args, overrides, results)
+    if "model" in args.parts:  # after the service: its worker no longer shares the cores
+        results["model"] = model_part(args, overrides)
     results.update({
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
         "settings": {"overrides": overrides, "speed": args.speed, "streams": args.streams,
                      "stream_sentences": args.stream_sentences, "read_bytes": args.read_bytes},
-        "goals": GOALS,
-        "headline": {"idle_rss_mb": rss["idle_rss_mb"],
-                     "one_sentence_peak_mb": rss["one_sentence"]["peak_rss_mb"],
-                     "longest_peak_mb": rss["longest"]["peak_rss_mb"],
-                     "rss_difference_mb": rss["difference_mb"],
-                     "longest_audio_s": rss["longest"]["audio_s"], "max_audio_s": rss["max_audio_s"],
-                     "redis_idle_mb": red["idle_mb"], "redis_peak_mb": red["peak_mb"],
-                     "redis_return_s": red["return_s"]},
+        "goals": GOALS, "headline": headline(results, args.tolerance_mb),
     })
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
-    head = results["headline"]
-    print(f"(a) worker RSS idle {head['idle_rss_mb']:.0f} MB; peak one sentence "
-          f"{head['one_sentence_peak_mb']:.0f} MB, {head['longest_audio_s']:.0f} s of audio "
-          f"{head['longest_peak_mb']:.0f} MB: "
-          f"{head['rss_difference_mb']:+.0f} MB (goal within 100; TTS_MAX_AUDIO_S {head['max_audio_s']:g})")
-    print(f"(b) Redis idle {head['redis_idle_mb']:.2f} MB, peak {head['redis_peak_mb']:.2f} MB; back within "
-          f"{args.tolerance_mb:g} MB {head['redis_return_s']} s after the last hang-up (goal <= 10); "
-          f"statuses {red['statuses']}")
+    write(args.out, results)
     print(f"wrote {args.out}")
     return 0
 
