@@ -240,6 +240,18 @@ def returned(samples: list[tuple[float, int]], since: float, within: float) -> f
     return next((t for t, v in samples if t >= since and v <= within), None)
 
 
+def keys_by_kind(client: redis.Redis) -> dict[str, list[int]]:
+    """Redis' keys grouped by name up to its id (``tts:stream``, ``celery-task-meta``...): count, bytes."""
+    found: dict[str, list[int]] = {}
+    for key in client.scan_iter(count=1000):
+        name = key.decode(errors="replace")
+        kind = ":".join(name.split(":")[:2]) if ":" in name else name.split("-")[0]
+        entry = found.setdefault(kind, [0, 0])
+        entry[0] += 1
+        entry[1] += int(cast("int | None", client.memory_usage(key)) or 0)
+    return dict(sorted(found.items()))
+
+
 def stream_keys(client: redis.Redis, prefix: str) -> int:
     return sum(1 for _ in client.scan_iter(match=f"{prefix}:stream*", count=1000))
 
@@ -252,6 +264,7 @@ def redis_part(port: int, client: redis.Redis, settings: Settings,
     with Sampler(read, args.redis_every) as idle_sampler:
         time.sleep(3)
     idle = int(statistics.median(v for _, v in idle_sampler.samples))
+    idle_keys = keys_by_kind(client)
     tag = uuid.uuid4().hex[:6]
     texts = [" ".join(f"Stream {n} of run {tag} reads its sentence number {s} aloud and slowly."
                       for s in range(args.stream_sentences)) for n in range(args.streams)]
@@ -285,7 +298,7 @@ def redis_part(port: int, client: redis.Redis, settings: Settings,
         "first_bytes_s": sorted(r["first_s"] for r in results),
         "stream_keys_after_close": [(round(t, 2), n) for t, n in keys],
         "used_mb_after_close": [(round(t - last_close, 2), round(v / MB, 3)) for t, v in after],
-        "task_ids": [r["task_id"] for r in results],
+        "task_ids": [r["task_id"] for r in results], "keys_idle": idle_keys,
     }
 
 
@@ -356,6 +369,7 @@ def service_parts(args: argparse.Namespace, overrides: dict[str, str], results: 
                 write(args.out, results)
                 results["redis"]["tasks"] = finish(url, results["redis"].pop("task_ids"), 600)
                 results["redis"]["used_mb_after_tasks"] = round(redis_used(client)() / MB, 3)
+                results["redis"]["keys_after_tasks"] = keys_by_kind(client)
         finally:
             service.send_signal(signal.SIGTERM)
             service.wait(timeout=60)
