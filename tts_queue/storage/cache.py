@@ -89,11 +89,12 @@ class AudioCache:
             update(CacheEntry).where(CacheEntry.key == key, CacheEntry.expired_at.is_(None))
             .values(hits=CacheEntry.hits + 1, last_access_at=self.clock())
         )
+        plain = {"synchronize_session": False}  # no loaded objects to refresh: a plain UPDATE
         if session is not None:
-            result = session.execute(record)
+            result = session.execute(record, execution_options=plain)
         else:
             with self.db.write() as own:
-                result = own.execute(record)
+                result = own.execute(record, execution_options=plain)
         with self._lock:
             if not result.rowcount:  # type: ignore[attr-defined]
                 self._hot.pop(key, None)

@@ -69,9 +69,10 @@ class TaskEnds:
         """``queued -> cancelled``; the ending, or ``None`` if it was not queued."""
         return self.run(self.rows.cancel(task_id))
 
-    def answered(self, row: TaskRow) -> Ending:
-        """A row inserted ``done``, answered from the cache at submission (its transaction committed)."""
-        ending = Ending(row, at_submission=True)
+    def answered(self, row: TaskRow, seconds: float | None = None) -> Ending:
+        """A row inserted ``done``, answered from the cache at submission (its transaction
+        committed); ``seconds``: the cached audio's duration."""
+        ending = Ending(row, at_submission=True, seconds=seconds)
         self.run(ending)
         return ending
 
@@ -117,13 +118,15 @@ class ShowOnBoard:
 
     def __init__(self, board: StatusBoard, duration: Callable[[str], float | None]) -> None:
         self.board = board
-        self.duration = duration  # the audio's duration by cache key (the cache's hot map)
+        self.duration = duration  # the audio's duration by cache key, when the ending lacks it
 
     def __call__(self, ending: Ending) -> None:
-        """Write the record."""
+        """Write the record (from what the ender knew: no database read when it knew the duration)."""
         row = ending.row
         if shown(row):
-            seconds = self.duration(row.cache_key) if row.status is TaskStatus.DONE else None
+            seconds = None
+            if row.status is TaskStatus.DONE:
+                seconds = ending.seconds if ending.seconds is not None else self.duration(row.cache_key)
             self.board.show(TaskView.of(row, seconds), row.owner)
 
 

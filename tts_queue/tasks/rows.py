@@ -86,6 +86,7 @@ class Ending:
     row: TaskRow  # as it is now, detached
     chapter: ChapterCount | None = None  # a book sentence's chapter, counted with the move
     at_submission: bool = False  # answered from the cache as it was submitted
+    seconds: float | None = None  # a ``done`` task's audio duration, when its ender knew it
 
     @property
     def status(self) -> TaskStatus:
@@ -329,4 +330,4 @@ class TaskRows:
             chapter = None
             if row.book_id is not None and target is TaskStatus.DONE and self.counter is not None:
                 chapter = self.counter.count(session, row, seconds)
-        return Ending(row, chapter)
+        return Ending(row, chapter, seconds=seconds if target is TaskStatus.DONE else None)

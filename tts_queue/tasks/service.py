@@ -130,7 +130,7 @@ class TaskService:
                                         finished=hit is not None)
         metrics.count(metrics.TASKS_SUBMITTED, pool=chosen_pool, lane=Lane.INTERACTIVE.value)
         if hit is not None:
-            self.ends.answered(row)
+            self.ends.answered(row, hit.duration_s)
             pending = {**WAITING_CALLBACK, "state": "pending"} if callback_url is not None else None
             return TaskView.of(row, hit.duration_s, pending)
         metrics.count(metrics.CACHE_MISSES)
