@@ -27,6 +27,7 @@ from tts_queue.settings import Settings
 from tts_queue.synthesis.audio import Audio
 from tts_queue.synthesis.encoder import encode
 from tts_queue.synthesis.request import build_request
+from tts_queue.tables import TaskRow
 
 HITS = 25
 METADATA = ("version", "distribution", "metadata", "distributions")
@@ -130,3 +131,22 @@ def test_a_changed_voice_changes_new_keys_once_the_digest_is_looked_at_again(
     assert services.tasks.key_of(request) == first
     now[0] += 1.0
     assert services.tasks.key_of(request) != first
+
+
+def test_a_miss_is_one_write_transaction_with_its_dispatch_time(
+    client: FlaskClient, services: Services, queue: FakeQueue
+) -> None:
+    # Given a text never synthesized
+    statements: list[str] = []
+    event.listen(services.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    # When it is submitted
+    body = client.post("/v1/tts", json={"text": "Never made before."}).get_json()
+    # Then it is queued and sent, and its row was written once, dispatch time included (no second
+    # UPDATE for it: a send that fails fails the row, an API that dies before sending leaves a row
+    # that the sweep's stranded-message rule sends again)
+    assert body["status"] == "queued" and [task_id for task_id, *_ in queue.sent] == [body["task_id"]]
+    writes = [statement for statement in statements if statement.split()[0].upper() in ("INSERT", "UPDATE")]
+    assert len(writes) == 1 and writes[0].upper().startswith("INSERT"), writes
+    with services.db.read() as session:
+        stored = session.get(TaskRow, body["task_id"])
+        assert stored is not None and stored.dispatched_at is not None

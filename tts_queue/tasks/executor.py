@@ -44,6 +44,7 @@ from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.keys import lane_of
+from tts_queue.tasks.rows import Suspect
 from tts_queue.tasks.streams import AudioStreams, StreamPublisher
 from tts_queue.tasks.view import TaskView
 
@@ -129,13 +130,15 @@ class TaskExecutor:
                 stream: bool = False) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do.
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``)."""
-        if self.rows.attempts(task_id) > 0:
+        worker = worker_name or self.worker_name
+        claimed = self.rows.claim_first(task_id, worker)
+        if claimed is Suspect.SUSPECT:  # attempted before: claimed (and run) under the lock
             with self._suspects:
-                return self._execute(task_id, worker_name or self.worker_name, stream)
-        return self._execute(task_id, worker_name or self.worker_name, stream)
+                return self._execute(task_id, self.rows.claim(task_id, worker), stream)
+        return self._execute(task_id, claimed, stream)
 
-    def _execute(self, task_id: str, worker: str, stream: bool) -> TaskStatus | None:
-        row = self._claim(task_id, worker)
+    def _execute(self, task_id: str, claimed: TaskRow | Suspect | None, stream: bool) -> TaskStatus | None:
+        row = self._shown(claimed)
         if row is None:
             return None
         publisher = StreamPublisher(self.streams, task_id, row.attempts) if stream and self.streams else None
@@ -156,14 +159,16 @@ class TaskExecutor:
             if leads:
                 self.leaders.end(row.cache_key)
 
-    def _claim(self, task_id: str, worker: str) -> TaskRow | None:
-        """Claim the row (``None``: nothing to do); an interactive task shows as running."""
-        row = self.rows.claim(task_id, worker)
-        if row is not None and self.board is not None and shown(row):
+    def _shown(self, claimed: TaskRow | Suspect | None) -> TaskRow | None:
+        """The claimed row (``None``: nothing to do); an interactive task shows as running."""
+        if not isinstance(claimed, TaskRow):
+            return None
+        row = claimed
+        if self.board is not None and shown(row):
             try:
                 self.board.show(TaskView.of(row), row.owner)
             except Exception as exc:  # noqa: BLE001 - the board only speeds up reads
-                log.warning("task %s: not shown as running: %s", task_id, exc)
+                log.warning("task %s: not shown as running: %s", row.id, exc)
         return row
 
     @staticmethod

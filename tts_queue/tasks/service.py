@@ -124,7 +124,8 @@ class TaskService:
                 self.require_storage()
             row = self.rows.add(session, NewTask(
                 str(uuid.uuid4()), key, request.to_dict(), chosen_pool, queue, self.clock(),
-                cache_hit=hit is not None, owner=owner, keep=keep, callback=callback_url is not None))
+                cache_hit=hit is not None, owner=owner, keep=keep, callback=callback_url is not None,
+                dispatched=True))  # sent right after this commit (a failed send fails the row)
             if callback_url is not None:
                 self.callbacks.register(session, row.id, "task", callback_url, base_url,
                                         finished=hit is not None)
@@ -143,7 +144,6 @@ class TaskService:
             log.warning("task %s: the broker is unreachable: %s", row.id, exc)
             self.rows.fail(row.id, "service_unavailable", "the job queue was unreachable; nothing was queued")
             raise ServiceUnavailable("the job queue is unreachable; nothing was queued") from exc
-        self.rows.mark_dispatched([row.id])
         view = TaskView.of(row, callback=dict(WAITING_CALLBACK) if callback_url is not None else None)
         self._show(row, view)
         return view
