@@ -12,6 +12,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -150,3 +151,27 @@ def test_a_miss_is_one_write_transaction_with_its_dispatch_time(
     with services.db.read() as session:
         stored = session.get(TaskRow, body["task_id"])
         assert stored is not None and stored.dispatched_at is not None
+
+
+def test_a_download_right_after_the_end_records_no_access_a_later_one_does(
+    client: FlaskClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a task answered from the cache (its hit recorded at submission)
+    text = "Fetched at once."
+    request = build_request({"text": text}, services.registry, services.settings)
+    audio = Audio(np.zeros(2205, dtype=np.float32), 22050)
+    services.tasks.cache.put(services.tasks.key_of(request), "wav", request.voice, encode(audio, "wav"),
+                             audio.duration_s)
+    body = client.post("/v1/tts", json={"text": text}).get_json()
+    statements: list[str] = []
+    event.listen(services.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    # When its audio is downloaded at once
+    assert client.get(body["audio_url"]).status_code == 200
+    # Then nothing was written
+    assert not [s for s in statements if s.split()[0].upper() in ("UPDATE", "INSERT") or "IMMEDIATE" in s]
+    # And a download two minutes later records the access (retention keeps what is fetched)
+    later = services.tasks.clock() + timedelta(minutes=2)
+    monkeypatch.setattr(services.tasks, "clock", lambda: later)
+    statements.clear()
+    assert client.get(body["audio_url"]).status_code == 200
+    assert [s for s in statements if s.split()[0].upper() == "UPDATE"]
