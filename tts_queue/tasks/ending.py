@@ -26,6 +26,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from sqlalchemy.orm import Session
+
 from tts_queue import metrics
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
@@ -57,9 +59,11 @@ class TaskEnds:
         self.board = board
 
     def done(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
-             timings: dict[str, float | None] | None = None, seconds: float = 0.0) -> Ending | None:
-        """``running -> done`` (``seconds``: the audio's duration); the ending, or ``None``."""
-        return self.run(self.rows.finish(task_id, batch_size, cache_hit, timings, seconds))
+             timings: dict[str, float | None] | None = None, seconds: float = 0.0,
+             also: Callable[[Session], None] | None = None) -> Ending | None:
+        """``running -> done`` (``seconds``: the audio's duration; ``also``: more writes in its
+        transaction); the ending, or ``None``."""
+        return self.run(self.rows.finish(task_id, batch_size, cache_hit, timings, seconds, also))
 
     def fail(self, task_id: str, code: str, message: str) -> Ending | None:
         """``queued|running -> failed``; the ending, or ``None`` if it had ended already."""

@@ -36,7 +36,7 @@ from tts_queue.errors import (
     public_error,
 )
 from tts_queue.redact import redacted
-from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import AudioWriter, StreamEncoder, mime_type, open_writer
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
@@ -193,7 +193,7 @@ class TaskExecutor:
                                                      on_audio=encoding.write)
             except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
                 return self.fail(row.id, *public_error(exc), detail=exc)
-            store_s = self._store(row, request, result, encoding.finish())
+            stored, store_s = self._store(row, request, result, encoding.finish())
         except (StorageFull, StorageUnavailable):  # waiting for space (or the bucket) is no attempt
             self.rows.uncount_attempt(row.id)
             raise
@@ -201,16 +201,19 @@ class TaskExecutor:
             encoding.discard()
         timings = times.timings(text=result.text_s, inference=result.inference_s, encode=encoding.seconds,
                                 store=store_s)
+        # the cache row and the finish in one transaction (the file is in place already)
         ending = self.ends.done(row.id, batch_size=result.batch_size, timings=timings,
-                                seconds=result.duration_s)
+                                seconds=result.duration_s,
+                                also=lambda session: self.cache.record(session, stored, request.voice))
         if ending is not None:
             metrics.count(metrics.AUDIO_SECONDS, result.duration_s)
         return TaskStatus.DONE if ending else None
 
-    def _store(self, row: TaskRow, request: SynthesisRequest, result: SynthesisResult, path: Path) -> float:
-        """Store the encoded file in the cache; seconds taken. No room (``StorageFull``) or no bucket
-        (``StorageUnavailable``) is the caller's to wait out; nothing partial is ever left (the
-        file moves in whole)."""
+    def _store(self, row: TaskRow, request: SynthesisRequest, result: SynthesisResult,
+               path: Path) -> tuple[CachedAudio, float]:
+        """Store the encoded file (recorded with the finish); what was stored and the seconds taken.
+        No room (``StorageFull``) or no bucket (``StorageUnavailable``) is the caller's to wait
+        out; nothing partial is ever left (the file moves in whole)."""
         size = path.stat().st_size
         free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
         if free is not None and free - size < self.storage_floor_bytes:
@@ -218,9 +221,9 @@ class TaskExecutor:
                               f"last {self.storage_floor_bytes} are kept for the broker and database")
         began = time.perf_counter()
         with _no_room(path):
-            self.cache.put_file(row.cache_key, request.format, request.voice, path, result.duration_s,
-                                result.alignment.to_dict(), mime_type(request.format))
-        return time.perf_counter() - began
+            stored = self.cache.store_file(row.cache_key, request.format, path, result.duration_s,
+                                           result.alignment.to_dict(), mime_type(request.format))
+        return stored, time.perf_counter() - began
 
     def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None) -> TaskStatus:
         """Fail a task (unless it already ended) with ``message``, which clients read; ``detail``,

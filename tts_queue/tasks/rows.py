@@ -177,10 +177,13 @@ class TaskRows:
             return row
 
     def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
-               timings: dict[str, float | None] | None = None, seconds: float = 0.0) -> Ending | None:
+               timings: dict[str, float | None] | None = None, seconds: float = 0.0,
+               also: Callable[[Session], None] | None = None) -> Ending | None:
         """``running -> done``; the ending, or ``None`` if the row did not move. ``timings``: where
-        the time went (ms); ``seconds``: the audio's duration (a book's counters add it up)."""
-        return self._move(task_id, TaskStatus.DONE, seconds, finished_at=self.clock(),
+        the time went (ms); ``seconds``: the audio's duration (a book's counters add it up);
+        ``also``: more writes in the same transaction, whether the row moves or not (the audio's
+        cache row: one commit for both)."""
+        return self._move(task_id, TaskStatus.DONE, seconds, also, finished_at=self.clock(),
                           batch_size=batch_size, cache_hit=cache_hit, timings=timings)
 
     def fail(self, task_id: str, code: str, message: str) -> Ending | None:
@@ -340,8 +343,10 @@ class TaskRows:
             )]
 
     def _move(self, task_id: str, target: TaskStatus, seconds: float = 0.0,
-              **values: object) -> Ending | None:
+              also: Callable[[Session], None] | None = None, **values: object) -> Ending | None:
         with self.db.write() as session:
+            if also is not None:
+                also(session)
             row = session.scalars(
                 update(TaskRow).where(TaskRow.id == task_id, TaskRow.status.in_(sources(target)))
                 .values(status=target, **values).returning(TaskRow),
