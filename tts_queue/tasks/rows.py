@@ -59,7 +59,7 @@ class NewTask:
 
 
 class Suspect(Enum):
-    """What ``TaskRows.claim(first_only=True)`` answers for a task attempted before (it may be the
+    """What ``TaskRows.claim_first`` answers for a task attempted before (it may be the
     one that killed a worker): not claimed."""
 
     SUSPECT = "suspect"
