@@ -169,10 +169,11 @@ def announce_idle_worker(redis_url: str, prefix: str, pool: str = "gpu", ttl_s: 
     """Make a pool look served by a live worker that consumes nothing (a heartbeat, no process):
     submissions to it are accepted and stay ``queued``. Returns the heartbeat key."""
     name = f"idle-{pool}-{uuid.uuid4().hex[:6]}@test"
-    key = RedisKeys(prefix).worker(name)
-    redis.Redis.from_url(client_url(redis_url)).set(
-        key, json.dumps({"name": name, "pool": pool, "providers": {}}), ex=ttl_s)
-    return key
+    keys = RedisKeys(prefix)
+    client = redis.Redis.from_url(client_url(redis_url))
+    client.set(keys.worker(name), json.dumps({"name": name, "pool": pool, "providers": {}}), ex=ttl_s)
+    client.zadd(keys.workers, {name: time.time()})  # where readers find the names (``Heartbeats``)
+    return keys.worker(name)
 
 
 # --- worker processes ----------------------------------------------------------------------------

@@ -323,3 +323,23 @@ def test_a_synthesis_or_voice_failure_is_stored_as_its_codes_sentence(
     failed = row(world, task_id)
     assert failed.error_code == code and failed.error_message == PUBLIC_MESSAGES[code]
     assert "/srv/" in caplog.text and "hunter2" not in caplog.text
+
+
+def test_a_first_attempt_is_two_write_transactions_and_one_read(world: dict[str, Any]) -> None:
+    # Given a queued task never attempted, and every statement of its database counted
+    from sqlalchemy import event
+
+    task_id = add_task(world, "Counted writes.")
+    statements: list[str] = []
+    event.listen(world["db"].engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    # When it is executed
+    assert world["executor"].execute(task_id) is TaskStatus.DONE
+    # Then it was claimed (one transaction, no read of its attempts before it), looked up in the
+    # cache (one read), and ended with its cache row in the finish's transaction
+    begins = [s.upper() for s in statements if s.upper().startswith("BEGIN")]
+    assert begins == ["BEGIN IMMEDIATE", "BEGIN", "BEGIN IMMEDIATE"], begins
+    last = statements[statements.index("BEGIN IMMEDIATE", 1):]
+    assert [s.split()[0].upper() for s in last if s.split()[0].upper() in ("INSERT", "UPDATE")] == \
+        ["INSERT", "UPDATE"]
+    entry = world["cache"].peek(row(world, task_id).cache_key)
+    assert entry is not None and world["cache"].store.exists(entry.path)

@@ -244,3 +244,41 @@ def test_write_atomic_failure_keeps_the_old_file_and_removes_the_temp(tmp_path: 
     # Then the old file is intact and the temporary file is gone
     assert path.read_bytes() == b"old"
     assert list(tmp_path.iterdir()) == [path]
+
+
+def test_a_finished_file_and_its_sidecar_are_stored_together(storage: Storage, tmp_path: Path) -> None:
+    # Given a finished audio file made in the store's scratch directory
+    store = AudioStore(storage)
+    made = store.scratch() / f"made-{time.monotonic_ns()}.wav"
+    made.write_bytes(b"RIFF made")
+    # When it is stored with its alignment
+    relative = store.write_file(key(8), "wav", made, {"sentence_starts": [0, 5]}, "audio/wav")
+    # Then both are there, read back whole, and the scratch file moved away
+    assert store.read(relative) == b"RIFF made" and store.alignment(relative) == {"sentence_starts": [0, 5]}
+    assert not made.exists()
+    store.delete([relative])
+
+
+def test_on_disk_the_audio_and_its_sidecar_cost_one_directory_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a local store, and fsync counted by what it is asked to sync
+    import os
+    import stat as stat_module
+
+    store = AudioStore(LocalStorage(tmp_path / "store"))
+    made = store.scratch() / "made.wav"
+    made.write_bytes(b"RIFF made")
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("dir" if stat_module.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    # When a finished file is stored with its sidecar
+    relative = store.write_file(key(9), "wav", made, {"sentence_starts": [0]})
+    # Then the sidecar's bytes are synced, and the one directory that holds both once
+    assert sorted(synced) == ["dir", "file"]
+    assert store.alignment(relative) == {"sentence_starts": [0]}

@@ -13,7 +13,7 @@ import pytest
 from tts_queue.db import Database
 from tts_queue.enums import TRANSITIONS, TaskStatus, sources
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.rows import Ending, TaskRows
+from tts_queue.tasks.rows import Ending, Suspect, TaskRows
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 
@@ -88,3 +88,17 @@ def test_a_book_cancel_drops_only_its_queued_rows(rows: TaskRows) -> None:
             row.book_id = book
     assert rows.cancel_book(book) == 1
     assert [status(rows, ids[s]) for s in ids] == [TaskStatus.CANCELLED, TaskStatus.RUNNING, TaskStatus.DONE]
+
+
+def test_claim_first_leaves_a_task_attempted_before_unclaimed(rows: TaskRows) -> None:
+    # Given a queued task, claimed once by a worker that then died (its row released)
+    task_id = add(rows, TaskStatus.QUEUED)
+    first = rows.claim_first(task_id, "w1")
+    assert isinstance(first, TaskRow) and first.attempts == 1
+    # When another claim_first meets it (a second delivery: the task may be what killed the worker)
+    again = rows.claim_first(task_id, "w1")
+    # Then it is not claimed and its attempts are not counted; a plain claim counts the second
+    assert again is Suspect.SUSPECT
+    assert rows.attempts(task_id) == 1
+    claimed = rows.claim(task_id, "w1")
+    assert claimed is not None and claimed.attempts == 2

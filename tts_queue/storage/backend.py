@@ -19,7 +19,7 @@ The interface is what the cache, the downloads and the cleanup need and nothing 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -43,7 +43,9 @@ class Storage(Protocol):
 
     def put(self, name: str, data: bytes, content_type: str | None = None) -> None: ...
 
-    def put_file(self, name: str, source: Path, content_type: str | None = None) -> None: ...
+    def put_file(self, name: str, source: Path, content_type: str | None = None,
+                 beside: Mapping[str, bytes] | None = None) -> None:
+        """Store a finished local file as ``name`` (moved), ``beside``'s small objects first."""
 
     def open(self, name: str, start: int = 0) -> IO[bytes]: ...
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from cachetools import LRUCache
 from sqlalchemy import delete, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from tts_queue.db import Database, utcnow
@@ -89,11 +90,12 @@ class AudioCache:
             update(CacheEntry).where(CacheEntry.key == key, CacheEntry.expired_at.is_(None))
             .values(hits=CacheEntry.hits + 1, last_access_at=self.clock())
         )
+        plain = {"synchronize_session": False}  # no loaded objects to refresh: a plain UPDATE
         if session is not None:
-            result = session.execute(record)
+            result = session.execute(record, execution_options=plain)
         else:
             with self.db.write() as own:
-                result = own.execute(record)
+                result = own.execute(record, execution_options=plain)
         with self._lock:
             if not result.rowcount:  # type: ignore[attr-defined]
                 self._hot.pop(key, None)
@@ -126,20 +128,34 @@ class AudioCache:
         relative = self.store.write_file(key, fmt, source, alignment, content_type)
         return self._record(key, relative, fmt, voice, size, duration_s)
 
+    def store_file(self, key: str, fmt: str, source: Path, duration_s: float,
+                   alignment: dict[str, object] | None = None,
+                   content_type: str | None = None) -> CachedAudio:
+        """Store a finished audio file for ``key`` (as ``put_file``) without recording it: the
+        caller records it with ``record`` in a transaction of its own (a task's finish)."""
+        size = source.stat().st_size
+        relative = self.store.write_file(key, fmt, source, alignment, content_type)
+        return CachedAudio(key, relative, fmt, duration_s, size)
+
+    def record(self, session: Session, audio: CachedAudio, voice: str) -> None:
+        """Record stored audio in the caller's write transaction (one upsert: another worker that
+        stored the same key first made the same audio; the newer file wins) and in the hot map
+        (a transaction that then fails leaves a hot entry whose count finds no row: a miss)."""
+        now = self.clock()
+        values = {"path": audio.path, "format": audio.format, "voice": voice, "size_bytes": audio.size_bytes,
+                  "duration_s": audio.duration_s, "last_access_at": now, "expired_at": None}
+        dialect = session.get_bind().dialect.name
+        upsert = (postgresql_insert if dialect == "postgresql" else sqlite_insert)(CacheEntry)
+        session.execute(upsert.values(key=audio.key, hits=0, created_at=now, **values)
+                        .on_conflict_do_update(index_elements=[CacheEntry.key], set_=values))
+        with self._lock:
+            self._hot[audio.key] = audio
+
     def _record(self, key: str, relative: str, fmt: str, voice: str, size: int,
                 duration_s: float) -> CachedAudio:
-        now = self.clock()
-        values = {"path": relative, "format": fmt, "voice": voice, "size_bytes": size,
-                  "duration_s": duration_s, "last_access_at": now, "expired_at": None}
-        try:
-            with self.db.write() as session:
-                session.add(CacheEntry(key=key, hits=0, created_at=now, **values))
-        except IntegrityError:  # another worker stored the same key first: same audio
-            with self.db.write() as session:
-                session.execute(update(CacheEntry).where(CacheEntry.key == key).values(**values))
         hit = CachedAudio(key, relative, fmt, duration_s, size)
-        with self._lock:
-            self._hot[key] = hit
+        with self.db.write() as session:
+            self.record(session, hit, voice)
         return hit
 
     def forget_missing(self, key: str, path: str) -> None:

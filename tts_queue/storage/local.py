@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -21,11 +21,12 @@ class DiskUsage(Protocol):
     def free(self) -> int: ...
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, sync_dir: bool = True) -> None:
     """Write ``data`` to ``path`` so readers see the whole file or nothing.
 
     The bytes go to a temporary file in the same directory, are fsynced, then renamed over
-    ``path``; the directory is fsynced too, so the rename survives a crash.
+    ``path``; the directory is fsynced too (unless ``sync_dir`` is false: the caller fsyncs it
+    once for several renames), so the rename survives a crash.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -39,7 +40,13 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory, so the renames into it survive a crash."""
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -64,16 +71,21 @@ class LocalStorage:
     def put(self, name: str, data: bytes, content_type: str | None = None) -> None:
         write_atomic(self.path(name), data)
 
-    def put_file(self, name: str, source: Path, content_type: str | None = None) -> None:
-        """Move a finished file into place (it must be on the same filesystem: see ``scratch``)."""
+    def put_file(self, name: str, source: Path, content_type: str | None = None,
+                 beside: Mapping[str, bytes] | None = None) -> None:
+        """Move a finished file into place (it must be on the same filesystem: see ``scratch``),
+        after writing ``beside``'s small files atomically (a sidecar); one fsync of each directory
+        makes every rename survive a crash."""
         target = self.path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
+        directories = {target.parent}
+        for other, data in (beside or {}).items():
+            path = self.path(other)
+            write_atomic(path, data, sync_dir=False)
+            directories.add(path.parent)
         os.replace(source, target)
-        dir_fd = os.open(target.parent, os.O_RDONLY)  # the rename itself survives a crash
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        for directory in directories:
+            fsync_dir(directory)
 
     def scratch(self) -> Path:
         """A directory for files made to be ``put_file`` here (same filesystem, so a rename)."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Iterable, Iterator
+import mimetypes
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -100,9 +101,12 @@ class S3Storage:
         with _mapped(name):
             self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data, **extra)
 
-    def put_file(self, name: str, source: Path, content_type: str | None = None) -> None:
+    def put_file(self, name: str, source: Path, content_type: str | None = None,
+                 beside: Mapping[str, bytes] | None = None) -> None:
         """Upload a finished file (multipart when large: the object appears once complete), then
-        remove the local copy."""
+        remove the local copy; ``beside``'s small objects are put first."""
+        for other, data in (beside or {}).items():
+            self.put(other, data, mimetypes.guess_type(other)[0])
         extra = {"ExtraArgs": {"ContentType": content_type}} if content_type else {}
         with _mapped(name):
             self.client.upload_file(str(source), self.bucket, self.key(name), **extra)

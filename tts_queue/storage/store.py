@@ -74,11 +74,10 @@ class AudioStore:
     def write_file(self, key: str, fmt: str, source: Path, alignment: Mapping[str, object] | None = None,
                    content_type: str | None = None) -> str:
         """Store a finished audio file made in ``scratch()`` (moved, not copied, on disk; its
-        alignment first); return the relative path."""
+        alignment first, one directory fsync for both); return the relative path."""
         relative = self.relative_path(key, fmt)
-        if alignment is not None:
-            self.storage.put(sidecar(relative), json.dumps(alignment).encode("utf-8"), "application/json")
-        self.storage.put_file(relative, source, content_type)
+        beside = {sidecar(relative): json.dumps(alignment).encode("utf-8")} if alignment is not None else None
+        self.storage.put_file(relative, source, content_type, beside)
         return relative
 
     def scratch(self) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +32,8 @@ from tts_queue.synthesis.voice import LoadedVoice, VoiceSpec, read_config
 __all__ = ["VoiceRegistry", "discover_specs", "file_sha256", "manifest_specs", "package_version"]
 
 log = logging.getLogger(__name__)
+# How long a voice's digest is trusted before its files are looked at again (``voice_digest``).
+RECHECK_S = 1.0
 
 Loader = Callable[[VoiceSpec], LoadedVoice]
 
@@ -79,7 +82,8 @@ class VoiceRegistry:
     """Finds voices by id or alias, verifies their digests and keeps a few of them loaded."""
 
     def __init__(
-        self, specs: Iterable[VoiceSpec], loader: Loader, default: str, max_loaded: int = 2
+        self, specs: Iterable[VoiceSpec], loader: Loader, default: str, max_loaded: int = 2,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._specs: dict[str, VoiceSpec] = {}
         self._names: dict[str, str] = {}
@@ -93,6 +97,10 @@ class VoiceRegistry:
         self._loaded_files: dict[str, tuple[tuple[Path, int, int], ...]] = {}
         self._lock = threading.Lock()  # held only for dict reads and writes, never across I/O
         self._loading: dict[str, threading.Lock] = {}  # one per voice: its load runs under it
+        # voice -> (digest, when its files were last looked at): ``voice_digest`` per request
+        # costs a clock read, not a stat per file and a package-metadata read
+        self._voice_digests: dict[VoiceSpec, tuple[str, float]] = {}
+        self.clock = clock
         self.default = default
 
     @classmethod
@@ -146,9 +154,24 @@ class VoiceRegistry:
         return spec.sha256 or self.digest(spec)
 
     def voice_digest(self, spec: VoiceSpec) -> str:
-        """What identifies this voice's audio: model, config and phonemizer (piper) version; for a
-        Kokoro voice also its style table, its style's name, the frontend packages' versions and
-        the Japanese frontend's rules."""
+        """What identifies this voice's audio (part of every cache key): model, config and
+        phonemizer (piper) version; for a Kokoro voice also its style table, its style's name, the
+        frontend packages' versions and the Japanese frontend's rules.
+
+        Asked on every submission, so it is kept per voice and its files are looked at again (a
+        ``stat`` each, rehashed only if one changed) at most every ``RECHECK_S``: a voice replaced
+        on disk changes new keys within a second, at once where this process reloads it."""
+        now = self.clock()
+        with self._lock:
+            known = self._voice_digests.get(spec)
+        if known is not None and now - known[1] < RECHECK_S:
+            return known[0]
+        digest = self._voice_digest(spec)
+        with self._lock:
+            self._voice_digests[spec] = (digest, now)
+        return digest
+
+    def _voice_digest(self, spec: VoiceSpec) -> str:
         config = self._file_digest(spec.config_path)
         material = f"{self.model_digest(spec)}:{config}:piper-{_piper_version()}"
         if spec.family != PIPER:
@@ -203,6 +226,8 @@ class VoiceRegistry:
             files = self._loaded_files.get(spec.id)
         if self._files_changed(spec, files):
             log.info("voice %s changed on disk; reloading it", spec.id)
+            with self._lock:
+                self._voice_digests.pop(spec, None)  # and its digest is read afresh
             return None
         return voice
 

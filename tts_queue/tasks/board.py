@@ -6,7 +6,8 @@ The database row stays the truth; the board only ever answers what a row said:
 - records are written after the row changed, by whoever changed it (the API on submission,
   cancel and unpin; the worker on claim, finish and failure), never read-modify-write;
 - a record never goes back: a Lua script keeps the one of higher rank (queued < running <
-  finished), so a late write of ``running`` cannot hide ``done``;
+  finished), so a late write of ``running`` cannot hide ``done``; a finished record, which
+  nothing outranks, is a plain ``SET EX``;
 - a record of an unfinished task lives ``OPEN_TTL_S`` (30 s), a finished one ``DONE_TTL_S``
   (10 minutes): a lost write costs at most a short stale spell, then reads fall back to the row;
 - tasks with a callback (whose delivery state changes after they finish) and book sentences (never
@@ -67,10 +68,13 @@ class StatusBoard:
     def put(self, record: TaskRecord) -> None:
         """Record a task's state (``record`` as ``TaskView.record`` makes it)."""
         status = TaskStatus(record["status"])
+        level = rank(status)
+        key, value = self.keys.status(record["id"]), json.dumps({"rank": level, **record})
         try:
-            self._put(keys=[self.keys.status(record["id"])],
-                      args=[rank(status), json.dumps({"rank": rank(status), **record}),
-                            DONE_TTL_S if status.finished else OPEN_TTL_S])
+            if status.finished:  # nothing outranks a finished record: a plain write, no script
+                self.client.set(key, value, ex=DONE_TTL_S)
+            else:
+                self._put(keys=[key], args=[level, value, OPEN_TTL_S])
         except Exception as exc:  # the row is still the truth; drop what may now be stale
             log.warning("status board: %s not recorded: %s", record["id"], exc)
             self.drop([record["id"]])

@@ -26,6 +26,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from sqlalchemy.orm import Session
+
 from tts_queue import metrics
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
@@ -57,9 +59,11 @@ class TaskEnds:
         self.board = board
 
     def done(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
-             timings: dict[str, float | None] | None = None, seconds: float = 0.0) -> Ending | None:
-        """``running -> done`` (``seconds``: the audio's duration); the ending, or ``None``."""
-        return self.run(self.rows.finish(task_id, batch_size, cache_hit, timings, seconds))
+             timings: dict[str, float | None] | None = None, seconds: float = 0.0,
+             also: Callable[[Session], None] | None = None) -> Ending | None:
+        """``running -> done`` (``seconds``: the audio's duration; ``also``: more writes in its
+        transaction); the ending, or ``None``."""
+        return self.run(self.rows.finish(task_id, batch_size, cache_hit, timings, seconds, also))
 
     def fail(self, task_id: str, code: str, message: str) -> Ending | None:
         """``queued|running -> failed``; the ending, or ``None`` if it had ended already."""
@@ -69,9 +73,10 @@ class TaskEnds:
         """``queued -> cancelled``; the ending, or ``None`` if it was not queued."""
         return self.run(self.rows.cancel(task_id))
 
-    def answered(self, row: TaskRow) -> Ending:
-        """A row inserted ``done``, answered from the cache at submission (its transaction committed)."""
-        ending = Ending(row, at_submission=True)
+    def answered(self, row: TaskRow, seconds: float | None = None) -> Ending:
+        """A row inserted ``done``, answered from the cache at submission (its transaction
+        committed); ``seconds``: the cached audio's duration."""
+        ending = Ending(row, at_submission=True, seconds=seconds)
         self.run(ending)
         return ending
 
@@ -117,13 +122,15 @@ class ShowOnBoard:
 
     def __init__(self, board: StatusBoard, duration: Callable[[str], float | None]) -> None:
         self.board = board
-        self.duration = duration  # the audio's duration by cache key (the cache's hot map)
+        self.duration = duration  # the audio's duration by cache key, when the ending lacks it
 
     def __call__(self, ending: Ending) -> None:
-        """Write the record."""
+        """Write the record (from what the ender knew: no database read when it knew the duration)."""
         row = ending.row
         if shown(row):
-            seconds = self.duration(row.cache_key) if row.status is TaskStatus.DONE else None
+            seconds = None
+            if row.status is TaskStatus.DONE:
+                seconds = ending.seconds if ending.seconds is not None else self.duration(row.cache_key)
             self.board.show(TaskView.of(row, seconds), row.owner)
 
 

@@ -36,7 +36,7 @@ from tts_queue.errors import (
     public_error,
 )
 from tts_queue.redact import redacted
-from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import AudioWriter, StreamEncoder, mime_type, open_writer
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
@@ -44,6 +44,7 @@ from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.keys import lane_of
+from tts_queue.tasks.rows import Suspect
 from tts_queue.tasks.streams import AudioStreams, StreamPublisher
 from tts_queue.tasks.view import TaskView
 
@@ -129,13 +130,15 @@ class TaskExecutor:
                 stream: bool = False) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do.
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``)."""
-        if self.rows.attempts(task_id) > 0:
+        worker = worker_name or self.worker_name
+        claimed = self.rows.claim_first(task_id, worker)
+        if claimed is Suspect.SUSPECT:  # attempted before: claimed (and run) under the lock
             with self._suspects:
-                return self._execute(task_id, worker_name or self.worker_name, stream)
-        return self._execute(task_id, worker_name or self.worker_name, stream)
+                return self._execute(task_id, self.rows.claim(task_id, worker), stream)
+        return self._execute(task_id, claimed, stream)
 
-    def _execute(self, task_id: str, worker: str, stream: bool) -> TaskStatus | None:
-        row = self._claim(task_id, worker)
+    def _execute(self, task_id: str, claimed: TaskRow | Suspect | None, stream: bool) -> TaskStatus | None:
+        row = self._shown(claimed)
         if row is None:
             return None
         publisher = StreamPublisher(self.streams, task_id, row.attempts) if stream and self.streams else None
@@ -156,14 +159,16 @@ class TaskExecutor:
             if leads:
                 self.leaders.end(row.cache_key)
 
-    def _claim(self, task_id: str, worker: str) -> TaskRow | None:
-        """Claim the row (``None``: nothing to do); an interactive task shows as running."""
-        row = self.rows.claim(task_id, worker)
-        if row is not None and self.board is not None and shown(row):
+    def _shown(self, claimed: TaskRow | Suspect | None) -> TaskRow | None:
+        """The claimed row (``None``: nothing to do); an interactive task shows as running."""
+        if not isinstance(claimed, TaskRow):
+            return None
+        row = claimed
+        if self.board is not None and shown(row):
             try:
                 self.board.show(TaskView.of(row), row.owner)
             except Exception as exc:  # noqa: BLE001 - the board only speeds up reads
-                log.warning("task %s: not shown as running: %s", task_id, exc)
+                log.warning("task %s: not shown as running: %s", row.id, exc)
         return row
 
     @staticmethod
@@ -188,7 +193,7 @@ class TaskExecutor:
                                                      on_audio=encoding.write)
             except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
                 return self.fail(row.id, *public_error(exc), detail=exc)
-            store_s = self._store(row, request, result, encoding.finish())
+            stored, store_s = self._store(row, request, result, encoding.finish())
         except (StorageFull, StorageUnavailable):  # waiting for space (or the bucket) is no attempt
             self.rows.uncount_attempt(row.id)
             raise
@@ -196,16 +201,19 @@ class TaskExecutor:
             encoding.discard()
         timings = times.timings(text=result.text_s, inference=result.inference_s, encode=encoding.seconds,
                                 store=store_s)
+        # the cache row and the finish in one transaction (the file is in place already)
         ending = self.ends.done(row.id, batch_size=result.batch_size, timings=timings,
-                                seconds=result.duration_s)
+                                seconds=result.duration_s,
+                                also=lambda session: self.cache.record(session, stored, request.voice))
         if ending is not None:
             metrics.count(metrics.AUDIO_SECONDS, result.duration_s)
         return TaskStatus.DONE if ending else None
 
-    def _store(self, row: TaskRow, request: SynthesisRequest, result: SynthesisResult, path: Path) -> float:
-        """Store the encoded file in the cache; seconds taken. No room (``StorageFull``) or no bucket
-        (``StorageUnavailable``) is the caller's to wait out; nothing partial is ever left (the
-        file moves in whole)."""
+    def _store(self, row: TaskRow, request: SynthesisRequest, result: SynthesisResult,
+               path: Path) -> tuple[CachedAudio, float]:
+        """Store the encoded file (recorded with the finish); what was stored and the seconds taken.
+        No room (``StorageFull``) or no bucket (``StorageUnavailable``) is the caller's to wait
+        out; nothing partial is ever left (the file moves in whole)."""
         size = path.stat().st_size
         free = self.cache.store.storage.free_bytes() if self.storage_floor_bytes else None
         if free is not None and free - size < self.storage_floor_bytes:
@@ -213,9 +221,9 @@ class TaskExecutor:
                               f"last {self.storage_floor_bytes} are kept for the broker and database")
         began = time.perf_counter()
         with _no_room(path):
-            self.cache.put_file(row.cache_key, request.format, request.voice, path, result.duration_s,
-                                result.alignment.to_dict(), mime_type(request.format))
-        return time.perf_counter() - began
+            stored = self.cache.store_file(row.cache_key, request.format, path, result.duration_s,
+                                           result.alignment.to_dict(), mime_type(request.format))
+        return stored, time.perf_counter() - began
 
     def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None) -> TaskStatus:
         """Fail a task (unless it already ended) with ``message``, which clients read; ``detail``,

@@ -1,7 +1,11 @@
 """Worker heartbeats: each worker says, every few seconds, that it lives, which pool it serves and
 which execution provider each of its loaded voices really runs on.
 
-A heartbeat is one Redis key per worker with an expiry, so a dead worker disappears by itself.
+A heartbeat is one Redis key per worker with an expiry, so a dead worker disappears by itself;
+each beat also puts the worker's name in a sorted set (``RedisKeys.workers``, by the beat's time),
+so a reader lists names there and reads their keys (O(workers), never a ``SCAN`` of a keyspace that
+grows with the tasks' records), and the names of workers gone for ``FORGET_AFTER`` ttls are removed
+by whoever beats next.
 The API reads them for ``/readyz`` (live workers per pool: a live heartbeat is the proof a worker
 lives, no broadcast ping is needed) and ``/v1/voices`` (where voices run).
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, cast
@@ -18,6 +23,8 @@ from tts_queue.tasks.keys import RedisKeys
 
 if TYPE_CHECKING:
     from redis import Redis
+
+FORGET_AFTER = 10  # ttls after its last beat a worker's name leaves the set (its key expired long before)
 
 
 @dataclass(frozen=True)
@@ -39,12 +46,18 @@ class Heartbeats:
 
     def beat(self, info: WorkerInfo) -> None:
         """Announce ``info`` for the next ``ttl_s`` seconds."""
-        self.client.set(self.keys.worker(info.name), json.dumps(asdict(info)), px=int(self.ttl_s * 1000))
+        now = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.keys.worker(info.name), json.dumps(asdict(info)), px=int(self.ttl_s * 1000))
+        pipe.zadd(self.keys.workers, {info.name: now})
+        pipe.zremrangebyscore(self.keys.workers, "-inf", now - FORGET_AFTER * self.ttl_s)
+        pipe.execute()
 
     def live(self) -> list[WorkerInfo]:
         """Every worker whose heartbeat has not expired, by name (a heartbeat that does not parse,
         written by something else under the same prefix, is skipped rather than failing readiness)."""
-        keys = sorted(self.client.scan_iter(match=self.keys.worker("*"), count=500))
+        names = cast("list[bytes | str]", self.client.zrange(self.keys.workers, 0, -1))
+        keys = sorted(self.keys.worker(name.decode() if isinstance(name, bytes) else name) for name in names)
         found = []
         for raw in cast("list[bytes | None]", self.client.mget(keys)) if keys else []:
             info = _parse(raw) if raw else None

@@ -98,6 +98,12 @@ class RedisKeys:
         """A worker's heartbeat (``name`` may be ``*`` to match them all)."""
         return f"{self.prefix}:worker:{name}"
 
+    @property
+    def workers(self) -> str:
+        """The sorted set of workers' names that beat lately (score: the last beat's epoch
+        seconds), so reading the heartbeats never scans the keyspace (``Heartbeats``)."""
+        return f"{self.prefix}:workers"
+
     def assembling(self, book_id: str, chapter: int) -> str:
         """A lock with expiry: one worker assembles a chapter at a time (``tts.assemble_chapter``)."""
         return f"{self.prefix}:assembling:{book_id}:{chapter}"

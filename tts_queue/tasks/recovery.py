@@ -6,12 +6,14 @@ starts; the rows are the truth, Celery's visibility timeout is only a last resor
 - **A worker died** (SIGKILL, OOM, power): the rows it held (received or running) stop having
   their lease renewed; once a lease is older than ``TTS_LEASE_S`` the row is released and its task
   dispatched again. A live worker renews its leases, so long tasks are not duplicated.
-- **A row was committed but never sent** (the API died, or the broker was down, between commit
-  and dispatch): a queued row with no dispatch time, older than ``TTS_OUTBOX_GRACE_S``, is sent.
-  A long healthy backlog is never re-sent: its rows have a dispatch time.
-- **A message vanished with a worker that never recorded it** (killed between taking the message
-  and writing the row): a queued row held by nobody, sent more than a lease ago, whose message is
-  neither waiting in a queue nor recently delivered, is dispatched again.
+- **A row was committed but never sent**: a queued row with no dispatch time, older than
+  ``TTS_OUTBOX_GRACE_S``, is sent. A long healthy backlog is never re-sent: its rows have a
+  dispatch time. (An interactive submission writes its dispatch time with the row, since it
+  sends right after the commit; if the API dies in between, the next rule finds the row.)
+- **A message vanished** (a worker killed between taking the message and writing the row, or an
+  API killed between its commit and its send): a queued row held by nobody, sent more than a
+  lease ago, whose message is neither waiting in a queue nor recently delivered, is dispatched
+  again.
 - **The broker lost its data** (Redis without persistence restarted, a flush, a failover): a marker
   key in Redis is then missing, and every ``queued`` row is dispatched again.
 

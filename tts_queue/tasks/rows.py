@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Protocol
 
 from sqlalchemy import delete, func, insert, select, update
@@ -43,6 +44,7 @@ class NewTask:
     owner: str | None = None
     keep: bool = False
     callback: bool = False
+    dispatched: bool = False  # its message is sent right after the commit (``dispatched_at`` now)
 
     def values(self) -> dict[str, object]:
         """The row's columns."""
@@ -52,7 +54,15 @@ class NewTask:
                 "keep": self.keep, "callback": self.callback, "attempts": 0, "cache_hit": self.cache_hit,
                 "status": TaskStatus.DONE if self.cache_hit else TaskStatus.QUEUED,
                 "started_at": now if self.cache_hit else None,
-                "finished_at": now if self.cache_hit else None}
+                "finished_at": now if self.cache_hit else None,
+                "dispatched_at": now if self.dispatched and not self.cache_hit else None}
+
+
+class Suspect(Enum):
+    """What ``TaskRows.claim_first`` answers for a task attempted before (it may be the
+    one that killed a worker): not claimed."""
+
+    SUSPECT = "suspect"
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,7 @@ class Ending:
     row: TaskRow  # as it is now, detached
     chapter: ChapterCount | None = None  # a book sentence's chapter, counted with the move
     at_submission: bool = False  # answered from the cache as it was submitted
+    seconds: float | None = None  # a ``done`` task's audio duration, when its ender knew it
 
     @property
     def status(self) -> TaskStatus:
@@ -132,6 +143,16 @@ class TaskRows:
 
     def claim(self, task_id: str, worker: str) -> TaskRow | None:
         """``queued|running -> running``, counting the attempt; ``None`` if finished or unknown."""
+        claimed = self._claim(task_id, worker, first_only=False)
+        return claimed if isinstance(claimed, TaskRow) else None
+
+    def claim_first(self, task_id: str, worker: str) -> TaskRow | Suspect | None:
+        """As ``claim``, but a task attempted before is not claimed: ``SUSPECT`` (the caller claims
+        it when it may run it: ``TaskExecutor``'s suspects lock). So the common first attempt costs
+        one transaction, with no read of the attempts before it."""
+        return self._claim(task_id, worker, first_only=True)
+
+    def _claim(self, task_id: str, worker: str, first_only: bool) -> TaskRow | Suspect | None:
         now = self.clock()
         with self.db.write() as session:
             # FOR UPDATE: a cancel or a second delivery waits for this claim (PostgreSQL);
@@ -142,6 +163,8 @@ class TaskRows:
                 return None
             if row.status not in sources(TaskStatus.RUNNING):
                 return None
+            if first_only and row.attempts > 0:
+                return Suspect.SUSPECT
             if (row.status is TaskStatus.RUNNING and row.worker not in (None, worker)
                     and row.claimed_at is not None and row.claimed_at > now - self.lease):
                 log.info("task %s is running on %s (lease held); skipping this delivery", task_id, row.worker)
@@ -154,10 +177,13 @@ class TaskRows:
             return row
 
     def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
-               timings: dict[str, float | None] | None = None, seconds: float = 0.0) -> Ending | None:
+               timings: dict[str, float | None] | None = None, seconds: float = 0.0,
+               also: Callable[[Session], None] | None = None) -> Ending | None:
         """``running -> done``; the ending, or ``None`` if the row did not move. ``timings``: where
-        the time went (ms); ``seconds``: the audio's duration (a book's counters add it up)."""
-        return self._move(task_id, TaskStatus.DONE, seconds, finished_at=self.clock(),
+        the time went (ms); ``seconds``: the audio's duration (a book's counters add it up);
+        ``also``: more writes in the same transaction, whether the row moves or not (the audio's
+        cache row: one commit for both)."""
+        return self._move(task_id, TaskStatus.DONE, seconds, also, finished_at=self.clock(),
                           batch_size=batch_size, cache_hit=cache_hit, timings=timings)
 
     def fail(self, task_id: str, code: str, message: str) -> Ending | None:
@@ -317,8 +343,10 @@ class TaskRows:
             )]
 
     def _move(self, task_id: str, target: TaskStatus, seconds: float = 0.0,
-              **values: object) -> Ending | None:
+              also: Callable[[Session], None] | None = None, **values: object) -> Ending | None:
         with self.db.write() as session:
+            if also is not None:
+                also(session)
             row = session.scalars(
                 update(TaskRow).where(TaskRow.id == task_id, TaskRow.status.in_(sources(target)))
                 .values(status=target, **values).returning(TaskRow),
@@ -329,4 +357,4 @@ class TaskRows:
             chapter = None
             if row.book_id is not None and target is TaskStatus.DONE and self.counter is not None:
                 chapter = self.counter.count(session, row, seconds)
-        return Ending(row, chapter)
+        return Ending(row, chapter, seconds=seconds if target is TaskStatus.DONE else None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import IO, Any
 
 from sqlalchemy import select
@@ -44,6 +44,7 @@ from tts_queue.tasks.view import AudioFile, TaskView
 
 log = logging.getLogger(__name__)
 WAITING_CALLBACK = {"state": "waiting", "attempts": 0, "last_status": None}
+FRESH_DOWNLOAD = timedelta(minutes=1)  # a download this soon after the end records no cache access
 
 
 class TaskService:
@@ -124,13 +125,14 @@ class TaskService:
                 self.require_storage()
             row = self.rows.add(session, NewTask(
                 str(uuid.uuid4()), key, request.to_dict(), chosen_pool, queue, self.clock(),
-                cache_hit=hit is not None, owner=owner, keep=keep, callback=callback_url is not None))
+                cache_hit=hit is not None, owner=owner, keep=keep, callback=callback_url is not None,
+                dispatched=True))  # sent right after this commit (a failed send fails the row)
             if callback_url is not None:
                 self.callbacks.register(session, row.id, "task", callback_url, base_url,
                                         finished=hit is not None)
         metrics.count(metrics.TASKS_SUBMITTED, pool=chosen_pool, lane=Lane.INTERACTIVE.value)
         if hit is not None:
-            self.ends.answered(row)
+            self.ends.answered(row, hit.duration_s)
             pending = {**WAITING_CALLBACK, "state": "pending"} if callback_url is not None else None
             return TaskView.of(row, hit.duration_s, pending)
         metrics.count(metrics.CACHE_MISSES)
@@ -143,7 +145,6 @@ class TaskService:
             log.warning("task %s: the broker is unreachable: %s", row.id, exc)
             self.rows.fail(row.id, "service_unavailable", "the job queue was unreachable; nothing was queued")
             raise ServiceUnavailable("the job queue is unreachable; nothing was queued") from exc
-        self.rows.mark_dispatched([row.id])
         view = TaskView.of(row, callback=dict(WAITING_CALLBACK) if callback_url is not None else None)
         self._show(row, view)
         return view
@@ -217,7 +218,10 @@ class TaskService:
         row = self.row(task_id, owner)
         if row.status is not TaskStatus.DONE:
             raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
-        entry = self.cache.lookup(row.cache_key)
+        # The download that follows a task's end reads the entry without recording an access: it
+        # was stored or counted as a hit within the minute (retention's last access is that fresh).
+        fresh = row.finished_at is not None and self.clock() - row.finished_at < FRESH_DOWNLOAD
+        entry = self.cache.peek(row.cache_key) if fresh else self.cache.lookup(row.cache_key)
         if entry is None:
             raise AudioExpired(f"the audio of task {task_id} has expired from the cache; resubmit")
         return AudioFile(task_id, entry.key, entry.path, entry.format, mime_type(entry.format),

@@ -1,0 +1,36 @@
+"""Heartbeats on a real Redis: live workers are read by name, never by scanning the keyspace."""
+
+from __future__ import annotations
+
+import uuid
+from typing import cast
+
+import redis
+
+from tts_queue.tasks.connection import client_url
+from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
+from tts_queue.tasks.keys import RedisKeys
+
+
+def test_live_workers_are_read_by_name_without_a_scan(redis_url: str) -> None:
+    # Given two workers' heartbeats, one of which has since expired, among many other keys
+    client = redis.Redis.from_url(client_url(redis_url))
+    keys = RedisKeys(f"hb-{uuid.uuid4().hex[:8]}")
+    heartbeats = Heartbeats(client, keys, ttl_s=30)
+    heartbeats.beat(WorkerInfo("alive@host", "cpu", {"tiny": "CPUExecutionProvider"}))
+    heartbeats.beat(WorkerInfo("gone@host", "gpu"))
+    client.delete(keys.worker("gone@host"))  # its key expired
+    client.mset({keys.status(str(n)): "{}" for n in range(200)})
+    before = _calls(client, "scan")
+    # When the live workers are read
+    live = heartbeats.live()
+    # Then only the live one is listed, with what it announced, and nothing scanned the keys
+    assert live == [WorkerInfo("alive@host", "cpu", {"tiny": "CPUExecutionProvider"})]
+    assert _calls(client, "scan") == before
+    client.delete(*(keys.status(str(n)) for n in range(200)), keys.workers, keys.worker("alive@host"))
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    stats = cast("dict[str, object]", client.info("commandstats"))
+    entry = stats.get(f"cmdstat_{command}")
+    return int(entry["calls"]) if isinstance(entry, dict) else 0
