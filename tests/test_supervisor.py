@@ -308,3 +308,33 @@ def test_what_a_dead_child_leaves_behind_is_killed_before_it_restarts(tmp_path: 
         # And stopping leaves nothing of the group behind
         sup.stop(timeout=5)
     poll_until(lambda: dead(new_grandchild))
+
+
+def test_a_child_gets_its_parents_death_signal_or_stops_if_the_parent_is_already_gone() -> None:
+    import sys
+
+    from tts_queue.cli.supervisor import die_with_parent
+
+    # Given a child started with it by its live parent: it runs
+    child = subprocess.run([sys.executable, "-c", "pass"], preexec_fn=die_with_parent(), check=False)
+    assert child.returncode == 0
+    # When the parent that made it is gone before the child sets its death signal (here: a process
+    # whose parent is another one), the child stops before its exec instead of outliving it
+    preexec = die_with_parent()
+    middle = os.fork()
+    if middle == 0:  # (a forked copy of the test process: it must never return into pytest)
+        code = 2
+        try:
+            inner = os.fork()
+            if inner == 0:
+                try:
+                    preexec()
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(inner, 0)
+            code = os.waitstatus_to_exitcode(status)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(middle, 0)
+    assert os.waitstatus_to_exitcode(status) == 1

@@ -58,7 +58,7 @@ class EmbeddedRedis:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                                        stderr=subprocess.DEVNULL, preexec_fn=die_with_parent())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

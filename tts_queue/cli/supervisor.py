@@ -26,12 +26,21 @@ from tts_queue.backoff import backoff_s
 log = logging.getLogger(__name__)
 
 
-def die_with_parent() -> None:
-    """In a child before exec: get SIGTERM when the parent dies, even by SIGKILL (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+def die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when its parent (the caller) dies, even by SIGKILL
+    (Linux). A parent that died between the fork and the ``prctl`` sends nothing: then the child
+    stops before its exec (its parent is no longer the one that forked it)."""
+    parent = os.getpid()
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    def in_child() -> None:
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:
+                os._exit(1)
+
+    return in_child
 
 
 @dataclass(frozen=True)
@@ -172,7 +181,7 @@ class Supervisor:
     def start(self, name: str, command: Sequence[str], env: Mapping[str, str], tier: int = 1) -> Child:
         """Start and supervise the child process ``command``."""
         def launch() -> Process:
-            return subprocess.Popen(list(command), env=dict(env), preexec_fn=die_with_parent,
+            return subprocess.Popen(list(command), env=dict(env), preexec_fn=die_with_parent(),
                                     start_new_session=True)
 
         return self.add(name, launch, tier, group=True)

@@ -76,8 +76,9 @@ def session_options(config: SessionConfig) -> Any:
     options.intra_op_num_threads = config.intra_op_threads
     options.inter_op_num_threads = config.inter_op_threads
     # Every sentence has its own input shape, and ONNX Runtime keeps a memory pattern per shape it
-    # has seen: a worker's RSS crept by the book (bench/bench_session_memory.py: 649 -> 745 MB over
-    # 400 sentences with patterns, 636 -> 646 MB without, the same CPU time).
+    # has seen: a worker's RSS crept by the book (bench/bench_session_memory.py: 642 -> 741 MB over
+    # 400 sentences with patterns, 637 -> 648 MB without, the same CPU time; no arena at all would
+    # stay near 440 MB but cost 14% more CPU).
     options.enable_mem_pattern = False
     if not config.allow_spinning:
         # Idle ONNX threads otherwise busy-wait after each run, taking CPU from the API and
