@@ -2,7 +2,8 @@
 
 Run from the repository root (about five minutes on 2 cores)::
 
-    .venv/bin/python bench/bench_piper.py [--rounds 2] [--texts 40] [--out bench/results/piper.json]
+    .venv/bin/python bench/bench_piper.py [--rounds 2] [--texts 40] [--set TTS_NAME=VALUE ...]
+                                          [--out bench/results/piper.json]
 
 Starts ``tts-queue up`` (embedded Redis, SQLite, one worker, defaults) and ``python -m
 piper.http_server`` (piper-tts' own Flask server, threaded, one ONNX session) on the default
@@ -91,11 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--texts", type=int, default=40)
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/piper.json")
+    parser.add_argument("--set", action="append", default=[], metavar="TTS_NAME=VALUE",
+                        help="a setting of the service under test (repeatable)")
     args = parser.parse_args(argv)
     model = VoiceRegistry.from_settings(Settings.from_env(os.environ)).get(None).model_path
     with tempfile.TemporaryDirectory(prefix="bench-piper-") as tmp:
         port, piper_port = free_port(), free_port()
-        service = start_service(Path(tmp), port, {})
+        overrides = dict(item.split("=", 1) for item in args.set)
+        service = start_service(Path(tmp), port, overrides)
         server = start_piper(model, piper_port, Path(tmp) / "piper.log")
         url, piper_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{piper_port}"
         try:
@@ -121,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "unique_ours_over_piper": statistics.median(r["unique_ratio"] for r in rounds),
         "repeats_ours_over_piper": statistics.median(r["repeats_ratio"] for r in rounds),
         "goals": "unique at least 1.0, 40% repeats at least 1.5",
+        "settings": dict(item.split("=", 1) for item in args.set),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},

@@ -29,10 +29,11 @@ CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 # pytest-xdist hands modules to its processes in collection order, so the long ones start at once
 # and the short ones fill in around them instead of one long module running alone at the end.
 LONGEST_FIRST = (
-    "tests/service/test_webhooks.py", "tests/test_real_kokoro.py", "tests/service/test_up.py",
+    "tests/service/test_webhook_trickle.py", "tests/test_real_kokoro.py", "tests/service/test_up.py",
     "tests/service/test_japanese.py", "tests/service/test_faults_services.py",
     "tests/service/test_faults_workers.py", "tests/service/test_bounds.py",
-    "tests/service/test_observability.py", "tests/service/test_books.py", "tests/test_book_fuzz.py",
+    "tests/service/test_webhooks.py", "tests/service/test_observability.py", "tests/service/test_books.py",
+    "tests/test_book_fuzz.py",
     "tests/test_book_assembly.py", "tests/service/test_full_disk.py",
 )
 

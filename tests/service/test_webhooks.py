@@ -5,8 +5,7 @@ receivers started by the test.
   500 gets retries with backoff (the countdowns the worker scheduled double), which stop at the
   first success; the task shows the delivery and nothing more is queued for it;
 - a cache hit and a book call back too;
-- a receiver that answers 200 with ``Content-Length: 4096`` and then one byte every 3 s, watched
-  for two minutes, holds one connection at most, and every attempt is counted as a failed one;
+- (a receiver that trickles its answer, watched for two minutes: ``test_webhook_trickle.py``);
 - several such receivers at once hold at most ``TTS_WEBHOOK_CONCURRENCY`` connections, while a
   synthesis request still finishes and the sweep still runs;
 - a private or local address, a port outside ``TTS_WEBHOOK_PORTS``, or any URL the service will
@@ -195,39 +194,6 @@ def test_a_cache_hit_and_a_book_call_back_too(service: dict[str, Any]) -> None:
     assert body["book_id"] == book["book_id"] and body["status"] == "done"
     assert body["m4b_url"] == f"{url}/v1/books/{book['book_id']}/audiobook.m4b"
     assert call["headers"]["X-TTS-Event"] == "book.finished"
-
-
-WATCH_S = 120  # the trickling receiver is watched this long (issue 24)
-
-
-def test_a_trickling_receiver_holds_one_connection_and_each_attempt_counts(service: dict[str, Any]) -> None:
-    url, slow = service["url"], service["slow"]
-    # Given a receiver that answers 200 with Content-Length 4096, then sends one byte every 3 s
-    path = f"/slow-{uuid.uuid4().hex[:6]}"
-    task = requests.post(f"{url}/v1/tts", json={"text": f"Slowly {uuid.uuid4()}.",
-                                                "callback_url": f"{slow.url}{path}"}, timeout=10).json()
-    # When the task finishes and its callback is watched for two minutes, and at least until it
-    # fails, the recovery sweep running every 2 s meanwhile (more often than the lease of 4 s, so
-    # it would take any attempt whose lease were not renewed, as it did every ~45 s before)
-    started, timeline = time.monotonic(), []
-    shown = callback_of(url, task["task_id"])
-    while ((shown["state"] != "failed" or time.monotonic() - started < WATCH_S)
-           and time.monotonic() - started < 2 * WATCH_S):
-        sweep(service["app"])
-        shown = callback_of(url, task["task_id"])
-        timeline.append((round(time.monotonic() - started), slow.open_now(path), shown["attempts"],
-                         shown["state"]))
-        time.sleep(2)
-    print("seconds, connections open, attempts, state:", timeline)
-    final = shown
-    assert time.monotonic() - started >= WATCH_S
-    # Then never more than one connection was open for it: a delivery in flight is never sent again
-    assert slow.most[path] == 1 and slow.open_now(path) == 0
-    # And each connection was one attempt, cut off at the deadline and counted as failed
-    attempts = service["settings"].webhooks.max_attempts
-    assert final == {"state": "failed", "attempts": attempts, "last_status": None}
-    assert slow.accepted.count(path) == attempts
-    assert any(attempts_seen > 0 for _, _, attempts_seen, state in timeline if state == "pending")
 
 
 def test_several_trickling_receivers_hold_at_most_the_delivery_threads(service: dict[str, Any]) -> None:
