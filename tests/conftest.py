@@ -26,8 +26,11 @@ CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 
 
 # The modules that take longest (a real-model graph, several service stacks, restarts), run first:
-# pytest-xdist hands modules to its processes in collection order, so the long ones start at once
-# and the short ones fill in around them instead of one long module running alone at the end.
+# pytest-xdist (``--no-loadscope-reorder``) hands modules to its processes in collection order, so
+# the long ones start at once and the short ones fill in around them instead of one long module
+# running alone at the end. The first process gets the first and the fifth module at once (it
+# holds fewer than three tests): the fifth runs after the two minutes of the first, which mostly
+# waits, so it is one of the long ones.
 LONGEST_FIRST = (
     "tests/service/test_webhook_trickle.py", "tests/test_real_kokoro.py", "tests/service/test_up.py",
     "tests/service/test_japanese.py", "tests/service/test_faults_services.py",
