@@ -85,10 +85,11 @@ class _Pass:
         has no row (the same audio may have been stored again during the walk), an old version only
         if the row does not name it now (the key may have been stored again after its row was read:
         the listing then shows the new file, which the row read before does not name)."""
-        if self.superseded:
-            with self.db.read() as session:
-                named = {key: path for key, path in session.execute(select(CacheEntry.key, CacheEntry.path)
-                                                                    .where(CacheEntry.key.in_(list(self.superseded))))}
+        if self.superseded or self.orphans:
+            with self.db.read() as session:  # what the rows name now, read once for both kinds
+                named = {key: path for key, path in session.execute(
+                    select(CacheEntry.key, CacheEntry.path)
+                    .where(CacheEntry.key.in_([*self.superseded, *self.orphans])))}
             for key, names in self.superseded.items():
                 live = named.get(key)
                 old = [name for name in names if live is None or name not in (live, sidecar(live))]
@@ -96,16 +97,11 @@ class _Pass:
                 sidecars = sum(name.endswith(SIDECAR) for name in old)
                 self.counts["files_without_row"] += len(old) - sidecars
                 self.counts["orphan_sidecars"] += sidecars
+            for key, names in self.orphans.items():
+                if key not in named:  # not stored again during the walk
+                    self.counts["files_without_row"] += sum(not name.endswith(SIDECAR) for name in names)
+                    self.doomed.extend(names)
             self.superseded.clear()
-        if self.orphans:
-            with self.db.read() as session:
-                stored_again = set(session.scalars(select(CacheEntry.key).where(
-                    CacheEntry.key.in_(list(self.orphans)))))
-            for key in stored_again:
-                del self.orphans[key]
-            names = [name for names in self.orphans.values() for name in names]
-            self.counts["files_without_row"] += sum(not name.endswith(SIDECAR) for name in names)
-            self.doomed.extend(names)
             self.orphans.clear()
         if self.doomed:
             self.store.storage.delete(self.doomed)
