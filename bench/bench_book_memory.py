@@ -8,7 +8,7 @@ audio; ``--chapters N`` keeps only the first N chapters for a quicker look)::
 
 It starts ``up`` on embedded defaults (one worker, the default voice), uploads the EPUB as a file,
 and every ``--every`` seconds until the book is ``done`` records the RSS of each worker process
-(the Celery processes under ``up``, by ``/proc``), the book's progress and every chapter's status.
+(the Celery processes under ``up``), the book's progress and every chapter's status.
 It reports:
 
 - RSS idle (before the upload), after ingestion (when every sentence was dispatched: the book
@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,32 +44,18 @@ from bench_service import free_port, start_service  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EPUB = Path(os.environ.get("TTS_TEST_EPUB") or ROOT.parent / "shared" / "data" / "sherlock-holmes.epub")
-PAGE = 4096
 
 
 def workers_rss(root_pid: int) -> dict[int, int]:
-    """Resident bytes of every Celery worker process under ``root_pid`` (by /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
+    """Resident bytes of every Celery worker process under ``root_pid``."""
     found: dict[int, int] = {}
-    todo = list(children.get(root_pid, []))
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
+    for child in psutil.Process(root_pid).children(recursive=True):
         try:
-            cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ")
-            pages = int((Path("/proc") / str(pid) / "statm").read_text().split()[1])
-        except (OSError, IndexError, ValueError):
+            command = " ".join(child.cmdline())
+            if "celery" in command and "beat" not in command:
+                found[child.pid] = child.memory_info().rss
+        except psutil.NoSuchProcess:
             continue
-        if b"celery" in cmdline and b"beat" not in cmdline:
-            found[pid] = pages * PAGE
     return found
 
 

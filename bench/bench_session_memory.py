@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "session_memory.json"
@@ -37,7 +39,7 @@ VARIANTS = ("patterns", "no-patterns", "no-patterns-no-arena")
 
 
 def rss_mb() -> float:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    return float(psutil.Process().memory_info().rss) / 2 ** 20
 
 
 def run_variant(variant: str, sentences: int) -> dict[str, Any]:
