@@ -71,21 +71,32 @@ def counted_reads() -> Iterator[tuple[Counter[str], list[str]]]:
             patch.stop()
 
 
+def cached(services: Services, text: str) -> None:
+    """Audio for ``text`` in the cache, as a worker would have stored it."""
+    request = build_request({"text": text}, services.registry, services.settings)
+    audio = Audio(np.zeros(2205, dtype=np.float32), 22050)
+    services.tasks.cache.put(services.tasks.key_of(request), "wav", request.voice, encode(audio, "wav"),
+                             audio.duration_s)
+
+
+def recorded_statements(services: Services) -> list[str]:
+    """Every SQL statement the database runs from now on, in order."""
+    statements: list[str] = []
+    event.listen(services.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    return statements
+
+
 def test_a_hit_reads_no_metadata_nor_voice_files_per_request(
     client: FlaskClient, services: Services, voices_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given cached audio for a request, asked once already (what a process reads once is read)
     text = "Asked for again and again."
-    request = build_request({"text": text}, services.registry, services.settings)
-    audio = Audio(np.zeros(2205, dtype=np.float32), 22050)
-    services.tasks.cache.put(services.tasks.key_of(request), "wav", request.voice, encode(audio, "wav"),
-                             audio.duration_s)
+    cached(services, text)
     assert client.post("/v1/tts", json={"text": text}).get_json()["cache_hit"]
     # and a clock that stands still (the voice's files are looked at again once a second)
     monkeypatch.setattr(services.registry, "clock", lambda: 1e9)
     assert client.post("/v1/tts", json={"text": text}).get_json()["cache_hit"]
-    statements: list[str] = []
-    event.listen(services.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    statements = recorded_statements(services)
 
     # When it is asked HITS times more
     with counted_reads() as (calls, stats):
@@ -138,8 +149,7 @@ def test_a_miss_is_one_write_transaction_with_its_dispatch_time(
     client: FlaskClient, services: Services, queue: FakeQueue
 ) -> None:
     # Given a text never synthesized
-    statements: list[str] = []
-    event.listen(services.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    statements = recorded_statements(services)
     # When it is submitted
     body = client.post("/v1/tts", json={"text": "Never made before."}).get_json()
     # Then it is queued and sent, and its row was written once, dispatch time included (no second
@@ -158,13 +168,9 @@ def test_a_download_right_after_the_end_records_no_access_a_later_one_does(
 ) -> None:
     # Given a task answered from the cache (its hit recorded at submission)
     text = "Fetched at once."
-    request = build_request({"text": text}, services.registry, services.settings)
-    audio = Audio(np.zeros(2205, dtype=np.float32), 22050)
-    services.tasks.cache.put(services.tasks.key_of(request), "wav", request.voice, encode(audio, "wav"),
-                             audio.duration_s)
+    cached(services, text)
     body = client.post("/v1/tts", json={"text": text}).get_json()
-    statements: list[str] = []
-    event.listen(services.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    statements = recorded_statements(services)
     # When its audio is downloaded at once
     assert client.get(body["audio_url"]).status_code == 200
     # Then nothing was written
