@@ -10,6 +10,7 @@ import redis
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import RedisKeys
+from workers.signals import Leases
 
 
 def test_live_workers_are_read_by_name_without_a_scan(redis_url: str) -> None:
@@ -34,3 +35,19 @@ def _calls(client: redis.Redis, command: str) -> int:
     stats = cast("dict[str, object]", client.info("commandstats"))
     entry = stats.get(f"cmdstat_{command}")
     return int(entry["calls"]) if isinstance(entry, dict) else 0
+
+
+def test_held_tasks_are_recorded_once_unless_a_thread_took_them_or_recording_failed() -> None:
+    # Given three messages received, one of which a thread has started (its claim records it)
+    leases = Leases()
+    for task_id in ("a", "b", "c"):
+        leases.hold(task_id)
+    leases.started("b")
+    # When the beat takes what to record
+    first = leases.take_unrecorded()
+    # Then only the two not started, and the next beat has nothing to record
+    assert first == ["a", "c"] and leases.take_unrecorded() == []
+    # And when writing them failed, those still held (not the one finished since) come back
+    leases.drop("c")
+    leases.unrecord(first)
+    assert leases.take_unrecorded() == ["a"] and sorted(leases.held()) == ["a", "b"]

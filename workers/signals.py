@@ -4,7 +4,10 @@ Each handler is connected weakly and kept alive by the app itself (``app.tts_han
 answers only for senders of that app, so a second app in the same process (tests build several)
 neither adds handlers that fire for the first nor keeps it alive.
 
-- a task message arrives (``task_received``): the row records which worker holds it, under a lease;
+- a task message arrives (``task_received``): the worker holds it (in memory); a message no thread
+  has started by the next heartbeat is recorded in its row then (which worker holds it, under a
+  lease), in one statement for all of them, so the common case, a thread free at once, writes
+  nothing here (the claim records the worker) and the consumer thread never waits on SQL;
 - a task ends (``task_postrun``): its lease is no longer renewed;
 - the worker is ready (``worker_ready``): the recovery sweep runs once, the default voice is warmed,
   the heartbeat thread starts (it also renews the leases of every task held and of every webhook
@@ -41,21 +44,43 @@ Handler = Callable[..., None]
 
 
 class Leases:
-    """The task ids this worker holds (received, not yet finished), for lease renewal."""
+    """The task ids this worker holds (received, not yet finished), for lease renewal, and those
+    of them whose row does not say so yet (received, not started: recorded by the next beat)."""
 
     def __init__(self) -> None:
         self._held: set[str] = set()
+        self._unrecorded: set[str] = set()
         self._lock = threading.Lock()
 
     def hold(self, task_id: str) -> None:
-        """The worker received ``task_id``."""
+        """The worker received ``task_id``; its row does not say so yet."""
         with self._lock:
             self._held.add(task_id)
+            self._unrecorded.add(task_id)
+
+    def started(self, task_id: str) -> None:
+        """A thread took ``task_id``: its claim records the worker in the row."""
+        with self._lock:
+            self._unrecorded.discard(task_id)
+
+    def take_unrecorded(self) -> list[str]:
+        """The held ids no row records yet, now counted as recorded (``unrecord`` puts them back
+        when writing them failed)."""
+        with self._lock:
+            taken = sorted(self._unrecorded)
+            self._unrecorded.clear()
+        return taken
+
+    def unrecord(self, task_ids: list[str]) -> None:
+        """Recording ``task_ids`` failed: the next beat tries those still held again."""
+        with self._lock:
+            self._unrecorded.update(task_id for task_id in task_ids if task_id in self._held)
 
     def drop(self, task_id: str) -> None:
         """The worker is done with ``task_id`` (finished, failed, or handed back for a retry)."""
         with self._lock:
             self._held.discard(task_id)
+            self._unrecorded.discard(task_id)
 
     def held(self) -> list[str]:
         """The ids held now."""
@@ -74,15 +99,14 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         return getattr(sender, "app", None) is app
 
     def received(sender: object = None, request: Request | None = None, **_: object) -> None:
-        # The row says which worker holds the task as soon as its message arrives, so a worker
-        # that dies with tasks reserved or running is found by its expired leases.
-        if not mine(sender) or request is None or request.name != SYNTHESIZE:
-            return
-        leases.hold(request.id)
-        try:
-            holder.get().core.task_rows.reserve(request.id, request.hostname)
-        except Exception as exc:  # the database is down: the lease is renewed once it is back
-            log.warning("could not record task %s as received: %s", request.id, exc)
+        # Held in memory only: a thread free at once claims the task within milliseconds (the
+        # claim records the worker); one still waiting at the next beat is recorded then, well
+        # within a lease of its delivery, so a worker that dies with tasks reserved is found by
+        # their expired leases, and one that dies before recording them by the stranded-message
+        # rule (delivered more than a lease ago, held by nobody). Nothing here waits on SQL: this
+        # runs on the consumer's thread, before Celery hands the message to a thread.
+        if mine(sender) and request is not None and request.name == SYNTHESIZE:
+            leases.hold(request.id)
 
     def ended(sender: object = None, task_id: str | None = None, state: str | None = None,
               **_: object) -> None:
@@ -108,11 +132,14 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         name = getattr(sender, "hostname", None) or runtime.executor.worker_name
 
         def beat() -> WorkerInfo:
+            unrecorded = leases.take_unrecorded()
             try:
+                runtime.core.task_rows.reserve_many(unrecorded, name)  # received, no thread yet
                 runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
                 if deliveries is not None:  # and so do the webhook deliveries in flight
                     runtime.core.callbacks.renew(deliveries.held())
-            except Exception as exc:  # database down: keep beating; renew on the next beat
+            except Exception as exc:  # database down: keep beating; record and renew on the next beat
+                leases.unrecord(unrecorded)
                 log.warning("could not renew leases: %s", exc)
             return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
 
@@ -127,11 +154,13 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
             if deliveries is not None:
                 deliveries.close()
 
-    def started(sender: object = None, **_: object) -> None:
+    def started(sender: object = None, task_id: str | None = None, **_: object) -> None:
         # Readiness proves consumption: marked whenever this worker really takes a task off a
         # queue (not at start-up), so a worker alive but no longer consuming makes /readyz fail.
         if mine(sender):
             consumed.mark()
+            if task_id is not None:
+                leases.started(task_id)
 
     handlers: list[tuple[Signal, Handler]] = [
         (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),

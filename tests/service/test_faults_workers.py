@@ -6,6 +6,8 @@
   the sweep finds the dead workers' tasks by their expired leases.
 - **Poison task**: a task that kills its worker every time ends ``failed`` after the cap.
 - **A book** survives the death of its worker without redoing finished sentences.
+- **A message held but not started** (an ETA, as a retry's) is recorded in its row by the worker's
+  next heartbeat, so its lease is the worker's, and it finishes elsewhere when that worker dies.
 - **The outbox**: a row whose API died between commit and dispatch is sent by the sweep.
 
 Workers run the tiny voice with a model-call delay (``tests/hooks``), so tasks take time without
@@ -30,10 +32,13 @@ from typing import Any
 import pytest
 
 from api import create_app
+from api.services import Services
 from tests.support import ROOT, Fleet, hooked, private_redis, service_settings, settings_env, settle, submit
 from tests.support import wait_until as wait_for
 from tts_queue.db import utcnow
 from tts_queue.enums import TaskStatus
+from tts_queue.tasks.keys import SYNTHESIZE
+from workers.dispatch import CeleryDispatcher
 
 pytestmark = pytest.mark.integration
 
@@ -236,6 +241,47 @@ def test_a_book_finishes_after_its_worker_dies_without_redoing_finished_sentence
     print(f"\nbook of {len(tasks)} sentences: {len(done_before)} done before the kill, {twice} "
           f"in flight at the kill ran twice")
     assert client.get(f"/v1/books/{book_id}/chapters/1/audio").status_code == 200
+
+
+# --- held, not started ---------------------------------------------------------------------------
+
+
+def test_a_message_held_but_not_started_is_recorded_by_the_next_beat_and_recovered_after_a_kill(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    # Given a worker, and a queued task whose only message it holds without starting it (an ETA ten
+    # minutes away, as a retry's countdown)
+    fleet = make_fleet()
+    holder = fleet.start("holder")
+
+    class Later(CeleryDispatcher):
+        def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
+            self.app.send_task(SYNTHESIZE, args=[task_id], queue=queue, task_id=task_id, countdown=600)
+
+    services = Services.build(fleet.settings, dispatcher=Later(fleet.app))
+    task_id = services.tasks.submit({"text": "Held by a worker that has not started it."}).id
+
+    # Then its row says, within a few beats (a beat is a sixth of the lease here), that the worker
+    # holds it, still queued
+    def recorded() -> bool:
+        row = fleet.rows([task_id])[task_id]
+        return bool(row.status is TaskStatus.QUEUED and row.worker == holder.name)
+
+    assert wait_for(recorded, timeout=20, interval=0.1)
+    assert fleet.rows([task_id])[task_id].attempts == 0
+
+    # When that worker's process group is SIGKILLed and another worker starts
+    holder.kill_group()
+    fleet.start("heir", ready=False)
+
+    # Then the sweep releases the task once its lease expires, and it is done, run once
+    def done() -> bool:
+        fleet.sweep()
+        return bool(fleet.rows([task_id])[task_id].status is TaskStatus.DONE)
+
+    assert settle(done, timeout=60, interval=SWEEP_EVERY_S)
+    row = fleet.rows([task_id])[task_id]
+    assert row.attempts == 1 and row.worker is not None and row.worker.startswith("heir-"), row.worker
 
 
 # --- the outbox ---------------------------------------------------------------------------------
