@@ -149,12 +149,15 @@ def _retry_after(response: Response) -> Response:
     return response
 
 
-def wait_for(view: TaskView, seconds: float) -> TaskView:
+def wait_for(view: TaskView, seconds: float, just_written: bool = False) -> TaskView:
     """Block until the task finishes or ``seconds`` pass (the worker's signal wakes us early).
 
-    The waiter reads the row itself (not the status board) when it starts, on the signal, and every
-    ``TTS_WAIT_RECHECK_S`` in case a signal was lost. When every
+    The waiter reads the row itself (not the status board) when it starts; on the signal, and every
+    ``TTS_WAIT_RECHECK_S`` in case a signal was lost, it takes a finished board record as final and
+    reads the row otherwise. When every
     waiter slot is taken, the current state is answered at once with ``Retry-After: 1``.
+    ``just_written``: ``view`` is what this request's own submission wrote, so it is not read again
+    before waiting (a task that finished since has left its signal, which wakes the wait at once).
     """
     if view.status.finished or seconds <= 0:
         return view
@@ -162,23 +165,25 @@ def wait_for(view: TaskView, seconds: float) -> TaskView:
         if not waiting:
             after_this_request(_retry_after)
             return view
-        return _block_until_finished(view, seconds)
+        return _block_until_finished(view, seconds, read_first=not just_written)
 
 
-def _block_until_finished(view: TaskView, seconds: float) -> TaskView:
-    """The long-poll itself: wait on the finished signal, re-reading the row."""
+def _block_until_finished(view: TaskView, seconds: float, read_first: bool = True) -> TaskView:
+    """The long-poll itself: wait on the finished signal, re-reading the task."""
     svc = services()
     recheck = svc.settings.api.wait_recheck_s
     deadline = time.monotonic() + seconds
-    # the row, never the board: a record whose update was lost while Redis was down stays stale
-    # for its TTL (a restarted Redis even reloads it), and would hold the waiter for that long
-    view = svc.tasks.get(view.id, fresh=True)
+    # the row, never the board, for the state the caller saw unfinished: a record whose update was
+    # lost while Redis was down stays stale for its TTL (a restarted Redis even reloads it), and
+    # would hold the waiter for that long; after a wake, a finished record is final (``current``)
+    if read_first:
+        view = svc.tasks.get(view.id, fresh=True)
     while not view.status.finished:
         left = deadline - time.monotonic()
         if left <= 0:
             break
         svc.watch.wait_finished(view.id, min(left, recheck))
-        view = svc.tasks.get(view.id, fresh=True)
+        view = svc.tasks.current(view.id)
     return view
 
 
@@ -290,7 +295,7 @@ def synthesize_sync() -> Any:
         except NotStarted as exc:
             return jsonify(task_json(exc.view)), 202, {"Location": task_json(exc.view)["status_url"],
                                                        "Retry-After": "1"}
-    view = wait_for(_submit(), wait)
+    view = wait_for(_submit(), wait, just_written=True)
     if view.status is TaskStatus.DONE:
         return _audio(view.id, owner())
     if view.status is TaskStatus.FAILED:

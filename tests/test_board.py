@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import pytest
 import redis
 from sqlalchemy import event
@@ -15,6 +16,8 @@ from tests.support import FakeQueue, core_of, migrate, service_settings
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import TaskNotFound
 from tts_queue.settings import Settings
+from tts_queue.synthesis.audio import Audio
+from tts_queue.synthesis.encoder import encode
 from tts_queue.tasks.board import DONE_TTL_S, OPEN_TTL_S, StatusBoard
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.ending import ShowOnBoard, TaskEnds
@@ -107,3 +110,81 @@ def test_a_long_poll_reads_the_row_past_a_stale_record(tmp_path: Path, voices_di
     # But a long-poll reads the row: it answers the failure, not the record at the end of its wait
     shown = client.get(f"/v1/tasks/{task_id}?wait=2").get_json()
     assert shown["status"] == "failed" and shown["error"]["code"] == "synthesis_failed"
+
+
+class EndsWhileWaiting(FakeQueue):
+    """A watch whose first wait is the worker ending the task (its row done, its record done, the
+    end's own SQL not counted), as a real worker's finish and signal would wake the waiter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.end: list[object] = []  # the one callable to run in the first wait
+        self.counting = True
+
+    def wait_finished(self, task_id: str, timeout: float) -> None:
+        if self.end:
+            self.counting = False
+            try:
+                self.end.pop()()  # type: ignore[operator]
+            finally:
+                self.counting = True
+            return
+        super().wait_finished(task_id, timeout)
+
+
+def test_a_waiter_woken_by_the_end_takes_the_finished_record_and_a_sync_request_reads_nothing_first(
+    tmp_path: Path, voices_dir: Path, redis_url: str
+) -> None:
+    from api import create_app
+    from api.services import Services
+
+    # Given the API over a real Redis board, whose worker ends each task during the first wait
+    settings = service_settings(tmp_path, redis_url, voices_dir, TTS_WAIT_RECHECK_S="600")
+    watch = EndsWhileWaiting()
+    services = Services.build(settings, dispatcher=watch, watch=watch)
+    board = services.board
+    assert board is not None
+    client = create_app(settings, services).test_client()
+
+    def ends(task_id: str) -> None:
+        def end() -> None:
+            claimed = services.task_rows.claim(task_id, "worker@test")
+            assert claimed is not None
+            audio = Audio(np.zeros(2205, dtype=np.float32), 22050)
+            services.tasks.cache.put(claimed.cache_key, "wav", "tiny", encode(audio, "wav"), 1.25)
+            assert services.task_rows.finish(task_id, batch_size=1) is not None
+            board.show(TaskView.of(services.tasks.row(task_id), 1.25), None)
+        watch.end.append(end)
+
+    statements: list[str] = []
+    event.listen(services.db.engine, "before_cursor_execute",
+                 lambda *args: statements.append(args[2]) if watch.counting else None)
+
+    # When a queued task is long-polled and ends during the wait
+    task_id = client.post("/v1/tts", json={"text": "Ended while waited for."}).get_json()["task_id"]
+    ends(task_id)
+    statements.clear()
+    shown = client.get(f"/v1/tasks/{task_id}?wait=5").get_json()
+    # Then the answer is the finished record (its duration included), and the poll read the row
+    # once, before waiting (the record it saw first might have been stale), not again after
+    assert shown["status"] == "done" and shown["duration_s"] == 1.25
+    assert [s.split()[0].upper() for s in statements if not s.upper().startswith(("BEGIN", "COMMIT"))] \
+        == ["SELECT"], statements
+
+    # And a synchronous POST /tts waits on what its own submission wrote: no read before the wait,
+    # and after the end only the download's reads
+    watch.end.clear()
+    original = watch.dispatch
+
+    def dispatch(task_id: str, queue: str, stream: bool = False) -> None:
+        original(task_id, queue, stream)
+        ends(task_id)
+
+    watch.dispatch = dispatch  # type: ignore[method-assign]
+    statements.clear()
+    response = client.post("/tts", json={"text": "Waited for in the same request."})
+    assert response.status_code == 200 and response.mimetype == "audio/wav"
+    reads = [s.split("FROM")[1].split()[0] for s in statements if s.split()[0].upper() == "SELECT"]
+    writes = [s.split()[0].upper() for s in statements if s.split()[0].upper() in ("INSERT", "UPDATE")]
+    # (the submission's cache lookup and its row; then the download's row and entry)
+    assert writes == ["INSERT"] and reads == ["cache_entries", "tasks", "cache_entries"], statements

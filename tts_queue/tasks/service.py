@@ -178,6 +178,18 @@ class TaskService:
                 callback = self.callbacks.summary(session, task_id)
         return TaskView.of(row, duration, callback)
 
+    def current(self, task_id: str) -> TaskView:
+        """A waiter's read of a task it may see (ownership checked already): a finished record on
+        the status board is final (nothing moves a finished task, and tasks whose view changes
+        after their end, with a callback, have no record), so it is answered from the board; any
+        other state is read from the row (an unfinished record whose update was lost while Redis
+        was down would stay stale for its TTL)."""
+        if self.board is not None:
+            record = self.board.get(task_id)
+            if record is not None and TaskStatus(record["status"]).finished:
+                return TaskView.from_record(record)
+        return self.get(task_id, fresh=True)
+
     def recent(self, owner: str | None, limit: int) -> list[TaskView]:
         """``owner``'s newest ``limit`` tasks (book sentences excepted), newest first; with auth off
         (``owner`` None), the tasks submitted without a key."""
