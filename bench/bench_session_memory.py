@@ -10,7 +10,9 @@ four threads with the first ``--sentences`` sentences of the sample EPUB (every 
 shape), and reports the process's RSS after one warm-up sentence, at each quarter and at the end,
 with the CPU seconds the sentences took. The variants, as ``tts_queue.synthesis.inference`` sets
 them: ``patterns`` (ONNX Runtime's default: a memory pattern kept per input shape), ``no-patterns``
-(what the service uses), ``no-patterns-no-arena`` (no CPU arena either: every buffer from malloc).
+(what the service uses), ``no-patterns-no-arena`` (no CPU arena either: every buffer from malloc),
+``no-patterns-shrink`` (the arena kept, but every call hands back the chunks it grew it by:
+``memory.enable_memory_arena_shrinkage``).
 The variants alternate within a round. Results go to ``bench/results/session_memory.json``;
 nothing is asserted.
 """
@@ -35,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "session_memory.json"
 EPUB = Path(os.environ.get("TTS_TEST_EPUB") or ROOT.parent / "shared" / "data" / "sherlock-holmes.epub")
-VARIANTS = ("patterns", "no-patterns", "no-patterns-no-arena")
+VARIANTS = ("patterns", "no-patterns", "no-patterns-no-arena", "no-patterns-shrink")
 
 
 def rss_mb() -> float:
@@ -55,6 +57,18 @@ def run_variant(variant: str, sentences: int) -> dict[str, Any]:
         return made
 
     inference.session_options = options
+    if variant == "no-patterns-shrink":
+        import onnxruntime
+
+        run_batch = inference.VoiceModel.run_batch
+
+        def shrinking(self: Any, ids: Any, scales: Any, speaker_id: Any = None,
+                      run_options: Any = None) -> Any:
+            run_options = run_options or onnxruntime.RunOptions()
+            run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+            return run_batch(self, ids, scales, speaker_id, run_options)
+
+        inference.VoiceModel.run_batch = shrinking  # type: ignore[method-assign]
     from tts_queue.books.segment import segment_chapter
     from tts_queue.books.source import parse_book
     from tts_queue.errors import TTSQueueError

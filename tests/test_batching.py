@@ -298,3 +298,21 @@ def test_a_family_that_cannot_batch_gets_one_sentence_per_call_on_any_pool() -> 
     window.append(Entry(key=KEY, ids=(1,), arrived=0.0, ticket=object(), max_batch=1))
     window.append(Entry(key=KEY, ids=(2,), arrived=0.0, ticket=object(), max_batch=1))
     assert window.next_batch(now=0.0) is not None
+
+
+def test_interactive_only_leaves_bulk_entries_waiting_in_order() -> None:
+    # Given an older bulk sentence and a newer interactive one, under the window policy
+    policy = BatchPolicy("window", max_batch=1, max_padded=10_000, window_s=1.0)
+    book, short = entry(10, arrived=0.0, priority=1), entry(5, arrived=0.5)
+    policy.append(book)
+    policy.append(short)
+    # Then the window's deadline, interactive only, is the interactive sentence's
+    assert policy.deadline(interactive_only=True) == 1.5 and policy.deadline() == 1.0
+    # And asked for interactive work only, the bulk one is never taken, however late
+    batch = policy.next_batch(now=9.0, interactive_only=True)
+    assert batch is not None and batch.members[0][0] is short
+    assert policy.next_batch(now=9.0, interactive_only=True) is None and len(policy) == 1
+    assert policy.deadline(interactive_only=True) is None
+    # And asked for anything, it is next
+    batch = policy.next_batch(now=9.0)
+    assert batch is not None and batch.members[0][0] is book and len(policy) == 0

@@ -20,7 +20,7 @@ from tts_queue.synthesis.inference import Scales, VoiceModel
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
 from tts_queue.synthesis.request import build_request
 from tts_queue.synthesis.synthesizer import Synthesizer
-from tts_queue.synthesis.voice import Voice, VoiceSpec
+from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec
 
 T = TypeVar("T")
 TIMEOUT = 20.0
@@ -46,10 +46,10 @@ def make_engine(registry: VoiceRegistry) -> Iterator[Callable[..., BatchEngine]]
     engines: list[BatchEngine] = []
 
     def make(policy: str = "eager", max_batch: int = 8, window_ms: float = 60_000.0,
-             clock: Callable[[], float] | None = None, reg: VoiceRegistry | None = None
-             ) -> BatchEngine:
+             clock: Callable[[], float] | None = None, reg: VoiceRegistry | None = None,
+             runners: int = 1) -> BatchEngine:
         pool = PoolSettings(policy=policy, max_batch=max_batch, max_padded_phonemes=100_000,
-                            window_ms=window_ms)
+                            window_ms=window_ms, runners=runners)
         engine = BatchEngine(reg or registry, pool) if clock is None else BatchEngine(reg or registry, pool,
                                                                                     clock=clock)
         engines.append(engine)
@@ -334,3 +334,96 @@ def test_stop_releases_every_waiting_caller(make_engine: Callable[..., BatchEngi
         # Then the other caller gets a clear error instead of hanging
         with pytest.raises(ServiceUnavailable):
             stopped.result(timeout=TIMEOUT)
+
+
+# --- several runners ------------------------------------------------------------------------------
+
+
+class GatedModel:
+    """Wraps a voice's ``run_batch``: records which sentences entered the model and when they
+    left it; a sentence whose first id is in ``hold`` waits for ``release`` inside the call."""
+
+    def __init__(self, voice: LoadedVoice) -> None:
+        self.original = voice.model.run_batch
+        self.entered: list[tuple[str, int]] = []  # (thread, first id of the first slot)
+        self.inside = 0
+        self.most_inside = 0
+        self.hold: set[int] = set()
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        voice.model.run_batch = self  # type: ignore[method-assign]
+
+    def __call__(self, ids: Sequence[Sequence[int]], *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            self.entered.append((threading.current_thread().name, ids[0][2]))
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+        try:
+            if ids[0][2] in self.hold:
+                assert self.release.wait(TIMEOUT)
+            return self.original(ids, *args, **kwargs)
+        finally:
+            with self.lock:
+                self.inside -= 1
+
+
+def first_id(ids: list[int]) -> int:
+    return ids[2]
+
+
+def test_two_runners_run_two_calls_at_once_and_a_lone_one_alone(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given an engine with two runners, whose model holds one sentence until released
+    model = GatedModel(registry.load("tiny"))
+    engine = make_engine(max_batch=1, runners=2)
+    held, other = sentence(1, 3), sentence(2, 4)
+    model.hold = {first_id(held)}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # When one request is held in the model and a second arrives
+        blocked = pool.submit(engine.run_sentences, KEY, [held])
+        wait_for_entries(model, 1)
+        [second] = pool.submit(engine.run_sentences, KEY, [other]).result(timeout=TIMEOUT)
+        # Then the second ran beside it, on the other runner, and was answered first
+        assert not blocked.done() and model.most_inside == 2
+        assert {name for name, _ in model.entered} == {"tts-batch-runner", "tts-batch-runner-2"}
+        model.release.set()
+        [first] = blocked.result(timeout=TIMEOUT)
+    # And each got its own exact audio
+    assert np.array_equal(first.audio.samples, reference_audio(held))
+    assert np.array_equal(second.audio.samples, reference_audio(other))
+
+
+def test_no_bulk_batch_starts_beside_an_interactive_one(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given an engine with two runners and an interactive sentence held in the model
+    model = GatedModel(registry.load("tiny"))
+    engine = make_engine(max_batch=1, runners=2)
+    interactive, book = sentence(3, 3), sentence(4, 5)
+    model.hold = {first_id(interactive)}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answered = pool.submit(engine.run_sentences, KEY, [interactive], 0)
+        wait_for_entries(model, 1)
+        # When a book sentence arrives while the other runner is free
+        rendered = pool.submit(engine.run_sentences, KEY, [book], 1)
+        threading.Event().wait(0.3)
+        # Then it waits: it does not share the cores with the interactive call
+        assert not rendered.done() and [i for _, i in model.entered] == [first_id(interactive)]
+        # And it runs once the interactive call has ended
+        model.release.set()
+        answered.result(timeout=TIMEOUT)
+        [result] = rendered.result(timeout=TIMEOUT)
+    assert [i for _, i in model.entered] == [first_id(interactive), first_id(book)]
+    assert np.array_equal(result.audio.samples, reference_audio(book))
+
+
+def wait_for_entries(model: GatedModel, count: int) -> None:
+    """Until ``count`` calls have entered the model."""
+    deadline = threading.Event()
+    for _ in range(int(TIMEOUT / 0.005)):
+        with model.lock:
+            if len(model.entered) >= count:
+                return
+        deadline.wait(0.005)
+    raise AssertionError(f"only {len(model.entered)} calls entered the model")

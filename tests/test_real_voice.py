@@ -254,6 +254,8 @@ def test_an_interactive_sentence_stops_the_book_sentence_in_the_model(voice: Voi
     finished.append("again")
     thread.join(timeout=30)
     # Then the first short one finished before the book sentence, which was stopped once and not
-    # a second time (a book always advances), and whose audio, run again, is the same as alone
-    assert finished == ["short", "book", "again"] and engine.preempted == 1
+    # a second time (a book always advances: the second short one waited for it with one runner,
+    # and ran beside it with two, the default), and whose audio, run again, is the same as alone
+    assert finished[0] == "short" and sorted(finished) == ["again", "book", "short"]
+    assert engine.preempted == 1 and (engine.runners > 1 or finished == ["short", "book", "again"])
     assert np.array_equal(book[0].audio.samples, alone)

@@ -65,6 +65,8 @@ class PoolSettings:
     max_batch: int = setting(4, "most sentences per ONNX call")
     max_padded_phonemes: int = setting(2400, "rows x longest ids per call")
     window_ms: float = setting(200.0, "the `window` policy's longest wait")
+    runners: int = setting(1, "model calls a worker runs at once (a lone call still gets every "
+                           "core; an interactive call never shares them with a book's)")
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,9 @@ class RoutingSettings:
         None, "routing per voice, e.g. `en_US-joe-medium=gpu,other=cpu`", factory=dict, shown="empty")
     # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
     # throughput of one sentence per call, so the CPU pool batches nothing by default.
-    cpu: PoolSettings = setting(PoolSettings(max_batch=1), "", env="TTS_CPU_")
+    # Two calls at once keep 2 cores busy between and across calls: 1.14-1.38x one at a time
+    # (bench/results/runners.json); a GPU keeps one, so batches form under load.
+    cpu: PoolSettings = setting(PoolSettings(max_batch=1, runners=2), "", env="TTS_CPU_")
     # Eager on GPUs too: an idle worker never waits; under load batches form while one runs.
     gpu: PoolSettings = setting(PoolSettings(max_batch=32, max_padded_phonemes=16000), "", env="TTS_GPU_")
 
@@ -415,6 +419,8 @@ class Settings:
         for name in POOLS:
             if self.pool(name).max_batch < 1:
                 raise ConfigError(f"TTS_{name.upper()}_MAX_BATCH must be at least 1")
+            if not 1 <= self.pool(name).runners <= 16:
+                raise ConfigError(f"TTS_{name.upper()}_RUNNERS must be from 1 to 16")
         if self.request.max_text_chars < 1 or self.request.max_sentence_phonemes < 16:
             raise ConfigError("TTS_MAX_TEXT_CHARS and TTS_MAX_SENTENCE_PHONEMES are too small")
         if self.voices.max_loaded < 1 or self.worker.concurrency < 1 or self.api.threads < 1:

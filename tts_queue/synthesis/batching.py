@@ -74,19 +74,33 @@ class BatchPolicy:
         """Queue one sentence."""
         self._waiting.append(entry)
 
-    def deadline(self) -> float | None:
-        """When the oldest entry's window ends (``window`` policy), else ``None``."""
-        if not self._waiting or self.policy == "eager":
+    def deadline(self, interactive_only: bool = False) -> float | None:
+        """When the oldest entry's window ends (``window`` policy), else ``None``;
+        ``interactive_only``: of the interactive entries only."""
+        waiting = [e for e in self._waiting if e.priority == 0 or not interactive_only]
+        if not waiting or self.policy == "eager":
             return None
-        return min(e.arrived for e in self._waiting) + self.window_s
+        return min(e.arrived for e in waiting) + self.window_s
 
-    def next_batch(self, now: float) -> Batch | None:
+    def next_batch(self, now: float, interactive_only: bool = False) -> Batch | None:
         """The batch to run now, removing its entries, or ``None`` if nothing is due.
 
         Keys are tried by their most urgent entry (priority, then age): an interactive sentence
         overtakes every waiting bulk sentence. Under ``window`` a key is due once its batch is
         full or its first entry has waited the window, so one waiting key never holds up another.
+        ``interactive_only``: bulk entries are not taken (they wait while interactive work is in
+        the model: ``BatchEngine`` with several runners).
         """
+        if not interactive_only:
+            return self._next(now)
+        held = [e for e in self._waiting if e.priority > 0]
+        self._waiting = [e for e in self._waiting if e.priority == 0]
+        try:
+            return self._next(now)
+        finally:
+            self._waiting.extend(held)
+
+    def _next(self, now: float) -> Batch | None:
         keys = list(dict.fromkeys(e.key for e in sorted(self._waiting, key=_urgency)))
         for key in keys:
             batch = self._fill(key)

@@ -1,9 +1,16 @@
-"""The batch engine: one runner thread per worker process that executes the batching policy.
+"""The batch engine: the runner threads of a worker process that execute the batching policy.
 
 Request threads (Celery's thread pool, or the CLI) call ``run_sentences``; it queues each
-sentence in the pure ``BatchPolicy`` and blocks on a future. The runner thread asks the policy
-for the next batch, synthesizes it with one ``run_batch`` call and resolves the futures. Only this
-thread calls the model, so ONNX Runtime gets all the cores and batches form under load.
+sentence in the pure ``BatchPolicy`` and blocks on a future. A runner thread asks the policy for
+the next batch, synthesizes it with one ``run_batch`` call and resolves the futures. Only runners
+call the model. A pool has ``runners`` of them (``TTS_CPU_RUNNERS``, ``TTS_GPU_RUNNERS``): one
+gives ONNX Runtime all the cores for one call at a time (and lets batches form under load, as a
+GPU wants); two on a CPU keep the cores busy between and across calls (``bench/bench_runners.py``:
+two calls at once ran 1.14-1.38x the sentences per second of one at a time on 2 cores), while a
+lone call still gets every core. Interactive work comes first with any number of runners: its
+arrival stops the bulk calls in the model (each bulk sentence once), and no runner starts a bulk
+batch while an interactive one is in the model, so an interactive call never shares the cores
+with a book's.
 """
 
 from __future__ import annotations
@@ -72,34 +79,47 @@ class BatchEngine:
         self.clock = clock
         # The most recent batch sizes (bounded: a worker runs for months).
         self.batch_sizes: deque[int] = deque(maxlen=10_000)
+        self.runners = max(1, pool.runners)
         self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._stopping = False
-        # The RunOptions of the bulk batch in the model, if one is: an interactive sentence that
-        # arrives meanwhile stops it (``terminate``) and the batch runs again after it.
-        self._preemptible: Any = None
-        self._running_since = 0.0  # when the bulk batch in the model started (monotonic)
-        self._running_ids = 0  # its padded ids
+        # The batches in the model, by runner: an interactive sentence that arrives stops the bulk
+        # ones (their ``RunOptions.terminate``), which run again after it.
+        self._running: dict[int, _Running] = {}
         self._s_per_id: float | None = None  # seconds per padded id, a moving average of past calls
         self.preempted = 0
 
-    def start(self) -> BatchEngine:
-        """Start the runner thread (idempotent)."""
+    @property
+    def _thread(self) -> threading.Thread | None:
+        """The first runner thread, if the engine runs."""
+        return self._threads[0] if self._threads else None
+
+    @property
+    def _preemptible(self) -> Any:
+        """The RunOptions of a bulk batch in the model that may be stopped, if one is."""
         with self._cond:
-            if self._thread is None:
+            return next((r.options for r in self._running.values() if r.options is not None), None)
+
+    def start(self) -> BatchEngine:
+        """Start the runner threads (idempotent)."""
+        with self._cond:
+            if not self._threads:
                 self._stopping = False
-                self._thread = threading.Thread(target=self._loop, name="tts-batch-runner", daemon=True)
-                self._thread.start()
+                for index in range(self.runners):
+                    name = "tts-batch-runner" if index == 0 else f"tts-batch-runner-{index + 1}"
+                    thread = threading.Thread(target=self._loop, args=(index,), name=name, daemon=True)
+                    self._threads.append(thread)
+                    thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop the runner after the batch in progress."""
+        """Stop the runners after the batches in progress."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self._threads = []
 
     def run_sentences(
         self, key: BatchKey, sentences: Sequence[Sequence[int]], priority: int = 0,
@@ -118,10 +138,12 @@ class BatchEngine:
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
                                          priority=priority, max_batch=key.max_batch))
                 futures.append(future)
-            if priority == 0 and self._preemptible is not None and futures and self._worth_stopping():
-                self._preemptible.terminate = True  # interactive work waits for no book sentence
+            if priority == 0 and futures:  # interactive work waits for no book sentence
+                for running in self._running.values():
+                    if running.options is not None and self._worth_stopping(running):
+                        running.options.terminate = True
             self._cond.notify_all()
-        if self._thread is None:
+        if not self._threads:
             self.start()
         deadline = time.monotonic() + self.timeout_s
         try:
@@ -139,23 +161,25 @@ class BatchEngine:
                 f"synthesis did not finish within {self.timeout_s:.0f} s; the model may be stuck"
             ) from None
 
-    def _worth_stopping(self) -> bool:
-        """Stop the bulk batch in the model only if less than half of it is done (by the time past
+    def _worth_stopping(self, running: _Running) -> bool:
+        """Stop a bulk batch in the model only if less than half of it is done (by the time past
         calls took per id): then the work thrown away is less than the wait it saves."""
         if self._s_per_id is None:
             return True
-        elapsed = time.monotonic() - self._running_since
-        return self._s_per_id * self._running_ids - elapsed > elapsed
+        elapsed = time.monotonic() - running.since
+        return self._s_per_id * running.ids - elapsed > elapsed
 
-    def _loop(self) -> None:
+    def _loop(self, index: int) -> None:
         while True:
             with self._cond:
                 batch = None
                 while not self._stopping:
-                    batch = self.policy.next_batch(self.clock())
+                    # no bulk batch starts beside an interactive one: it would take half its cores
+                    interactive_only = any(r.interactive for r in self._running.values())
+                    batch = self.policy.next_batch(self.clock(), interactive_only)
                     if batch is not None:
                         break
-                    deadline = self.policy.deadline()
+                    deadline = self.policy.deadline(interactive_only)
                     self._cond.wait(None if deadline is None else max(0.0, deadline - self.clock()))
                 if self._stopping:
                     for entry in self.policy.drain():
@@ -163,29 +187,27 @@ class BatchEngine:
                     return
             assert batch is not None
             try:
-                self._run(batch)
+                self._run(index, batch)
             except Exception as exc:  # never let the runner die: fail this batch, go on
                 log.exception("batch runner error")
                 for entry, _ in batch.members:
                     if not entry.ticket.done():
                         entry.ticket.set_exception(exc)
 
-    def _run(self, batch: Batch) -> None:
+    def _run(self, index: int, batch: Batch) -> None:
         key = batch.key
         assert isinstance(key, BatchKey)
         # Bulk work may be stopped for interactive work, each sentence once: a book always advances
-        options = run_options() if all(entry.priority > 0 and not entry.stopped
-                                       for entry, _ in batch.members) else None
+        bulk = all(entry.priority > 0 for entry, _ in batch.members)
+        options = run_options() if bulk and not any(entry.stopped for entry, _ in batch.members) else None
         with self._cond:
-            self._preemptible = options
-            self._running_since, self._running_ids = time.monotonic(), batch.padded_size
+            self._running[index] = _Running(options, time.monotonic(), batch.padded_size, not bulk)
         started = time.monotonic()
         try:
             voice = self.registry.load(key.voice)
             items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options)
         except Preempted:  # an interactive sentence came: it runs first, this batch after it
             with self._cond:
-                self._preemptible = None
                 for entry, _ in batch.members:
                     self.policy.append(replace(entry, stopped=True))
                 self.preempted += 1
@@ -198,7 +220,8 @@ class BatchEngine:
             return
         finally:
             with self._cond:
-                self._preemptible = None
+                self._running.pop(index, None)
+                self._cond.notify_all()  # a bulk batch held back for this one may start now
         if batch.padded_size:
             rate = (time.monotonic() - started) / batch.padded_size
             self._s_per_id = rate if self._s_per_id is None else 0.8 * self._s_per_id + 0.2 * rate
@@ -212,6 +235,17 @@ class BatchEngine:
         log.debug("ran a batch of %d (%d padded ids)", size, batch.padded_size)
         for entry, slot in batch.members:
             entry.ticket.set_result(SentenceResult(audio=items[slot], batch_size=size))
+
+
+@dataclass(frozen=True)
+class _Running:
+    """A batch in the model: its RunOptions when it may be stopped (bulk, never stopped before),
+    when it started (monotonic), its padded ids, and whether it is interactive work."""
+
+    options: Any
+    since: float
+    ids: int
+    interactive: bool
 
 
 def run_options() -> Any:
