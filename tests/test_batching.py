@@ -316,3 +316,18 @@ def test_interactive_only_leaves_bulk_entries_waiting_in_order() -> None:
     # And asked for anything, it is next
     batch = policy.next_batch(now=9.0)
     assert batch is not None and batch.members[0][0] is book and len(policy) == 0
+
+
+def test_entries_of_a_busy_request_wait() -> None:
+    # Given two sentences of a request with one in the model, and another request's sentence
+    policy = BatchPolicy("eager", max_batch=4, max_padded=10_000)
+    mine = Entry(key=KEY, ids=(1, 2, 3), arrived=0.0, group=7)
+    theirs = Entry(key=KEY, ids=(1, 2), arrived=1.0, group=8)
+    policy.append(mine)
+    policy.append(theirs)
+    # Then only the other request's sentence is taken while request 7 is busy, then request 7's
+    batch = policy.next_batch(now=2.0, busy={7})
+    assert batch is not None and [entry for entry, _ in batch.members] == [theirs]
+    assert policy.next_batch(now=2.0, busy={7}) is None and policy.deadline(busy={7}) is None
+    batch = policy.next_batch(now=2.0)
+    assert batch is not None and [entry for entry, _ in batch.members] == [mine]

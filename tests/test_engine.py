@@ -15,7 +15,7 @@ from tests.conftest import load_voice
 from tests.tiny_voice import HOP_LENGTH, SAMPLE_RATE, reference_audio
 from tts_queue.errors import SynthesisError, UnknownVoice
 from tts_queue.settings import PoolSettings, Settings
-from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult
+from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult, largest_call
 from tts_queue.synthesis.inference import Scales, VoiceModel
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
 from tts_queue.synthesis.request import build_request
@@ -427,3 +427,49 @@ def wait_for_entries(model: GatedModel, count: int) -> None:
                 return
         deadline.wait(0.005)
     raise AssertionError(f"only {len(model.entered)} calls entered the model")
+
+
+def test_a_requests_sentences_run_one_at_a_time_and_calls_stay_within_one_largest_call(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given an engine with two runners whose model holds one sentence until released
+    model = GatedModel(registry.load("tiny"))
+    engine = make_engine(max_batch=1, runners=2)
+    first, second = sentence(5, 3), sentence(6, 3)
+    model.hold = {first_id(first)}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # When one request of two sentences is made
+        done = pool.submit(engine.run_sentences, KEY, [first, second])
+        wait_for_entries(model, 1)
+        threading.Event().wait(0.3)
+        # Then its second sentence waits for its first (its memory is one call's, not two)
+        assert model.most_inside == 1 and len(model.entered) == 1
+        model.release.set()
+        assert [len(r.audio.samples) for r in done.result(timeout=TIMEOUT)] == [
+            len(reference_audio(first)), len(reference_audio(second))]
+
+    # And given calls that may cost at most one and a half of these sentences together
+    model = GatedModel(registry.load("tiny"))
+    small = make_engine(max_batch=1, runners=2)
+    small.max_call_cost = 1.5 * len(first)
+    model.hold = {first_id(first)}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        held = pool.submit(small.run_sentences, KEY, [first])
+        wait_for_entries(model, 1)
+        # When another request's sentence arrives while the other runner is free
+        other = pool.submit(small.run_sentences, KEY, [second])
+        threading.Event().wait(0.3)
+        # Then it waits: together they would cost more than the largest call
+        assert not other.done() and model.most_inside == 1
+        model.release.set()
+        held.result(timeout=TIMEOUT)
+        other.result(timeout=TIMEOUT)
+    assert model.most_inside == 1
+
+
+def test_the_largest_call_is_the_longest_sentence_at_the_slowest_speed() -> None:
+    # One sentence a call: the longest sentence's ids (two per phoneme, plus three) at speed 0.25
+    assert largest_call(PoolSettings(max_batch=1), 400, 0.25) == 803 / 0.25
+    # Batches: as many as the padded budget takes, or one longest sentence alone if it is bigger
+    assert largest_call(PoolSettings(max_batch=32, max_padded_phonemes=16000), 400, 0.5) == 16000 / 0.5
+    assert largest_call(PoolSettings(max_batch=4, max_padded_phonemes=500), 400, 1.0) == 803

@@ -65,8 +65,9 @@ class PoolSettings:
     max_batch: int = setting(4, "most sentences per ONNX call")
     max_padded_phonemes: int = setting(2400, "rows x longest ids per call")
     window_ms: float = setting(200.0, "the `window` policy's longest wait")
-    runners: int = setting(1, "model calls a worker runs at once (a lone call still gets every "
-                           "core; an interactive call never shares them with a book's)")
+    runners: int = setting(1, "model calls a worker runs at once (with `TTS_INTRA_OP_THREADS=1`: "
+                           "more sentences per second, a slower lone call; an interactive call never "
+                           "shares the cores with a book's, nor do calls at once exceed the largest one)")
 
 
 @dataclass(frozen=True)
@@ -204,9 +205,10 @@ class RoutingSettings:
         None, "routing per voice, e.g. `en_US-joe-medium=gpu,other=cpu`", factory=dict, shown="empty")
     # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
     # throughput of one sentence per call, so the CPU pool batches nothing by default.
-    # Two calls at once keep 2 cores busy between and across calls: 1.14-1.38x one at a time
-    # (bench/results/runners.json); a GPU keeps one, so batches form under load.
-    cpu: PoolSettings = setting(PoolSettings(max_batch=1, runners=2), "", env="TTS_CPU_")
+    # One model call at a time on every core: the lowest latency for a lone request. Two runners
+    # with one intra-op thread each trade it for throughput (bench/results/runners.json: the raw
+    # model 1.14-1.38x; POST /tts over Piper 1.03 against 0.92-1.00, piper_runners*.json).
+    cpu: PoolSettings = setting(PoolSettings(max_batch=1), "", env="TTS_CPU_")
     # Eager on GPUs too: an idle worker never waits; under load batches form while one runs.
     gpu: PoolSettings = setting(PoolSettings(max_batch=32, max_padded_phonemes=16000), "", env="TTS_GPU_")
 

@@ -18,7 +18,7 @@ synthesis (``TaskRows.claim``).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ class Entry:
     priority: int = 0
     stopped: bool = False  # stopped once in the model for interactive work: runs to the end next time
     max_batch: int = 0  # the model family's bound on sentences per call (0: the pool's budget)
+    group: int = 0  # the request it belongs to (one engine call): ``busy`` groups wait
 
 
 @dataclass
@@ -74,27 +75,29 @@ class BatchPolicy:
         """Queue one sentence."""
         self._waiting.append(entry)
 
-    def deadline(self, interactive_only: bool = False) -> float | None:
-        """When the oldest entry's window ends (``window`` policy), else ``None``;
-        ``interactive_only``: of the interactive entries only."""
-        waiting = [e for e in self._waiting if e.priority == 0 or not interactive_only]
+    def deadline(self, interactive_only: bool = False, busy: Collection[int] = ()) -> float | None:
+        """When the oldest entry's window ends (``window`` policy), else ``None``; of the entries
+        ``next_batch`` may take with the same arguments."""
+        waiting = [e for e in self._waiting if not _held(e, interactive_only, busy)]
         if not waiting or self.policy == "eager":
             return None
         return min(e.arrived for e in waiting) + self.window_s
 
-    def next_batch(self, now: float, interactive_only: bool = False) -> Batch | None:
+    def next_batch(self, now: float, interactive_only: bool = False,
+                   busy: Collection[int] = ()) -> Batch | None:
         """The batch to run now, removing its entries, or ``None`` if nothing is due.
 
         Keys are tried by their most urgent entry (priority, then age): an interactive sentence
         overtakes every waiting bulk sentence. Under ``window`` a key is due once its batch is
         full or its first entry has waited the window, so one waiting key never holds up another.
-        ``interactive_only``: bulk entries are not taken (they wait while interactive work is in
-        the model: ``BatchEngine`` with several runners).
+        For ``BatchEngine`` with several runners, some entries wait: ``interactive_only``, bulk
+        ones (while interactive work is in the model); ``busy``, those of requests (``group``)
+        with a sentence in the model (a request's sentences run one at a time).
         """
-        if not interactive_only:
+        if not interactive_only and not busy:
             return self._next(now)
-        held = [e for e in self._waiting if e.priority > 0]
-        self._waiting = [e for e in self._waiting if e.priority == 0]
+        held = [e for e in self._waiting if _held(e, interactive_only, busy)]
+        self._waiting = [e for e in self._waiting if not _held(e, interactive_only, busy)]
         try:
             return self._next(now)
         finally:
@@ -151,6 +154,11 @@ class BatchPolicy:
             batch.members.append((entry, slot_of[entry.ids]))
             longest = new_longest
         return batch
+
+
+def _held(entry: Entry, interactive_only: bool, busy: Collection[int]) -> bool:
+    """Whether ``next_batch`` leaves ``entry`` waiting (see there)."""
+    return (interactive_only and entry.priority > 0) or entry.group in busy
 
 
 def _urgency(entry: Entry) -> tuple[int, float]:

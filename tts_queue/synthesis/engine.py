@@ -3,18 +3,20 @@
 Request threads (Celery's thread pool, or the CLI) call ``run_sentences``; it queues each
 sentence in the pure ``BatchPolicy`` and blocks on a future. A runner thread asks the policy for
 the next batch, synthesizes it with one ``run_batch`` call and resolves the futures. Only runners
-call the model. A pool has ``runners`` of them (``TTS_CPU_RUNNERS``, ``TTS_GPU_RUNNERS``): one
-gives ONNX Runtime all the cores for one call at a time (and lets batches form under load, as a
-GPU wants); two on a CPU keep the cores busy between and across calls (``bench/bench_runners.py``:
-two calls at once ran 1.14-1.38x the sentences per second of one at a time on 2 cores), while a
-lone call still gets every core. Interactive work comes first with any number of runners: its
-arrival stops the bulk calls in the model (each bulk sentence once), and no runner starts a bulk
-batch while an interactive one is in the model, so an interactive call never shares the cores
-with a book's.
+call the model. A pool has ``runners`` of them (``TTS_CPU_RUNNERS``, ``TTS_GPU_RUNNERS``; 1 by
+default): one gives ONNX Runtime all the cores for one call at a time (the lowest latency for a
+lone request) and lets batches form under load; more run calls at once, for throughput (on a CPU
+with one intra-op thread each: ``bench/bench_runners.py``). With any number, interactive work
+comes first: its arrival stops the bulk calls in the model (each bulk sentence once), and no
+runner starts a bulk batch while an interactive one is in the model, so an interactive call never
+shares the cores with a book's. A call starts beside others only if it is of another request
+(a request's sentences run one at a time) and all of them cost no more than the largest single
+call (``largest_call``), so a worker's memory stays bounded by one such call.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -70,8 +72,15 @@ class BatchEngine:
         pool: PoolSettings,
         clock: Callable[[], float] = time.monotonic,
         timeout_s: float = 600.0,
+        max_call_cost: float | None = None,
     ) -> None:
         self.registry = registry
+        # What calls in the model at once may cost together (padded ids x length scale, which the
+        # samples they make and so their memory follow): a second call runs beside others only
+        # within the largest single call (``largest_call``), so a worker's memory stays bounded
+        # by one such call whatever the runners. ``None``: the pool's own largest batch, at speed 1.
+        self.max_call_cost = max_call_cost if max_call_cost is not None else float(pool.max_padded_phonemes)
+        self._groups = itertools.count(1)
         self.timeout_s = timeout_s
         self.policy = BatchPolicy(
             pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000
@@ -133,10 +142,11 @@ class BatchEngine:
         futures: list[Future[SentenceResult]] = []
         with self._cond:
             now = self.clock()
+            group = next(self._groups)
             for ids in sentences:
                 future: Future[SentenceResult] = Future()
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
-                                         priority=priority, max_batch=key.max_batch))
+                                         priority=priority, max_batch=key.max_batch, group=group))
                 futures.append(future)
             if priority == 0 and futures:  # interactive work waits for no book sentence
                 for running in self._running.values():
@@ -174,12 +184,22 @@ class BatchEngine:
             with self._cond:
                 batch = None
                 while not self._stopping:
-                    # no bulk batch starts beside an interactive one: it would take half its cores
-                    interactive_only = any(r.interactive for r in self._running.values())
-                    batch = self.policy.next_batch(self.clock(), interactive_only)
-                    if batch is not None:
+                    # beside other calls: no bulk batch beside an interactive one (it would take
+                    # half its cores), no second sentence of a request in the model, and no more
+                    # than one largest call's cost in all
+                    running = list(self._running.values())
+                    interactive_only = any(r.interactive for r in running)
+                    busy = {group for r in running for group in r.groups}
+                    batch = self.policy.next_batch(self.clock(), interactive_only, busy)
+                    if batch is not None and (not running or self._fits(batch, running)):
                         break
-                    deadline = self.policy.deadline(interactive_only)
+                    if batch is not None:  # too costly beside the others: it waits for one to end
+                        for entry, _ in batch.members:
+                            self.policy.append(entry)
+                        batch = None
+                        self._cond.wait()
+                        continue
+                    deadline = self.policy.deadline(interactive_only, busy)
                     self._cond.wait(None if deadline is None else max(0.0, deadline - self.clock()))
                 if self._stopping:
                     for entry in self.policy.drain():
@@ -194,6 +214,10 @@ class BatchEngine:
                     if not entry.ticket.done():
                         entry.ticket.set_exception(exc)
 
+    def _fits(self, batch: Batch, running: list[_Running]) -> bool:
+        """Whether ``batch`` may run beside the calls ``running`` (within ``max_call_cost``)."""
+        return cost(batch) + sum(r.cost for r in running) <= self.max_call_cost
+
     def _run(self, index: int, batch: Batch) -> None:
         key = batch.key
         assert isinstance(key, BatchKey)
@@ -201,7 +225,8 @@ class BatchEngine:
         bulk = all(entry.priority > 0 for entry, _ in batch.members)
         options = run_options() if bulk and not any(entry.stopped for entry, _ in batch.members) else None
         with self._cond:
-            self._running[index] = _Running(options, time.monotonic(), batch.padded_size, not bulk)
+            self._running[index] = _Running(options, time.monotonic(), batch.padded_size, not bulk,
+                                            cost(batch), frozenset(e.group for e, _ in batch.members))
         started = time.monotonic()
         try:
             voice = self.registry.load(key.voice)
@@ -246,6 +271,25 @@ class _Running:
     since: float
     ids: int
     interactive: bool
+    cost: float  # ``cost(batch)``
+    groups: frozenset[int]  # the requests it has sentences of
+
+
+def cost(batch: Batch) -> float:
+    """What a batch's call costs in the model: its padded ids times its length scale (a slower
+    speed makes more samples of the same ids)."""
+    key = batch.key
+    assert isinstance(key, BatchKey)
+    return batch.padded_size * key.scales.length_scale
+
+
+def largest_call(pool: PoolSettings, max_sentence_phonemes: int, min_speed: float) -> float:
+    """The ``cost`` of the largest call a pool can make: as many of the longest sentences (two
+    ids per phoneme, Piper's pads between them, plus three) as its budgets allow, at the slowest
+    speed (a sentence longer than the padded budget still runs, alone)."""
+    sentence = 2 * max_sentence_phonemes + 3
+    padded = max(sentence, min(pool.max_batch * sentence, pool.max_padded_phonemes))
+    return padded / min_speed
 
 
 def run_options() -> Any:
