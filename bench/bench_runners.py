@@ -89,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     every_core, one_core = session(spec.model_path, 0), session(spec.model_path, 1)
     rounds = []
     for number in range(args.rounds):
-        found = {"serial": mode(every_core, sentences, 1), "piper": mode(every_core, sentences, 8),
+        modes = {"serial": mode(every_core, sentences, 1), "piper": mode(every_core, sentences, 8),
                  "parallel": mode(one_core, sentences, cores), "single": mode(one_core, sentences, 1)}
-        rate = {name: figures["sentences_per_s"] for name, figures in found.items()}
-        found["parallel_over_serial"] = round(rate["parallel"] / rate["serial"], 3)  # type: ignore[assignment]
-        found["parallel_over_piper"] = round(rate["parallel"] / rate["piper"], 3)  # type: ignore[assignment]
-        found["single_over_serial"] = round(rate["single"] / rate["serial"], 3)  # type: ignore[assignment]
+        rate = {name: figures["sentences_per_s"] for name, figures in modes.items()}
+        found: dict[str, Any] = {**modes,
+                                 "parallel_over_serial": round(rate["parallel"] / rate["serial"], 3),
+                                 "parallel_over_piper": round(rate["parallel"] / rate["piper"], 3),
+                                 "single_over_serial": round(rate["single"] / rate["serial"], 3)}
         print(f"round {number}: {json.dumps(found)}", flush=True)
         rounds.append(found)
     result = {"when": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(), "cpus": cores,
