@@ -4,10 +4,12 @@ Each handler is connected weakly and kept alive by the app itself (``app.tts_han
 answers only for senders of that app, so a second app in the same process (tests build several)
 neither adds handlers that fire for the first nor keeps it alive.
 
-- a task message arrives (``task_received``): the worker holds it (in memory); a message no thread
-  has started by the next heartbeat is recorded in its row then (which worker holds it, under a
-  lease), in one statement for all of them, so the common case, a thread free at once, writes
-  nothing here (the claim records the worker) and the consumer thread never waits on SQL;
+- a task message arrives (``task_received``): the worker holds it (in memory); at the next
+  heartbeat, the rows of the messages received since that are still queued (no thread claimed
+  them yet: an ETA, a retry's countdown, a task waiting for the suspects lock) record which worker
+  holds them, under a lease, in one statement for all of them; so the common case, a thread that
+  claims at once, writes nothing here (the claim records the worker) and the consumer thread never
+  waits on SQL;
 - a task ends (``task_postrun``): its lease is no longer renewed;
 - the worker is ready (``worker_ready``): the recovery sweep runs once, the default voice is warmed,
   the heartbeat thread starts (it also renews the leases of every task held and of every webhook
@@ -45,7 +47,7 @@ Handler = Callable[..., None]
 
 class Leases:
     """The task ids this worker holds (received, not yet finished), for lease renewal, and those
-    of them whose row does not say so yet (received, not started: recorded by the next beat)."""
+    received since the last beat (the next beat records those still queued)."""
 
     def __init__(self) -> None:
         self._held: set[str] = set()
@@ -53,19 +55,14 @@ class Leases:
         self._lock = threading.Lock()
 
     def hold(self, task_id: str) -> None:
-        """The worker received ``task_id``; its row does not say so yet."""
+        """The worker received ``task_id``; its row may not say so yet."""
         with self._lock:
             self._held.add(task_id)
             self._unrecorded.add(task_id)
 
-    def started(self, task_id: str) -> None:
-        """A thread took ``task_id``: its claim records the worker in the row."""
-        with self._lock:
-            self._unrecorded.discard(task_id)
-
     def take_unrecorded(self) -> list[str]:
-        """The held ids no row records yet, now counted as recorded (``unrecord`` puts them back
-        when writing them failed)."""
+        """The held ids received since the last beat, now counted as recorded (``unrecord`` puts
+        them back when writing them failed)."""
         with self._lock:
             taken = sorted(self._unrecorded)
             self._unrecorded.clear()
@@ -100,7 +97,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
 
     def received(sender: object = None, request: Request | None = None, **_: object) -> None:
         # Held in memory only: a thread free at once claims the task within milliseconds (the
-        # claim records the worker); one still waiting at the next beat is recorded then, well
+        # claim records the worker); a row still queued at the next beat is recorded then, well
         # within a lease of its delivery, so a worker that dies with tasks reserved is found by
         # their expired leases, and one that dies before recording them by the stranded-message
         # rule (delivered more than a lease ago, held by nobody). Nothing here waits on SQL: this
@@ -134,7 +131,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         def beat() -> WorkerInfo:
             unrecorded = leases.take_unrecorded()
             try:
-                runtime.core.task_rows.reserve_many(unrecorded, name)  # received, no thread yet
+                runtime.core.task_rows.reserve_many(unrecorded, name)  # those still queued
                 runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
                 if deliveries is not None:  # and so do the webhook deliveries in flight
                     runtime.core.callbacks.renew(deliveries.held())
@@ -154,13 +151,11 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
             if deliveries is not None:
                 deliveries.close()
 
-    def started(sender: object = None, task_id: str | None = None, **_: object) -> None:
+    def started(sender: object = None, **_: object) -> None:
         # Readiness proves consumption: marked whenever this worker really takes a task off a
         # queue (not at start-up), so a worker alive but no longer consuming makes /readyz fail.
         if mine(sender):
             consumed.mark()
-            if task_id is not None:
-                leases.started(task_id)
 
     handlers: list[tuple[Signal, Handler]] = [
         (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
