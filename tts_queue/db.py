@@ -95,18 +95,22 @@ class Database:
 
 
 def get_by_id(db: Database, model: type[RowT], row_id: str, missing: Callable[[str], Exception],
-              noun: str, owner: str | None = None) -> RowT:
+              noun: str, owner: str | None = None, session: Session | None = None) -> RowT:
     """The row of ``model`` with the UUID ``row_id``, or ``missing(message)`` raised (malformed ids
     included), so an unknown and a malformed id answer the same 404. With ``owner`` (an API key's
-    id), another owner's row answers exactly as an unknown id does."""
+    id), another owner's row answers exactly as an unknown id does. With ``session``, read in the
+    caller's transaction."""
     import uuid
 
     try:
         uuid.UUID(row_id)
     except (ValueError, AttributeError, TypeError):
         raise missing(f"{row_id!r} is not a {noun} id") from None
-    with db.read() as session:
+    if session is not None:
         row = session.get(model, row_id)
+    else:
+        with db.read() as own:
+            row = own.get(model, row_id)
     if row is None or (owner is not None and getattr(row, "owner", None) != owner):
         raise missing(f"no {noun} {row_id}")
     return row

@@ -59,17 +59,19 @@ class AudioCache:
             hit = self._hot.get(key)
         return hit if hit is not None else self._live_row(key)
 
-    def _live_row(self, key: str) -> CachedAudio | None:
-        """The unexpired database row of ``key``."""
-        with self.db.read() as session:
+    def _live_row(self, key: str, session: Session | None = None) -> CachedAudio | None:
+        """The unexpired database row of ``key`` (in ``session``'s transaction, if given)."""
+        if session is not None:
             row = session.get(CacheEntry, key)
             return _cached(row) if row is not None and row.expired_at is None else None
+        with self.db.read() as own:
+            return self._live_row(key, own)
 
-    def peek(self, key: str) -> CachedAudio | None:
+    def peek(self, key: str, session: Session | None = None) -> CachedAudio | None:
         """The cached audio for ``key`` if its row is live (read from the database, not the hot
         cache, which another process's cleanup or ``forget`` may have outdated) and its file is
-        there, without recording a hit."""
-        hit = self._live_row(key)
+        there, without recording a hit; with ``session``, read in the caller's transaction."""
+        hit = self._live_row(key, session)
         return hit if hit is not None and self._present(hit) else None
 
     def lookup(self, key: str, session: Session | None = None) -> CachedAudio | None:

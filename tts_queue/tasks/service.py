@@ -227,13 +227,17 @@ class TaskService:
 
     def audio(self, task_id: str, owner: str | None = None) -> AudioFile:
         """The finished audio of a task, or ``AudioNotReady``."""
-        row = self.row(task_id, owner)
-        if row.status is not TaskStatus.DONE:
-            raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
-        # The download that follows a task's end reads the entry without recording an access: it
-        # was stored or counted as a hit within the minute (retention's last access is that fresh).
-        fresh = row.finished_at is not None and self.clock() - row.finished_at < FRESH_DOWNLOAD
-        entry = self.cache.peek(row.cache_key) if fresh else self.cache.lookup(row.cache_key)
+        # The download that follows a task's end reads the row and the entry in one transaction,
+        # without recording an access: it was stored or counted as a hit within the minute
+        # (retention's last access is that fresh). A later one records it (``lookup``).
+        with self.db.read() as session:
+            row = get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task", owner, session)
+            if row.status is not TaskStatus.DONE:
+                raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
+            fresh = row.finished_at is not None and self.clock() - row.finished_at < FRESH_DOWNLOAD
+            entry = self.cache.peek(row.cache_key, session) if fresh else None
+        if not fresh:
+            entry = self.cache.lookup(row.cache_key)
         if entry is None:
             raise AudioExpired(f"the audio of task {task_id} has expired from the cache; resubmit")
         return AudioFile(task_id, entry.key, entry.path, entry.format, mime_type(entry.format),
