@@ -371,7 +371,7 @@ def first_id(ids: list[int]) -> int:
     return ids[2]
 
 
-def test_two_runners_run_two_calls_at_once_and_a_lone_one_alone(
+def test_two_runners_run_two_requests_at_once(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
 ) -> None:
     # Given an engine with two runners, whose model holds one sentence until released
