@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
+from sqlalchemy import event
 
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import TaskStatus
@@ -325,21 +326,30 @@ def test_a_synthesis_or_voice_failure_is_stored_as_its_codes_sentence(
     assert "/srv/" in caplog.text and "hunter2" not in caplog.text
 
 
-def test_a_first_attempt_is_two_write_transactions_and_one_read(world: dict[str, Any]) -> None:
-    # Given a queued task never attempted, and every statement of its database counted
-    from sqlalchemy import event
-
+def test_a_first_attempt_is_two_write_transactions_and_no_read(world: dict[str, Any]) -> None:
+    # Given a queued task never attempted, one whose audio an identical request stored since its
+    # submission, and every statement of their database counted
     task_id = add_task(world, "Counted writes.")
+    stored = add_task(world, "Stored meanwhile.")
+    assert world["executor"].execute(add_task(world, "Stored meanwhile.")) is TaskStatus.DONE
     statements: list[str] = []
     event.listen(world["db"].engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
-    # When it is executed
+    # When the first is executed
     assert world["executor"].execute(task_id) is TaskStatus.DONE
-    # Then it was claimed (one transaction, no read of its attempts before it), looked up in the
-    # cache (one read), and ended with its cache row in the finish's transaction
+    # Then it was claimed and looked up in the cache in one transaction (no read of its attempts
+    # before it, no read transaction of its own for the lookup), and ended with its cache row in
+    # the finish's transaction
     begins = [s.upper() for s in statements if s.upper().startswith("BEGIN")]
-    assert begins == ["BEGIN IMMEDIATE", "BEGIN", "BEGIN IMMEDIATE"], begins
+    assert begins == ["BEGIN IMMEDIATE", "BEGIN IMMEDIATE"], begins
     last = statements[statements.index("BEGIN IMMEDIATE", 1):]
     assert [s.split()[0].upper() for s in last if s.split()[0].upper() in ("INSERT", "UPDATE")] == \
         ["INSERT", "UPDATE"]
     entry = world["cache"].peek(row(world, task_id).cache_key)
     assert entry is not None and world["cache"].store.exists(entry.path)
+    # And the second, found by that lookup in its claim, ends done as a hit, unsynthesized, in two
+    # write transactions too
+    calls = world["synth"].calls
+    statements.clear()
+    assert world["executor"].execute(stored) is TaskStatus.DONE
+    assert [s.upper() for s in statements if s.upper().startswith("BEGIN")] == ["BEGIN IMMEDIATE"] * 2
+    assert world["synth"].calls == calls and row(world, stored).cache_hit

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +24,7 @@ from typing import IO
 
 import numpy as np
 import numpy.typing as npt
+from sqlalchemy.orm import Session
 
 from tts_queue import metrics
 from tts_queue.enums import STREAM_FORMATS, Lane, TaskStatus
@@ -131,13 +132,21 @@ class TaskExecutor:
         """Process one task; return its final status, or ``None`` if there was nothing to do.
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``)."""
         worker = worker_name or self.worker_name
-        claimed = self.rows.claim_first(task_id, worker)
+        # the cache is looked up in the claim's transaction (an identical request may have stored
+        # the audio since submission): one read transaction fewer for a first attempt
+        cached: dict[str, CachedAudio | None] = {}
+
+        def look(session: Session, row: TaskRow) -> None:
+            cached[row.cache_key] = self.cache.peek(row.cache_key, session)
+
+        claimed = self.rows.claim_first(task_id, worker, also=look)
         if claimed is Suspect.SUSPECT:  # attempted before: claimed (and run) under the lock
             with self._suspects:
                 return self._execute(task_id, self.rows.claim(task_id, worker), stream)
-        return self._execute(task_id, claimed, stream)
+        return self._execute(task_id, claimed, stream, cached)
 
-    def _execute(self, task_id: str, claimed: TaskRow | Suspect | None, stream: bool) -> TaskStatus | None:
+    def _execute(self, task_id: str, claimed: TaskRow | Suspect | None, stream: bool,
+                 cached: Mapping[str, CachedAudio | None] | None = None) -> TaskStatus | None:
         row = self._shown(claimed)
         if row is None:
             return None
@@ -149,7 +158,12 @@ class TaskExecutor:
         times = TaskTimes(row.created_at, row.started_at or self.rows.clock(), self.rows.clock)
         leads = self.leaders.lead(row.cache_key)
         try:
-            entry = self.cache.peek(row.cache_key)
+            # what the claim found holds for a leader; a follower waited for a leader who may
+            # have stored the audio since, and looks again
+            if leads and cached is not None and row.cache_key in cached:
+                entry = cached[row.cache_key]
+            else:
+                entry = self.cache.peek(row.cache_key)
             if entry is not None:  # in the cache already (or made by the leader we waited for)
                 ending = self.ends.done(task_id, batch_size=None, cache_hit=True, timings=times.timings(),
                                         seconds=entry.duration_s)

@@ -146,13 +146,16 @@ class TaskRows:
         claimed = self._claim(task_id, worker, first_only=False)
         return claimed if isinstance(claimed, TaskRow) else None
 
-    def claim_first(self, task_id: str, worker: str) -> TaskRow | Suspect | None:
+    def claim_first(self, task_id: str, worker: str,
+                    also: Callable[[Session, TaskRow], None] | None = None) -> TaskRow | Suspect | None:
         """As ``claim``, but a task attempted before is not claimed: ``SUSPECT`` (the caller claims
         it when it may run it: ``TaskExecutor``'s suspects lock). So the common first attempt costs
-        one transaction, with no read of the attempts before it."""
-        return self._claim(task_id, worker, first_only=True)
+        one transaction, with no read of the attempts before it. ``also(session, row)``: more
+        reads in that transaction once the row is claimed (the executor's cache lookup)."""
+        return self._claim(task_id, worker, first_only=True, also=also)
 
-    def _claim(self, task_id: str, worker: str, first_only: bool) -> TaskRow | Suspect | None:
+    def _claim(self, task_id: str, worker: str, first_only: bool,
+               also: Callable[[Session, TaskRow], None] | None = None) -> TaskRow | Suspect | None:
         now = self.clock()
         with self.db.write() as session:
             # FOR UPDATE: a cancel or a second delivery waits for this claim (PostgreSQL);
@@ -174,6 +177,8 @@ class TaskRows:
             row.claimed_at = now
             row.attempts += 1
             row.worker = worker
+            if also is not None:
+                also(session, row)
             return row
 
     def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
