@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import load_voice
+from tests.support import wait_until
 from tests.tiny_voice import HOP_LENGTH, SAMPLE_RATE, reference_audio
 from tts_queue.errors import SynthesisError, UnknownVoice
 from tts_queue.settings import PoolSettings, Settings
@@ -339,19 +340,26 @@ def test_stop_releases_every_waiting_caller(make_engine: Callable[..., BatchEngi
 # --- several runners ------------------------------------------------------------------------------
 
 
+QUIET_S = 0.3  # how long a sentence that must wait is watched not entering the model
+
+
 class GatedModel:
     """Wraps a voice's ``run_batch``: records which sentences entered the model and when they
-    left it; a sentence whose first id is in ``hold`` waits for ``release`` inside the call."""
+    left it; the sentence ``held`` waits for ``release`` inside the call."""
 
-    def __init__(self, voice: LoadedVoice) -> None:
+    def __init__(self, voice: LoadedVoice, held: list[int]) -> None:
         self.original = voice.model.run_batch
         self.entered: list[tuple[str, int]] = []  # (thread, first id of the first slot)
         self.inside = 0
         self.most_inside = 0
-        self.hold: set[int] = set()
+        self.hold = {first_id(held)}
         self.release = threading.Event()
         self.lock = threading.Lock()
         voice.model.run_batch = self  # type: ignore[method-assign]
+
+    def wait_entered(self, count: int) -> None:
+        """Until ``count`` calls have entered the model."""
+        wait_until(lambda: len(self.entered) >= count, timeout=TIMEOUT, interval=0.005)
 
     def __call__(self, ids: Sequence[Sequence[int]], *args: Any, **kwargs: Any) -> Any:
         with self.lock:
@@ -371,18 +379,22 @@ def first_id(ids: list[int]) -> int:
     return ids[2]
 
 
+def gated(make_engine: Callable[..., BatchEngine], registry: VoiceRegistry,
+          held: list[int]) -> tuple[GatedModel, BatchEngine]:
+    """An engine with two runners, one sentence a call, whose model holds ``held`` until released."""
+    return GatedModel(registry.load("tiny"), held), make_engine(max_batch=1, runners=2)
+
+
 def test_two_runners_run_two_requests_at_once(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
 ) -> None:
     # Given an engine with two runners, whose model holds one sentence until released
-    model = GatedModel(registry.load("tiny"))
-    engine = make_engine(max_batch=1, runners=2)
     held, other = sentence(1, 3), sentence(2, 4)
-    model.hold = {first_id(held)}
+    model, engine = gated(make_engine, registry, held)
     with ThreadPoolExecutor(max_workers=2) as pool:
         # When one request is held in the model and a second arrives
         blocked = pool.submit(engine.run_sentences, KEY, [held])
-        wait_for_entries(model, 1)
+        model.wait_entered(1)
         [second] = pool.submit(engine.run_sentences, KEY, [other]).result(timeout=TIMEOUT)
         # Then the second ran beside it, on the other runner, and was answered first
         assert not blocked.done() and model.most_inside == 2
@@ -398,16 +410,14 @@ def test_no_bulk_batch_starts_beside_an_interactive_one(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
 ) -> None:
     # Given an engine with two runners and an interactive sentence held in the model
-    model = GatedModel(registry.load("tiny"))
-    engine = make_engine(max_batch=1, runners=2)
     interactive, book = sentence(3, 3), sentence(4, 5)
-    model.hold = {first_id(interactive)}
+    model, engine = gated(make_engine, registry, interactive)
     with ThreadPoolExecutor(max_workers=2) as pool:
         answered = pool.submit(engine.run_sentences, KEY, [interactive], 0)
-        wait_for_entries(model, 1)
+        model.wait_entered(1)
         # When a book sentence arrives while the other runner is free
         rendered = pool.submit(engine.run_sentences, KEY, [book], 1)
-        threading.Event().wait(0.3)
+        threading.Event().wait(QUIET_S)
         # Then it waits: it does not share the cores with the interactive call
         assert not rendered.done() and [i for _, i in model.entered] == [first_id(interactive)]
         # And it runs once the interactive call has ended
@@ -418,30 +428,17 @@ def test_no_bulk_batch_starts_beside_an_interactive_one(
     assert np.array_equal(result.audio.samples, reference_audio(book))
 
 
-def wait_for_entries(model: GatedModel, count: int) -> None:
-    """Until ``count`` calls have entered the model."""
-    deadline = threading.Event()
-    for _ in range(int(TIMEOUT / 0.005)):
-        with model.lock:
-            if len(model.entered) >= count:
-                return
-        deadline.wait(0.005)
-    raise AssertionError(f"only {len(model.entered)} calls entered the model")
-
-
 def test_a_requests_sentences_run_one_at_a_time_and_calls_stay_within_one_largest_call(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
 ) -> None:
     # Given an engine with two runners whose model holds one sentence until released
-    model = GatedModel(registry.load("tiny"))
-    engine = make_engine(max_batch=1, runners=2)
     first, second = sentence(5, 3), sentence(6, 3)
-    model.hold = {first_id(first)}
+    model, engine = gated(make_engine, registry, first)
     with ThreadPoolExecutor(max_workers=1) as pool:
         # When one request of two sentences is made
         done = pool.submit(engine.run_sentences, KEY, [first, second])
-        wait_for_entries(model, 1)
-        threading.Event().wait(0.3)
+        model.wait_entered(1)
+        threading.Event().wait(QUIET_S)
         # Then its second sentence waits for its first (its memory is one call's, not two)
         assert model.most_inside == 1 and len(model.entered) == 1
         model.release.set()
@@ -449,16 +446,14 @@ def test_a_requests_sentences_run_one_at_a_time_and_calls_stay_within_one_larges
             len(reference_audio(first)), len(reference_audio(second))]
 
     # And given calls that may cost at most one and a half of these sentences together
-    model = GatedModel(registry.load("tiny"))
-    small = make_engine(max_batch=1, runners=2)
+    model, small = gated(make_engine, registry, first)
     small.max_call_cost = 1.5 * len(first)
-    model.hold = {first_id(first)}
     with ThreadPoolExecutor(max_workers=2) as pool:
         held = pool.submit(small.run_sentences, KEY, [first])
-        wait_for_entries(model, 1)
+        model.wait_entered(1)
         # When another request's sentence arrives while the other runner is free
         other = pool.submit(small.run_sentences, KEY, [second])
-        threading.Event().wait(0.3)
+        threading.Event().wait(QUIET_S)
         # Then it waits: together they would cost more than the largest call
         assert not other.done() and model.most_inside == 1
         model.release.set()

@@ -14,7 +14,7 @@ from tts_queue.app.core import Core
 from tts_queue.app.plugins import load_plugins, wrapped_synthesizer
 from tts_queue.books.ingest import Ingester
 from tts_queue.settings import Settings
-from tts_queue.synthesis.engine import BatchEngine, largest_call
+from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.frontend import load_lexicon
 from tts_queue.synthesis.providers import CPU
 from tts_queue.synthesis.synthesizer import Synthesizer
@@ -46,9 +46,7 @@ class WorkerRuntime:
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the worker at start
         plugins = load_plugins(settings.worker.plugins)
         core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins)
-        pool = settings.pool(settings.worker.pool)
-        engine = BatchEngine(core.registry, pool, max_call_cost=largest_call(
-            pool, settings.request.max_sentence_phonemes, settings.request.min_speed)).start()
+        engine = BatchEngine.for_pool(core.registry, settings, settings.worker.pool).start()
         executor = TaskExecutor(
             core.cache, wrapped_synthesizer(plugins, Synthesizer(core.registry, engine)), core.ends,
             name or f"{settings.worker.pool}@{socket.gethostname()}", core.board, core.streams,

@@ -32,7 +32,7 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     """Synthesize text to a file with the core, no service needed."""
     from tts_queue.storage.local import write_atomic
     from tts_queue.synthesis.encoder import check_format, encode
-    from tts_queue.synthesis.engine import BatchEngine, largest_call
+    from tts_queue.synthesis.engine import BatchEngine
     from tts_queue.synthesis.registry import VoiceRegistry
     from tts_queue.synthesis.request import build_request
     from tts_queue.synthesis.synthesizer import Synthesizer
@@ -45,9 +45,7 @@ def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
                "text_type": args.text_type}
     registry = VoiceRegistry.from_settings(settings)
     request = build_request({k: v for k, v in payload.items() if v is not None}, registry, settings)
-    pool = settings.pool("cpu")
-    engine = BatchEngine(registry, pool, max_call_cost=largest_call(
-        pool, settings.request.max_sentence_phonemes, settings.request.min_speed)).start()
+    engine = BatchEngine.for_pool(registry, settings, "cpu").start()
     started = time.perf_counter()
     try:
         result = Synthesizer(registry, engine).synthesize(request)

@@ -31,7 +31,7 @@ import numpy as np
 
 from tts_queue import metrics
 from tts_queue.errors import ServiceUnavailable
-from tts_queue.settings import PoolSettings
+from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis.batching import Batch, BatchPolicy, Entry
 from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales
 from tts_queue.synthesis.registry import VoiceRegistry
@@ -97,6 +97,14 @@ class BatchEngine:
         self._running: dict[int, _Running] = {}
         self._s_per_id: float | None = None  # seconds per padded id, a moving average of past calls
         self.preempted = 0
+
+    @classmethod
+    def for_pool(cls, registry: VoiceRegistry, settings: Settings, pool: str) -> BatchEngine:
+        """An engine with ``pool``'s settings whose calls at once stay within its largest call
+        (the longest sentence at the slowest speed the settings admit)."""
+        budget = settings.pool(pool)
+        return cls(registry, budget, max_call_cost=largest_call(
+            budget, settings.request.max_sentence_phonemes, settings.request.min_speed))
 
     @property
     def _thread(self) -> threading.Thread | None:

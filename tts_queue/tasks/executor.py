@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -134,10 +134,10 @@ class TaskExecutor:
         worker = worker_name or self.worker_name
         # the cache is looked up in the claim's transaction (an identical request may have stored
         # the audio since submission): one read transaction fewer for a first attempt
-        cached: dict[str, CachedAudio | None] = {}
+        cached: list[CachedAudio | None] = []
 
         def look(session: Session, row: TaskRow) -> None:
-            cached[row.cache_key] = self.cache.peek(row.cache_key, session)
+            cached.append(self.cache.peek(row.cache_key, session))
 
         claimed = self.rows.claim_first(task_id, worker, also=look)
         if claimed is Suspect.SUSPECT:  # attempted before: claimed (and run) under the lock
@@ -146,7 +146,7 @@ class TaskExecutor:
         return self._execute(task_id, claimed, stream, cached)
 
     def _execute(self, task_id: str, claimed: TaskRow | Suspect | None, stream: bool,
-                 cached: Mapping[str, CachedAudio | None] | None = None) -> TaskStatus | None:
+                 cached: Sequence[CachedAudio | None] = ()) -> TaskStatus | None:
         row = self._shown(claimed)
         if row is None:
             return None
@@ -160,10 +160,7 @@ class TaskExecutor:
         try:
             # what the claim found holds for a leader; a follower waited for a leader who may
             # have stored the audio since, and looks again
-            if leads and cached is not None and row.cache_key in cached:
-                entry = cached[row.cache_key]
-            else:
-                entry = self.cache.peek(row.cache_key)
+            entry = cached[0] if leads and cached else self.cache.peek(row.cache_key)
             if entry is not None:  # in the cache already (or made by the leader we waited for)
                 ending = self.ends.done(task_id, batch_size=None, cache_hit=True, timings=times.timings(),
                                         seconds=entry.duration_s)
