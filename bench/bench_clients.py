@@ -3,6 +3,7 @@
 Run from the repository root (about ten minutes on 2 cores, the real default voice)::
 
     .venv/bin/python bench/bench_clients.py [--out bench/results/clients.json] [--book PATH]
+                                            [--only reads|polling|streaming|lanes ...]
 
 It starts ``tts-queue up`` (embedded Redis, SQLite, one worker, default settings) on a fresh data
 directory and measures, in the same run:
@@ -52,6 +53,7 @@ from tts_queue.synthesis.synthesizer import Synthesizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT.parent / "shared" / "data" / "sherlock-holmes.epub"
+PARTS = ("reads", "polling", "streaming", "lanes")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -180,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results/clients.json")
     parser.add_argument("--book", default=str(BOOK))
+    parser.add_argument("--only", choices=PARTS, action="append",
+                        help="run only this part (repeatable; default: all four)")
     args = parser.parse_args(argv)
+    parts = set(args.only or PARTS)
     settings = Settings.from_env({})
     registry = VoiceRegistry.from_settings(settings)
     engine = BatchEngine(registry, settings.routing.cpu).start()
@@ -192,20 +197,24 @@ def main(argv: list[str] | None = None) -> int:
         url = f"http://127.0.0.1:{port}"
         service = start_service(Path(tmp), port, {})
         try:
-            results["reads"] = status_reads(url)
-            print("reads", results["reads"], flush=True)
+            if "reads" in parts:
+                results["reads"] = status_reads(url)
+                print("reads", results["reads"], flush=True)
             ratios = []
-            for round_no in range(2):
+            for round_no in range(2 if "polling" in parts else 0):
                 texts = [f"{s} Polled {round_no} {uuid.uuid4().hex[:4]}." for s in SENTENCES]
                 core = core_rate(synth, settings, [f"{t} Core." for t in texts])
                 polled = polling_rate(url, texts)
                 ratios.append({"core_req_s": core, "polling_req_s": polled, "ratio": polled / core})
                 print("polling", ratios[-1], flush=True)
-            results["polling"] = {"rounds": ratios, "ratio": statistics.median(r["ratio"] for r in ratios)}
+            if ratios:
+                results["polling"] = {"rounds": ratios,
+                                      "ratio": statistics.median(r["ratio"] for r in ratios)}
             engine.stop()
-            results["streaming"] = streaming(url)
-            print("streaming", results["streaming"], flush=True)
-            if Path(args.book).is_file():
+            if "streaming" in parts:
+                results["streaming"] = streaming(url)
+                print("streaming", results["streaming"], flush=True)
+            if "lanes" in parts and Path(args.book).is_file():
                 results["lanes"] = lanes(url, Path(args.book))
                 print("lanes", results["lanes"], flush=True)
         finally:

@@ -86,6 +86,32 @@ def test_a_status_read_from_the_board_runs_no_sql_and_honours_owners(
     assert board.get(view.id)["status"] == "cancelled"  # type: ignore[index]
 
 
+def test_a_hit_answered_at_submission_has_no_record_and_its_read_falls_back_to_the_row(
+    tmp_path: Path, voices_dir: Path, board: StatusBoard
+) -> None:
+    # Given a task service with a board, and audio for a text in the cache
+    settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                          "TTS_DEFAULT_VOICE": "tiny"}))
+    core = core_of(settings)
+    board_ends = TaskEnds(core.task_rows, [ShowOnBoard(board, lambda key: None)], board)
+    tasks = TaskService(settings, core.db, core.cache, core.registry, FakeQueue(), board_ends,
+                        core.callbacks, board, None, lambda pool: True)
+    first = tasks.submit({"text": "Asked twice."})
+    audio = Audio(np.zeros(4410, dtype=np.float32), 22050)
+    core.cache.put(tasks.row(first.id).cache_key, "wav", "tiny", encode(audio, "wav"), audio.duration_s)
+    # When the same text is asked again: a hit, answered done at submission
+    hit = tasks.submit({"text": "Asked twice."})
+    assert hit.status is TaskStatus.DONE and hit.cache_hit and hit.duration_s == pytest.approx(0.2)
+    # Then the board holds no record of it (the answer had the finished view: no Redis write)
+    assert board.get(hit.id) is None
+    # And a later status read answers the same from the row
+    statements: list[str] = []
+    event.listen(core.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    read = tasks.get(hit.id)
+    assert statements and read.status is TaskStatus.DONE and read.cache_hit
+    assert read.duration_s == pytest.approx(0.2) and read.created_at == hit.created_at
+
+
 def test_a_long_poll_reads_the_row_past_a_stale_record(tmp_path: Path, voices_dir: Path,
                                                        redis_url: str) -> None:
     from api import create_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from tts_queue.errors import AudioTooLong, InvalidRequest, NothingToSpeak
@@ -47,8 +47,10 @@ class SynthesisRequest:
     normalizer: int = 0  # normalize.VERSION when the text was normalized, 0 when not
 
     def to_dict(self) -> RequestJSON:
-        """JSON-safe form (what ``tasks.request`` holds)."""
-        data = asdict(self)
+        """JSON-safe form (what ``tasks.request`` holds). Every field but the script is a scalar,
+        so a plain read of each, not ``dataclasses.asdict``'s deep copy (twice per hit, a twentieth
+        of its time)."""
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["script"] = [list(part) for part in self.script]
         return cast("RequestJSON", data)
 

@@ -10,8 +10,9 @@ The database row stays the truth; the board only ever answers what a row said:
   nothing outranks, is a plain ``SET EX``;
 - a record of an unfinished task lives ``OPEN_TTL_S`` (30 s), a finished one ``DONE_TTL_S``
   (10 minutes): a lost write costs at most a short stale spell, then reads fall back to the row;
-- tasks with a callback (whose delivery state changes after they finish) and book sentences (never
-  polled one by one) have no record; any Redis error falls back to the row.
+- tasks with a callback (whose delivery state changes after they finish), book sentences (never
+  polled one by one) and cache hits answered at submission (their client has the finished view)
+  have no record; any Redis error falls back to the row.
 """
 
 from __future__ import annotations

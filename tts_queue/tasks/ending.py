@@ -125,9 +125,11 @@ class ShowOnBoard:
         self.duration = duration  # the audio's duration by cache key, when the ending lacks it
 
     def __call__(self, ending: Ending) -> None:
-        """Write the record (from what the ender knew: no database read when it knew the duration)."""
+        """Write the record (from what the ender knew: no database read when it knew the duration).
+        A hit answered at submission gets none: its client has the finished view in the answer,
+        and the rare later read falls back to the row (the write was a tenth of a hit's time)."""
         row = ending.row
-        if shown(row):
+        if shown(row) and not ending.at_submission:
             seconds = None
             if row.status is TaskStatus.DONE:
                 seconds = ending.seconds if ending.seconds is not None else self.duration(row.cache_key)
