@@ -81,7 +81,7 @@ class Floor:
         self.worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "floor_app:celery", "worker", "--pool", "threads",
              "--concurrency", "16", "--queues", "floor", "--without-gossip", "--without-mingle",
-             "--loglevel", "WARNING"],
+             "--loglevel", "INFO"],  # as the service's worker: a line per task received and done
             cwd=BENCH, env=env, stdout=log, stderr=subprocess.STDOUT)
         os.environ["FLOOR_REDIS_URL"] = url
         import floor_app  # the client side: the same module, this process's broker URL

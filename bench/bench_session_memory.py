@@ -16,8 +16,10 @@ them: ``patterns`` (ONNX Runtime's default: a memory pattern kept per input shap
 registered with ``create_and_register_allocator``, that grows by what a call asks
 (``kSameAsRequested``), not by doubling regions (``kNextPowerOfTwo``, the default)),
 ``no-patterns-pregrow`` (the service's options, warmed up with the longest sentence the settings
-admit, so the arena starts at that size). ``--shuffled`` takes the sentences from the whole book
-in a fixed shuffled order, ``--threads 1`` one at a time (a CPU worker's calls: one sentence each).
+admit, so the arena starts at that size), ``no-patterns-pregrow-arenas2`` (the same, with glibc's
+``MALLOC_ARENA_MAX=2``: at most two malloc arenas for all threads, not eight per core).
+``--shuffled`` takes the sentences from the whole book in a fixed shuffled order, ``--threads 1``
+one at a time (a CPU worker's calls: one sentence each).
 The variants alternate within a round. Results go to ``bench/results/session_memory.json``;
 nothing is asserted.
 """
@@ -44,7 +46,9 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "session_memory.json"
 EPUB = Path(os.environ.get("TTS_TEST_EPUB") or ROOT.parent / "shared" / "data" / "sherlock-holmes.epub")
 VARIANTS = ("patterns", "no-patterns", "no-patterns-no-arena", "no-patterns-shrink", "no-patterns-exact",
-            "no-patterns-pregrow")
+            "no-patterns-pregrow", "no-patterns-pregrow-arenas2")
+# Variants run with glibc malloc settings in their environment (read once, as the process starts).
+MALLOC_ENV = {"no-patterns-pregrow-arenas2": {"MALLOC_ARENA_MAX": "2"}}
 
 
 def rss_mb() -> float:
@@ -111,7 +115,7 @@ def run_variant(variant: str, sentences: int, threads: int = 4, shuffled: bool =
         except TTSQueueError:
             continue
     synthesizer.synthesize(requests_[0])
-    if variant == "no-patterns-pregrow":  # warm-up with the longest sentence the settings admit
+    if variant.startswith("no-patterns-pregrow"):  # warm-up with the longest sentence the settings admit
         voice = registry.load(None)
         longest = voice.sentence_ids("and the longest sentence there is goes on " * 60 + "until it stops.",
                                      settings.request.max_sentence_phonemes)[0]
@@ -151,7 +155,8 @@ def main() -> None:
         for variant in args.variants.split(","):
             command = [sys.executable, __file__, "--one", variant, "--sentences", str(args.sentences),
                        "--threads", str(args.threads), *(["--shuffled"] if args.shuffled else [])]
-            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True,
+                                  env=os.environ | MALLOC_ENV.get(variant, {}))
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(runs[-1]), flush=True)
     result = {"when": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),

@@ -10,8 +10,11 @@ prometheus-client's multiprocess mode as under ``tts-queue up``) on the tiny tes
 one request's audio in the cache (no worker is needed for a hit), then, through the Flask test
 client (so gunicorn's own share, HTTP parsing and the access log, is not here: see py-spy):
 
-- times ``--n`` hits (``POST /v1/tts`` of that text) and ``--n`` status reads
-  (``GET /v1/tasks/<id>`` of a finished task) without a profiler: in-process p50;
+- times ``--n`` hits (``POST /v1/tts`` of that text), ``--n`` status reads
+  (``GET /v1/tasks/<id>`` of a finished task) and ``--n`` misses (a new text submitted, the
+  worker's claim, store and finish run inline, then the long-poll and the download: the API's
+  three requests; the worker's part shows as ``worker`` in the profile) without a profiler:
+  in-process p50;
 - counts per request the SQL statements and transactions (``bench/sqlcount.py``), Redis
   commands (``INFO commandstats``), ``importlib.metadata.version`` calls and file ``stat``s;
 - profiles ``--n`` more of each with cProfile: the functions with the most own time and the
@@ -203,9 +206,31 @@ def main(argv: list[str] | None = None) -> int:
 
             import redis
 
+            from tests.support import announce_idle_worker
+
+            announce_idle_worker(embedded.url, settings.services.queue_prefix, pool="cpu")
+            wav = b"RIFF" + bytes(4000)
+
+            def worker(task_id: str) -> None:
+                """What a worker does between the submission and the long-poll (not the API's)."""
+                row = services.tasks.rows.claim(task_id, "profile@bench")
+                assert row is not None
+                services.tasks.cache.put(row.cache_key, "wav", "tiny", wav, 0.125)
+                services.tasks.ends.done(task_id, 1, seconds=0.125)
+
+            def miss() -> None:
+                text = f"A miss {os.urandom(6).hex()}."
+                task_id = client.post("/v1/tts", json={"text": text}).get_json()["task_id"]
+                worker(task_id)
+                done = client.get(f"/v1/tasks/{task_id}?wait=30").get_json()
+                assert done["status"] == "done", done
+                assert client.get(f"/v1/tasks/{task_id}/audio").status_code == 200
+
             redis_client = redis.Redis(unix_socket_path=str(embedded.socket))
             results = {"hit": measure("hit", hit, args.n, counter, redis_client, args.top),
                        "status_read": measure("status read", status, args.n, counter, redis_client, args.top),
+                       "miss": measure("miss (the worker's part inline: worker)", miss, args.n,
+                                       counter, redis_client, args.top),
                        "load_avg": os.getloadavg()}
             results["model_call"] = model_call(tmp / "spin-voices", tmp / "data")
         finally:

@@ -226,6 +226,10 @@ class WorkerSettings:
                                        "concurrency minus this, and at most two batches plus two)",
                                        env="TTS_INTERACTIVE_RESERVE")
     warmup: bool = setting(True, "load the default voice when a worker starts")
+    warm_longest: bool = setting(True, "the warm-up also runs the longest sentence the settings "
+                                 "admit: the model's memory is at its working size from the start "
+                                 "(flat over a book; a machine too small fails at start, not hours "
+                                 "in), for about a second of CPU")
     max_retries: int = setting(3, "retries of unexpected errors; the attempts cap is this + 1")
     visibility_timeout_s: int = setting(3600, "last resort: the broker itself returns unacked tasks "
                                         "after this (the lease below acts first); must exceed the "

@@ -23,6 +23,8 @@ from tts_queue.tasks.executor import TaskExecutor
 from tts_queue.tasks.watch import QueueWatch, RedisWatch
 
 log = logging.getLogger(__name__)
+# Words without a sentence end, longer than any admitted sentence: cut at the phoneme limit.
+LONGEST_WARM_UP = " ".join(["and the warm up goes on"] * 120) + "."
 
 
 @dataclass
@@ -58,15 +60,25 @@ class WorkerRuntime:
 
     def warm_up(self) -> None:
         """Load the default voice and run one sentence so the first request is not slow (a
-        TensorRT session builds or reads its engines here: the log says how long that took). A
-        GPU-pool worker whose voice landed on the CPU says so in a warning."""
+        TensorRT session builds or reads its engines here: the log says how long that took), then
+        (``TTS_WARM_LONGEST``) the longest sentence the settings admit, at speed 1: ONNX Runtime's
+        arena grows to the size the longest calls need once, here, instead of in steps over hours
+        of a book as longer sentences come (``bench/bench_session_memory.py``, variant
+        ``no-patterns-pregrow``). A GPU-pool worker whose voice landed on the CPU says so in a
+        warning."""
         started = time.perf_counter()
         voice = self.core.registry.load(None)
         loaded = time.perf_counter()
-        ids = voice.sentence_ids("Warm up.", self.settings.request.max_sentence_phonemes)
-        voice.model.run_batch(ids, voice.scales())
-        log.info("worker warm: voice %s on %s (load %.2f s, first batch %.2f s)", voice.spec.id,
-                 voice.model.provider, loaded - started, time.perf_counter() - loaded)
+        limit = self.settings.request.max_sentence_phonemes
+        voice.model.run_batch(voice.sentence_ids("Warm up.", limit), voice.scales())
+        warm = time.perf_counter()
+        longest: list[int] = []
+        if self.settings.worker.warm_longest:  # one sentence cut at the limit: the longest there is
+            longest = max(voice.sentence_ids(LONGEST_WARM_UP, limit), key=len)
+            voice.model.run_batch([longest], voice.scales())
+        log.info("worker warm: voice %s on %s (load %.2f s, first batch %.2f s, longest sentence "
+                 "%d ids %.2f s)", voice.spec.id, voice.model.provider, loaded - started, warm - loaded,
+                 len(longest), time.perf_counter() - warm)
         if self.settings.worker.pool == "gpu" and voice.model.provider == CPU:
             log.warning("GPU-pool worker runs voice %s on %s, not a GPU (TTS_PROVIDERS=%s): is "
                         "onnxruntime-gpu installed with working CUDA libraries? GPU-routed requests "

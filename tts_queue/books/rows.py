@@ -245,8 +245,15 @@ class BookRows:
                        ChapterRow.status.in_(book_sources(BookStatus.DONE)),
                        ChapterRow.sentences_done < ChapterRow.sentences_total)).all()
         repaired = 0
-        for book_id, number, counted in lagging:
+        for book_id, number, _ in lagging:
             with self.db.write() as session:
+                # The counter as it is now, in this transaction (FOR UPDATE: a finish counting a
+                # sentence of this chapter waits): the read above is older, and a sentence that
+                # finished since counted itself, so the book must move by the difference to this.
+                counted = int(session.scalar(
+                    select(ChapterRow.sentences_done)
+                    .where(ChapterRow.book_id == book_id, ChapterRow.number == number)
+                    .with_for_update()) or 0)
                 done = int(session.scalar(
                     select(func.count()).select_from(SentenceRow)
                     .join(TaskRow, TaskRow.id == SentenceRow.task_id)

@@ -1,0 +1,45 @@
+"""A worker's warm-up: the default voice loaded, one short sentence, then (``TTS_WARM_LONGEST``)
+the longest sentence the settings admit, so ONNX Runtime's arena reaches the size the longest calls
+need at start instead of growing in steps over a book (``bench/bench_session_memory.py``'s
+``no-patterns-pregrow``: 635 -> 648 MB over 300 of the book's sentences, against 470 -> 641)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import FakeQueue, migrate, tiny_voice_env
+from tts_queue.settings import Settings
+from workers.runtime import LONGEST_WARM_UP, WorkerRuntime
+
+
+@pytest.mark.parametrize("longest", [True, False])
+def test_the_warm_up_runs_the_longest_admitted_sentence_unless_told_not_to(
+    tmp_path: Path, voices_dir: Path, longest: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a worker's runtime on the tiny voice, with a sentence limit of 60 phonemes
+    settings = migrate(Settings.from_env({
+        "TTS_DATA_DIR": str(tmp_path), **tiny_voice_env(voices_dir), "TTS_MAX_SENTENCE_PHONEMES": "60",
+        "TTS_WARM_LONGEST": str(longest).lower()}))
+    queue = FakeQueue()
+    runtime = WorkerRuntime.build(settings, queue, watch=queue)
+    voice = runtime.core.registry.load(None)
+    calls: list[list[int]] = []
+    real = voice.model.run_batch
+
+    def recorded(ids: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append([len(sentence) for sentence in ids])
+        return real(ids, *args, **kwargs)
+
+    monkeypatch.setattr(voice.model, "run_batch", recorded)
+    # When it warms up
+    runtime.warm_up()
+    # Then a short sentence ran, and then, when asked, one sentence as long as the limit admits:
+    # the longest piece the frontend cuts from a text with no sentence end
+    admitted = max(len(ids) for ids in voice.sentence_ids(LONGEST_WARM_UP, 60))
+    longer = max(len(ids) for ids in voice.sentence_ids(LONGEST_WARM_UP, 120))
+    assert calls[0] == [len(voice.sentence_ids("Warm up.", 60)[0])]
+    assert calls[1:] == ([[admitted]] if longest else [])
+    assert longer > admitted > calls[0][0]
