@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 from cachetools import LRUCache
-from sqlalchemy import bindparam, delete, update
+from sqlalchemy import Table, bindparam, delete, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -31,7 +32,7 @@ from tts_queue.tables import CacheEntry
 # expired (another process's cleanup), so every process's hot cache honours expiry at once.
 _ENTRIES = CacheEntry.__table__.c
 RECORD_HIT = (
-    update(CacheEntry.__table__)
+    update(cast(Table, CacheEntry.__table__))
     .where(_ENTRIES.key == bindparam("hit_key"), _ENTRIES.expired_at.is_(None))
     .values(hits=_ENTRIES.hits + 1, last_access_at=bindparam("hit_at"))
 )

@@ -16,9 +16,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, cast
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from tts_queue.db import Database, utcnow
@@ -27,7 +27,7 @@ from tts_queue.tables import RequestJSON, TaskRow
 
 log = logging.getLogger(__name__)
 BATCH_IDS = 500  # ids per statement (SQLite and psycopg bound the parameters of one statement)
-INSERT_TASK = insert(TaskRow.__table__)  # one new row, its columns as parameters (``TaskRows.add``)
+INSERT_TASK = insert(cast(Table, TaskRow.__table__))  # one new row, its columns as parameters (``add``)
 
 
 @dataclass(frozen=True)
