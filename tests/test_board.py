@@ -13,6 +13,7 @@ import redis
 from sqlalchemy import event
 
 from tests.support import FakeQueue, core_of, migrate, service_settings
+from tts_queue.app.core import Core
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import TaskNotFound
 from tts_queue.settings import Settings
@@ -36,6 +37,16 @@ def record(task_id: str, status: str, duration_s: float | None = None, keep: boo
     return {"id": task_id, "status": status, "created_at": "2026-12-01T00:00:00+00:00", "started_at": None,
             "finished_at": None, "error_code": None, "error_message": None, "duration_s": duration_s,
             "format": "wav", "voice": "tiny", "cache_hit": False, "keep": keep, "owner": None}
+
+
+def board_service(tmp_path: Path, voices_dir: Path, board: StatusBoard) -> tuple[Core, TaskService]:
+    """A core on the tiny voice and a task service over it whose ends show tasks on ``board``."""
+    settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
+                                          "TTS_DEFAULT_VOICE": "tiny"}))
+    core = core_of(settings)
+    board_ends = TaskEnds(core.task_rows, [ShowOnBoard(board, lambda key: None)], board)
+    return core, TaskService(settings, core.db, core.cache, core.registry, FakeQueue(), board_ends,
+                             core.callbacks, board, None, lambda pool: True)
 
 
 def test_a_record_never_goes_back_and_only_a_finished_one_lives_long(board: StatusBoard) -> None:
@@ -62,13 +73,8 @@ def test_a_status_read_from_the_board_runs_no_sql_and_honours_owners(
     tmp_path: Path, voices_dir: Path, board: StatusBoard
 ) -> None:
     # Given a task service with a board, and a submitted task
-    settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
-                                          "TTS_DEFAULT_VOICE": "tiny"}))
-    core = core_of(settings)
+    core, tasks = board_service(tmp_path, voices_dir, board)
     db = core.db
-    board_ends = TaskEnds(core.task_rows, [ShowOnBoard(board, lambda key: None)], board)
-    tasks = TaskService(settings, db, core.cache, core.registry, FakeQueue(), board_ends, core.callbacks,
-                        board, None, lambda pool: True)
     view = tasks.submit({"text": "Hello there."}, owner="alice")
     statements: list[str] = []
     event.listen(db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
@@ -90,12 +96,7 @@ def test_a_hit_answered_at_submission_has_no_record_and_its_read_falls_back_to_t
     tmp_path: Path, voices_dir: Path, board: StatusBoard
 ) -> None:
     # Given a task service with a board, and audio for a text in the cache
-    settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
-                                          "TTS_DEFAULT_VOICE": "tiny"}))
-    core = core_of(settings)
-    board_ends = TaskEnds(core.task_rows, [ShowOnBoard(board, lambda key: None)], board)
-    tasks = TaskService(settings, core.db, core.cache, core.registry, FakeQueue(), board_ends,
-                        core.callbacks, board, None, lambda pool: True)
+    core, tasks = board_service(tmp_path, voices_dir, board)
     first = tasks.submit({"text": "Asked twice."})
     audio = Audio(np.zeros(4410, dtype=np.float32), 22050)
     core.cache.put(tasks.row(first.id).cache_key, "wav", "tiny", encode(audio, "wav"), audio.duration_s)

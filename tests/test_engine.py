@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -385,6 +385,17 @@ def gated(make_engine: Callable[..., BatchEngine], registry: VoiceRegistry,
     return GatedModel(registry.load("tiny"), held), make_engine(max_batch=1, runners=2)
 
 
+def hold_then_send(pool: ThreadPoolExecutor, engine: BatchEngine, model: GatedModel,
+                   held: tuple[Any, ...], other: tuple[Any, ...]) -> tuple[Future[Any], Future[Any]]:
+    """``run_sentences(KEY, *held)`` until the gated model holds it, then ``run_sentences(KEY,
+    *other)`` watched for ``QUIET_S``: the two futures."""
+    first = pool.submit(engine.run_sentences, KEY, *held)
+    model.wait_entered(1)
+    second = pool.submit(engine.run_sentences, KEY, *other)
+    threading.Event().wait(QUIET_S)
+    return first, second
+
+
 def test_two_runners_run_two_requests_at_once(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
 ) -> None:
@@ -413,11 +424,8 @@ def test_no_bulk_batch_starts_beside_an_interactive_one(
     interactive, book = sentence(3, 3), sentence(4, 5)
     model, engine = gated(make_engine, registry, interactive)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        answered = pool.submit(engine.run_sentences, KEY, [interactive], 0)
-        model.wait_entered(1)
         # When a book sentence arrives while the other runner is free
-        rendered = pool.submit(engine.run_sentences, KEY, [book], 1)
-        threading.Event().wait(QUIET_S)
+        answered, rendered = hold_then_send(pool, engine, model, ([interactive], 0), ([book], 1))
         # Then it waits: it does not share the cores with the interactive call
         assert not rendered.done() and [i for _, i in model.entered] == [first_id(interactive)]
         # And it runs once the interactive call has ended
@@ -449,11 +457,8 @@ def test_a_requests_sentences_run_one_at_a_time_and_calls_stay_within_one_larges
     model, small = gated(make_engine, registry, first)
     small.max_call_cost = 1.5 * len(first)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        held = pool.submit(small.run_sentences, KEY, [first])
-        model.wait_entered(1)
         # When another request's sentence arrives while the other runner is free
-        other = pool.submit(small.run_sentences, KEY, [second])
-        threading.Event().wait(QUIET_S)
+        held, other = hold_then_send(pool, small, model, ([first],), ([second],))
         # Then it waits: together they would cost more than the largest call
         assert not other.done() and model.most_inside == 1
         model.release.set()

@@ -177,19 +177,26 @@ def test_finished_sentences_are_counted_once_and_complete_their_chapter(world: d
     assert body["audio_seconds"] == pytest.approx(0.5 * len(order))
 
 
+def two_chapter_book(world: dict[str, Any]) -> tuple[str, list[str]]:
+    """A book of two chapters, ingested (three sentences and one): its id and the task ids of its
+    first chapter's sentences, in reading order."""
+    book_id = accept(world, text="# One\n\nFirst here. Also here. And here.\n\n# Two\n\nSecond here.",
+                     input_format="markdown")
+    world["ingester"].run(book_id)
+    with world["services"].db.read() as session:
+        first = list(session.scalars(select(SentenceRow.task_id).where(
+            SentenceRow.book_id == book_id, SentenceRow.chapter == 1).order_by(SentenceRow.index)))
+    return book_id, first
+
+
 def test_a_chapter_whose_counter_lags_its_rows_is_recounted_while_the_book_renders(
     world: dict[str, Any],
 ) -> None:
     # Given a book of two chapters whose first chapter's sentences are all done by their rows, but
     # whose counter lost two of them (the Sherlock book's chapter 1 stayed at 643 of 659 so), while
     # the second chapter is still rendering
-    book_id = accept(world, text="# One\n\nFirst here. Also here. And here.\n\n# Two\n\nSecond here.",
-                     input_format="markdown")
-    world["ingester"].run(book_id)
+    book_id, first = two_chapter_book(world)
     services = world["services"]
-    with services.db.read() as session:
-        first = list(session.scalars(select(SentenceRow.task_id).where(
-            SentenceRow.book_id == book_id, SentenceRow.chapter == 1)))
     for task_id in first:
         services.task_rows.claim(task_id, "w")
         assert services.ends.done(task_id, 1, seconds=0.5) is not None
@@ -215,13 +222,8 @@ def test_a_sentence_finishing_while_the_repair_runs_is_counted_once(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given a rendering book whose first chapter has one sentence done, counted
-    book_id = accept(world, text="# One\n\nFirst here. Also here. And here.\n\n# Two\n\nSecond here.",
-                     input_format="markdown")
-    world["ingester"].run(book_id)
+    book_id, first = two_chapter_book(world)
     services = world["services"]
-    with services.db.read() as session:
-        first = list(session.scalars(select(SentenceRow.task_id).where(
-            SentenceRow.book_id == book_id, SentenceRow.chapter == 1).order_by(SentenceRow.index)))
     services.task_rows.claim(first[0], "w")
     assert services.ends.done(first[0], 1, seconds=0.5) is not None
     # When another of its sentences finishes, counted as always, between the repair's read of the

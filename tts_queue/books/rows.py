@@ -239,17 +239,17 @@ class BookRows:
         differs from their rows' count of done sentences; how many chapters were repaired."""
         with self.db.read() as session:
             lagging = session.execute(
-                select(ChapterRow.book_id, ChapterRow.number, ChapterRow.sentences_done)
+                select(ChapterRow.book_id, ChapterRow.number)
                 .join(BookRow, BookRow.id == ChapterRow.book_id)
                 .where(BookRow.status.in_((BookStatus.QUEUED, BookStatus.RUNNING)),
                        ChapterRow.status.in_(book_sources(BookStatus.DONE)),
                        ChapterRow.sentences_done < ChapterRow.sentences_total)).all()
         repaired = 0
-        for book_id, number, _ in lagging:
+        for book_id, number in lagging:
             with self.db.write() as session:
                 # The counter as it is now, in this transaction (FOR UPDATE: a finish counting a
-                # sentence of this chapter waits): the read above is older, and a sentence that
-                # finished since counted itself, so the book must move by the difference to this.
+                # sentence of this chapter waits), not as the read above saw it: a sentence that
+                # finished since counted itself, so the book moves by the difference to this one.
                 counted = int(session.scalar(
                     select(ChapterRow.sentences_done)
                     .where(ChapterRow.book_id == book_id, ChapterRow.number == number)
