@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from tests.conftest import CPU_SESSION
 from tests.tiny_voice import HOP_LENGTH, JUNK, VoiceFiles, build_model, frames_per_id, reference_audio
 from tts_queue.errors import ConfigError, ModelLoadError, SynthesisError
-from tts_queue.settings import SessionConfig
+from tts_queue.settings import SessionConfig, Settings
 from tts_queue.synthesis.inference import Scales, VoiceModel, choose_providers, session_options
 
 TRT, CUDA, CPU = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
@@ -338,3 +338,17 @@ def test_spinning_can_be_turned_off_for_shared_machines() -> None:
     default = session_options(SessionConfig())
     with pytest.raises(Exception, match="allow_spinning"):  # unset: ONNX Runtime's default
         default.get_session_config_entry("session.intra_op.allow_spinning")
+
+
+def test_idle_threads_spin_briefly_by_default_and_as_onnx_runtime_would_with_zero() -> None:
+    # Given the default settings, then a configured spin, then 0, then spinning off
+    brief = session_options(Settings.from_env({}).onnx)
+    assert brief.get_session_config_entry("session.intra_op.spin_duration_us") == "100"
+    assert session_options(SessionConfig(spin_us=500)).get_session_config_entry(
+        "session.intra_op.spin_duration_us") == "500"
+    for config in (SessionConfig(spin_us=0), SessionConfig(allow_spinning=False)):
+        with pytest.raises(Exception, match="spin_duration_us"):  # unset: ONNX Runtime's own
+            session_options(config).get_session_config_entry("session.intra_op.spin_duration_us")
+    # And a negative spin is refused with the variable's name
+    with pytest.raises(ConfigError, match="TTS_SPIN_US"):
+        Settings.from_env({"TTS_SPIN_US": "-1"})

@@ -81,6 +81,9 @@ class SessionConfig:
     graph_optimization: str = setting("all", "graph optimization level",
                                       choices=tuple(GRAPH_OPTIMIZATION))
     allow_spinning: bool = setting(True, "`false` stops idle ONNX threads busy-waiting (shared machines)")
+    spin_us: int = setting(100, "how long an idle ONNX thread busy-waits for more work before it sleeps, "
+                           "in microseconds (0: ONNX Runtime's own, which spins on after each call: a "
+                           "lone call costs 20-25% more CPU for the same latency; bench/bench_spin.py)")
     cuda_device: int = setting(0, "the GPU a CUDA or TensorRT session runs on, counted among the visible "
                                "ones (`tts-queue worker --device N` shows the process only GPU N, as 0)")
     cudnn_conv_algo_search: str = setting(
@@ -438,6 +441,8 @@ class Settings:
             parse_storage_url(self.storage.url)
         if self.onnx.cuda_device < 0:
             raise ConfigError("TTS_CUDA_DEVICE must be >= 0")
+        if self.onnx.spin_us < 0:
+            raise ConfigError("TTS_SPIN_US must be >= 0")
         if self.storage.presign_s < 0:
             raise ConfigError("TTS_STORAGE_PRESIGN_S must be >= 0")
         if self.api.wait_recheck_s <= 0 or self.worker.consumed_window_s <= 0:

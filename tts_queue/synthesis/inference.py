@@ -85,6 +85,10 @@ def session_options(config: SessionConfig) -> Any:
         # the other processes sharing the machine.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    elif config.spin_us:
+        # ONNX Runtime's own spin outlasts the gaps between one call's operators by far: a lone call
+        # burnt 20-25% more CPU than with a short spin, for the same latency (bench/bench_spin.py).
+        options.add_session_config_entry("session.intra_op.spin_duration_us", str(config.spin_us))
     return options
 
 
