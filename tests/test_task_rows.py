@@ -102,3 +102,58 @@ def test_claim_first_leaves_a_task_attempted_before_unclaimed(rows: TaskRows) ->
     assert rows.attempts(task_id) == 1
     claimed = rows.claim(task_id, "w1")
     assert claimed is not None and claimed.attempts == 2
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_rows(request: pytest.FixtureRequest, tmp_path: Path) -> TaskRows:
+    """``TaskRows`` on SQLite and on a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
+        db.create_all()
+    else:
+        db = Database(request.getfixturevalue("fresh_postgres_url"))
+    return TaskRows(db, lambda: NOW, timedelta(seconds=45))
+
+
+def test_a_claim_takes_a_free_or_expired_lease_and_never_another_workers_live_one(any_rows: TaskRows) -> None:
+    rows = any_rows
+    # Given rows: queued, held by another worker under a live lease, held under an expired one,
+    # held by this worker, done
+    queued = add(rows, TaskStatus.QUEUED)
+    live = add(rows, TaskStatus.RUNNING, "other@h", NOW - timedelta(seconds=10))
+    expired = add(rows, TaskStatus.RUNNING, "dead@h", NOW - timedelta(seconds=60))
+    mine = add(rows, TaskStatus.RUNNING, "w@h", NOW - timedelta(seconds=10))
+    finished = add(rows, TaskStatus.DONE)
+    # When one worker claims each (and an id nobody knows)
+    claimed = {name: rows.claim(task_id, "w@h") for name, task_id in
+               {"queued": queued, "live": live, "expired": expired, "mine": mine,
+                "finished": finished, "unknown": str(uuid.uuid4())}.items()}
+    # Then the free, expired and own leases are taken, counted once, the row as it now stands
+    for name in ("queued", "expired", "mine"):
+        row = claimed[name]
+        assert row is not None and row.status is TaskStatus.RUNNING and row.worker == "w@h", name
+        assert row.attempts == 1 and row.claimed_at == NOW and row.started_at == NOW, name
+        assert status(rows, row.id) is TaskStatus.RUNNING
+    # And the live lease, the finished row and the unknown id are not, and nothing moved
+    assert claimed["live"] is None and claimed["finished"] is None and claimed["unknown"] is None
+    with rows.db.read() as session:
+        held = session.get(TaskRow, live)
+        assert held is not None and held.worker == "other@h" and held.attempts == 0
+    assert status(rows, finished) is TaskStatus.DONE and rows.attempts(finished) == 0
+
+
+def test_a_second_claim_keeps_the_first_start_and_counts_again(any_rows: TaskRows) -> None:
+    # Given a task claimed once, then released (its worker died; the row back to queued)
+    rows = any_rows
+    task_id = add(rows, TaskStatus.QUEUED)
+    first = rows.claim(task_id, "w1@h")
+    assert first is not None and first.started_at == NOW
+    with rows.db.write() as session:
+        row = session.get(TaskRow, task_id)
+        assert row is not None
+        row.status, row.worker, row.started_at = TaskStatus.QUEUED, None, NOW - timedelta(minutes=5)
+    # When another worker claims it
+    again = rows.claim(task_id, "w2@h")
+    # Then it keeps its first start, counts the second attempt and holds the new worker's lease
+    assert again is not None and again.attempts == 2 and again.worker == "w2@h"
+    assert again.started_at == NOW - timedelta(minutes=5) and again.claimed_at == NOW

@@ -11,15 +11,17 @@ so it is counted once. What else happens when a task ends is ``tts_queue.tasks.e
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import Table, and_, bindparam, delete, func, insert, not_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import ReturningUpdate
 
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import TaskStatus, sources
@@ -27,7 +29,41 @@ from tts_queue.tables import RequestJSON, TaskRow
 
 log = logging.getLogger(__name__)
 BATCH_IDS = 500  # ids per statement (SQLite and psycopg bound the parameters of one statement)
-INSERT_TASK = insert(cast(Table, TaskRow.__table__))  # one new row, its columns as parameters (``add``)
+TASKS = cast(Table, TaskRow.__table__)
+INSERT_TASK = insert(TASKS)  # one new row, its columns as parameters (``add``)
+
+
+def _claim_statement(first_only: bool) -> ReturningUpdate[Any]:
+    """``claim``'s one statement, built once: the row moves to ``running`` (its attempt counted,
+    its lease taken) only from a status that may, and not while another worker's lease on it holds;
+    ``first_only``: only if never attempted. Its parameters: ``claim_id``, ``claim_worker``,
+    ``claim_at`` and ``lease_from`` (a lease taken before it has expired)."""
+    c = TASKS.c
+    at = bindparam("claim_at", type_=c.claimed_at.type)
+    worker = bindparam("claim_worker", type_=c.worker.type)
+    held_elsewhere = and_(c.status == TaskStatus.RUNNING, c.worker.is_not(None), c.worker != worker,
+                          c.claimed_at.is_not(None),
+                          c.claimed_at > bindparam("lease_from", type_=c.claimed_at.type))
+    where = [c.id == bindparam("claim_id"), c.status.in_(sources(TaskStatus.RUNNING)), not_(held_elsewhere)]
+    if first_only:
+        where.append(c.attempts == 0)
+    return (update(TASKS).where(*where)
+            .values(status=TaskStatus.RUNNING, started_at=func.coalesce(c.started_at, at), claimed_at=at,
+                    attempts=c.attempts + 1, worker=worker)
+            .returning(*c))
+
+
+CLAIM_ANY, CLAIM_FIRST = _claim_statement(first_only=False), _claim_statement(first_only=True)
+
+
+@functools.cache
+def _move_statement(target: TaskStatus, columns: tuple[str, ...]) -> ReturningUpdate[Any]:
+    """``_move``'s statement to ``target`` setting ``columns``, built once per kind of move: the row
+    moves only from a status that may. Its parameters: ``move_id`` and ``set_<column>``."""
+    c = TASKS.c
+    return (update(TASKS).where(c.id == bindparam("move_id"), c.status.in_(sources(target)))
+            .values(status=target, **{name: bindparam("set_" + name, type_=c[name].type) for name in columns})
+            .returning(*c))
 
 
 @dataclass(frozen=True)
@@ -161,30 +197,37 @@ class TaskRows:
 
     def _claim(self, task_id: str, worker: str, first_only: bool,
                also: Callable[[Session, TaskRow], None] | None = None) -> TaskRow | Suspect | None:
+        # One guarded UPDATE ... RETURNING (``CLAIM_FIRST``, ``CLAIM_ANY``), not a read and the
+        # ORM's flush: on PostgreSQL a cancel or a second delivery waits on the row's lock, then
+        # sees the claim; SQLite's BEGIN IMMEDIATE already serializes writers. Only a claim that
+        # did not match reads the row, to say why.
         now = self.clock()
         with self.db.write() as session:
-            # FOR UPDATE: a cancel or a second delivery waits for this claim (PostgreSQL);
-            # SQLite's BEGIN IMMEDIATE already serializes writers.
-            row = session.get(TaskRow, task_id, with_for_update=True)
-            if row is None:
-                log.warning("task %s is not in the database; dropping the message", task_id)
-                return None
-            if row.status not in sources(TaskStatus.RUNNING):
-                return None
-            if first_only and row.attempts > 0:
-                return Suspect.SUSPECT
-            if (row.status is TaskStatus.RUNNING and row.worker not in (None, worker)
-                    and row.claimed_at is not None and row.claimed_at > now - self.lease):
-                log.info("task %s is running on %s (lease held); skipping this delivery", task_id, row.worker)
-                return None
-            row.status = TaskStatus.RUNNING
-            row.started_at = row.started_at or now
-            row.claimed_at = now
-            row.attempts += 1
-            row.worker = worker
+            found = session.execute(CLAIM_FIRST if first_only else CLAIM_ANY,
+                                    {"claim_id": task_id, "claim_worker": worker, "claim_at": now,
+                                     "lease_from": now - self.lease}).first()
+            if found is None:
+                return self._unclaimed(session, task_id, first_only)
+            row = TaskRow(**found._mapping)
             if also is not None:
                 also(session, row)
             return row
+
+    @staticmethod
+    def _unclaimed(session: Session, task_id: str, first_only: bool) -> Suspect | None:
+        """Why a claim did not match: ``SUSPECT`` for a task attempted before (``first_only``),
+        else ``None`` (unknown, finished, or running under another worker's lease)."""
+        seen = session.execute(select(TaskRow.status, TaskRow.attempts, TaskRow.worker)
+                               .where(TaskRow.id == task_id)).first()
+        if seen is None:
+            log.warning("task %s is not in the database; dropping the message", task_id)
+            return None
+        if seen.status not in sources(TaskStatus.RUNNING):
+            return None
+        if first_only and seen.attempts > 0:
+            return Suspect.SUSPECT
+        log.info("task %s is running on %s (lease held); skipping this delivery", task_id, seen.worker)
+        return None
 
     def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
                timings: dict[str, float | None] | None = None, seconds: float = 0.0,
@@ -362,13 +405,15 @@ class TaskRows:
         with self.db.write() as session:
             if also is not None:
                 also(session)
-            row = session.scalars(
-                update(TaskRow).where(TaskRow.id == task_id, TaskRow.status.in_(sources(target)))
-                .values(status=target, **values).returning(TaskRow),
-                execution_options={"synchronize_session": False},
-            ).first()
-            if row is None:
+            # a Core statement built once per kind of move, not the ORM's UPDATE ... RETURNING of
+            # an entity built per call: the row comes back as columns
+            columns = tuple(sorted(values))
+            found = session.execute(_move_statement(target, columns),
+                                    {"move_id": task_id, **{"set_" + name: values[name] for name in columns}}
+                                    ).first()
+            if found is None:
                 return None
+            row = TaskRow(**found._mapping)
             chapter = None
             if row.book_id is not None and target is TaskStatus.DONE and self.counter is not None:
                 chapter = self.counter.count(session, row, seconds)
