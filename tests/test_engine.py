@@ -467,6 +467,29 @@ def test_a_requests_sentences_run_one_at_a_time_and_calls_stay_within_one_larges
     assert model.most_inside == 1
 
 
+def test_a_batch_is_in_the_model_for_the_other_runners_from_the_moment_it_is_chosen(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an engine with two runners, and a runner that is slow to start the call it chose
+    # (a loaded machine: the other runner may choose between the choice and the call)
+    first, second = sentence(7, 3), sentence(8, 3)
+    model, engine = gated(make_engine, registry, sentence(9, 3))  # nothing of the request is held
+    real_run = BatchEngine._run
+
+    def slow_start(self: BatchEngine, *args: Any) -> None:
+        threading.Event().wait(QUIET_S)
+        real_run(self, *args)
+
+    monkeypatch.setattr(BatchEngine, "_run", slow_start)
+    # When one request of two sentences is made
+    results = engine.run_sentences(KEY, [first, second])
+    # Then its second sentence never entered the model beside its first
+    assert model.most_inside == 1
+    assert [i for _, i in model.entered] == [first_id(first), first_id(second)]
+    assert [len(r.audio.samples) for r in results] == [len(reference_audio(first)),
+                                                       len(reference_audio(second))]
+
+
 def test_the_largest_call_is_the_longest_sentence_at_the_slowest_speed() -> None:
     # One sentence a call: the longest sentence's ids (two per phoneme, plus three) at speed 0.25
     assert largest_call(PoolSettings(max_batch=1), 400, 0.25) == 803 / 0.25

@@ -213,11 +213,17 @@ class BatchEngine:
                     for entry in self.policy.drain():
                         entry.ticket.set_exception(ServiceUnavailable("the worker is stopping"))
                     return
-            assert batch is not None
+                assert batch is not None
+                # in the model from now on, under the same lock that chose it: another runner
+                # choosing next sees its request, its lane and its cost
+                running_now = self._running[index] = self._in_model(batch)
             try:
-                self._run(index, batch)
+                self._run(index, batch, running_now.options)
             except Exception as exc:  # never let the runner die: fail this batch, go on
                 log.exception("batch runner error")
+                with self._cond:
+                    self._running.pop(index, None)
+                    self._cond.notify_all()
                 for entry, _ in batch.members:
                     if not entry.ticket.done():
                         entry.ticket.set_exception(exc)
@@ -226,15 +232,19 @@ class BatchEngine:
         """Whether ``batch`` may run beside the calls ``running`` (within ``max_call_cost``)."""
         return cost(batch) + sum(r.cost for r in running) <= self.max_call_cost
 
-    def _run(self, index: int, batch: Batch) -> None:
-        key = batch.key
-        assert isinstance(key, BatchKey)
-        # Bulk work may be stopped for interactive work, each sentence once: a book always advances
+    @staticmethod
+    def _in_model(batch: Batch) -> _Running:
+        """What the runners know of ``batch`` while it is in the model. Bulk work may be stopped
+        for interactive work, each sentence once (its RunOptions): a book always advances."""
         bulk = all(entry.priority > 0 for entry, _ in batch.members)
         options = run_options() if bulk and not any(entry.stopped for entry, _ in batch.members) else None
-        with self._cond:
-            self._running[index] = _Running(options, time.monotonic(), batch.padded_size, not bulk,
-                                            cost(batch), frozenset(e.group for e, _ in batch.members))
+        return _Running(options, time.monotonic(), batch.padded_size, not bulk, cost(batch),
+                        frozenset(e.group for e, _ in batch.members))
+
+    def _run(self, index: int, batch: Batch, options: Any) -> None:
+        """Run ``batch`` (registered in ``_running[index]`` by the loop) and hand out its results."""
+        key = batch.key
+        assert isinstance(key, BatchKey)
         started = time.monotonic()
         try:
             voice = self.registry.load(key.voice)
