@@ -21,9 +21,9 @@ client (so gunicorn's own share, HTTP parsing and the access log, is not here: s
   most cumulative time, as shares of the profiled total.
 
 And the model call alone (``model_call``): the tiny voice's ``VoiceModel.run_batch`` on one
-sentence, every 20 ms as interactive requests come, with ONNX Runtime's spinning on (the
-default, ``TTS_ALLOW_SPINNING``) and off: wall time per call and the process's CPU per call,
-the pool threads' busy-wait after each call included.
+sentence, every 20 ms as interactive requests come, with ONNX Runtime's own spin
+(``TTS_SPIN_US=0``), the default brief spin and spinning off: wall time per call and the process's
+CPU per call, the pool threads' busy-wait after each call included.
 
 Results go to ``--out``; nothing is asserted.
 """
@@ -137,14 +137,16 @@ def measure(name: str, call: Callable[[], Any], n: int, counter: SqlCounter, red
 
 
 def model_call(voices: Path, data: Path, calls: int = 200) -> dict[str, Any]:
-    """Wall and CPU ms per ``run_batch`` of one sentence, ONNX Runtime's spinning on and off."""
+    """Wall and CPU ms per ``run_batch`` of one sentence: ONNX Runtime's own spin (``TTS_SPIN_US=0``),
+    the default brief spin (``TTS_SPIN_US``), and spinning off."""
     from tts_queue.settings import Settings
     from tts_queue.synthesis.registry import VoiceRegistry
 
     found = {}
-    for spinning in ("true", "false"):
-        settings = Settings.from_env(tiny_voice_settings(voices / spinning) | {
-            "TTS_DATA_DIR": str(data), "TTS_ALLOW_SPINNING": spinning})
+    modes = {"spinning_ort": {"TTS_SPIN_US": "0"}, "spinning_brief": {},
+             "spinning_off": {"TTS_ALLOW_SPINNING": "false"}}
+    for mode, spin in modes.items():
+        settings = Settings.from_env(tiny_voice_settings(voices / mode) | {"TTS_DATA_DIR": str(data)} | spin)
         voice = VoiceRegistry.from_settings(settings).load(None)
         ids = voice.sentence_ids("The overhead bench asks for miss number one hundred, round two.", 400)
         for _ in range(20):
@@ -158,7 +160,7 @@ def model_call(voices: Path, data: Path, calls: int = 200) -> dict[str, Any]:
             time.sleep(0.02)
         time.sleep(0.5)  # whatever spins after the last call
         cpu = (time.process_time() - cpu0) * 1000 / calls
-        found[f"spinning_{'on' if spinning == 'true' else 'off'}"] = {
+        found[mode] = {
             "wall_p50_ms": round(statistics.median(walls), 3), "cpu_ms_per_call": round(cpu, 3)}
     print(f"model call (tiny voice, one sentence every 20 ms): {found}")
     return found
