@@ -3,7 +3,8 @@
 Run from the repository root (on 2 cores, about 15 minutes for a whole story; ``--sentences N``
 renders only the first N sentences of the story for a quicker look)::
 
-    .venv/bin/python bench/bench_book.py [--story 1] [--sentences 0] [--out bench/results/book.json]
+    .venv/bin/python bench/bench_book.py [--story 1] [--sentences 0] [--set TTS_NAME=VALUE ...]
+                                         [--out bench/results/book.json]
 
 In one run it measures:
 
@@ -126,13 +127,16 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=0, help="only the first N sentences (0: all)")
     parser.add_argument("--probes", type=int, default=5)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "book.json"))
+    parser.add_argument("--set", action="append", default=[], metavar="TTS_NAME=VALUE",
+                        help="a setting of the service (A/B runs; the core in process keeps the defaults)")
     args = parser.parse_args()
+    overrides = dict(item.split("=", 1) for item in args.set)
     text, sentences = story_text(args.story, args.sentences)
     probes = [f"Probe number {i} asks for the time of the next train." for i in range(2 * args.probes)]
     core = core_rate(sentences, threads=2)
     with tempfile.TemporaryDirectory(prefix="tts-bench-book-") as tmp:
         port = free_port()
-        process = start_service(Path(tmp), port, {})
+        process = start_service(Path(tmp), port, overrides)
         url = f"http://127.0.0.1:{port}"
         try:
             idle = [lone(url, probes.pop()) for _ in range(args.probes)]
@@ -145,7 +149,8 @@ def main() -> None:
     busy_p50 = statistics.median(service["busy_latency_s"]) if service["busy_latency_s"] else None
     result = {
         "when": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
-        "story": args.story, "sentences": len(sentences), "core": core, "service": service,
+        "story": args.story, "sentences": len(sentences), "settings": overrides, "core": core,
+        "service": service,
         "ratio_service_over_core": service["x_realtime"] / core["x_realtime"],
         "priority": {"idle_latency_s": idle, "idle_p50_s": idle_p50, "busy_p50_s": busy_p50,
                      "busy_over_idle": busy_p50 / idle_p50 if busy_p50 else None,

@@ -4,6 +4,7 @@ Run from the repository root (about ten minutes on 2 cores, the real default voi
 
     .venv/bin/python bench/bench_clients.py [--out bench/results/clients.json] [--book PATH]
                                             [--only reads|polling|streaming|lanes ...]
+                                            [--set TTS_NAME=VALUE ...]
 
 It starts ``tts-queue up`` (embedded Redis, SQLite, one worker, default settings) on a fresh data
 directory and measures, in the same run:
@@ -184,9 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--book", default=str(BOOK))
     parser.add_argument("--only", choices=PARTS, action="append",
                         help="run only this part (repeatable; default: all four)")
+    parser.add_argument("--set", action="append", default=[], metavar="TTS_NAME=VALUE",
+                        help="a setting for both the service and the in-process core (A/B runs)")
     args = parser.parse_args(argv)
     parts = set(args.only or PARTS)
-    settings = Settings.from_env({})
+    overrides = dict(item.split("=", 1) for item in args.set)
+    settings = Settings.from_env(overrides)
     registry = VoiceRegistry.from_settings(settings)
     engine = BatchEngine(registry, settings.routing.cpu).start()
     synth = Synthesizer(registry, engine)
@@ -195,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tts-bench-") as tmp:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        service = start_service(Path(tmp), port, {})
+        service = start_service(Path(tmp), port, overrides)
         try:
             if "reads" in parts:
                 results["reads"] = status_reads(url)
@@ -224,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
+        "settings": overrides,
     })
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
