@@ -87,7 +87,7 @@ def session_options(config: SessionConfig) -> Any:
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     elif config.spin_us:
         # ONNX Runtime's own spin outlasts the gaps between one call's operators by far: a lone call
-        # burnt 20-25% more CPU than with a short spin, for the same latency (bench/bench_spin.py).
+        # burnt about 30% more CPU than with a short spin, for the same latency (bench/bench_spin.py).
         options.add_session_config_entry("session.intra_op.spin_duration_us", str(config.spin_us))
     return options
 
