@@ -71,12 +71,8 @@ def mode(model: Any, sentences: list[list[int]], threads: int) -> dict[str, floa
     return {"sentences_per_s": round(len(work) / wall, 3), "cores_busy": round(cpu / wall, 2)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", default=str(BENCH / "results" / "runners.json"))
-    args = parser.parse_args(argv)
+def default_voice_ids() -> tuple[Any, list[list[int]]]:
+    """The default voice's spec and ``bench_core.SENTENCES`` as its model's ids, phonemized by Piper."""
     from piper import PiperVoice
 
     from tts_queue.settings import Settings
@@ -84,7 +80,16 @@ def main(argv: list[str] | None = None) -> int:
 
     spec = VoiceRegistry.from_settings(Settings.from_env({})).get(None)
     voice = PiperVoice.load(str(spec.model_path))
-    sentences = [voice.phonemes_to_ids(phonemes) for text in SENTENCES for phonemes in voice.phonemize(text)]
+    return spec, [voice.phonemes_to_ids(phonemes) for text in SENTENCES for phonemes in voice.phonemize(text)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default=str(BENCH / "results" / "runners.json"))
+    args = parser.parse_args(argv)
+    spec, sentences = default_voice_ids()
     cores = os.cpu_count() or 1
     every_core, one_core = session(spec.model_path, 0), session(spec.model_path, 1)
     rounds = []

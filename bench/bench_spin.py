@@ -33,21 +33,17 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(1, str(ROOT))
 
-from bench_core import SENTENCES  # noqa: E402
+from bench_runners import call, default_voice_ids  # noqa: E402
 
-SCALES = np.array([0.667, 1.0, 0.8], dtype=np.float32)
 PAUSE_S = 0.06
 
 
@@ -63,11 +59,6 @@ def session(model: Path, mode: str) -> Any:
     else:
         config = SessionConfig(spin_us=0 if mode == "default" else int(mode))
     return ort.InferenceSession(str(model), session_options(config), providers=["CPUExecutionProvider"])
-
-
-def call(model: Any, ids: Sequence[int]) -> None:
-    model.run(None, {"input": np.array([ids], dtype=np.int64),
-                     "input_lengths": np.array([len(ids)], dtype=np.int64), "scales": SCALES})
 
 
 def rotated(modes: list[str], turn: int) -> list[str]:
@@ -106,14 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--out", default=str(BENCH / "results" / "spin.json"))
     args = parser.parse_args(argv)
-    from piper import PiperVoice
-
-    from tts_queue.settings import Settings
-    from tts_queue.synthesis.registry import VoiceRegistry
-
-    spec = VoiceRegistry.from_settings(Settings.from_env({})).get(None)
-    voice = PiperVoice.load(str(spec.model_path))
-    sentences = [voice.phonemes_to_ids(phonemes) for text in SENTENCES for phonemes in voice.phonemize(text)]
+    spec, sentences = default_voice_ids()
     modes = args.modes.split(",")
     sessions = {mode: session(spec.model_path, mode) for mode in modes}
     for model in sessions.values():
