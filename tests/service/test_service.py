@@ -224,10 +224,11 @@ def test_cancel_a_queued_task_and_its_long_poll_wakes_at_once(backend_settings: 
     assert again.status_code == 409
     assert again.get_json()["error"]["code"] == "task_not_cancellable"
     assert client.get(f"/v1/tasks/{task_id}/audio").status_code == 409
-    # And the long-poll answered cancelled within a second of the cancel: the cancel's signal woke
-    # it (without it the answer waits for the 30 s deadline's re-read)
+    # And the long-poll answered cancelled well before its deadline: the cancel's signal woke it
+    # (without it the answer waits for the 30 s deadline's re-read; the bound is far from both, as
+    # a loaded CI machine took 1.8 s)
     assert polled["body"]["status"] == "cancelled"
-    assert polled["at"] - cancelled_at < 1.0, polled["at"] - cancelled_at
+    assert polled["at"] - cancelled_at < 10.0, polled["at"] - cancelled_at
 
 
 def test_readiness_sees_the_worker(client: FlaskClient, worker: WorkerProcess) -> None:
