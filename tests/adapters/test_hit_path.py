@@ -158,6 +158,9 @@ def test_a_miss_is_one_write_transaction_with_its_dispatch_time(
     assert body["status"] == "queued" and [task_id for task_id, *_ in queue.sent] == [body["task_id"]]
     writes = [statement for statement in statements if statement.split()[0].upper() in ("INSERT", "UPDATE")]
     assert len(writes) == 1 and writes[0].upper().startswith("INSERT"), writes
+    # And its cache lookup was read in that one transaction, not in a read transaction of its own
+    begins = [statement.upper() for statement in statements if statement.upper().startswith("BEGIN")]
+    assert begins == ["BEGIN IMMEDIATE"], statements
     with services.db.read() as session:
         stored = session.get(TaskRow, body["task_id"])
         assert stored is not None and stored.dispatched_at is not None

@@ -65,11 +65,12 @@ class AudioCache:
         self._hot: LRUCache[str, CachedAudio] = LRUCache(maxsize=max(1, hot_size))
         self._lock = threading.Lock()
 
-    def _find(self, key: str) -> CachedAudio | None:
-        """The entry for ``key`` from memory or the database, file not checked."""
+    def _find(self, key: str, session: Session | None = None) -> CachedAudio | None:
+        """The entry for ``key`` from memory or the database (in ``session``'s transaction, if
+        given), file not checked."""
         with self._lock:
             hit = self._hot.get(key)
-        return hit if hit is not None else self._live_row(key)
+        return hit if hit is not None else self._live_row(key, session)
 
     def _live_row(self, key: str, session: Session | None = None) -> CachedAudio | None:
         """The unexpired database row of ``key`` (in ``session``'s transaction, if given)."""
@@ -89,10 +90,11 @@ class AudioCache:
     def lookup(self, key: str, session: Session | None = None) -> CachedAudio | None:
         """The cached audio for ``key`` (recording the hit), or ``None``.
 
-        With ``session`` (a write session), the hit is recorded in the caller's transaction, so
-        a cache-hit request costs one database commit.
+        With ``session`` (a write session), the entry is read and the hit recorded in the caller's
+        transaction, so a cache-hit request costs one database commit and a miss no read
+        transaction of its own.
         """
-        hit = self._find(key)
+        hit = self._find(key, session)
         if hit is None:
             return None
         if not self._present(hit):  # forget that version only: another writer's newer one stays
