@@ -28,14 +28,14 @@ import hmac
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from tts_queue.backoff import backoff_s
-from tts_queue.db import Database, utcnow
+from tts_queue.db import Database, Executor, utcnow
 from tts_queue.enums import BookStatus
 from tts_queue.errors import InvalidRequest
 from tts_queue.settings import WebhookSettings
@@ -47,6 +47,7 @@ MAX_BACKOFF_S = 300.0
 DEFAULT_PORTS = (80, 443)
 EARLY_S = 1.0  # a delivery message this much before its row's time is a duplicate, and skipped
 WAITING, PENDING, DELIVERED, FAILED = "waiting", "pending", "delivered", "failed"
+INSERT_CALLBACK = insert(cast(Table, Callback.__table__))  # one new webhook row (``register``)
 # One answer for a host that does not resolve (or not in time) and for one that is not allowed.
 HOST_REFUSED = ("callback_url's host must resolve, within the lookup deadline, to public addresses "
                 "only; this one does not, or is not allowed")
@@ -163,13 +164,15 @@ class Callbacks:
         self.policy = policy or UrlPolicy()
         self.lease = lease
 
-    def register(self, session: Session, subject_id: str, kind: str, url: str, base_url: str,
+    def register(self, session: Executor, subject_id: str, kind: str, url: str, base_url: str,
                  finished: bool = False) -> None:
-        """Record a callback in the caller's transaction (``finished``: due at once, a cache hit)."""
+        """Record a callback in the caller's transaction (``finished``: due at once, a cache hit):
+        one Core INSERT, on a session or a bare connection (a submission's)."""
         now = self.clock()
-        session.add(Callback(subject_id=subject_id, kind=kind, url=url, base_url=base_url,
-                             state=PENDING if finished else WAITING, attempts=0, created_at=now,
-                             next_at=now if finished else None))
+        session.execute(INSERT_CALLBACK, {
+            "subject_id": subject_id, "kind": kind, "url": url, "base_url": base_url,
+            "state": PENDING if finished else WAITING, "attempts": 0, "created_at": now,
+            "next_at": now if finished else None})
 
     def due(self, subject_id: str) -> bool:
         """The subject finished: its callback (if it has one waiting) is due now; whether it was."""

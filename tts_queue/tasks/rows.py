@@ -23,14 +23,25 @@ from sqlalchemy import Table, and_, bindparam, delete, func, insert, not_, selec
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from tts_queue.db import Database, utcnow
+from tts_queue.db import Database, Executor, utcnow
 from tts_queue.enums import TaskStatus, sources
-from tts_queue.tables import RequestJSON, TaskRow
+from tts_queue.storage.cache import CachedAudio
+from tts_queue.tables import CacheEntry, RequestJSON, TaskRow
 
 log = logging.getLogger(__name__)
 BATCH_IDS = 500  # ids per statement (SQLite and psycopg bound the parameters of one statement)
 TASKS = cast(Table, TaskRow.__table__)
 INSERT_TASK = insert(TASKS)  # one new row, its columns as parameters (``add``)
+# A task's row and its live cache entry, the entry's columns in ``CachedAudio``'s order
+# (``with_audio``), built once.
+_ENTRIES = cast(Table, CacheEntry.__table__)
+AUDIO_COLUMNS = ("audio_key", "audio_path", "audio_format", "audio_duration_s", "audio_size_bytes")
+TASK_AND_AUDIO = (
+    select(TASKS, *(_ENTRIES.c[name.removeprefix("audio_")].label(name) for name in AUDIO_COLUMNS))
+    .select_from(TASKS.outerjoin(_ENTRIES, and_(_ENTRIES.c.key == TASKS.c.cache_key,
+                                                _ENTRIES.c.expired_at.is_(None))))
+    .where(TASKS.c.id == bindparam("task_id"))
+)
 
 
 def _claim_statement(first_only: bool) -> ReturningUpdate[Any]:
@@ -150,7 +161,7 @@ class TaskRows:
     lease: timedelta = timedelta(seconds=30)
     counter: SentenceCounter | None = field(default=None, repr=False)  # books count their sentences
 
-    def add(self, session: Session, task: NewTask) -> TaskRow:
+    def add(self, session: Executor, task: NewTask) -> TaskRow:
         """Insert a new row in the caller's transaction (``done`` on a cache hit, else ``queued``);
         the row as inserted. One Core INSERT on the table built once (``INSERT_TASK``), not the
         ORM's unit of work or bulk insert, nor a statement built per row (an eighth of a cache
@@ -159,6 +170,17 @@ class TaskRows:
         values = task.values()
         session.execute(INSERT_TASK, values)
         return TaskRow(**values)
+
+    @staticmethod
+    def with_audio(session: Executor, task_id: str) -> tuple[TaskRow, CachedAudio | None] | None:
+        """A task's row (detached) and its live cache entry (file not checked) in one statement
+        (a join), or ``None`` for an unknown id: what a status read or a download needs."""
+        found = session.execute(TASK_AND_AUDIO, {"task_id": task_id}).first()
+        if found is None:
+            return None
+        values = dict(found._mapping)
+        audio = [values.pop(name) for name in AUDIO_COLUMNS]
+        return TaskRow(**values), CachedAudio(*audio) if audio[0] is not None else None
 
     @staticmethod
     def add_many(session: Session, tasks: Sequence[NewTask]) -> None:

@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 from typing import IO, Any
 
 from sqlalchemy import select
+from sqlalchemy.engine import Connection
 
 from tts_queue import metrics
-from tts_queue.db import Database, get_by_id, utcnow
+from tts_queue.db import Database, check_id, get_by_id, utcnow
 from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import (
     AudioExpired,
@@ -28,7 +29,7 @@ from tts_queue.errors import (
     TaskNotFound,
 )
 from tts_queue.settings import Settings
-from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
@@ -118,7 +119,7 @@ class TaskService:
         key = self.key_of(request, owner)
         chosen_pool = self.pool_for(request, pool)
         queue = queue_name(chosen_pool, Lane.INTERACTIVE, self.settings.services.queue_prefix)
-        with self.db.write() as session:
+        with self.db.write_connection() as session:
             hit = self.cache.lookup(key, session)
             if hit is None:
                 self.require_worker(chosen_pool)  # nothing is written when no worker would run it
@@ -159,6 +160,17 @@ class TaskService:
         included)."""
         return get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task", owner)
 
+    def _row_and_audio(self, connection: Connection, task_id: str,
+                       owner: str | None) -> tuple[TaskRow, CachedAudio | None]:
+        """A task's row and its live cache entry (file not checked) in one Core read, or
+        ``TaskNotFound`` as ``row`` raises it: a status read or a download costs one statement,
+        not two ORM reads."""
+        check_id(task_id, TaskNotFound, "task")
+        found = self.rows.with_audio(connection, task_id)
+        if found is None or (owner is not None and found[0].owner != owner):
+            raise TaskNotFound(f"no task {task_id}")
+        return found
+
     def get(self, task_id: str, owner: str | None = None, fresh: bool = False) -> TaskView:
         """Status of a task, with the audio's duration once done and its callback's state: from
         the status board when it has the task (one Redis read), else (or ``fresh``) from the
@@ -167,10 +179,11 @@ class TaskService:
             record = self.board.get(task_id)
             if record is not None and (owner is None or record.get("owner") == owner):
                 return TaskView.from_record(record)
-        row = self.row(task_id, owner)
+        with self.db.read_connection() as connection:
+            row, entry = self._row_and_audio(connection, task_id, owner)
         duration = None
         if row.status is TaskStatus.DONE:
-            entry = self.cache.peek(row.cache_key)
+            entry = self.cache.present(entry)
             duration = entry.duration_s if entry else None
         callback = None
         if row.callback:
@@ -230,12 +243,12 @@ class TaskService:
         # The download that follows a task's end reads the row and the entry in one transaction,
         # without recording an access: it was stored or counted as a hit within the minute
         # (retention's last access is that fresh). A later one records it (``lookup``).
-        with self.db.read() as session:
-            row = get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task", owner, session)
-            if row.status is not TaskStatus.DONE:
-                raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
-            fresh = row.finished_at is not None and self.clock() - row.finished_at < FRESH_DOWNLOAD
-            entry = self.cache.peek(row.cache_key, session) if fresh else None
+        with self.db.read_connection() as connection:
+            row, entry = self._row_and_audio(connection, task_id, owner)
+        if row.status is not TaskStatus.DONE:
+            raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
+        fresh = row.finished_at is not None and self.clock() - row.finished_at < FRESH_DOWNLOAD
+        entry = self.cache.present(entry) if fresh else None
         if not fresh:
             entry = self.cache.lookup(row.cache_key)
         if entry is None:
