@@ -27,4 +27,4 @@ USER tts
 VOLUME /data
 EXPOSE 8000
 CMD ["gunicorn", "--bind", "0.0.0.0:8000", "--workers", "1", "--threads", "64", \
-     "--worker-class", "api.JSONErrorWorker", "--worker-tmp-dir", "/dev/shm", "api.wsgi:app"]
+     "--worker-class", "api.JSONErrorWorker", "api.wsgi:app"]

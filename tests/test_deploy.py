@@ -101,20 +101,3 @@ def test_the_gpu_image_ends_with_onnxruntime_gpu_in_place_of_the_cpu_build(compo
     readme = (ROOT / "README.md").read_text()
     assert "pip uninstall -y onnxruntime onnxruntime-gpu && pip install -r requirements-gpu.txt" in readme
 
-
-
-def test_gunicorns_heartbeat_file_is_in_memory_wherever_the_api_is_served(compose: dict[str, Any],
-                                                                         tmp_path: Path) -> None:
-    # gunicorn touches its heartbeat file on every turn of its loop: on disk that is a metadata
-    # write per request (7.6% of the API's busy time in a burst of hits), in /dev/shm a cheap call.
-    from tts_queue.cli.launcher import api_command, worker_tmp_args
-
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    compose_command = compose["services"]["api"]["command"]
-    assert '"--worker-tmp-dir", "/dev/shm"' in dockerfile
-    assert compose_command[compose_command.index("--worker-tmp-dir") + 1] == "/dev/shm"
-    assert worker_tmp_args(tmp_path) == ["--worker-tmp-dir", str(tmp_path)]
-    assert worker_tmp_args(tmp_path / "absent") == []  # no memory file system: gunicorn's default
-    if Path("/dev/shm").is_dir():
-        command = api_command("127.0.0.1", 8000, 4)
-        assert command[command.index("--worker-tmp-dir") + 1] == "/dev/shm"

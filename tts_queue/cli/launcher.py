@@ -75,17 +75,6 @@ def scheduler_command(data_dir: Path) -> list[str]:
 
 
 ACCESS_LOG = '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(L)ss request %({x-request-id}o)s'
-# gunicorn's worker touches a file on every turn of its event loop (the liveness heartbeat its
-# master watches): in a memory file system that is a cheap call, on a disk a metadata write. It
-# was 7.6% of the API's busy time in a burst of cache hits, and /healthz costs 18% less CPU with
-# it in /dev/shm (bench/results/overhead_s32.json). gunicorn's docs advise the same for containers.
-MEMORY_TMP = Path("/dev/shm")
-
-
-def worker_tmp_args(memory: Path = MEMORY_TMP) -> list[str]:
-    """``--worker-tmp-dir`` in a memory file system where the machine has one (Linux), else nothing
-    (gunicorn's default, the system's temporary directory)."""
-    return ["--worker-tmp-dir", str(memory)] if memory.is_dir() and os.access(memory, os.W_OK) else []
 
 
 def api_command(host: str, port: int, threads: int) -> list[str]:
@@ -95,13 +84,13 @@ def api_command(host: str, port: int, threads: int) -> list[str]:
     headers too long, malformed HTTP: answered before Flask sees the request) are the API's JSON
     errors instead of HTML (``api.JSONErrorWorker``); gunicorn's limits stay as they are. The
     access log names each request's ``X-Request-ID`` (never a query string's secrets: keys in URLs
-    are refused). Its heartbeat file lives in memory (``worker_tmp_args``).
+    are refused).
     """
     return [
         sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "--workers", "1",
         "--threads", str(threads), "--worker-class", "api.JSONErrorWorker", "--timeout", "120",
         "--graceful-timeout", "20", "--access-logfile", "-", "--access-logformat", ACCESS_LOG,
-        *worker_tmp_args(), "api.wsgi:app",
+        "api.wsgi:app",
     ]
 
 
