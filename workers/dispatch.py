@@ -3,6 +3,7 @@
 ``make_client(settings)`` is a Celery app with the broker and the message settings (JSON only,
 late acks, transport options) and no tasks, runtime or signal handlers: the API sends by task name
 with it, and ``workers.factory.make_celery`` builds the worker app on top of the same settings.
+Both use kombu's Redis transport as ``workers.transport`` adjusts it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import kombu_url
 from tts_queue.tasks.keys import ASSEMBLE, DELIVER, INGEST, SYNTHESIZE, queue_name, webhook_queue
+from workers import transport
 
 
 def celery_config(settings: Settings) -> dict[str, object]:
@@ -46,6 +48,7 @@ def make_client(settings: Settings) -> Celery:
     """A Celery app that only sends and pings: no tasks registered, nothing started."""
     if not settings.services.redis_url:
         raise ConfigError("TTS_REDIS_URL is not set: start with `tts-queue up` or set it")
+    transport.install()  # kombu's Redis transport without a new redis-py client per command
     app = Celery("tts_queue", broker=kombu_url(settings.services.redis_url))
     app.conf.update(celery_config(settings))
     return app
