@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from tests.conftest import START, Clock, key
 from tests.support import local
@@ -40,6 +41,35 @@ def test_storing_a_key_twice_keeps_one_row(cache: AudioCache) -> None:
     hit = cache.peek(key(1))
     assert hit is not None and hit.size_bytes == 4
     assert local(cache).path(hit.path).read_bytes() == b"two!"
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_a_key_stored_again_takes_the_new_file_keeps_its_hits_and_lives_again(
+    dialect: str, request: pytest.FixtureRequest, tmp_path: Path, clock: Clock
+) -> None:
+    # Given an entry with a hit, then expired by the cleanup (on SQLite and on PostgreSQL: the
+    # upsert is one statement prepared per dialect, ``record_statement``)
+    if dialect == "sqlite":
+        db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
+        db.create_all()
+    else:
+        db = Database(request.getfixturevalue("fresh_postgres_url"))
+    cache = AudioCache(db, AudioStore.at(tmp_path / "audio"), clock=clock)
+    first = cache.put(key(7), "wav", "v", b"one", 0.1)
+    assert cache.lookup(key(7)) is not None
+    created = clock.now
+    with db.write() as session:
+        session.execute(update(CacheEntry).where(CacheEntry.key == key(7)).values(expired_at=clock.now))
+    # When another worker stores the same key again, later
+    clock.now += timedelta(minutes=5)
+    second = cache.put(key(7), "mp3", "v2", b"two!", 0.2)
+    # Then the one row names the new file and is live again, its hits and creation kept
+    with db.read() as session:
+        row = session.get(CacheEntry, key(7))
+    assert row is not None and row.path == second.path != first.path and row.format == "mp3"
+    assert row.voice == "v2" and row.size_bytes == 4 and row.duration_s == 0.2 and row.expired_at is None
+    assert row.hits == 1 and row.created_at == created and row.last_access_at == clock.now
+    assert cache.peek(key(7)) == second
 
 
 def test_a_row_whose_file_is_gone_is_a_miss_and_is_forgotten(cache: AudioCache) -> None:

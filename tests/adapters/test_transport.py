@@ -43,7 +43,7 @@ def test_publishing_consuming_and_acking_share_one_client_per_channel(
         monkeypatch.setattr(redis.Redis, "__init__", real_init)
         # Then every message went through in order and none is left unacked
         assert received == list(range(20))
-        channel = queue.channel
+        channel: Any = queue.channel  # kombu's Redis channel (typed as the abstract one)
         with channel.conn_or_acquire() as client:
             assert client.hlen(channel.unacked_key) == 0
         queue.clear()
@@ -56,7 +56,7 @@ def test_a_replaced_connection_pool_gets_a_client_of_its_own(redis_url: str) -> 
     # Given a channel of the transport that has handed out its shared client
     app = make_client(Settings.from_env({"TTS_REDIS_URL": redis_url}))
     with app.connection_for_write() as connection:
-        channel = connection.default_channel
+        channel: Any = connection.default_channel  # kombu's Redis channel
         with channel.conn_or_acquire() as first, channel.conn_or_acquire() as again:
             assert first is again and first.ping()
         # When kombu replaces its pool (as after a fork, or a reconnect)
