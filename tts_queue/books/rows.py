@@ -21,16 +21,39 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from tts_queue.db import Database, get_by_id, utcnow
+from tts_queue.db import Database, Executor, get_by_id, utcnow
 from tts_queue.enums import OPEN_BOOK, BookStatus, TaskStatus, book_sources
 from tts_queue.errors import BookNotFound
 from tts_queue.tables import BookOptions, BookRow, BookSource, Callback, ChapterRow, SentenceRow, TaskRow
 from tts_queue.tasks.rows import BATCH_IDS, ChapterCount, NewTask, TaskRows
 
 log = logging.getLogger(__name__)
+# ``BookRows.count``'s statements, built once: a finished sentence's chapter number, then its
+# chapter's and its book's counters (``RETURNING`` what the caller decides on), then the book's
+# first counted sentence moving it ``queued -> running``.
+_COUNT_CHAPTER_OF = select(SentenceRow.chapter).where(SentenceRow.task_id == bindparam("count_task"))
+_COUNT_IN_CHAPTER = (
+    update(ChapterRow)
+    .where(ChapterRow.book_id == bindparam("count_book"), ChapterRow.number == bindparam("count_chapter"))
+    .values(sentences_done=ChapterRow.sentences_done + 1,
+            audio_seconds=ChapterRow.audio_seconds + bindparam("count_seconds"))
+    .returning(ChapterRow.sentences_done, ChapterRow.sentences_total, ChapterRow.status)
+)
+_COUNT_IN_BOOK = (
+    update(BookRow).where(BookRow.id == bindparam("count_book"))
+    .values(sentences_done=BookRow.sentences_done + 1,
+            audio_seconds=BookRow.audio_seconds + bindparam("count_seconds"),
+            progress_at=bindparam("count_at"))
+    .returning(BookRow.status)
+)
+_BOOK_STARTS = (
+    update(BookRow)
+    .where(BookRow.id == bindparam("count_book"), BookRow.status.in_(book_sources(BookStatus.RUNNING)))
+    .values(status=BookStatus.RUNNING)
+)
 ACCESS_EVERY = timedelta(minutes=1)  # a book's last access is written at most this often
 
 
@@ -206,27 +229,19 @@ class BookRows:
 
     # --- progress -------------------------------------------------------------------------------
 
-    def count(self, session: Session, task: TaskRow, seconds: float) -> ChapterCount | None:
+    def count(self, session: Executor, task: TaskRow, seconds: float) -> ChapterCount | None:
         """The ``SentenceCounter`` of ``TaskRows``: count a sentence whose task row just moved to
         ``done``, in that transaction; the first counted sentence moves its book ``queued ->
-        running``."""
-        number = session.scalar(select(SentenceRow.chapter).where(SentenceRow.task_id == task.id))
+        running``. Its statements are built once (``_COUNT_*``): a book's every sentence runs them."""
+        number = session.execute(_COUNT_CHAPTER_OF, {"count_task": task.id}).scalar()
         if number is None or task.book_id is None:
             return None
-        chapter = session.execute(
-            update(ChapterRow).where(ChapterRow.book_id == task.book_id, ChapterRow.number == number)
-            .values(sentences_done=ChapterRow.sentences_done + 1,
-                    audio_seconds=ChapterRow.audio_seconds + seconds)
-            .returning(ChapterRow.sentences_done, ChapterRow.sentences_total, ChapterRow.status)).first()
-        book_status = session.execute(
-            update(BookRow).where(BookRow.id == task.book_id)
-            .values(sentences_done=BookRow.sentences_done + 1, audio_seconds=BookRow.audio_seconds + seconds,
-                    progress_at=self.clock())
-            .returning(BookRow.status)).scalar()
+        chapter = session.execute(_COUNT_IN_CHAPTER, {"count_book": task.book_id, "count_chapter": number,
+                                                      "count_seconds": seconds}).first()
+        book_status = session.execute(_COUNT_IN_BOOK, {"count_book": task.book_id, "count_seconds": seconds,
+                                                       "count_at": self.clock()}).scalar()
         if book_status is BookStatus.QUEUED:
-            session.execute(update(BookRow).where(
-                BookRow.id == task.book_id, BookRow.status.in_(book_sources(BookStatus.RUNNING)))
-                .values(status=BookStatus.RUNNING))
+            session.execute(_BOOK_STARTS, {"count_book": task.book_id})
             book_status = BookStatus.RUNNING
         if chapter is None:
             return None

@@ -26,9 +26,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from sqlalchemy.orm import Session
-
 from tts_queue import metrics
+from tts_queue.db import Executor
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
@@ -60,7 +59,7 @@ class TaskEnds:
 
     def done(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
              timings: dict[str, float | None] | None = None, seconds: float = 0.0,
-             also: Callable[[Session], None] | None = None) -> Ending | None:
+             also: Callable[[Executor], None] | None = None) -> Ending | None:
         """``running -> done`` (``seconds``: the audio's duration; ``also``: more writes in its
         transaction); the ending, or ``None``."""
         return self.run(self.rows.finish(task_id, batch_size, cache_hit, timings, seconds, also))

@@ -24,9 +24,9 @@ from typing import IO
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy.orm import Session
 
 from tts_queue import metrics
+from tts_queue.db import Executor
 from tts_queue.enums import STREAM_FORMATS, Lane, TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
@@ -136,7 +136,7 @@ class TaskExecutor:
         # the audio since submission): one read transaction fewer for a first attempt
         cached: list[CachedAudio | None] = []
 
-        def look(session: Session, row: TaskRow) -> None:
+        def look(session: Executor, row: TaskRow) -> None:
             cached.append(self.cache.peek(row.cache_key, session))
 
         claimed = self.rows.claim_first(task_id, worker, also=look)

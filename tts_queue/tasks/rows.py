@@ -132,7 +132,7 @@ class ChapterCount:
 class SentenceCounter(Protocol):
     """Counts a book's finished sentence in its chapter (``tts_queue.books.rows.BookRows``)."""
 
-    def count(self, session: Session, task: TaskRow, seconds: float) -> ChapterCount | None:
+    def count(self, session: Executor, task: TaskRow, seconds: float) -> ChapterCount | None:
         """Count ``task``, which just moved to ``done``, in the caller's transaction; the
         chapter's counters afterwards (``None`` if it is no book's sentence)."""
 
@@ -210,7 +210,7 @@ class TaskRows:
         return claimed if isinstance(claimed, TaskRow) else None
 
     def claim_first(self, task_id: str, worker: str,
-                    also: Callable[[Session, TaskRow], None] | None = None) -> TaskRow | Suspect | None:
+                    also: Callable[[Executor, TaskRow], None] | None = None) -> TaskRow | Suspect | None:
         """As ``claim``, but a task attempted before is not claimed: ``SUSPECT`` (the caller claims
         it when it may run it: ``TaskExecutor``'s suspects lock). So the common first attempt costs
         one transaction, with no read of the attempts before it. ``also(session, row)``: more
@@ -218,13 +218,13 @@ class TaskRows:
         return self._claim(task_id, worker, first_only=True, also=also)
 
     def _claim(self, task_id: str, worker: str, first_only: bool,
-               also: Callable[[Session, TaskRow], None] | None = None) -> TaskRow | Suspect | None:
+               also: Callable[[Executor, TaskRow], None] | None = None) -> TaskRow | Suspect | None:
         # One guarded UPDATE ... RETURNING (``CLAIM_FIRST``, ``CLAIM_ANY``), not a read and the
         # ORM's flush: on PostgreSQL a cancel or a second delivery waits on the row's lock, then
         # sees the claim; SQLite's BEGIN IMMEDIATE already serializes writers. Only a claim that
         # did not match reads the row, to say why.
         now = self.clock()
-        with self.db.write() as session:
+        with self.db.write_connection() as session:  # Core: no ORM session in a task's path
             found = session.execute(CLAIM_FIRST if first_only else CLAIM_ANY,
                                     {"claim_id": task_id, "claim_worker": worker, "claim_at": now,
                                      "lease_from": now - self.lease}).first()
@@ -236,7 +236,7 @@ class TaskRows:
             return row
 
     @staticmethod
-    def _unclaimed(session: Session, task_id: str, first_only: bool) -> Suspect | None:
+    def _unclaimed(session: Executor, task_id: str, first_only: bool) -> Suspect | None:
         """Why a claim did not match: ``SUSPECT`` for a task attempted before (``first_only``),
         else ``None`` (unknown, finished, or running under another worker's lease)."""
         seen = session.execute(select(TaskRow.status, TaskRow.attempts, TaskRow.worker)
@@ -253,7 +253,7 @@ class TaskRows:
 
     def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
                timings: dict[str, float | None] | None = None, seconds: float = 0.0,
-               also: Callable[[Session], None] | None = None) -> Ending | None:
+               also: Callable[[Executor], None] | None = None) -> Ending | None:
         """``running -> done``; the ending, or ``None`` if the row did not move. ``timings``: where
         the time went (ms); ``seconds``: the audio's duration (a book's counters add it up);
         ``also``: more writes in the same transaction, whether the row moves or not (the audio's
@@ -423,8 +423,8 @@ class TaskRows:
             )]
 
     def _move(self, task_id: str, target: TaskStatus, seconds: float = 0.0,
-              also: Callable[[Session], None] | None = None, **values: object) -> Ending | None:
-        with self.db.write() as session:
+              also: Callable[[Executor], None] | None = None, **values: object) -> Ending | None:
+        with self.db.write_connection() as session:  # Core: no ORM session in a task's path
             if also is not None:
                 also(session)
             # a Core statement built once per kind of move, not the ORM's UPDATE ... RETURNING of
