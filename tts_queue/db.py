@@ -134,6 +134,13 @@ def get_by_id(db: Database, model: type[RowT], row_id: str, missing: Callable[[s
     else:
         with db.read() as own:
             row = own.get(model, row_id)
+    return owned(row, row_id, missing, noun, owner)
+
+
+def owned(row: RowT | None, row_id: str, missing: Callable[[str], Exception], noun: str,
+          owner: str | None = None) -> RowT:
+    """``row`` (read by ``row_id``), or ``missing(message)`` raised when there is none or, with
+    ``owner``, when another owner's: such a row answers exactly as an unknown id does."""
     if row is None or (owner is not None and getattr(row, "owner", None) != owner):
         raise missing(f"no {noun} {row_id}")
     return row

@@ -96,8 +96,9 @@ def test_a_long_admitted_request_does_not_grow_the_workers_memory(service: dict[
     # half an hour of 16 kHz audio (61 MB as WAV, 122 MB as the model's float samples)
     body: dict[str, Any] = {"text": (PROSE * 70)[:4990], "voice": "long", "format": "wav", "speed": 0.25}
     task = requests.post(f"{url}/v1/tts", json=body, headers=alice, timeout=30).json()
-    peak = before
+    peak, deadline = before, time.monotonic() + 600
     while True:
+        assert time.monotonic() < deadline, "the long task did not finish within 10 minutes"
         peak = max(peak, rss_kb(pid))
         state = requests.get(f"{url}/v1/tasks/{task['task_id']}", headers=alice, timeout=10).json()
         if state["status"] in ("done", "failed"):
@@ -134,7 +135,9 @@ def test_an_abandoned_stream_is_dropped_and_its_worker_stops_appending(service: 
     # Then within seconds the stream and its reader's mark are gone from Redis, and stay gone
     # while the worker goes on synthesizing (it stopped appending)
     wait_until(lambda: not stream_keys(service, task_id), timeout=10, interval=0.05)
+    deadline = time.monotonic() + 600
     while requests.get(f"{url}/v1/tasks/{task_id}", headers=alice, timeout=10).json()["status"] != "done":
+        assert time.monotonic() < deadline, "the abandoned stream's task did not finish within 10 minutes"
         assert not stream_keys(service, task_id)
         time.sleep(0.05)
     # And the task's audio was stored whole all the same

@@ -14,10 +14,9 @@ from datetime import datetime, timedelta
 from typing import IO, Any
 
 from sqlalchemy import select
-from sqlalchemy.engine import Connection
 
 from tts_queue import metrics
-from tts_queue.db import Database, check_id, get_by_id, utcnow
+from tts_queue.db import Database, check_id, get_by_id, owned, utcnow
 from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import (
     AudioExpired,
@@ -160,16 +159,14 @@ class TaskService:
         included)."""
         return get_by_id(self.db, TaskRow, task_id, TaskNotFound, "task", owner)
 
-    def _row_and_audio(self, connection: Connection, task_id: str,
-                       owner: str | None) -> tuple[TaskRow, CachedAudio | None]:
+    def _row_and_audio(self, task_id: str, owner: str | None) -> tuple[TaskRow, CachedAudio | None]:
         """A task's row and its live cache entry (file not checked) in one Core read, or
         ``TaskNotFound`` as ``row`` raises it: a status read or a download costs one statement,
         not two ORM reads."""
         check_id(task_id, TaskNotFound, "task")
-        found = self.rows.with_audio(connection, task_id)
-        if found is None or (owner is not None and found[0].owner != owner):
-            raise TaskNotFound(f"no task {task_id}")
-        return found
+        with self.db.read_connection() as connection:
+            row, entry = self.rows.with_audio(connection, task_id) or (None, None)
+        return owned(row, task_id, TaskNotFound, "task", owner), entry
 
     def get(self, task_id: str, owner: str | None = None, fresh: bool = False) -> TaskView:
         """Status of a task, with the audio's duration once done and its callback's state: from
@@ -179,8 +176,7 @@ class TaskService:
             record = self.board.get(task_id)
             if record is not None and (owner is None or record.get("owner") == owner):
                 return TaskView.from_record(record)
-        with self.db.read_connection() as connection:
-            row, entry = self._row_and_audio(connection, task_id, owner)
+        row, entry = self._row_and_audio(task_id, owner)
         duration = None
         if row.status is TaskStatus.DONE:
             entry = self.cache.present(entry)
@@ -240,11 +236,10 @@ class TaskService:
 
     def audio(self, task_id: str, owner: str | None = None) -> AudioFile:
         """The finished audio of a task, or ``AudioNotReady``."""
-        # The download that follows a task's end reads the row and the entry in one transaction,
+        # The download that follows a task's end reads the row and the entry in one statement,
         # without recording an access: it was stored or counted as a hit within the minute
         # (retention's last access is that fresh). A later one records it (``lookup``).
-        with self.db.read_connection() as connection:
-            row, entry = self._row_and_audio(connection, task_id, owner)
+        row, entry = self._row_and_audio(task_id, owner)
         if row.status is not TaskStatus.DONE:
             raise AudioNotReady(f"task {task_id} is {row.status.value}; no audio to serve")
         fresh = row.finished_at is not None and self.clock() - row.finished_at < FRESH_DOWNLOAD
