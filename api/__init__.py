@@ -26,6 +26,7 @@ from api.routes import bp
 from api.services import Services
 from api.slots import SLOTS, Slots
 from api.web import bp as web_bp
+from tts_queue.heap import LOG_LINE, freeze_start_up
 from tts_queue.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,11 @@ class JSONErrorWorker(ThreadWorker):  # type: ignore[misc]
     """
 
     write_timeout_s = Settings.from_env(os.environ).api.write_timeout_s
+
+    def load_wsgi(self) -> None:
+        """Load the app, then freeze the start-up heap (``tts_queue.heap``)."""
+        super().load_wsgi()
+        self.log.info(LOG_LINE, freeze_start_up())
 
     def handle_request(self, req: Any, conn: Any) -> bool:
         """Serve one request, its writes bounded by the write timeout."""

@@ -31,6 +31,7 @@ from celery.utils.dispatch import Signal
 
 from tts_queue import metrics
 from tts_queue.errors import ConfigError
+from tts_queue.heap import LOG_LINE, freeze_start_up
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import SYNTHESIZE
 from workers.markers import ConsumedMarker, RedisBrokerMarker
@@ -144,6 +145,8 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         # A worker that has just started consumes (its consumer is up): readiness need not wait
         # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
         consumed.mark()
+        # imports, services and the warm voice live as long as the worker: out of the collector's walks
+        log.info(LOG_LINE, freeze_start_up())
 
     def shutdown(sender: object = None, **_: object) -> None:
         if mine(sender):

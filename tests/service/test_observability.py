@@ -136,6 +136,17 @@ def test_a_task_says_where_its_time_went(service: dict[str, Any]) -> None:
     assert again["cache_hit"] is True and again["timings"] is None and hit["timings"] is not None
 
 
+def test_the_api_and_the_worker_freeze_their_start_up_heap(service: dict[str, Any]) -> None:
+    # Given the running API and worker processes: each says, once ready, how many start-up objects
+    # it moved out of the garbage collector's walks (tts_queue.heap), and there are many
+    for log in ("api.log", "worker.log"):
+        text = (service["data_dir"] / log).read_text(errors="replace")
+        found = re.findall(r"(\d+) start-up objects frozen", text)
+        assert found, f"{log} does not say its start-up heap was frozen"
+        # (a process that froze nothing would say 0; the imports alone are about 100,000 objects)
+        assert int(found[0]) > 50_000, (log, found)
+
+
 def test_lists_show_the_callers_newest_first_and_refuse_bad_limits(service: dict[str, Any]) -> None:
     url = service["url"]
     ids = [submit(url, f"Listed {n} {uuid.uuid4().hex[:6]}.").json()["task_id"] for n in range(3)]
