@@ -20,7 +20,6 @@ from typing import Any
 
 import av
 import numpy as np
-import openai
 import pytest
 import requests
 
@@ -33,6 +32,8 @@ DELAY_MS = 150  # per model call: ten sentences take at least 1.5 s
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
+    import openai  # here, not at the top: the other test processes need not import it (0.5 s of CPU)
+
     with served(tmp_path_factory.mktemp("openai"), redis_url, voices_dir, gunicorn=True,
                 worker_env=hooked(TTS_TEST_BATCH_DELAY_MS=str(DELAY_MS)),
                 TTS_OPENAI_VOICES="nova=multi") as stack:
@@ -162,6 +163,8 @@ def test_bad_speech_requests_are_400s_in_openais_error_shape(
 ) -> None:
     body = {"model": "tts-1", "voice": "alloy", "input": "Hello.", **fields}
     # When the official client sends it
+    import openai
+
     with pytest.raises(openai.BadRequestError) as info:
         service["client"].audio.speech.create(**body)
     # Then it is a 400 with OpenAI's error object and the service's stable code
