@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {number + 1} {mode}: {rounds[mode][-1]} exit {exits[mode][-3:]}", flush=True)
 
     def median(mode: str, kind: str, field: str) -> float:
-        return round(statistics.median(r[kind][field] for r in rounds[mode]), 3)
+        return round(float(statistics.median(r[kind][field] for r in rounds[mode])), 3)
 
     summary: dict[str, Any] = {}
     for kind in ("hit", "miss"):
