@@ -23,6 +23,7 @@ Results go to ``--out``; nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -35,87 +36,10 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+from inprocess import in_process_api  # noqa: E402
 
-# The child that serves requests in process (``--child requests``).
-REQUESTS_CHILD = r"""
-import gc, json, os, sys, tempfile, time
-from pathlib import Path
-sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2])
-from bench_overhead import tiny_voice_settings
-frozen, n = sys.argv[3] == "frozen", int(sys.argv[4])
-pauses, started = [], [0.0]
-by_generation = [0, 0, 0]
-
-def timed(phase, info):
-    if phase == "start":
-        started[0] = time.perf_counter()
-    else:
-        pauses.append(time.perf_counter() - started[0])
-        by_generation[info["generation"]] += 1
-
-with tempfile.TemporaryDirectory(prefix="tts-heap-") as tmp_name:
-    tmp = Path(tmp_name)
-    from tts_queue.cli.embedded_redis import EmbeddedRedis
-    from tts_queue.migrate import upgrade
-    from tts_queue.settings import Settings
-    embedded = EmbeddedRedis(tmp / "broker", persist=False)
-    embedded.start()
-    try:
-        env = tiny_voice_settings(tmp / "voices") | {"TTS_DATA_DIR": str(tmp / "data"),
-                                                     "TTS_REDIS_URL": embedded.url}
-        settings = Settings.from_env(env)
-        upgrade(settings.database_url)
-        from api import create_app
-        from tests.support import announce_idle_worker
-        from tts_queue.heap import freeze_start_up
-        from tts_queue.synthesis.request import build_request
-        app = create_app(settings)
-        services = app.extensions["tts"]
-        text = "The heap bench asks for this sentence again and again."
-        key = services.tasks.key_of(build_request({"text": text}, services.registry, settings))
-        wav = b"RIFF" + bytes(4000)
-        services.tasks.cache.put(key, "wav", "tiny", wav, 0.125)
-        client = app.test_client()
-        announce_idle_worker(embedded.url, settings.services.queue_prefix, pool="cpu")
-
-        def hit():
-            assert client.post("/v1/tts", json={"text": text}).status_code == 200
-
-        def miss():
-            posted = client.post("/v1/tts", json={"text": f"A miss {os.urandom(6).hex()}."})
-            task_id = posted.get_json()["task_id"]
-            row = services.tasks.rows.claim(task_id, "heap@bench")
-            services.tasks.cache.put(row.cache_key, "wav", "tiny", wav, 0.125)
-            services.tasks.ends.done(task_id, 1, seconds=0.125)
-            assert client.get(f"/v1/tasks/{task_id}?wait=30").get_json()["status"] == "done"
-            assert client.get(f"/v1/tasks/{task_id}/audio").status_code == 200
-
-        for _ in range(50):  # warm: every code path and statement cache used once
-            hit()
-            miss()
-        tracked = len(gc.get_objects())
-        if frozen:
-            freeze_start_up()
-        gc.callbacks.append(timed)
-        found = {"tracked_at_start": tracked, "frozen": gc.get_freeze_count()}
-        for name, call in (("hit", hit), ("miss", miss)):
-            pauses.clear()
-            by_generation[:] = [0, 0, 0]
-            cpu = time.process_time()
-            for _ in range(n):
-                call()
-            found[name] = {
-                "cpu_ms": (time.process_time() - cpu) * 1000 / n,
-                "gc_ms": sum(pauses) * 1000 / n,
-                "collections": list(by_generation),
-                "longest_pause_ms": max(pauses, default=0.0) * 1000,
-            }
-        print(json.dumps(found))
-    finally:
-        embedded.stop()
-"""
-
-# The child that imports what a worker imports and exits (``--child exit``).
+# The child that imports what a worker imports and exits (``python -c``; ``exit_round``).
 EXIT_CHILD = r"""
 import os, resource, sys
 sys.path.insert(0, sys.argv[1])
@@ -129,11 +53,52 @@ print(usage.ru_utime + usage.ru_stime, flush=True)
 """
 
 
+def serve_requests(frozen: bool, n: int) -> dict[str, Any]:
+    """In this (child) process: the API in process, warmed, its heap frozen or not, then ``n`` hits
+    and ``n`` misses, the garbage collector's every collection timed."""
+    pauses: list[float] = []
+    started = [0.0]
+    by_generation = [0, 0, 0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append(time.perf_counter() - started[0])
+            by_generation[info["generation"]] += 1
+
+    from tts_queue.heap import freeze_start_up
+
+    with tempfile.TemporaryDirectory(prefix="tts-heap-") as tmp, \
+            in_process_api(Path(tmp), "The heap bench asks for this sentence again and again.") as api:
+        for _ in range(50):  # warm: every code path and statement cache used once
+            api.hit()
+            api.miss()
+        found: dict[str, Any] = {"tracked_at_start": len(gc.get_objects())}
+        if frozen:
+            freeze_start_up()
+        found["frozen"] = gc.get_freeze_count()
+        gc.callbacks.append(timed)
+        for name, call in (("hit", api.hit), ("miss", api.miss)):
+            pauses.clear()
+            by_generation[:] = [0, 0, 0]
+            cpu = time.process_time()
+            for _ in range(n):
+                call()
+            found[name] = {
+                "cpu_ms": (time.process_time() - cpu) * 1000 / n,
+                "gc_ms": sum(pauses) * 1000 / n,
+                "collections": list(by_generation),
+                "longest_pause_ms": max(pauses, default=0.0) * 1000,
+            }
+        gc.callbacks.remove(timed)
+    return found
+
+
 def requests_round(frozen: bool, n: int) -> dict[str, Any]:
-    """One child serving hits and misses, its heap frozen or not."""
-    done = subprocess.run([sys.executable, "-c", REQUESTS_CHILD, str(BENCH), str(ROOT),
-                           "frozen" if frozen else "not", str(n)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=True)
+    """One child process serving hits and misses (``--child``), its heap frozen or not."""
+    done = subprocess.run([sys.executable, str(Path(__file__)), "--child", "frozen" if frozen else "not",
+                           "--n", str(n)], cwd=ROOT, capture_output=True, text=True, timeout=900, check=True)
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
@@ -156,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="bench/results/heap.json")
+    parser.add_argument("--child", choices=("frozen", "not"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(serve_requests(args.child == "frozen", args.n)))
+        return 0
     rounds: dict[str, list[dict[str, Any]]] = {"not": [], "frozen": []}
     exits: dict[str, list[dict[str, float]]] = {"not": [], "frozen": []}
     with tempfile.TemporaryDirectory(prefix="tts-heap-exit-") as tmp:

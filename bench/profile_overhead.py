@@ -51,6 +51,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(1, str(ROOT))
 from bench_overhead import commandstats, tiny_voice_settings  # noqa: E402
+from inprocess import in_process_api  # noqa: E402
 from sqlcount import SqlCounter  # noqa: E402
 
 TEXT = "The overhead profile asks for this sentence again and again."
@@ -176,67 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(tmp / "metrics")  # as under `tts-queue up`
         (tmp / "metrics").mkdir()
-        from tts_queue.cli.embedded_redis import EmbeddedRedis
-        from tts_queue.migrate import upgrade
-        from tts_queue.settings import Settings
+        import redis
 
-        embedded = EmbeddedRedis(tmp / "broker", persist=False)
-        embedded.start()
-        try:
-            env = tiny_voice_settings(tmp / "voices") | {"TTS_DATA_DIR": str(tmp / "data"),
-                                                         "TTS_REDIS_URL": embedded.url}
-            settings = Settings.from_env(env)
-            upgrade(settings.database_url)
-            counter = SqlCounter().install()
-            from api import create_app
-            from tts_queue.synthesis.request import build_request
-
-            app = create_app(settings)
-            services = app.extensions["tts"]
-            key = services.tasks.key_of(build_request({"text": TEXT}, services.registry, settings))
-            services.tasks.cache.put(key, "wav", "tiny", b"RIFF" + bytes(4000), 0.125)
-            client = app.test_client()
-
-            def hit() -> None:
-                response = client.post("/v1/tts", json={"text": TEXT})
-                assert response.status_code == 200 and response.get_json()["cache_hit"], response.data
-
-            task = client.post("/v1/tts", json={"text": TEXT}).get_json()
+        counter = SqlCounter().install()
+        with in_process_api(tmp, TEXT) as api:
+            task = api.client.post("/v1/tts", json={"text": TEXT}).get_json()
 
             def status() -> None:
-                assert client.get(f"/v1/tasks/{task['task_id']}").status_code == 200
+                assert api.client.get(f"/v1/tasks/{task['task_id']}").status_code == 200
 
-            import redis
-
-            from tests.support import announce_idle_worker
-
-            announce_idle_worker(embedded.url, settings.services.queue_prefix, pool="cpu")
-            wav = b"RIFF" + bytes(4000)
-
-            def worker(task_id: str) -> None:
-                """What a worker does between the submission and the long-poll (not the API's)."""
-                row = services.tasks.rows.claim(task_id, "profile@bench")
-                assert row is not None
-                services.tasks.cache.put(row.cache_key, "wav", "tiny", wav, 0.125)
-                services.tasks.ends.done(task_id, 1, seconds=0.125)
-
-            def miss() -> None:
-                text = f"A miss {os.urandom(6).hex()}."
-                task_id = client.post("/v1/tts", json={"text": text}).get_json()["task_id"]
-                worker(task_id)
-                done = client.get(f"/v1/tasks/{task_id}?wait=30").get_json()
-                assert done["status"] == "done", done
-                assert client.get(f"/v1/tasks/{task_id}/audio").status_code == 200
-
-            redis_client = redis.Redis(unix_socket_path=str(embedded.socket))
-            results = {"hit": measure("hit", hit, args.n, counter, redis_client, args.top),
+            redis_client = redis.Redis(unix_socket_path=str(api.redis_socket))
+            results = {"hit": measure("hit", api.hit, args.n, counter, redis_client, args.top),
                        "status_read": measure("status read", status, args.n, counter, redis_client, args.top),
-                       "miss": measure("miss (the worker's part inline: worker)", miss, args.n,
+                       "miss": measure("miss (the worker's part inline: worker)", api.miss, args.n,
                                        counter, redis_client, args.top),
                        "load_avg": os.getloadavg()}
             results["model_call"] = model_call(tmp / "spin-voices", tmp / "data")
-        finally:
-            embedded.stop()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
