@@ -324,9 +324,9 @@ def test_a_key_stored_again_after_its_row_was_read_keeps_its_new_file(
         yield from batch
 
     monkeypatch.setattr(repair, "_rows", read_then_store_again)
-    # When drift repair runs with no grace, the new file's age is no guard
+    # When drift repair runs with no grace and no age for unclaimed files, the new file's age is no guard
     later = utcnow() + timedelta(seconds=5)
-    counts = repair.repair_drift(cache.db, cache.store, later, timedelta(0), timedelta(hours=1))
+    counts = repair.repair_drift(cache.db, cache.store, later, timedelta(0), timedelta(0))
     # Then the row's new file and its sidecar stay (the first version is left for the next pass)
     second = path_of(cache, key(1))
     root = local(cache).root
@@ -335,9 +335,32 @@ def test_a_key_stored_again_after_its_row_was_read_keeps_its_new_file(
     assert counts["files_without_row"] == 0 and counts["orphan_sidecars"] == 0
     # And the next pass, reading the row as it is, takes the first version and only it
     monkeypatch.setattr(repair, "_rows", rows)
-    counts = repair.repair_drift(cache.db, cache.store, later, timedelta(0), timedelta(hours=1))
+    counts = repair.repair_drift(cache.db, cache.store, later, timedelta(0), timedelta(0))
     assert counts["files_without_row"] == 1 and not cache.store.exists(first)
     assert cache.store.exists(second) and cache.lookup(key(1)) is not None
+
+
+def test_a_file_whose_row_is_not_committed_yet_outlives_a_cleanup_with_no_grace(cache: AudioCache) -> None:
+    """A writer stores the file, then its row: a repair in between (the row's transaction waiting
+    for the database's lock) sees audio with no row, which it keeps until it is as old as a
+    temporary file, whatever the grace."""
+    from tts_queue.db import utcnow
+    from tts_queue.storage.repair import repair_drift
+
+    # Given audio (and its sidecar) just written in the store's layout, its row not yet committed
+    root = local(cache).root
+    assert root is not None
+    (root / "ab").mkdir(parents=True, exist_ok=True)
+    audio, side = root / "ab" / f"ab{'0' * 62}.wav", root / "ab" / f"ab{'0' * 62}.align.json"
+    audio.write_bytes(b"RIFF" + bytes(40))
+    side.write_text("{}")
+    # When drift repair runs a second later with no grace
+    hour = timedelta(hours=1)
+    counts = repair_drift(cache.db, cache.store, utcnow() + timedelta(seconds=1), timedelta(0), hour)
+    # Then both stay; an hour later, still without a row, both go
+    assert audio.exists() and side.exists() and counts["files_without_row"] == 0
+    counts = repair_drift(cache.db, cache.store, utcnow() + 2 * hour, timedelta(0), hour)
+    assert not audio.exists() and not side.exists() and counts["files_without_row"] == 1
 
 
 def test_a_cleanup_racing_stores_of_the_same_keys_never_leaves_a_live_row_without_its_file(

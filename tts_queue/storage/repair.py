@@ -6,7 +6,9 @@ pages) and the cache rows (read 500 at a time). That finds, without a request pe
 - rows whose file is gone (only rows not touched within the grace: a writer stores the file before
   its row, and a listing can pass a directory before a new file lands there);
 - audio files with no row, versions of a key its row no longer names (it was stored again), and
-  sidecars without their audio (older than the grace, for the same reason);
+  sidecars without their audio, once older than the grace and than ``tmp_age`` (a writer stores the
+  file before its row, and the row can commit long after the file while the database is busy: a
+  newer version than the row read may be one whose row is not committed yet);
 - temporary files left by crashed writes (older than ``tmp_age``; a bucket has none).
 
 Only names of the store's own layout (``ab/<64 hex, starting ab>[.<version>].<ext>``) are considered: anything
@@ -113,6 +115,9 @@ def repair_drift(db: Database, store: AudioStore, now: datetime, grace: timedelt
     """Fix drift between ``store`` and the cache rows; counts per kind."""
     state = _Pass(db, store, now - grace)
     newest = now.timestamp() - grace.total_seconds()
+    # A file with no row may be a write whose row is not committed yet (the database busy, the
+    # writer waiting for its lock): it waits as long as a temporary file would, whatever the grace.
+    unclaimed = min(newest, now.timestamp() - tmp_age.total_seconds())
     rows = _rows(db)
     row = next(rows, None)
     for stored in _by_key(store, now.timestamp() - tmp_age.total_seconds(), state):
@@ -125,18 +130,19 @@ def repair_drift(db: Database, store: AudioStore, now: datetime, grace: timedelt
                 state.row_without_file(stored.key)
             # versions of the key its row no longer names (stored again since), once old enough
             superseded = [name for name, modified in stored.audio.items()
-                          if name != row[1] and modified < newest]
+                          if name != row[1] and modified < unclaimed]
             if superseded:  # with their sidecars, deleted once the row is read again
                 state.superseded[stored.key] = [*superseded, *(sidecar(name) for name in superseded
                                                                if sidecar(name) in stored.sidecars)]
             kept = {sidecar(name) for name in stored.audio}
             row = next(rows, None)
-        elif stored.audio and all(modified < newest for modified in stored.audio.values()):
+        elif stored.audio and all(modified < unclaimed for modified in stored.audio.values()):
             state.orphans[stored.key] = [*stored.audio, *stored.sidecars]
             kept = set(state.orphans[stored.key])
         else:
             kept = {sidecar(name) for name in stored.audio}
-        old = [name for name, modified in stored.sidecars.items() if name not in kept and modified < newest]
+        old = [name for name, modified in stored.sidecars.items()
+               if name not in kept and modified < unclaimed]
         state.doomed.extend(old)
         state.counts["orphan_sidecars"] += len(old)
     while row is not None and not state.out_of_order:
