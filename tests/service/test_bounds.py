@@ -125,12 +125,19 @@ def test_an_abandoned_stream_is_dropped_and_its_worker_stops_appending(service: 
     # one chunk and hangs up
     url, alice = service["url"], service["keys"]["alice"]
     text = " ".join(f"Sentence {n} is said slowly here." for n in range(60))
-    response = requests.post(f"{url}/tts?stream=1", json={"text": text, "format": "pcm"}, headers=alice,
-                             stream=True, timeout=30)
-    assert response.status_code == 200
-    task_id = response.headers["X-Task-ID"]
-    next(response.iter_content(1024))
-    assert stream_keys(service, task_id)  # streaming now, the reader's mark set
+    for _ in range(3):  # a client stalled for over a second finds it all sent (5.8 MB fit the socket buffers)
+        response = requests.post(f"{url}/tts?stream=1", json={"text": text, "format": "pcm"}, headers=alice,
+                                 stream=True, timeout=30)
+        assert response.status_code == 200
+        task_id = response.headers["X-Task-ID"]
+        next(response.iter_content(1024))
+        streaming = stream_keys(service, task_id)  # streaming now, the reader's mark set
+        if streaming:
+            break
+        response.close()
+        status = requests.get(f"{url}/v1/tasks/{task_id}", headers=alice, timeout=10).json()["status"]
+        assert status == "done", "the stream was gone before its task was done"
+    assert streaming, "three streams were all sent before their client read its first chunk"
     response.close()
     # Then within seconds the stream and its reader's mark are gone from Redis, and stay gone
     # while the worker goes on synthesizing (it stopped appending)
