@@ -12,7 +12,8 @@ and every ``--every`` seconds until the book is ``done`` records the RSS of each
 It reports:
 
 - RSS idle (before the upload), after ingestion (when every sentence was dispatched: the book
-  leaves ``parsing``), and the peak;
+  leaves ``parsing``), the peak, and one sample after the book is done;
+- the peak RSS of the child process that encodes the M4B (``tts_queue.books.m4b``), sampled alike;
 - growth over the render: the mean RSS of the render's second half against its first half, and the
   highest sample of the second half against the highest of the first (goal: at most 5% more);
 - when each chapter was assembled, in seconds from the upload, and the order (goal: chapter 1 first
@@ -46,13 +47,16 @@ ROOT = Path(__file__).resolve().parents[1]
 EPUB = Path(os.environ.get("TTS_TEST_EPUB") or ROOT.parent / "shared" / "data" / "sherlock-holmes.epub")
 
 
-def workers_rss(root_pid: int) -> dict[int, int]:
-    """Resident bytes of every Celery worker process under ``root_pid``."""
+def workers_rss(root_pid: int, kind: str = "worker") -> dict[int, int]:
+    """Resident bytes of every Celery worker process under ``root_pid`` (``kind="m4b"``: of every
+    child process encoding an M4B, ``python -m tts_queue.books.m4b``)."""
     found: dict[int, int] = {}
     for child in psutil.Process(root_pid).children(recursive=True):
         try:
             command = " ".join(child.cmdline())
-            if "celery" in command and "beat" not in command:
+            wanted = ("tts_queue.books.m4b" in command if kind == "m4b"
+                      else "celery" in command and "beat" not in command)
+            if wanted:
                 found[child.pid] = child.memory_info().rss
         except psutil.NoSuchProcess:
             continue
@@ -87,6 +91,7 @@ def render(url: str, root_pid: int, every: float, chapters: int) -> dict[str, An
                         "sentences_done": book["sentences_done"],
                         "sentences_total": book["sentences_total"],
                         "worker_rss_mb": round(sum(rss.values()) / 2 ** 20, 1),
+                        "m4b_rss_mb": round(sum(workers_rss(root_pid, "m4b").values()) / 2 ** 20, 1),
                         "chapters": {c["number"]: [c["status"], c["sentences_done"], c["sentences_total"]]
                                      for c in book.get("chapters", [])}})
         print(f"{at:7.0f} s  {book['status']:9} {book['sentences_done']:5}/{book['sentences_total']:<5} "
@@ -96,9 +101,11 @@ def render(url: str, root_pid: int, every: float, chapters: int) -> dict[str, An
         time.sleep(every)
     wall = time.monotonic() - started
     audio = sum(c.get("duration_s") or 0 for c in book["chapters"])
+    time.sleep(every)  # what the worker holds once the book is done
+    after = round(sum(workers_rss(root_pid).values()) / 2 ** 20, 1)
     return {"book_id": book_id, "status": book["status"], "wall_s": wall, "audio_s": audio,
             "x_realtime": audio / wall if wall else None, "ingested_at_s": ingested_at,
-            "assembled_at_s": assembled, "samples": samples}
+            "assembled_at_s": assembled, "after_done_rss_mb": after, "samples": samples}
 
 
 def summary(run: dict[str, Any], idle_mb: float) -> dict[str, Any]:
@@ -112,6 +119,8 @@ def summary(run: dict[str, Any], idle_mb: float) -> dict[str, Any]:
         "idle_rss_mb": idle_mb,
         "after_ingest_rss_mb": rendering[0]["worker_rss_mb"] if rendering else None,
         "peak_rss_mb": max(s["worker_rss_mb"] for s in run["samples"]),
+        "after_done_rss_mb": run["after_done_rss_mb"],
+        "m4b_child_peak_rss_mb": max(s.get("m4b_rss_mb", 0.0) for s in run["samples"]),
         "assembly_order": order,
         "chapter_1_position": order.index(1) + 1 if 1 in order else None,
     }

@@ -11,7 +11,8 @@ are read a page at a time (keyset pagination on the index); a first pass reads e
 audio and keeps three numbers (speech level, peak, length) for the loudness gains; a second pass
 reads each again and writes it, with its gain, fades and the pause before it, straight into the
 encoder, and its captions and manifest entry into scratch files. The M4B is fed chapter by
-chapter, frame by frame, from the stored chapter files (and the last chapter from its PCM).
+chapter, frame by frame, from the stored chapter files (and the last chapter from its PCM), to a
+child process that encodes it (``tts_queue.books.m4b``: the MP4 index it holds is not the worker's).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import soundfile
 from sqlalchemy import select
 
 from tts_queue import metrics
+from tts_queue.books import m4b
 from tts_queue.books.captions import CaptionWriter, CueStream
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.rows import BookRows
@@ -52,7 +54,7 @@ from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AlignmentJSON
 from tts_queue.synthesis.audio import Audio, Samples
-from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer, write_m4b
+from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer
 from tts_queue.synthesis.frontend import written
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
 
@@ -331,7 +333,7 @@ class ChapterAssembler:
         if self.storage.size(name) is None:
             local = self.storage.scratch() / f"{book.id}-{uuid.uuid4().hex[:8]}.m4b"
             try:
-                write_m4b(local, chapters, title=book.title, author=book.author)
+                m4b.build(local, chapters, title=book.title, author=book.author)
                 self.storage.put_file(name, local, "audio/mp4")
             finally:
                 local.unlink(missing_ok=True)

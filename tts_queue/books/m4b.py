@@ -1,0 +1,185 @@
+"""A book's M4B is encoded in a child process (``python -m tts_queue.books.m4b PATH``).
+
+The worker decodes the chapters and sends their samples down the child's standard input; the child
+runs ``write_m4b`` (the AAC encoder and the MP4 muxer) and writes the file. The muxer keeps an index
+entry per AAC frame until the file is written (about 6-8 MB per hour of audio, held for minutes on a
+long book) and the allocator did not give all of it back after: in the child, that memory is the
+child's and goes back to the system when it exits, so a worker's RSS stays flat through a book's
+end. A crash in FFmpeg's libraries ends the child, not the worker.
+
+What goes down the pipe, in frames of ``kind`` (one byte), ``length`` (4 bytes, little-endian) and a
+payload: ``H`` the title and author (JSON), ``C`` a chapter's title, ``A`` a block of audio (its
+sample rate, 4 bytes, then float32 samples), ``E`` the end. A pipe holds 64 KB, so the worker waits
+while the child is behind and neither side holds more than a block. The child answers one line of
+JSON on its standard output: how many chapters and its peak RSS, or the error. When the feed stops
+before ``E`` (the worker failed or died), the child drops its partial file and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from tts_queue.errors import InvalidRequest
+from tts_queue.synthesis.audio import Audio
+
+log = logging.getLogger(__name__)
+
+FRAME = struct.Struct("<cI")  # kind, payload length
+RATE = struct.Struct("<I")
+PIPE_BUFFER = 1 << 20  # bytes buffered by the writer before a write reaches the pipe
+STOP_WAIT_S = 30.0  # how long a child told to stop (its feed closed early) may take to clean up
+Chapters = Iterable[tuple[str, Iterable[Audio]]]
+
+
+class M4BFailed(RuntimeError):
+    """The child process that encodes an M4B failed (its error, or how it ended, is the message)."""
+
+
+def build(path: Path, chapters: Chapters, *, title: str | None = None, author: str | None = None) -> int:
+    """Write the M4B of ``chapters`` (title and audio blocks each, consumed in order) to ``path``
+    through a child process; the child's peak RSS in bytes. ``InvalidRequest`` for what
+    ``write_m4b`` refuses (no chapters, no audio, mixed rates), ``M4BFailed`` if the child fails
+    another way; an error raised by ``chapters`` stops the child and is raised as it was."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as answer, tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen([sys.executable, "-m", __name__, str(path)], stdin=subprocess.PIPE,
+                                 stdout=answer, stderr=errors, bufsize=PIPE_BUFFER)
+        assert child.stdin is not None
+        try:
+            _feed(child.stdin, chapters, title, author)
+        except BrokenPipeError:
+            child.wait()  # it stopped reading: its answer says why
+        except BaseException:
+            _stop(child, path)
+            raise
+        else:
+            child.wait()
+        result = _answer(answer, errors, child.returncode)
+    log.info("M4B %s written by a child process in %.1f s (peak RSS %.0f MB)", path.name,
+             time.monotonic() - started, result / 2**20)
+    return result
+
+
+def _feed(pipe: IO[bytes], chapters: Chapters, title: str | None, author: str | None) -> None:
+    _frame(pipe, b"H", json.dumps({"title": title, "author": author}).encode())
+    for name, blocks in chapters:
+        _frame(pipe, b"C", name.encode())
+        for block in blocks:
+            samples = np.ascontiguousarray(block.samples, dtype=np.float32)
+            pipe.write(FRAME.pack(b"A", RATE.size + samples.nbytes))
+            pipe.write(RATE.pack(block.sample_rate))
+            pipe.write(samples.data)
+    _frame(pipe, b"E", b"")
+    pipe.close()
+
+
+def _frame(pipe: IO[bytes], kind: bytes, payload: bytes) -> None:
+    pipe.write(FRAME.pack(kind, len(payload)))
+    pipe.write(payload)
+
+
+def _stop(child: subprocess.Popen[bytes], path: Path) -> None:
+    """End a child whose feed failed: closing its input makes it drop its file; kill if it lingers."""
+    try:
+        assert child.stdin is not None
+        child.stdin.close()
+    except OSError:
+        pass  # the buffered rest could not be written: the child has gone already
+    try:
+        child.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+    for partial in path.parent.glob(f".{path.name}.*.tmp"):  # what a killed child left
+        partial.unlink(missing_ok=True)
+
+
+def _answer(answer: IO[bytes], errors: IO[bytes], returncode: int) -> int:
+    answer.seek(0)
+    lines = answer.read().decode("utf-8", "replace").strip().splitlines()
+    reply = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    if returncode == 0 and "peak_rss" in reply:
+        return int(reply["peak_rss"])
+    if reply.get("error") == InvalidRequest.code:
+        raise InvalidRequest(str(reply["message"]))
+    errors.seek(0)
+    tail = errors.read()[-2000:].decode("utf-8", "replace").strip()
+    said = reply.get("message") or tail or "no output"
+    raise M4BFailed(f"the M4B encoder exited with {returncode}: {said}")
+
+
+class _Reader:
+    """The child's side: frames from a stream, read one ahead (to see where a chapter ends)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.next: tuple[bytes, bytes] = self._read()
+
+    def _exactly(self, size: int) -> bytes:
+        data = self.stream.read(size)
+        if len(data) != size:
+            raise EOFError("the feed stopped before its end")
+        return data
+
+    def _read(self) -> tuple[bytes, bytes]:
+        kind, size = FRAME.unpack(self._exactly(FRAME.size))
+        return kind, self._exactly(size)
+
+    def take(self) -> tuple[bytes, bytes]:
+        """The next frame (the end frame is never passed: it stays next)."""
+        frame = self.next
+        if frame[0] != b"E":
+            self.next = self._read()
+        return frame
+
+    def chapters(self) -> Iterator[tuple[str, Iterator[Audio]]]:
+        """Each chapter's title and its blocks, read as they are taken."""
+        while self.next[0] == b"C":
+            yield self.take()[1].decode(), self._blocks()
+        if self.next[0] != b"E":
+            raise ValueError(f"unexpected frame {self.next[0]!r}")
+
+    def _blocks(self) -> Iterator[Audio]:
+        while self.next[0] == b"A":
+            payload = self.take()[1]
+            (rate,) = RATE.unpack_from(payload)
+            yield Audio(np.frombuffer(payload, dtype=np.float32, offset=RATE.size), rate)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: read the feed from standard input, write the M4B, answer on standard output."""
+    from tts_queue.synthesis.encoder import write_m4b  # av's libraries load in the child only
+
+    path = Path((argv if argv is not None else sys.argv[1:])[0])
+    try:
+        reader = _Reader(sys.stdin.buffer)
+        kind, payload = reader.take()
+        if kind != b"H":
+            raise ValueError(f"the feed starts with {kind!r}, not its header")
+        head = json.loads(payload)
+        marks = write_m4b(path, reader.chapters(), title=head["title"], author=head["author"])
+    except InvalidRequest as error:
+        print(json.dumps({"error": error.code, "message": str(error)}), flush=True)
+        return 1
+    except Exception as error:  # noqa: BLE001 - the parent raises it, with this message
+        print(json.dumps({"error": type(error).__name__, "message": str(error)}), flush=True)
+        return 1
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    print(json.dumps({"chapters": len(marks), "peak_rss": peak}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
