@@ -4,7 +4,8 @@ which chapters are assembled (issues 23 and 25).
 Run from the repository root (on 2 cores, about 40-60 minutes: the book is about 11 hours of
 audio; ``--chapters N`` keeps only the first N chapters for a quicker look)::
 
-    .venv/bin/python bench/bench_book_memory.py [--every 15] [--out bench/results/book_memory.json]
+    .venv/bin/python bench/bench_book_memory.py [--every 15] [--set TTS_NAME=VALUE ...]
+        [--out bench/results/book_memory.json]
 
 It starts ``up`` on embedded defaults (one worker, the default voice), uploads the EPUB as a file,
 and every ``--every`` seconds until the book is ``done`` records the RSS of each worker process
@@ -143,10 +144,13 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=15.0, help="seconds between samples")
     parser.add_argument("--chapters", type=int, default=0, help="only the first N chapters (0: all)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "book_memory.json"))
+    parser.add_argument("--set", action="append", default=[], metavar="TTS_NAME=VALUE",
+                        help="a setting for the service (A/B runs)")
     args = parser.parse_args()
+    overrides = dict(item.split("=", 1) for item in args.set)
     with tempfile.TemporaryDirectory(prefix="tts-bench-book-memory-") as tmp:
         port = free_port()
-        process = start_service(Path(tmp), port, {})
+        process = start_service(Path(tmp), port, overrides)
         try:
             time.sleep(5)  # the worker's warm-up settles
             idle = round(sum(workers_rss(process.pid).values()) / 2 ** 20, 1)
@@ -154,8 +158,11 @@ def main() -> None:
         finally:
             process.terminate()
             process.wait(timeout=90)
+        log = (Path(tmp) / "up.log").read_text(errors="replace").splitlines()
+        run["memory_log"] = [line for line in log if "malloc_trim released" in line
+                             or "written by a child process" in line]
     result = {"when": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
-              "cpus": os.cpu_count(), "epub": EPUB.name, "every_s": args.every,
+              "cpus": os.cpu_count(), "epub": EPUB.name, "every_s": args.every, "settings": overrides,
               "summary": summary(run, idle), **{k: v for k, v in run.items() if k != "samples"},
               "samples": run["samples"]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -233,6 +233,9 @@ class WorkerSettings:
                                  "admit: the model's memory is at its working size from the start "
                                  "(flat over a book; a machine too small fails at start, not hours "
                                  "in), for about a second of CPU")
+    trim_interval_s: float = setting(60.0, "every this often a worker hands the free memory of its "
+                                     "threads' allocator arenas back to the system (glibc's "
+                                     "malloc_trim, a few ms); 0: never")
     max_retries: int = setting(3, "retries of unexpected errors; the attempts cap is this + 1")
     visibility_timeout_s: int = setting(3600, "last resort: the broker itself returns unacked tasks "
                                         "after this (the lease below acts first); must exceed the "

@@ -31,7 +31,7 @@ from celery.utils.dispatch import Signal
 
 from tts_queue import metrics
 from tts_queue.errors import ConfigError
-from tts_queue.heap import LOG_LINE, freeze_start_up
+from tts_queue.heap import LOG_LINE, Trimmer, freeze_start_up
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import SYNTHESIZE
 from workers.markers import ConsumedMarker, RedisBrokerMarker
@@ -147,6 +147,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         consumed.mark()
         # imports, services and the warm voice live as long as the worker: out of the collector's walks
         log.info(LOG_LINE, freeze_start_up())
+        Trimmer(settings.worker.trim_interval_s, stop).start()
 
     def shutdown(sender: object = None, **_: object) -> None:
         if mine(sender):
