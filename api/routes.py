@@ -149,15 +149,16 @@ def _retry_after(response: Response) -> Response:
     return response
 
 
-def wait_for(view: TaskView, seconds: float, just_written: bool = False) -> TaskView:
+def wait_for(view: TaskView, seconds: float, fresh: bool = False) -> TaskView:
     """Block until the task finishes or ``seconds`` pass (the worker's signal wakes us early).
 
     The waiter reads the row itself (not the status board) when it starts; on the signal, and every
     ``TTS_WAIT_RECHECK_S`` in case a signal was lost, it takes a finished board record as final and
     reads the row otherwise. When every
     waiter slot is taken, the current state is answered at once with ``Retry-After: 1``.
-    ``just_written``: ``view`` is what this request's own submission wrote, so it is not read again
-    before waiting (a task that finished since has left its signal, which wakes the wait at once).
+    ``fresh``: ``view`` is what this request's own submission wrote, or read from the row, so it is
+    not read again before waiting (a task that finished since has left its signal, which wakes the
+    wait at once).
     """
     if view.status.finished or seconds <= 0:
         return view
@@ -165,7 +166,7 @@ def wait_for(view: TaskView, seconds: float, just_written: bool = False) -> Task
         if not waiting:
             after_this_request(_retry_after)
             return view
-        return _block_until_finished(view, seconds, read_first=not just_written)
+        return _block_until_finished(view, seconds, read_first=not fresh)
 
 
 def _block_until_finished(view: TaskView, seconds: float, read_first: bool = True) -> TaskView:
@@ -210,7 +211,8 @@ def list_tasks() -> Response:
                     params=(contract.task_id_param(), contract.wait_param()), responses=TASK_RESPONSES)
 def get_task(task_id: str) -> Response:
     """A task's status, timestamps, error, and audio URL once done; ``?wait=S`` long-polls."""
-    view = wait_for(services().tasks.get(task_id, owner()), wait_seconds())
+    wait = wait_seconds()  # a long-poll reads the row (what it waits on), not the board first
+    view = wait_for(services().tasks.get(task_id, owner(), fresh=wait > 0), wait, fresh=True)
     response = jsonify(task_json(view))
     if not view.status.finished:  # when to ask again (a long-poll with ?wait= is cheaper still)
         response.headers["Retry-After"] = str(POLL_AFTER_S)
@@ -295,7 +297,7 @@ def synthesize_sync() -> Any:
         except NotStarted as exc:
             return jsonify(task_json(exc.view)), 202, {"Location": task_json(exc.view)["status_url"],
                                                        "Retry-After": "1"}
-    view = wait_for(_submit(), wait, just_written=True)
+    view = wait_for(_submit(), wait, fresh=True)
     if view.status is TaskStatus.DONE:
         return _audio(view.id, owner())
     if view.status is TaskStatus.FAILED:

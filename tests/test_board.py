@@ -191,12 +191,23 @@ def test_a_waiter_woken_by_the_end_takes_the_finished_record_and_a_sync_request_
     task_id = client.post("/v1/tts", json={"text": "Ended while waited for."}).get_json()["task_id"]
     ends(task_id)
     statements.clear()
+    board_reads: list[int] = []  # how many SQL statements had run at each board read
+    read_board = board.get
+
+    def counted_get(task_id: str) -> TaskRecord | None:
+        board_reads.append(len(statements))
+        return read_board(task_id)
+
+    board.get = counted_get  # type: ignore[method-assign]
     shown = client.get(f"/v1/tasks/{task_id}?wait=5").get_json()
+    board.get = read_board  # type: ignore[method-assign]
     # Then the answer is the finished record (its duration included), and the poll read the row
-    # once, before waiting (the record it saw first might have been stale), not again after
+    # once, before waiting (a record might be stale), not again after; and the board only after
+    # the wait, once (not before the row too)
     assert shown["status"] == "done" and shown["duration_s"] == 1.25
     assert [s.split()[0].upper() for s in statements if not s.upper().startswith(("BEGIN", "COMMIT"))] \
         == ["SELECT"], statements
+    assert board_reads == [len(statements)], (board_reads, statements)
 
     # And a synchronous POST /tts waits on what its own submission wrote: no read before the wait,
     # and after the end only the download's reads

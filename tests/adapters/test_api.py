@@ -354,7 +354,7 @@ def test_a_5xx_answers_its_codes_sentence_and_logs_the_exception(
     client: FlaskClient, services: Services, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a route that fails unexpectedly, with an exception that quotes a URL with a password
-    def broken(task_id: str, owner: str | None = None) -> None:
+    def broken(task_id: str, owner: str | None = None, fresh: bool = False) -> None:
         raise RuntimeError("cannot read from postgresql://tts:hunter22@10.9.8.7/tts")
 
     monkeypatch.setattr(services.tasks, "get", broken)
