@@ -41,16 +41,18 @@ def decoded(path: Path) -> np.ndarray:
 
 
 def test_the_child_writes_the_m4b_the_encoder_writes_in_process(tmp_path: Path) -> None:
-    # Given a book of three chapters, fed block by block
+    # Given a book of three chapters, fed block by block, and a parent holding 400 MB
+    held = np.ones(400 * 2**20 // 8)
     # When it is built through the child process, and written in process for comparison
     child, inline = tmp_path / "child" / "book.m4b", tmp_path / "inline" / "book.m4b"
     peak = m4b.build(child, book(), title="Tiny Tales", author="A. Writer")
     write_m4b(inline, book(), title="Tiny Tales", author="A. Writer")
     # Then the two files are the same bytes (the same encoder on the same samples and marks)
     assert child.read_bytes() == inline.read_bytes()
-    # And the audio is the whole book, and the child's peak RSS is reported
+    # And the audio is the whole book, and the peak RSS reported is the child's own, not the
+    # parent's it was forked from (the interpreter, numpy and FFmpeg's libraries: about 80 MB)
     assert abs(len(decoded(child)) - (4.25 + 2 * 1.0) * RATE) <= 2 * 1024
-    assert 10 * 2**20 < peak < 2**31
+    assert 10 * 2**20 < peak < 300 * 2**20 and held.sum() > 0
     # And nothing else is left beside it
     assert [p.name for p in child.parent.iterdir()] == ["book.m4b"]
 
