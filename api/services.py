@@ -18,10 +18,12 @@ from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys, Usage
 from tts_queue.app.core import Core
 from tts_queue.app.plugins import WorkerPlugin
+from tts_queue.books.m4b import M4BWriter
 from tts_queue.enums import POOLS
 from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.redact import redacted
 from tts_queue.settings import Settings
+from tts_queue.synthesis.encoder import write_m4b
 from tts_queue.synthesis.frontend import load_lexicon
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.doctor import HealthWarning, gpu_pool_warnings, schema_warnings
@@ -46,14 +48,16 @@ class Services(Core):
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher | None = None,
-              watch: QueueWatch | None = None, plugins: Sequence[WorkerPlugin] = ()) -> Services:
+              watch: QueueWatch | None = None, plugins: Sequence[WorkerPlugin] = (),
+              m4b_writer: M4BWriter = write_m4b) -> Services:
         """Wire the API's services; with no dispatcher (and watch) given, Celery's (and Redis')."""
         if dispatcher is None:
             from workers.dispatch import CeleryDispatcher, make_client
 
             dispatcher = CeleryDispatcher(make_client(settings), settings.services.queue_prefix)
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the API at start
-        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins)
+        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins,
+                          m4b_writer)
         return cls(**{f.name: getattr(core, f.name) for f in fields(Core)})
 
 

@@ -1,5 +1,6 @@
-"""A book's M4B through its child process: the same file as in process, errors that say what went
-wrong, and nothing left behind when the feed fails or stops."""
+"""A book's M4B through its child process (``workers.m4b`` starts ``tts_queue.books.m4b``): the same
+file as in process, errors that say what went wrong, and nothing left behind when the feed fails
+or stops."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tts_queue.books import m4b
 from tts_queue.errors import InvalidRequest
 from tts_queue.synthesis.audio import Audio
 from tts_queue.synthesis.encoder import decode_blocks, write_m4b
+from workers.m4b import build
 
 RATE = 22050
 
@@ -45,7 +47,7 @@ def test_the_child_writes_the_m4b_the_encoder_writes_in_process(tmp_path: Path) 
     held = np.ones(400 * 2**20 // 8)
     # When it is built through the child process, and written in process for comparison
     child, inline = tmp_path / "child" / "book.m4b", tmp_path / "inline" / "book.m4b"
-    peak = m4b.build(child, book(), title="Tiny Tales", author="A. Writer")
+    peak = build(child, book(), title="Tiny Tales", author="A. Writer")
     write_m4b(inline, book(), title="Tiny Tales", author="A. Writer")
     # Then the two files are the same bytes (the same encoder on the same samples and marks)
     assert child.read_bytes() == inline.read_bytes()
@@ -62,11 +64,11 @@ def test_what_the_encoder_refuses_comes_back_as_an_invalid_request(tmp_path: Pat
     mixed = iter([("One", blocks(tone(0.2, 300))), ("Two", blocks(tone(0.1, 300, rate=16000)))])
     # Then each is an InvalidRequest with the encoder's words, and no file is left
     with pytest.raises(InvalidRequest, match="16000 Hz"):
-        m4b.build(tmp_path / "x.m4b", mixed)
+        build(tmp_path / "x.m4b", mixed)
     with pytest.raises(InvalidRequest, match="at least one chapter"):
-        m4b.build(tmp_path / "y.m4b", iter([]))
+        build(tmp_path / "y.m4b", iter([]))
     with pytest.raises(InvalidRequest, match="has no audio"):
-        m4b.build(tmp_path / "z.m4b", iter([("Empty", iter([]))]))
+        build(tmp_path / "z.m4b", iter([("Empty", iter([]))]))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -83,7 +85,7 @@ def test_a_feed_that_fails_midway_raises_its_own_error_and_leaves_nothing(tmp_pa
     # When it is built, then the feed's own error is raised, and the child left no file (it saw
     # its input end before the end frame and dropped its partial file)
     with pytest.raises(OSError, match="chapter 2 is unreadable"):
-        m4b.build(tmp_path / "book.m4b", failing())
+        build(tmp_path / "book.m4b", failing())
     assert list(tmp_path.iterdir()) == []
 
 

@@ -21,6 +21,7 @@ from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.executor import TaskExecutor
 from tts_queue.tasks.watch import QueueWatch, RedisWatch
+from workers import m4b
 
 log = logging.getLogger(__name__)
 # Words without a sentence end, longer than any admitted sentence: cut at the phoneme limit.
@@ -47,7 +48,8 @@ class WorkerRuntime:
         """Wire the services of a worker serving ``settings.worker.pool``."""
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the worker at start
         plugins = load_plugins(settings.worker.plugins)
-        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins)
+        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins,
+                          m4b_writer=m4b.build)  # a child process holds the M4B's memory
         engine = BatchEngine.for_pool(core.registry, settings, settings.worker.pool).start()
         executor = TaskExecutor(
             core.cache, wrapped_synthesizer(plugins, Synthesizer(core.registry, engine)), core.ends,

@@ -16,6 +16,7 @@ from datetime import timedelta
 from tts_queue.app.plugins import WorkerPlugin, wrapped_loader
 from tts_queue.books.assembler import ChapterAssembler
 from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
+from tts_queue.books.m4b import M4BWriter
 from tts_queue.books.rows import BookRows
 from tts_queue.books.service import BookService
 from tts_queue.books.window import BulkWindow
@@ -26,6 +27,7 @@ from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.retention import Cleaner
 from tts_queue.storage.store import AudioStore
+from tts_queue.synthesis.encoder import write_m4b
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.tasks.board import StatusBoard
 from tts_queue.tasks.callbacks import Callbacks, UrlPolicy
@@ -64,9 +66,9 @@ class Core:
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch,
-              plugins: Sequence[WorkerPlugin] = ()) -> Core:
+              plugins: Sequence[WorkerPlugin] = (), m4b_writer: M4BWriter = write_m4b) -> Core:
         """Wire the core over ``settings``' database, storage, voices (loaded through ``plugins``)
-        and Redis."""
+        and Redis; books' M4Bs written by ``m4b_writer`` (in process unless a worker says)."""
         db = Database(settings.database_url)
         storage = open_storage(settings.storage_url)
         cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
@@ -94,7 +96,7 @@ class Core:
                             watch.pool_alive)
         books = BookService(tasks, book_rows, book_ends, window, storage.child("books"))
         assembler = ChapterAssembler(book_ends, cache, books.storage,
-                                     id_map=lambda voice: _id_map(registry, voice))
+                                     id_map=lambda voice: _id_map(registry, voice), m4b_writer=m4b_writer)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
                    book_rows, callbacks, ends, tasks, window, book_ends, books, assembler)
 

@@ -11,8 +11,9 @@ are read a page at a time (keyset pagination on the index); a first pass reads e
 audio and keeps three numbers (speech level, peak, length) for the loudness gains; a second pass
 reads each again and writes it, with its gain, fades and the pause before it, straight into the
 encoder, and its captions and manifest entry into scratch files. The M4B is fed chapter by
-chapter, frame by frame, from the stored chapter files (and the last chapter from its PCM), to a
-child process that encodes it (``tts_queue.books.m4b``: the MP4 index it holds is not the worker's).
+chapter, frame by frame, from the stored chapter files (and the last chapter from its PCM), to the
+``M4BWriter`` given: in a worker, a child process (``tts_queue.books.m4b``: the MP4 index it holds
+is not the worker's).
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ import soundfile
 from sqlalchemy import select
 
 from tts_queue import metrics
-from tts_queue.books import m4b
 from tts_queue.books.captions import CaptionWriter, CueStream
 from tts_queue.books.ending import BookEnds
+from tts_queue.books.m4b import M4BWriter
 from tts_queue.books.rows import BookRows
 from tts_queue.books.segment import PauseKind
 from tts_queue.books.stitch import Layout, Loudness, StitchSettings, clean_part
@@ -54,7 +55,7 @@ from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AlignmentJSON
 from tts_queue.synthesis.audio import Audio, Samples
-from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer
+from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer, write_m4b
 from tts_queue.synthesis.frontend import written
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
 
@@ -125,8 +126,10 @@ class ChapterAssembler:
 
     def __init__(self, ends: BookEnds, cache: AudioCache, storage: Storage,
                  id_map: Callable[[str | None], Mapping[str, Sequence[int]]] | None,
-                 stitching: StitchSettings | None = None, page_rows: int = PAGE_ROWS) -> None:
+                 stitching: StitchSettings | None = None, page_rows: int = PAGE_ROWS,
+                 m4b_writer: M4BWriter = write_m4b) -> None:
         self.ends = ends
+        self.m4b_writer = m4b_writer  # in process, or a worker's child process (``workers.m4b``)
         self.rows: BookRows = ends.rows
         self.db: Database = ends.rows.db
         self.id_map = id_map  # a voice's phoneme ids (word captions); ``None``: sentence captions
@@ -333,7 +336,7 @@ class ChapterAssembler:
         if self.storage.size(name) is None:
             local = self.storage.scratch() / f"{book.id}-{uuid.uuid4().hex[:8]}.m4b"
             try:
-                m4b.build(local, chapters, title=book.title, author=book.author)
+                self.m4b_writer(local, chapters, title=book.title, author=book.author)
                 self.storage.put_file(name, local, "audio/mp4")
             finally:
                 local.unlink(missing_ok=True)

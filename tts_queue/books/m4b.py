@@ -1,4 +1,5 @@
-"""A book's M4B is encoded in a child process (``python -m tts_queue.books.m4b PATH``).
+"""A book's M4B encoded in a child process: what goes down the pipe, and the child's side
+(``python -m tts_queue.books.m4b PATH``; ``workers/m4b.py`` starts it, the core starts no process).
 
 The worker decodes the chapters and sends their samples down the child's standard input; the child
 runs ``write_m4b`` (the AAC encoder and the MP4 muxer) and writes the file. The muxer keeps an index
@@ -13,66 +14,44 @@ sample rate, 4 bytes, then float32 samples), ``E`` the end. A pipe holds 64 KB, 
 while the child is behind and neither side holds more than a block. The child answers one line of
 JSON on its standard output: how many chapters and its peak RSS, or the error. When the feed stops
 before ``E`` (the worker failed or died), the child drops its partial file and exits.
+
+``ChapterAssembler`` takes any ``M4BWriter``: ``write_m4b`` itself in process (the default, and
+the tests'), or ``workers.m4b.build`` in a worker.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import resource
 import struct
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import numpy as np
 
 from tts_queue.errors import InvalidRequest
 from tts_queue.synthesis.audio import Audio
 
-log = logging.getLogger(__name__)
-
 FRAME = struct.Struct("<cI")  # kind, payload length
 RATE = struct.Struct("<I")
-PIPE_BUFFER = 1 << 20  # bytes buffered by the writer before a write reaches the pipe
-STOP_WAIT_S = 30.0  # how long a child told to stop (its feed closed early) may take to clean up
 Chapters = Iterable[tuple[str, Iterable[Audio]]]
+
+
+class M4BWriter(Protocol):
+    """Writes the M4B of ``chapters`` (title and audio blocks each, consumed in order) to ``path``."""
+
+    def __call__(self, path: Path, chapters: Chapters, *, title: str | None = None,
+                 author: str | None = None) -> object: ...
 
 
 class M4BFailed(RuntimeError):
     """The child process that encodes an M4B failed (its error, or how it ended, is the message)."""
 
 
-def build(path: Path, chapters: Chapters, *, title: str | None = None, author: str | None = None) -> int:
-    """Write the M4B of ``chapters`` (title and audio blocks each, consumed in order) to ``path``
-    through a child process; the child's peak RSS in bytes. ``InvalidRequest`` for what
-    ``write_m4b`` refuses (no chapters, no audio, mixed rates), ``M4BFailed`` if the child fails
-    another way; an error raised by ``chapters`` stops the child and is raised as it was."""
-    started = time.monotonic()
-    with tempfile.TemporaryFile() as answer, tempfile.TemporaryFile() as errors:
-        child = subprocess.Popen([sys.executable, "-m", __name__, str(path)], stdin=subprocess.PIPE,
-                                 stdout=answer, stderr=errors, bufsize=PIPE_BUFFER)
-        assert child.stdin is not None
-        try:
-            _feed(child.stdin, chapters, title, author)
-        except BrokenPipeError:
-            child.wait()  # it stopped reading: its answer says why
-        except BaseException:
-            _stop(child, path)
-            raise
-        else:
-            child.wait()
-        result = _answer(answer, errors, child.returncode)
-    log.info("M4B %s written by a child process in %.1f s (peak RSS %.0f MB)", path.name,
-             time.monotonic() - started, result / 2**20)
-    return result
-
-
-def _feed(pipe: IO[bytes], chapters: Chapters, title: str | None, author: str | None) -> None:
+def feed(pipe: IO[bytes], chapters: Chapters, title: str | None, author: str | None) -> None:
+    """Send a whole book down ``pipe`` (the header, every chapter's blocks, the end), then close it."""
     _frame(pipe, b"H", json.dumps({"title": title, "author": author}).encode())
     for name, blocks in chapters:
         _frame(pipe, b"C", name.encode())
@@ -90,33 +69,17 @@ def _frame(pipe: IO[bytes], kind: bytes, payload: bytes) -> None:
     pipe.write(payload)
 
 
-def _stop(child: subprocess.Popen[bytes], path: Path) -> None:
-    """End a child whose feed failed: closing its input makes it drop its file; kill if it lingers."""
-    try:
-        assert child.stdin is not None
-        child.stdin.close()
-    except OSError:
-        pass  # the buffered rest could not be written: the child has gone already
-    try:
-        child.wait(timeout=STOP_WAIT_S)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-    for partial in path.parent.glob(f".{path.name}.*.tmp"):  # what a killed child left
-        partial.unlink(missing_ok=True)
-
-
-def _answer(answer: IO[bytes], errors: IO[bytes], returncode: int) -> int:
-    answer.seek(0)
-    lines = answer.read().decode("utf-8", "replace").strip().splitlines()
+def peak_of(answer: bytes, errors: bytes, returncode: int) -> int:
+    """The child's peak RSS in bytes from its answer; else ``InvalidRequest`` for what
+    ``write_m4b`` refused (no chapters, no audio, mixed rates), ``M4BFailed`` for anything else
+    (with the child's message, or the end of its standard error)."""
+    lines = answer.decode("utf-8", "replace").strip().splitlines()
     reply = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     if returncode == 0 and "peak_rss" in reply:
         return int(reply["peak_rss"])
     if reply.get("error") == InvalidRequest.code:
         raise InvalidRequest(str(reply["message"]))
-    errors.seek(0)
-    tail = errors.read()[-2000:].decode("utf-8", "replace").strip()
-    said = reply.get("message") or tail or "no output"
+    said = reply.get("message") or errors[-2000:].decode("utf-8", "replace").strip() or "no output"
     raise M4BFailed(f"the M4B encoder exited with {returncode}: {said}")
 
 
