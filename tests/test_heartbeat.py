@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import cast
 
@@ -29,6 +30,41 @@ def test_live_workers_are_read_by_name_without_a_scan(redis_url: str) -> None:
     assert live == [WorkerInfo("alive@host", "cpu", {"tiny": "CPUExecutionProvider"})]
     assert _calls(client, "scan") == before
     client.delete(*(keys.status(str(n)) for n in range(200)), keys.workers, keys.worker("alive@host"))
+
+
+def test_a_beat_never_waits_for_the_lease_bookkeeping_after_it(redis_url: str) -> None:
+    # Given a worker whose lease bookkeeping blocks (the database's lock held elsewhere) or fails
+    client = redis.Redis.from_url(client_url(redis_url))
+    keys = RedisKeys(f"hb-{uuid.uuid4().hex[:8]}")
+    heartbeats = Heartbeats(client, keys, ttl_s=3)
+    stop, blocked, released = threading.Event(), threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def bookkeeping() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            blocked.set()
+            released.wait(10)
+        elif len(calls) == 2:
+            raise RuntimeError("database gone")
+
+    thread = heartbeats.start(lambda: WorkerInfo("slow-db@host", "cpu"), stop, then=bookkeeping)
+    try:
+        # Then the worker is seen alive while its bookkeeping waits: the beat came first
+        assert blocked.wait(5)
+        assert [w.name for w in heartbeats.live()] == ["slow-db@host"]
+        # And once it is released, beats and bookkeeping go on, a failure of it included
+        released.set()
+        for _ in range(200):  # a beat every second
+            if len(calls) >= 3:
+                break
+            stop.wait(0.05)
+        assert len(calls) >= 3 and thread.is_alive()
+    finally:
+        stop.set()
+        released.set()
+        thread.join(timeout=5)
+        client.delete(keys.workers, keys.worker("slow-db@host"))
 
 
 def _calls(client: redis.Redis, command: str) -> int:

@@ -129,7 +129,10 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
                 os._exit(3)
         name = getattr(sender, "hostname", None) or runtime.executor.worker_name
 
-        def beat() -> WorkerInfo:
+        def describe() -> WorkerInfo:
+            return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
+
+        def renew() -> None:
             unrecorded = leases.take_unrecorded()
             try:
                 runtime.core.task_rows.reserve_many(unrecorded, name)  # those still queued
@@ -139,9 +142,8 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
             except Exception as exc:  # database down: keep beating; record and renew on the next beat
                 leases.unrecord(unrecorded)
                 log.warning("could not renew leases: %s", exc)
-            return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
 
-        heartbeats.start(beat, stop)
+        heartbeats.start(describe, stop, then=renew)
         # A worker that has just started consumes (its consumer is up): readiness need not wait
         # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
         consumed.mark()

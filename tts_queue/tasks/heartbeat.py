@@ -65,14 +65,22 @@ class Heartbeats:
                 found.append(info)
         return found
 
-    def start(self, describe: Callable[[], WorkerInfo], stop: threading.Event) -> threading.Thread:
-        """Beat every third of the expiry in a daemon thread until ``stop`` is set."""
+    def start(self, describe: Callable[[], WorkerInfo], stop: threading.Event,
+              then: Callable[[], None] | None = None) -> threading.Thread:
+        """Beat every third of the expiry in a daemon thread until ``stop`` is set; after each beat,
+        ``then`` (the worker's lease bookkeeping: it may wait on the database's lock, so it never
+        delays the beat that says the worker lives)."""
 
         def run() -> None:
             while not stop.is_set():
                 try:
                     self.beat(describe())
                 except Exception:  # a broker outage: the next beat retries
+                    pass
+                try:
+                    if then is not None:
+                        then()
+                except Exception:  # it logs its own failures; the beats go on
                     pass
                 stop.wait(self.ttl_s / 3)
 
