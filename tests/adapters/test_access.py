@@ -54,7 +54,8 @@ def test_keys_are_stored_as_hashes_and_found_in_constant_time(tmp_path: Path, mo
     # Then the table holds a hash and a public prefix, never the key or its secret part
     with keys.db.read() as session:
         row = session.scalar(select(ApiKey))
-    assert row is not None and key not in (row.hash, row.prefix) and key.split("_")[2] not in repr(vars(row))
+    secret = key.split("_", 2)[2]  # the whole secret: URL-safe base64 has underscores of its own
+    assert row is not None and key not in (row.hash, row.prefix) and secret not in repr(vars(row))
     assert len(row.hash) == 64 and key.startswith(f"tts_{row.prefix}_") and info.rate == "10/minute"
     # And verification compares hashes with hmac.compare_digest
     calls: list[tuple[str, str]] = []
