@@ -60,8 +60,10 @@ def test_the_child_writes_the_m4b_the_encoder_writes_in_process(tmp_path: Path) 
 
 
 def test_what_the_encoder_refuses_comes_back_as_an_invalid_request(tmp_path: Path) -> None:
-    # Given chapters at two sample rates, a book of no chapters, and a chapter of no audio
-    mixed = iter([("One", blocks(tone(0.2, 300))), ("Two", blocks(tone(0.1, 300, rate=16000)))])
+    # Given chapters at two sample rates (the second long: the child refuses its first block and
+    # exits while the worker still has megabytes to send it), a book of no chapters, and a chapter
+    # of no audio
+    mixed = iter([("One", blocks(tone(0.2, 300))), ("Two", blocks(tone(60.0, 300, rate=16000)))])
     # Then each is an InvalidRequest with the encoder's words, and no file is left
     with pytest.raises(InvalidRequest, match="16000 Hz"):
         build(tmp_path / "x.m4b", mixed)

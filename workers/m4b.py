@@ -4,6 +4,7 @@ says why and how)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import sys
@@ -32,6 +33,8 @@ def build(path: Path, chapters: Chapters, *, title: str | None = None, author: s
         try:
             feed(child.stdin, chapters, title, author)
         except BrokenPipeError:
+            with contextlib.suppress(OSError):  # what is still buffered cannot go anywhere
+                child.stdin.close()
             child.wait()  # it stopped reading: its answer says why
         except BaseException:
             _stop(child, path)
