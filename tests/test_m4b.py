@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from tts_queue.books import m4b
+from tts_queue.books.m4b import M4BFailed
 from tts_queue.errors import InvalidRequest
 from tts_queue.synthesis.audio import Audio
 from tts_queue.synthesis.encoder import decode_blocks, write_m4b
@@ -106,4 +108,20 @@ def test_a_child_whose_worker_stops_feeding_drops_its_file(tmp_path: Path) -> No
     # Then it exits with an error that says so, and leaves no file, complete or partial
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout) == {"error": "EOFError", "message": "the feed stopped before its end"}
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("hang", [
+    "import time; time.sleep(60)",  # takes nothing: the worker's write waits on a full pipe
+    "import sys, time; sys.stdin.buffer.read(); time.sleep(60)",  # takes it all, never answers
+])
+def test_a_child_that_hangs_is_stopped_and_the_build_fails(tmp_path: Path, hang: str) -> None:
+    # Given a child that hangs (as FFmpeg stuck on some input would), and a stall limit of 1 s
+    target = tmp_path / "book.m4b"
+    started = time.monotonic()
+    # When a book of a minute's audio (5 MB, more than the pipe and its buffer hold) is built
+    with pytest.raises(M4BFailed, match="took nothing for 1 s"):
+        build(target, book((60.0,)), stall_s=1.0, command=[sys.executable, "-c", hang])
+    # Then the worker's thread is back within seconds, not a minute, and nothing is left
+    assert time.monotonic() - started < 30
     assert list(tmp_path.iterdir()) == []

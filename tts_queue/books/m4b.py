@@ -46,11 +46,19 @@ class M4BWriter(Protocol):
                  author: str | None = None) -> object: ...
 
 
+class Pipe(Protocol):
+    """Where ``feed`` writes: the child's standard input (or a wrapper of it)."""
+
+    def write(self, data: bytes | memoryview, /) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class M4BFailed(RuntimeError):
     """The child process that encodes an M4B failed (its error, or how it ended, is the message)."""
 
 
-def feed(pipe: IO[bytes], chapters: Chapters, title: str | None, author: str | None) -> None:
+def feed(pipe: Pipe, chapters: Chapters, title: str | None, author: str | None) -> None:
     """Send a whole book down ``pipe`` (the header, every chapter's blocks, the end), then close it."""
     _frame(pipe, b"H", json.dumps({"title": title, "author": author}).encode())
     for name, blocks in chapters:
@@ -64,7 +72,7 @@ def feed(pipe: IO[bytes], chapters: Chapters, title: str | None, author: str | N
     pipe.close()
 
 
-def _frame(pipe: IO[bytes], kind: bytes, payload: bytes) -> None:
+def _frame(pipe: Pipe, kind: bytes, payload: bytes) -> None:
     pipe.write(FRAME.pack(kind, len(payload)))
     pipe.write(payload)
 
