@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from tts_queue.books.m4b import Chapters, M4BFailed, feed, peak_of
+from tts_queue.synthesis.encoder import partial_m4bs
 
 log = logging.getLogger(__name__)
 
@@ -126,5 +127,5 @@ def _stop(child: subprocess.Popen[bytes], path: Path) -> None:
 
 def _drop_partial(path: Path) -> None:
     """Delete what a killed child left beside ``path`` (``write_m4b``'s temporary file)."""
-    for partial in path.parent.glob(f".{path.name}.*.tmp"):
+    for partial in partial_m4bs(path):
         partial.unlink(missing_ok=True)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from av.container import Chapter  # a TypedDict of av's stubs only
 
 BLOCK_SAMPLES = 16384  # samples per frame handed to the encoder
+PARTIAL_SUFFIX = ".tmp"  # write_m4b's file until it is whole (partial_m4bs)
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,7 @@ def write_m4b(
     sample rate. ``chapter_gap_ms`` of silence ends every chapter but the last.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX)
     os.close(fd)
     try:  # FFmpeg writes by file name: moving the index to the front reopens the file
         marks = _write_chapters(tmp_name, chapters, title, author, bit_rate, chapter_gap_ms)
@@ -272,6 +273,12 @@ def write_m4b(
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return marks
+
+
+def partial_m4bs(path: Path) -> list[Path]:
+    """What ``write_m4b(path, ...)`` writes before its file is whole: left only by a process killed
+    while it wrote."""
+    return list(path.parent.glob(f".{path.name}.*{PARTIAL_SUFFIX}"))
 
 
 def _blocks(audio: Audio | Iterable[Audio]) -> Iterator[Audio]:
