@@ -84,10 +84,10 @@ def run_variant(variant: str, sentences: int, threads: int = 4, shuffled: bool =
         run_batch = inference.VoiceModel.run_batch
 
         def shrinking(self: Any, ids: Any, scales: Any, speaker_id: Any = None,
-                      run_options: Any = None) -> Any:
+                      run_options: Any = None, narrow: bool = False) -> Any:
             run_options = run_options or onnxruntime.RunOptions()
             run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-            return run_batch(self, ids, scales, speaker_id, run_options)
+            return run_batch(self, ids, scales, speaker_id, run_options, narrow)
 
         inference.VoiceModel.run_batch = shrinking  # type: ignore[method-assign]
     from tts_queue.books.segment import segment_chapter

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -48,11 +49,10 @@ def make_engine(registry: VoiceRegistry) -> Iterator[Callable[..., BatchEngine]]
 
     def make(policy: str = "eager", max_batch: int = 8, window_ms: float = 60_000.0,
              clock: Callable[[], float] | None = None, reg: VoiceRegistry | None = None,
-             runners: int = 1) -> BatchEngine:
+             runners: int = 1, side_by_side: bool = False) -> BatchEngine:
         pool = PoolSettings(policy=policy, max_batch=max_batch, max_padded_phonemes=100_000,
                             window_ms=window_ms, runners=runners)
-        engine = BatchEngine(reg or registry, pool) if clock is None else BatchEngine(reg or registry, pool,
-                                                                                    clock=clock)
+        engine = BatchEngine(reg or registry, pool, clock=clock or time.monotonic, side_by_side=side_by_side)
         engines.append(engine)
         return engine
 
@@ -350,6 +350,7 @@ class GatedModel:
     def __init__(self, voice: LoadedVoice, held: list[int]) -> None:
         self.original = voice.model.run_batch
         self.entered: list[tuple[str, int]] = []  # (thread, first id of the first slot)
+        self.narrow: dict[int, bool] = {}  # first id -> whether its call ran on one core
         self.inside = 0
         self.most_inside = 0
         self.hold = {first_id(held)}
@@ -364,6 +365,7 @@ class GatedModel:
     def __call__(self, ids: Sequence[Sequence[int]], *args: Any, **kwargs: Any) -> Any:
         with self.lock:
             self.entered.append((threading.current_thread().name, ids[0][2]))
+            self.narrow[ids[0][2]] = kwargs.get("narrow", False)
             self.inside += 1
             self.most_inside = max(self.most_inside, self.inside)
         try:
@@ -380,9 +382,10 @@ def first_id(ids: list[int]) -> int:
 
 
 def gated(make_engine: Callable[..., BatchEngine], registry: VoiceRegistry,
-          held: list[int]) -> tuple[GatedModel, BatchEngine]:
+          held: list[int], side_by_side: bool = False) -> tuple[GatedModel, BatchEngine]:
     """An engine with two runners, one sentence a call, whose model holds ``held`` until released."""
-    return GatedModel(registry.load("tiny"), held), make_engine(max_batch=1, runners=2)
+    return GatedModel(registry.load("tiny"), held), make_engine(max_batch=1, runners=2,
+                                                                side_by_side=side_by_side)
 
 
 def hold_then_send(pool: ThreadPoolExecutor, engine: BatchEngine, model: GatedModel,
@@ -488,6 +491,73 @@ def test_a_batch_is_in_the_model_for_the_other_runners_from_the_moment_it_is_cho
     assert [i for _, i in model.entered] == [first_id(first), first_id(second)]
     assert [len(r.audio.samples) for r in results] == [len(reference_audio(first)),
                                                        len(reference_audio(second))]
+
+
+def release_held_then_hold_the_next(model: GatedModel) -> threading.Event:
+    """Let the calls held now go on, and hold the held sentences that enter from now on until the
+    event returned is set."""
+    released, model.release = model.release, threading.Event()
+    released.set()
+    return model.release
+
+
+def test_side_by_side_a_lone_call_takes_every_core_and_calls_under_load_one_core_each(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given a CPU pool's engine (two runners, calls side by side on one core each), whose model
+    # holds each sentence until released
+    lone, second, third = sentence(10, 3), sentence(11, 4), sentence(12, 5)
+    model, engine = gated(make_engine, registry, lone, side_by_side=True)
+    model.hold |= {first_id(second), first_id(third)}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        # When a lone request comes, then two more while it is in the model
+        held, waiting = hold_then_send(pool, engine, model, ([lone],), ([second],))
+        also = pool.submit(engine.run_sentences, KEY, [third])
+        threading.Event().wait(QUIET_S)
+        # Then the lone one runs on every core, and nothing starts beside it
+        assert model.narrow == {first_id(lone): False}
+        assert not waiting.done() and not also.done() and model.most_inside == 1
+        # And once it ends the two waiting run side by side, each on one core
+        release = release_held_then_hold_the_next(model)
+        held.result(timeout=TIMEOUT)
+        model.wait_entered(3)
+        assert model.inside == 2
+        release.set()
+        [result] = waiting.result(timeout=TIMEOUT)
+        also.result(timeout=TIMEOUT)
+    assert model.narrow == {first_id(lone): False, first_id(second): True, first_id(third): True}
+    assert engine.narrow_calls == 2
+    # And a narrow call's audio is exact
+    assert np.array_equal(result.audio.samples, reference_audio(second))
+
+
+def test_side_by_side_an_interactive_call_waits_for_stopping_book_calls_then_takes_every_core(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given a CPU pool's engine with two book sentences side by side in its model, held there
+    # (a stopped call ends on its RunOptions' terminate; here the release stands for it)
+    opener, book_a, book_b, short = sentence(13, 2), sentence(14, 3), sentence(15, 3), sentence(16, 3)
+    model, engine = gated(make_engine, registry, opener, side_by_side=True)
+    model.hold |= {first_id(book_a), first_id(book_b)}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first, second = hold_then_send(pool, engine, model, ([opener], 0), ([book_a], 1))
+        third = pool.submit(engine.run_sentences, KEY, [book_b], 1)
+        threading.Event().wait(QUIET_S)
+        release = release_held_then_hold_the_next(model)
+        model.wait_entered(3)
+        assert model.narrow[first_id(book_a)] and model.narrow[first_id(book_b)]
+        # When an interactive sentence comes (both book calls are told to stop)
+        answered = pool.submit(engine.run_sentences, KEY, [short], 0)
+        wait_until(lambda: all(r.options is not None and r.options.terminate
+                               for r in engine._running.values()), timeout=TIMEOUT, interval=0.005)
+        threading.Event().wait(QUIET_S)
+        # Then it does not start beside them on one core while they stop
+        assert first_id(short) not in model.narrow and not answered.done()
+        release.set()
+        for future in (first, second, third, answered):
+            future.result(timeout=TIMEOUT)
+    # And it ran on every core once they had ended
+    assert model.narrow[first_id(short)] is False
 
 
 def test_the_largest_call_is_the_longest_sentence_at_the_slowest_speed() -> None:

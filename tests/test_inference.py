@@ -352,3 +352,44 @@ def test_idle_threads_spin_briefly_by_default_and_as_onnx_runtime_would_with_zer
     # And a negative spin is refused with the variable's name
     with pytest.raises(ConfigError, match="TTS_SPIN_US"):
         Settings.from_env({"TTS_SPIN_US": "-1"})
+
+
+def test_a_session_on_every_core_has_a_single_threaded_twin_that_makes_the_same_audio(
+    tiny_files: VoiceFiles,
+) -> None:
+    # Given the tiny voice on every core (the default threads) and on one thread
+    wide = VoiceModel.load(tiny_files.model_path, SessionConfig(providers="cpu"), hop_length=HOP_LENGTH)
+    single = VoiceModel.load(tiny_files.model_path, CPU_SESSION, hop_length=HOP_LENGTH)
+    # Then only the first has a twin, and it is built at its first narrow call, once
+    assert wide.has_narrow and not single.has_narrow
+    assert wide._narrow is None
+    items = wide.run_batch(SENTENCES, SCALES, narrow=True)
+    twin = wide.narrow_session()
+    assert twin is not wide.session and wide.narrow_session() is twin
+    assert twin.get_session_options().intra_op_num_threads == 1
+    assert wide.session.get_session_options().intra_op_num_threads == 0
+    # And a narrow call makes exactly the samples of a call on every core
+    for ids, item in zip(SENTENCES, items, strict=True):
+        np.testing.assert_array_equal(item.samples, reference_audio(ids))
+    # And a session on one thread runs its narrow calls on itself
+    assert single.narrow_session() is single.session
+
+
+def test_a_twin_that_cannot_be_built_leaves_narrow_calls_on_the_one_session(
+    tiny_files: VoiceFiles, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a model whose twin fails to build (say, out of memory)
+    wide = VoiceModel.load(tiny_files.model_path, SessionConfig(providers="cpu"), hop_length=HOP_LENGTH)
+
+    def failing() -> Any:
+        raise MemoryError("no room for a second session")
+
+    wide._make_narrow = failing
+    # When a narrow call runs
+    with caplog.at_level(logging.WARNING):
+        [item] = wide.run_batch(SENTENCES[:1], SCALES, narrow=True)
+    # Then it ran on the one session, and the log says why
+    np.testing.assert_array_equal(item.samples, reference_audio(SENTENCES[0]))
+    assert wide.narrow_session() is wide.session
+    assert "no single-threaded session" in caplog.text
+

@@ -27,10 +27,12 @@ def test_the_warm_up_runs_the_longest_admitted_sentence_unless_told_not_to(
     runtime = WorkerRuntime.build(settings, queue, watch=queue)
     voice = runtime.core.registry.load(None)
     calls: list[list[int]] = []
+    narrow: list[bool] = []
     real = voice.model.run_batch
 
     def recorded(ids: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append([len(sentence) for sentence in ids])
+        narrow.append(kwargs.get("narrow", False))
         return real(ids, *args, **kwargs)
 
     monkeypatch.setattr(voice.model, "run_batch", recorded)
@@ -40,6 +42,10 @@ def test_the_warm_up_runs_the_longest_admitted_sentence_unless_told_not_to(
     # the longest piece the frontend cuts from a text with no sentence end
     admitted = max(len(ids) for ids in voice.sentence_ids(LONGEST_WARM_UP, 60))
     longer = max(len(ids) for ids in voice.sentence_ids(LONGEST_WARM_UP, 120))
-    assert calls[0] == [len(voice.sentence_ids("Warm up.", 60)[0])]
-    assert calls[1:] == ([[admitted]] if longest else [])
-    assert longer > admitted > calls[0][0]
+    # (each on the session on every core, then on its single-threaded twin: the CPU pool's calls
+    # side by side run there, and its arena grows at start too)
+    short = [len(voice.sentence_ids("Warm up.", 60)[0])]
+    assert calls == [short, short] + ([[admitted], [admitted]] if longest else [])
+    assert narrow == [False, True] * (2 if longest else 1)
+    assert longer > admitted > short[0]
+    assert runtime.engine.side_by_side and voice.model.narrow_session() is not voice.model.session

@@ -65,9 +65,10 @@ class PoolSettings:
     max_batch: int = setting(4, "most sentences per ONNX call")
     max_padded_phonemes: int = setting(2400, "rows x longest ids per call")
     window_ms: float = setting(200.0, "the `window` policy's longest wait")
-    runners: int = setting(1, "model calls a worker runs at once (with `TTS_INTRA_OP_THREADS=1`: "
-                           "more sentences per second, a slower lone call; an interactive call never "
-                           "shares the cores with a book's, nor do calls at once exceed the largest one)")
+    runners: int = setting(1, "model calls a worker runs at once (CPU default 2: under load two calls "
+                           "side by side on one core each, a lone call on every core; an interactive "
+                           "call never shares the cores with a book's, nor do calls at once exceed "
+                           "the largest one)")
 
 
 @dataclass(frozen=True)
@@ -208,10 +209,11 @@ class RoutingSettings:
         None, "routing per voice, e.g. `en_US-joe-medium=gpu,other=cpu`", factory=dict, shown="empty")
     # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
     # throughput of one sentence per call, so the CPU pool batches nothing by default.
-    # One model call at a time on every core: the lowest latency for a lone request. Two runners
-    # with one intra-op thread each trade it for throughput (bench/results/runners.json: the raw
-    # model 1.14-1.38x; POST /tts over Piper 1.03 against 0.92-1.00, piper_runners*.json).
-    cpu: PoolSettings = setting(PoolSettings(max_batch=1), "", env="TTS_CPU_")
+    # Two runners whose calls take the cores the load leaves them (BatchEngine.side_by_side): a
+    # lone call on every core (the lowest latency), calls side by side on one core each under load
+    # (bench/results/runners.json: the raw model 1.06-1.38x the sentences per second of one call
+    # at a time on both cores).
+    cpu: PoolSettings = setting(PoolSettings(max_batch=1, runners=2), "", env="TTS_CPU_")
     # Eager on GPUs too: an idle worker never waits; under load batches form while one runs.
     gpu: PoolSettings = setting(PoolSettings(max_batch=32, max_padded_phonemes=16000), "", env="TTS_GPU_")
 

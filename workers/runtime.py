@@ -73,11 +73,15 @@ class WorkerRuntime:
         loaded = time.perf_counter()
         limit = self.settings.request.max_sentence_phonemes
         voice.model.run_batch(voice.sentence_ids("Warm up.", limit), voice.scales())
+        if self.engine.side_by_side:  # the single-threaded twin of side-by-side calls, built now
+            voice.model.run_batch(voice.sentence_ids("Warm up.", limit), voice.scales(), narrow=True)
         warm = time.perf_counter()
         longest: list[int] = []
         if self.settings.worker.warm_longest:  # one sentence cut at the limit: the longest there is
             longest = max(voice.sentence_ids(LONGEST_WARM_UP, limit), key=len)
             voice.model.run_batch([longest], voice.scales())
+            if self.engine.side_by_side:  # the twin's arena too
+                voice.model.run_batch([longest], voice.scales(), narrow=True)
         log.info("worker warm: voice %s on %s (load %.2f s, first batch %.2f s, longest sentence "
                  "%d ids %.2f s)", voice.spec.id, voice.model.provider, loaded - started, warm - loaded,
                  len(longest), time.perf_counter() - warm)

@@ -37,14 +37,14 @@ class SlowModel(VoiceModel):
         self.delay_s = delay_s
 
     def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
-                  run_options: Any = None) -> list[ItemAudio]:
+                  run_options: Any = None, narrow: bool = False) -> list[ItemAudio]:
         """Wait ``delay_s`` (stopping as ONNX Runtime does on ``terminate``), then run the batch."""
         until = time.monotonic() + self.delay_s
         while time.monotonic() < until:
             if run_options is not None and run_options.terminate:
                 raise Preempted("stopped by the fault plugin's RunOptions")
             time.sleep(min(0.005, max(0.0, until - time.monotonic())))
-        return super().run_batch(ids, scales, speaker_id, run_options)
+        return super().run_batch(ids, scales, speaker_id, run_options, narrow)
 
 
 class PoisonedSynthesizer(Synthesizer):

@@ -83,6 +83,11 @@ class BatchPolicy:
             return None
         return min(e.arrived for e in waiting) + self.window_s
 
+    def ready(self, interactive_only: bool = False, busy: Collection[int] = ()) -> bool:
+        """Whether an entry waits that ``next_batch`` could take with the same arguments (its
+        window aside)."""
+        return any(not _held(e, interactive_only, busy) for e in self._waiting)
+
     def next_batch(self, now: float, interactive_only: bool = False,
                    busy: Collection[int] = ()) -> Batch | None:
         """The batch to run now, removing its entries, or ``None`` if nothing is due.

@@ -4,9 +4,14 @@ Request threads (Celery's thread pool, or the CLI) call ``run_sentences``; it qu
 sentence in the pure ``BatchPolicy`` and blocks on a future. A runner thread asks the policy for
 the next batch, synthesizes it with one ``run_batch`` call and resolves the futures. Only runners
 call the model. A pool has ``runners`` of them (``TTS_CPU_RUNNERS``, ``TTS_GPU_RUNNERS``; 1 by
-default): one gives ONNX Runtime all the cores for one call at a time (the lowest latency for a
-lone request) and lets batches form under load; more run calls at once, for throughput (on a CPU
-with one intra-op thread each: ``bench/bench_runners.py``). With any number, interactive work
+default on GPUs, 2 on CPUs): one gives ONNX Runtime all the cores for one call at a time (the
+lowest latency for a lone request) and lets batches form under load; more run calls at once, for
+throughput. On a CPU pool whose sessions use every core (``TTS_INTRA_OP_THREADS=0``) the width of
+each call follows the load (``side_by_side``): a call that starts alone, with nothing else ready
+to run beside it, runs on every core; a call that starts beside others, or with another ready to
+join it, runs on one core (the model's single-threaded twin), and no call starts beside one that
+runs on every core. So a lone request keeps its latency and a busy worker makes 1.06-1.38x the
+sentences per second (``bench/bench_runners.py``). With any number, interactive work
 comes first: its arrival stops the bulk calls in the model (each bulk sentence once), and no
 runner starts a bulk batch while an interactive one is in the model, so an interactive call never
 shares the cores with a book's. A call starts beside others only if it is of another request
@@ -73,6 +78,7 @@ class BatchEngine:
         clock: Callable[[], float] = time.monotonic,
         timeout_s: float = 600.0,
         max_call_cost: float | None = None,
+        side_by_side: bool = False,
     ) -> None:
         self.registry = registry
         # What calls in the model at once may cost together (padded ids x length scale, which the
@@ -89,6 +95,9 @@ class BatchEngine:
         # The most recent batch sizes (bounded: a worker runs for months).
         self.batch_sizes: deque[int] = deque(maxlen=10_000)
         self.runners = max(1, pool.runners)
+        # calls beside others run on one core each, a call alone on every core (module docstring)
+        self.side_by_side = side_by_side and self.runners > 1
+        self.narrow_calls = 0  # calls run on one core beside others (or with one ready to join)
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._stopping = False
@@ -104,7 +113,8 @@ class BatchEngine:
         (the longest sentence at the slowest speed the settings admit)."""
         budget = settings.pool(pool)
         return cls(registry, budget, max_call_cost=largest_call(
-            budget, settings.request.max_sentence_phonemes, settings.request.min_speed))
+            budget, settings.request.max_sentence_phonemes, settings.request.min_speed),
+            side_by_side=pool == "cpu" and settings.onnx.intra_op_threads == 0)
 
     @property
     def _thread(self) -> threading.Thread | None:
@@ -199,9 +209,10 @@ class BatchEngine:
                     interactive_only = any(r.interactive for r in running)
                     busy = {group for r in running for group in r.groups}
                     batch = self.policy.next_batch(self.clock(), interactive_only, busy)
-                    if batch is not None and (not running or self._fits(batch, running)):
+                    if batch is not None and (not running or self._beside(batch, running)):
                         break
-                    if batch is not None:  # too costly beside the others: it waits for one to end
+                    if batch is not None:  # too costly beside the others (or they use every
+                        # core): it waits for one to end
                         for entry, _ in batch.members:
                             self.policy.append(entry)
                         batch = None
@@ -214,11 +225,16 @@ class BatchEngine:
                         entry.ticket.set_exception(ServiceUnavailable("the worker is stopping"))
                     return
                 assert batch is not None
+                narrow = self.side_by_side and (bool(running) or self._joinable(batch, busy))
                 # in the model from now on, under the same lock that chose it: another runner
-                # choosing next sees its request, its lane and its cost
-                running_now = self._running[index] = self._in_model(batch)
+                # choosing next sees its request, its lane, its cost and its width
+                running_now = self._running[index] = self._in_model(batch, narrow)
+                if narrow:
+                    self.narrow_calls += 1
+                    if not running:  # the call ready to join it: another runner takes it now
+                        self._cond.notify_all()
             try:
-                self._run(index, batch, running_now.options)
+                self._run(index, batch, running_now.options, narrow)
             except Exception as exc:  # never let the runner die: fail this batch, go on
                 log.exception("batch runner error")
                 with self._cond:
@@ -228,27 +244,45 @@ class BatchEngine:
                     if not entry.ticket.done():
                         entry.ticket.set_exception(exc)
 
-    def _fits(self, batch: Batch, running: list[_Running]) -> bool:
-        """Whether ``batch`` may run beside the calls ``running`` (within ``max_call_cost``)."""
-        return cost(batch) + sum(r.cost for r in running) <= self.max_call_cost
+    def _beside(self, batch: Batch, running: list[_Running]) -> bool:
+        """Whether ``batch`` may start beside the calls ``running``: within ``max_call_cost``, and
+        (``side_by_side``) none of them on every core or being stopped."""
+        fits = cost(batch) + sum(r.cost for r in running) <= self.max_call_cost
+        if not self.side_by_side:
+            return fits
+        # a bulk call told to stop for interactive work ends within milliseconds: the interactive
+        # call starts after it, on every core, not beside it on one
+        stopping = any(r.options is not None and r.options.terminate for r in running)
+        return fits and not stopping and all(r.narrow for r in running)
+
+    def _joinable(self, batch: Batch, busy: set[int]) -> bool:
+        """Whether another sentence waits that a free runner would start beside ``batch`` (one of
+        another request; beside interactive work, interactive only)."""
+        interactive = any(entry.priority == 0 for entry, _ in batch.members)
+        groups = busy | {entry.group for entry, _ in batch.members}
+        return self.policy.ready(interactive, groups)
 
     @staticmethod
-    def _in_model(batch: Batch) -> _Running:
+    def _in_model(batch: Batch, narrow: bool = False) -> _Running:
         """What the runners know of ``batch`` while it is in the model. Bulk work may be stopped
         for interactive work, each sentence once (its RunOptions): a book always advances."""
         bulk = all(entry.priority > 0 for entry, _ in batch.members)
         options = run_options() if bulk and not any(entry.stopped for entry, _ in batch.members) else None
         return _Running(options, time.monotonic(), batch.padded_size, not bulk, cost(batch),
-                        frozenset(e.group for e, _ in batch.members))
+                        frozenset(e.group for e, _ in batch.members), narrow)
 
-    def _run(self, index: int, batch: Batch, options: Any) -> None:
+    def _run(self, index: int, batch: Batch, options: Any, narrow: bool = False) -> None:
         """Run ``batch`` (registered in ``_running[index]`` by the loop) and hand out its results."""
         key = batch.key
         assert isinstance(key, BatchKey)
         started = time.monotonic()
         try:
             voice = self.registry.load(key.voice)
-            items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options)
+            if narrow:
+                items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options,
+                                              narrow=True)
+            else:
+                items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options)
         except Preempted:  # an interactive sentence came: it runs first, this batch after it
             with self._cond:
                 for entry, _ in batch.members:
@@ -291,6 +325,7 @@ class _Running:
     interactive: bool
     cost: float  # ``cost(batch)``
     groups: frozenset[int]  # the requests it has sentences of
+    narrow: bool = False  # on one core (``side_by_side``), so another call may start beside it
 
 
 def cost(batch: Batch) -> float:

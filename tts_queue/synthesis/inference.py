@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,18 +133,51 @@ class VoiceModel:
     Runtime's I/O binding: inputs are bound from host memory and both outputs are bound to host
     memory, so ONNX Runtime writes the audio once, straight from the device into the array this
     class reads; the plain ``session.run`` path is used otherwise. Both give the same samples.
+
+    A CPU session on every core (``TTS_INTRA_OP_THREADS=0``) also has a narrow twin: the same graph
+    on one intra-op thread, built on its first ``narrow`` call (``make_narrow``). The engine runs
+    calls side by side on it under load (two single-threaded calls at once make 1.06-1.38x the
+    sentences per second of one call at a time on both cores, ``bench/bench_runners.py``) and a
+    lone call on the wide session (1.4-1.8x faster than on one thread).
     """
 
     max_batch = 0  # a dynamic batch axis: the pool's budget decides
 
     def __init__(self, session: Any, providers: Sequence[str], hop_length: int, multi_speaker: bool,
-                 io_binding: bool = False) -> None:
+                 io_binding: bool = False, make_narrow: Callable[[], Any] | None = None) -> None:
         self.session = session
         self.providers = list(providers)
         self.hop_length = hop_length
         self.multi_speaker = multi_speaker
         self.io_binding = io_binding
         self.load_s = 0.0  # how long building the session took (a TensorRT engine build shows here)
+        self._make_narrow = make_narrow
+        self._narrow: Any = None
+        self._narrow_lock = threading.Lock()
+
+    @property
+    def has_narrow(self) -> bool:
+        """Whether ``narrow`` calls run on a single-threaded twin (else on the one session)."""
+        return self._make_narrow is not None
+
+    def narrow_session(self) -> Any:
+        """The single-threaded twin (built on first use, about the model's size again in memory),
+        or the one session when there is none."""
+        if self._make_narrow is None:
+            return self.session
+        with self._narrow_lock:
+            if self._narrow is None:
+                started = time.perf_counter()
+                try:
+                    self._narrow = self._make_narrow()
+                except Exception as exc:  # noqa: BLE001 - side-by-side calls share the one session
+                    log.warning("no single-threaded session for side-by-side calls (they share the "
+                                "one session): %s", exc)
+                    self._narrow = self.session
+                else:
+                    log.info("built the single-threaded session for side-by-side calls in %.2f s",
+                             time.perf_counter() - started)
+            return self._narrow
 
     @property
     def provider(self) -> str:
@@ -190,8 +224,16 @@ class VoiceModel:
         names = {i.name for i in session.get_inputs()}
         if not {"input", "input_lengths", "scales"} <= names or len(session.get_outputs()) < 2:
             raise ModelLoadError(f"{model_path.name} does not have a Piper voice's signature")
+        narrow = None
+        if actual[0] == CPU and config.intra_op_threads == 0:
+            one_thread = session_options(replace(config, intra_op_threads=1))
+
+            def narrow() -> Any:
+                return ort.InferenceSession(_patched_model(model_path)[0], sess_options=one_thread,
+                                            providers=[CPU])
+
         model = cls(session, actual, hop_length, "sid" in names,
-                    io_binding=config.io_binding and actual[0] in GPU)
+                    io_binding=config.io_binding and actual[0] in GPU, make_narrow=narrow)
         model.load_s = time.perf_counter() - started
         log.info("loaded %s on %s (asked for %s) in %.2f s", model_path.name, actual[0],
                  ", ".join(wanted), model.load_s)
@@ -199,11 +241,12 @@ class VoiceModel:
 
     def run_batch(
         self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
-        run_options: Any = None,
+        run_options: Any = None, narrow: bool = False,
     ) -> list[ItemAudio]:
         """Synthesize every id sequence in one ONNX call; return exact per-item audio.
         ``run_options`` (``onnxruntime.RunOptions``): setting its ``terminate`` from another
-        thread stops the call, which raises ``Preempted``."""
+        thread stops the call, which raises ``Preempted``. ``narrow``: on the single-threaded
+        twin, for a call beside others (the same samples)."""
         if not ids:
             return []
         lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
@@ -220,10 +263,10 @@ class VoiceModel:
         try:
             if self.io_binding:
                 outputs = self._run_bound(feeds, run_options)
-            elif run_options is not None:
-                outputs = self.session.run(None, feeds, run_options)
             else:
-                outputs = self.session.run(None, feeds)
+                session = self.narrow_session() if narrow else self.session
+                outputs = (session.run(None, feeds) if run_options is None
+                           else session.run(None, feeds, run_options))
             audio, frames = outputs[:2]
         except Exception as exc:
             if run_options is not None and run_options.terminate:

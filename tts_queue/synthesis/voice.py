@@ -88,8 +88,9 @@ class SpeechModel(Protocol):
         """Sentences one call may take (0: as many as the pool's budget allows)."""
 
     def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
-                  run_options: Any = None) -> list[ItemAudio]:
-        """Synthesize every id sequence; exact per-item audio and samples per id."""
+                  run_options: Any = None, narrow: bool = False) -> list[ItemAudio]:
+        """Synthesize every id sequence; exact per-item audio and samples per id (``narrow``: a
+        call beside others, on one core where the model can)."""
 
 
 class LoadedVoice(Protocol):

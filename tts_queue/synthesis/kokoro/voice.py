@@ -70,8 +70,9 @@ class KokoroModel:
         return row
 
     def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
-                  run_options: Any = None) -> list[ItemAudio]:
-        """Each sentence in its own call (the engine gives one at a time: ``max_batch``)."""
+                  run_options: Any = None, narrow: bool = False) -> list[ItemAudio]:
+        """Each sentence in its own call (the engine gives one at a time: ``max_batch``); the
+        shared session has no single-threaded twin, so ``narrow`` changes nothing."""
         speed = 1.0 / scales.length_scale
         items = []
         for sentence in ids:
