@@ -17,7 +17,8 @@ def test_empty_environment_gives_the_documented_defaults() -> None:
     # Then every field has its default
     assert settings == Settings()
     assert settings.voices.default == "en_US-joe-medium"
-    assert settings.routing.cpu == PoolSettings(policy="eager", max_batch=1)
+    assert settings.routing.cpu == PoolSettings(policy="eager", max_batch=1, runners=2)
+    assert settings.routing.gpu.runners == 1
     assert settings.routing.gpu.policy == "eager" and settings.routing.gpu.max_batch == 32
     assert settings.routing.voice_pools == {}
 
@@ -81,7 +82,7 @@ def test_pool_variables_change_only_their_pool() -> None:
     settings = Settings.from_env(env)
     # Then the CPU pool has the new values and the GPU pool keeps its other defaults
     assert settings.routing.cpu == PoolSettings(policy="window", max_batch=8, max_padded_phonemes=999,
-                                             window_ms=25.0)
+                                             window_ms=25.0, runners=2)
     assert settings.routing.gpu == dataclasses.replace(Settings().routing.gpu, max_batch=64)
     assert settings.pool("cpu") is settings.routing.cpu
     assert settings.pool("gpu") is settings.routing.gpu
