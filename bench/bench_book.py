@@ -70,7 +70,7 @@ def core_rate(sentences: list[str], threads: int) -> dict[str, float]:
     """(a) audio seconds per wall second of the core on ``sentences``."""
     settings = Settings()
     registry = VoiceRegistry.from_settings(settings)
-    engine = BatchEngine(registry, settings.pool("cpu")).start()
+    engine = BatchEngine.for_pool(registry, settings, "cpu").start()  # the worker's own engine
     synth = Synthesizer(registry, engine)
     requests_ = []
     for text in sentences:

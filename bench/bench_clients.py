@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = dict(item.split("=", 1) for item in args.set)
     settings = Settings.from_env(overrides)
     registry = VoiceRegistry.from_settings(settings)
-    engine = BatchEngine(registry, settings.routing.cpu).start()
+    engine = BatchEngine.for_pool(registry, settings, "cpu").start()  # the worker's own engine
     synth = Synthesizer(registry, engine)
     synth.synthesize(build_request({"text": "Warm up."}, registry, settings))
     results: dict[str, Any] = {}
