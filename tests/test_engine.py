@@ -534,13 +534,14 @@ def test_side_by_side_a_lone_call_takes_every_core_and_calls_under_load_one_core
 def test_side_by_side_an_interactive_call_waits_for_stopping_book_calls_then_takes_every_core(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
 ) -> None:
-    # Given a CPU pool's engine with two book sentences side by side in its model, held there
-    # (a stopped call ends on its RunOptions' terminate; here the release stands for it)
+    # Given a CPU pool's engine with two book sentences side by side in its model (no interactive
+    # work came before them), held there (a stopped call ends on its RunOptions' terminate; here
+    # the release stands for it)
     opener, book_a, book_b, short = sentence(13, 2), sentence(14, 3), sentence(15, 3), sentence(16, 3)
     model, engine = gated(make_engine, registry, opener, side_by_side=True)
     model.hold |= {first_id(book_a), first_id(book_b)}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        first, second = hold_then_send(pool, engine, model, ([opener], 0), ([book_a], 1))
+        first, second = hold_then_send(pool, engine, model, ([opener], 1), ([book_a], 1))
         third = pool.submit(engine.run_sentences, KEY, [book_b], 1)
         threading.Event().wait(QUIET_S)
         release = release_held_then_hold_the_next(model)
@@ -558,6 +559,28 @@ def test_side_by_side_an_interactive_call_waits_for_stopping_book_calls_then_tak
             future.result(timeout=TIMEOUT)
     # And it ran on every core once they had ended
     assert model.narrow[first_id(short)] is False
+
+
+def test_side_by_side_book_calls_run_one_at_a_time_on_every_core_while_interactive_work_comes(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given a CPU pool's engine that has just served an interactive request, whose model holds
+    # the first book sentence until released
+    short, book_a, book_b = sentence(17, 2), sentence(18, 3), sentence(19, 3)
+    model, engine = gated(make_engine, registry, book_a, side_by_side=True)
+    engine.run_sentences(KEY, [short], 0)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # When two book sentences come
+        held, other = hold_then_send(pool, engine, model, ([book_a], 1), ([book_b], 1))
+        # Then the first runs on every core and the second waits for it (a short request that
+        # came now would find a book call on every core to stop, not two on one core each)
+        assert model.narrow[first_id(book_a)] is False
+        assert not other.done() and model.most_inside == 1
+        model.release.set()
+        held.result(timeout=TIMEOUT)
+        other.result(timeout=TIMEOUT)
+    assert model.narrow[first_id(book_b)] is False and model.most_inside == 1
+    assert engine.narrow_calls == 0
 
 
 def test_the_largest_call_is_the_longest_sentence_at_the_slowest_speed() -> None:

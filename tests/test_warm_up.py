@@ -12,6 +12,7 @@ import pytest
 
 from tests.support import FakeQueue, migrate, tiny_voice_env
 from tts_queue.settings import Settings
+from tts_queue.synthesis.inference import VoiceModel
 from workers.runtime import LONGEST_WARM_UP, WorkerRuntime
 
 
@@ -48,4 +49,6 @@ def test_the_warm_up_runs_the_longest_admitted_sentence_unless_told_not_to(
     assert calls == [short, short] + ([[admitted], [admitted]] if longest else [])
     assert narrow == [False, True] * (2 if longest else 1)
     assert longer > admitted > short[0]
-    assert runtime.engine.side_by_side and voice.model.narrow_session() is not voice.model.session
+    model = voice.model
+    assert isinstance(model, VoiceModel)
+    assert runtime.engine.side_by_side and model.narrow_session() is not model.session

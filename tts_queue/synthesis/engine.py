@@ -11,7 +11,11 @@ each call follows the load (``side_by_side``): a call that starts alone, with no
 to run beside it, runs on every core; a call that starts beside others, or with another ready to
 join it, runs on one core (the model's single-threaded twin), and no call starts beside one that
 runs on every core. So a lone request keeps its latency and a busy worker makes 1.06-1.38x the
-sentences per second (``bench/bench_runners.py``). With any number, interactive work
+sentences per second (``bench/bench_runners.py``). Book (bulk) calls run side by side only while
+no interactive request came for ``INTERACTIVE_QUIET_S``: a short request that came behind two
+book calls on one core each would wait for, or run beside, calls 1.4-1.8x longer than one on
+every core, so while such requests come, a book's calls run one at a time on every core, as
+with one runner. With any number, interactive work
 comes first: its arrival stops the bulk calls in the model (each bulk sentence once), and no
 runner starts a bulk batch while an interactive one is in the model, so an interactive call never
 shares the cores with a book's. A call starts beside others only if it is of another request
@@ -42,6 +46,7 @@ from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales
 from tts_queue.synthesis.registry import VoiceRegistry
 
 log = logging.getLogger(__name__)
+INTERACTIVE_QUIET_S = 3.0  # book calls run side by side only after this long without interactive work
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ class BatchEngine:
         # calls beside others run on one core each, a call alone on every core (module docstring)
         self.side_by_side = side_by_side and self.runners > 1
         self.narrow_calls = 0  # calls run on one core beside others (or with one ready to join)
+        self._interactive_at = -INTERACTIVE_QUIET_S  # when interactive work last came (monotonic)
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._stopping = False
@@ -167,6 +173,7 @@ class BatchEngine:
                                          priority=priority, max_batch=key.max_batch, group=group))
                 futures.append(future)
             if priority == 0 and futures:  # interactive work waits for no book sentence
+                self._interactive_at = time.monotonic()
                 for running in self._running.values():
                     if running.options is not None and self._worth_stopping(running):
                         running.options.terminate = True
@@ -226,6 +233,7 @@ class BatchEngine:
                     return
                 assert batch is not None
                 narrow = self.side_by_side and (bool(running) or self._joinable(batch, busy))
+                narrow = narrow and not (_bulk(batch) and self._interactive_recently())
                 # in the model from now on, under the same lock that chose it: another runner
                 # choosing next sees its request, its lane, its cost and its width
                 running_now = self._running[index] = self._in_model(batch, narrow)
@@ -250,23 +258,28 @@ class BatchEngine:
         fits = cost(batch) + sum(r.cost for r in running) <= self.max_call_cost
         if not self.side_by_side:
             return fits
+        if _bulk(batch) and self._interactive_recently():  # one book call at a time, on every core
+            return False
         # a bulk call told to stop for interactive work ends within milliseconds: the interactive
         # call starts after it, on every core, not beside it on one
         stopping = any(r.options is not None and r.options.terminate for r in running)
         return fits and not stopping and all(r.narrow for r in running)
 
+    def _interactive_recently(self) -> bool:
+        """Whether interactive work came within ``INTERACTIVE_QUIET_S``."""
+        return time.monotonic() - self._interactive_at < INTERACTIVE_QUIET_S
+
     def _joinable(self, batch: Batch, busy: set[int]) -> bool:
         """Whether another sentence waits that a free runner would start beside ``batch`` (one of
         another request; beside interactive work, interactive only)."""
-        interactive = any(entry.priority == 0 for entry, _ in batch.members)
         groups = busy | {entry.group for entry, _ in batch.members}
-        return self.policy.ready(interactive, groups)
+        return self.policy.ready(not _bulk(batch), groups)
 
     @staticmethod
     def _in_model(batch: Batch, narrow: bool = False) -> _Running:
         """What the runners know of ``batch`` while it is in the model. Bulk work may be stopped
         for interactive work, each sentence once (its RunOptions): a book always advances."""
-        bulk = all(entry.priority > 0 for entry, _ in batch.members)
+        bulk = _bulk(batch)
         options = run_options() if bulk and not any(entry.stopped for entry, _ in batch.members) else None
         return _Running(options, time.monotonic(), batch.padded_size, not bulk, cost(batch),
                         frozenset(e.group for e, _ in batch.members), narrow)
@@ -326,6 +339,11 @@ class _Running:
     cost: float  # ``cost(batch)``
     groups: frozenset[int]  # the requests it has sentences of
     narrow: bool = False  # on one core (``side_by_side``), so another call may start beside it
+
+
+def _bulk(batch: Batch) -> bool:
+    """Whether ``batch`` is bulk (book) work only."""
+    return all(entry.priority > 0 for entry, _ in batch.members)
 
 
 def cost(batch: Batch) -> float:
