@@ -12,9 +12,9 @@ from flask import (
     Response,
     after_this_request,
     current_app,
+    g,
     jsonify,
     request,
-    url_for,
 )
 from werkzeug.wrappers import Response as BaseResponse
 
@@ -62,9 +62,18 @@ def json_body() -> dict[str, Any]:
     return body
 
 
+def api_root() -> str:
+    """The address the client used, ending in ``/`` (``request.url_root``, worked out once per
+    request: werkzeug builds it anew, host checks and IRI quoting included, at every read)."""
+    root: str | None = g.get("api_root")
+    if root is None:
+        root = g.api_root = request.url_root
+    return root
+
+
 def task_json(view: TaskView) -> dict[str, Any]:
     """The JSON form of a task, with links under the address the client used."""
-    return task_document(view, request.url_root)
+    return task_document(view, api_root())
 
 
 def _submit(stream: bool = False, checked_stream: bool = False) -> TaskView:
@@ -77,7 +86,7 @@ def _submit(stream: bool = False, checked_stream: bool = False) -> TaskView:
     check_quota(keep=bool(speech.keep))
     payload = {k: v for k, v in raw.items() if k not in ("pool", "keep", "callback_url")}
     return services().tasks.submit(payload, pool=speech.pool, keep=speech.keep, owner=owner(), stream=stream,
-                                   callback_url=speech.callback_url, base_url=request.url_root)
+                                   callback_url=speech.callback_url, base_url=api_root())
 
 
 JSON = ("application/json",)
@@ -101,8 +110,8 @@ def create_task() -> tuple[Response, int, dict[str, str]]:
     """Submit text; 202 with a task id to poll, or 200 with ``done`` on a cache hit."""
     view = _submit()
     status = 200 if view.status is TaskStatus.DONE else 202
-    location = url_for("tts.get_task", task_id=view.id, _external=True)
-    return jsonify(task_json(view)), status, {"Location": location}
+    document = task_json(view)  # its status_url is url_for("tts.get_task", ..., _external=True)
+    return jsonify(document), status, {"Location": str(document["status_url"])}
 
 
 def stream_requested() -> bool:

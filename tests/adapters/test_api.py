@@ -118,6 +118,26 @@ def test_submit_queues_on_the_routed_pool(client: FlaskClient, queue: FakeQueue)
     assert status["status"] == "queued" and "audio_url" not in status
 
 
+@pytest.mark.parametrize("script_root", ["", "/speech"])
+def test_a_submission_is_located_at_its_status_url_under_the_address_the_client_used(
+    client: FlaskClient, services: Services, script_root: str
+) -> None:
+    # Given a queued submission and a cache hit, made through a proxy's host and path prefix
+    cache_audio(services, "Already here.", 100)
+    base = f"https://tts.example:8443{script_root}"
+    for text, status in (("Queued here.", 202), ("Already here.", 200)):
+        response = client.post("/v1/tts", json={"text": text}, base_url=base)
+        body = response.get_json()
+        # Then the Location header is the task's status_url, which Flask's own url_for gives
+        assert response.status_code == status
+        with client.application.test_request_context(base_url=base):
+            from flask import url_for
+
+            expected = url_for("tts.get_task", task_id=body["task_id"], _external=True)
+        assert response.headers["Location"] == body["status_url"] == expected
+        assert expected.startswith(f"https://tts.example:8443{script_root}/v1/tasks/")
+
+
 def test_audio_of_a_queued_task_is_a_conflict(client: FlaskClient) -> None:
     task = client.post("/v1/tts", json={"text": "Not yet."}).get_json()
     response = client.get(f"/v1/tasks/{task['task_id']}/audio")
