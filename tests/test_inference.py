@@ -368,6 +368,13 @@ def test_a_session_on_every_core_has_a_single_threaded_twin_that_makes_the_same_
     assert twin is not wide.session and wide.narrow_session() is twin
     assert twin.get_session_options().intra_op_num_threads == 1
     assert wide.session.get_session_options().intra_op_num_threads == 0
+    # And both allocate from the process's one shared arena (the twin costs its weights, not an
+    # arena of its own as large as the longest call's); a session without a twin keeps its own
+    shared = "session.use_env_allocators"
+    assert twin.get_session_options().get_session_config_entry(shared) == "1"
+    assert wide.session.get_session_options().get_session_config_entry(shared) == "1"
+    with pytest.raises(Exception, match="use_env_allocators"):
+        single.session.get_session_options().get_session_config_entry(shared)
     # And a narrow call makes exactly the samples of a call on every core
     for ids, item in zip(SENTENCES, items, strict=True):
         np.testing.assert_array_equal(item.samples, reference_audio(ids))
