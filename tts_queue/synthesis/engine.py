@@ -233,7 +233,6 @@ class BatchEngine:
                     return
                 assert batch is not None
                 narrow = self.side_by_side and (bool(running) or self._joinable(batch, busy))
-                narrow = narrow and not (_bulk(batch) and self._interactive_recently())
                 # in the model from now on, under the same lock that chose it: another runner
                 # choosing next sees its request, its lane, its cost and its width
                 running_now = self._running[index] = self._in_model(batch, narrow)
@@ -271,7 +270,10 @@ class BatchEngine:
 
     def _joinable(self, batch: Batch, busy: set[int]) -> bool:
         """Whether another sentence waits that a free runner would start beside ``batch`` (one of
-        another request; beside interactive work, interactive only)."""
+        another request; beside interactive work, interactive only; beside a book's while
+        interactive work came lately, none: ``_beside`` refuses it)."""
+        if _bulk(batch) and self._interactive_recently():
+            return False
         groups = busy | {entry.group for entry, _ in batch.members}
         return self.policy.ready(not _bulk(batch), groups)
 
@@ -291,11 +293,8 @@ class BatchEngine:
         started = time.monotonic()
         try:
             voice = self.registry.load(key.voice)
-            if narrow:
-                items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options,
-                                              narrow=True)
-            else:
-                items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options)
+            items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options,
+                                          narrow=narrow)
         except Preempted:  # an interactive sentence came: it runs first, this batch after it
             with self._cond:
                 for entry, _ in batch.members:
