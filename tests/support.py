@@ -146,8 +146,11 @@ def migrate(settings: Settings) -> Settings:
 
 # Two test processes share the two cores: a model's idle threads busy-waiting after each call, or
 # one call spread over both cores, takes CPU from the other test and saves nothing (the suite's
-# speed is its CPU). Production keeps its defaults; a test of these settings names its own.
-SHARED_CORES = {"TTS_ALLOW_SPINNING": "false"}
+# speed is its CPU). Nor does a test worker pre-grow the model's arena for hours of a book with
+# the longest sentence (three calls of it with the real voice: about 7.5 s of CPU per worker
+# start, spent in every test that starts one). Production keeps its defaults; a test of these
+# settings names its own (tests/test_warm_up.py).
+SHARED_CORES = {"TTS_ALLOW_SPINNING": "false", "TTS_WARM_LONGEST": "false"}
 
 
 def service_settings(data_dir: Path, redis_url: str, voices_dir: Path | None = None, **env: str) -> Settings:

@@ -234,7 +234,8 @@ class WorkerSettings:
     warm_longest: bool = setting(True, "the warm-up also runs the longest sentence the settings "
                                  "admit: the model's memory is at its working size from the start "
                                  "(flat over a book; a machine too small fails at start, not hours "
-                                 "in), for about a second of CPU")
+                                 "in), for a few seconds of CPU (the default voice on 2 cores: "
+                                 "about 7.5 s, three calls with side-by-side runners)")
     trim_interval_s: float = setting(60.0, "every this often a worker hands the free memory of its "
                                      "threads' allocator arenas back to the system (glibc's "
                                      "malloc_trim, a few ms); 0: never")
