@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -291,7 +292,8 @@ def test_synthesizer_builds_scales_from_speed_and_noise_overrides(
     result = synthesizer.synthesize(request)
     # Then the batch key has the voice's scales with speed and the override applied
     [key] = engine.keys
-    assert key == BatchKey(voice="multi", scales=Scales(0.0, 0.5, 0.8), speaker=1)
+    assert key == BatchKey(voice="multi", scales=Scales(0.0, 0.5, 0.8), speaker=1,
+                           alone=not registry.load("multi").model.has_narrow)
     # And the audio was made with them
     ids = registry.load("multi").sentence_ids(request.text, settings.request.max_sentence_phonemes)[0]
     np.testing.assert_array_equal(result.audio.samples,
@@ -581,6 +583,70 @@ def test_side_by_side_book_calls_run_one_at_a_time_on_every_core_while_interacti
         other.result(timeout=TIMEOUT)
     assert model.narrow[first_id(book_b)] is False and model.most_inside == 1
     assert engine.narrow_calls == 0
+
+
+def test_side_by_side_calls_of_a_model_without_a_one_core_form_run_alone_on_every_core(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given a CPU pool's engine, its model holding a lone call; behind it two requests of a voice
+    # with a one-core form, the first of them to be held too, and one of a model with none
+    # (Kokoro's shared graph: its key says ``alone``)
+    opener, piper_a, piper_b, kokoro = sentence(20, 3), sentence(21, 4), sentence(22, 4), sentence(23, 5)
+    model, engine = gated(make_engine, registry, opener, side_by_side=True)
+    alone = replace(KEY, alone=True)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        held = pool.submit(engine.run_sentences, KEY, [opener])
+        model.wait_entered(1)
+        model.hold.add(first_id(piper_a))
+        beside = [pool.submit(engine.run_sentences, KEY, [ids]) for ids in (piper_a, piper_b)]
+        threading.Event().wait(QUIET_S)
+        last = pool.submit(engine.run_sentences, alone, [kokoro])
+        threading.Event().wait(QUIET_S)
+        # When the lone call ends: the two run side by side on one core each, and the second ends
+        release = release_held_then_hold_the_next(model)
+        held.result(timeout=TIMEOUT)
+        beside[1].result(timeout=TIMEOUT)
+        model.wait_entered(3)
+        assert model.narrow[first_id(piper_a)] and model.narrow[first_id(piper_b)]
+        threading.Event().wait(QUIET_S)
+        # Then the call that runs alone does not start beside the one still in the model (it would
+        # share the cores, not take one)
+        assert first_id(kokoro) not in model.narrow and not last.done()
+        release.set()
+        beside[0].result(timeout=TIMEOUT)
+        last.result(timeout=TIMEOUT)
+    # And it ran after it, alone, on every core
+    assert model.narrow[first_id(kokoro)] is False
+    assert [i for _, i in model.entered][-1] == first_id(kokoro)
+
+
+def test_side_by_side_a_call_takes_every_core_when_only_a_call_that_runs_alone_waits(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given a CPU pool's engine whose model holds a call of a model that runs alone, and behind
+    # it a request of a voice with a one-core form, then another of the model that runs alone
+    opener, piper, kokoro = sentence(22, 3), sentence(23, 4), sentence(24, 5)
+    model, engine = gated(make_engine, registry, opener, side_by_side=True)
+    model.hold.add(first_id(piper))
+    alone = replace(KEY, alone=True)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        held = pool.submit(engine.run_sentences, alone, [opener])
+        model.wait_entered(1)
+        twin_able = pool.submit(engine.run_sentences, KEY, [piper])
+        threading.Event().wait(QUIET_S)
+        last = pool.submit(engine.run_sentences, alone, [kokoro])
+        threading.Event().wait(QUIET_S)
+        # When the first call ends
+        release = release_held_then_hold_the_next(model)
+        held.result(timeout=TIMEOUT)
+        model.wait_entered(2)
+        threading.Event().wait(QUIET_S)
+        # Then the next runs on every core (the only one waiting would not join it), alone
+        assert model.narrow[first_id(piper)] is False and model.inside == 1
+        release.set()
+        twin_able.result(timeout=TIMEOUT)
+        last.result(timeout=TIMEOUT)
+    assert model.narrow[first_id(kokoro)] is False and engine.narrow_calls == 0
 
 
 def test_the_largest_call_is_the_longest_sentence_at_the_slowest_speed() -> None:

@@ -38,6 +38,7 @@ class Entry:
     stopped: bool = False  # stopped once in the model for interactive work: runs to the end next time
     max_batch: int = 0  # the model family's bound on sentences per call (0: the pool's budget)
     group: int = 0  # the request it belongs to (one engine call): ``busy`` groups wait
+    alone: bool = False  # its model runs every call on every core: it never joins another call
 
 
 @dataclass
@@ -83,10 +84,12 @@ class BatchPolicy:
             return None
         return min(e.arrived for e in waiting) + self.window_s
 
-    def ready(self, interactive_only: bool = False, busy: Collection[int] = ()) -> bool:
+    def ready(self, interactive_only: bool = False, busy: Collection[int] = (),
+              joining: bool = False) -> bool:
         """Whether an entry waits that ``next_batch`` could take with the same arguments (its
-        window aside)."""
-        return any(not _held(e, interactive_only, busy) for e in self._waiting)
+        window aside); ``joining``: one that may run beside another call (not ``alone``)."""
+        return any(not _held(e, interactive_only, busy) and not (joining and e.alone)
+                   for e in self._waiting)
 
     def next_batch(self, now: float, interactive_only: bool = False,
                    busy: Collection[int] = ()) -> Batch | None:

@@ -11,7 +11,9 @@ each call follows the load (``side_by_side``): a call that starts alone, with no
 to run beside it, runs on every core; a call that starts beside others, or with another ready to
 join it, runs on one core (the model's single-threaded twin), and no call starts beside one that
 runs on every core. So a lone request keeps its latency and a busy worker makes 1.06-1.38x the
-sentences per second (``bench/bench_runners.py``). Book (bulk) calls run side by side only while
+sentences per second (``bench/bench_runners.py``). A model with no one-core form (Kokoro's shared
+graph: its ``BatchKey.alone``) gains nothing from two calls sharing the cores, so each of its
+calls runs alone, on every core. Book (bulk) calls run side by side only while
 no interactive request came for ``INTERACTIVE_QUIET_S``: a short request that came behind two
 book calls on one core each would wait for, or run beside, calls 1.4-1.8x longer than one on
 every core, so while such requests come, a book's calls run one at a time on every core, as
@@ -57,6 +59,7 @@ class BatchKey:
     scales: Scales
     speaker: int | None
     max_batch: int = 0  # the voice family's own bound (Kokoro: 1); 0: the pool's budget
+    alone: bool = False  # its model has no one-core form (Kokoro): side by side, each call runs alone
 
 
 NO_SAMPLES = np.zeros(0, dtype=np.float32)
@@ -170,7 +173,8 @@ class BatchEngine:
             for ids in sentences:
                 future: Future[SentenceResult] = Future()
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
-                                         priority=priority, max_batch=key.max_batch, group=group))
+                                         priority=priority, max_batch=key.max_batch, group=group,
+                                         alone=key.alone))
                 futures.append(future)
             if priority == 0 and futures:  # interactive work waits for no book sentence
                 self._interactive_at = time.monotonic()
@@ -232,7 +236,8 @@ class BatchEngine:
                         entry.ticket.set_exception(ServiceUnavailable("the worker is stopping"))
                     return
                 assert batch is not None
-                narrow = self.side_by_side and (bool(running) or self._joinable(batch, busy))
+                narrow = (self.side_by_side and not _alone(batch)
+                          and (bool(running) or self._joinable(batch, busy)))
                 # in the model from now on, under the same lock that chose it: another runner
                 # choosing next sees its request, its lane, its cost and its width
                 running_now = self._running[index] = self._in_model(batch, narrow)
@@ -257,6 +262,8 @@ class BatchEngine:
         fits = cost(batch) + sum(r.cost for r in running) <= self.max_call_cost
         if not self.side_by_side:
             return fits
+        if _alone(batch):  # its model has no one-core form: beside another it would share the cores
+            return False
         if _bulk(batch) and self._interactive_recently():  # one book call at a time, on every core
             return False
         # a bulk call told to stop for interactive work ends within milliseconds: the interactive
@@ -275,7 +282,7 @@ class BatchEngine:
         if _bulk(batch) and self._interactive_recently():
             return False
         groups = busy | {entry.group for entry, _ in batch.members}
-        return self.policy.ready(not _bulk(batch), groups)
+        return self.policy.ready(not _bulk(batch), groups, joining=True)
 
     @staticmethod
     def _in_model(batch: Batch, narrow: bool = False) -> _Running:
@@ -338,6 +345,11 @@ class _Running:
     cost: float  # ``cost(batch)``
     groups: frozenset[int]  # the requests it has sentences of
     narrow: bool = False  # on one core (``side_by_side``), so another call may start beside it
+
+
+def _alone(batch: Batch) -> bool:
+    """Whether ``batch``'s model has no one-core form (its calls never run beside another)."""
+    return any(entry.alone for entry, _ in batch.members)
 
 
 def _bulk(batch: Batch) -> bool:

@@ -123,7 +123,7 @@ class Synthesizer:
             speed = min(MAX_SPEED, max(MIN_SPEED, request.speed * rate))
             scales = voice.scales(speed, request.noise_scale, request.noise_w)
             key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker,
-                           max_batch=voice.model.max_batch)
+                           max_batch=voice.model.max_batch, alone=not voice.model.has_narrow)
             self.engine.run_sentences(key, sentences[start:end], priority=priority,
                                       on_result=functools.partial(_shifted, piece, start))
         inferred = time.perf_counter()

@@ -87,6 +87,11 @@ class SpeechModel(Protocol):
     def max_batch(self) -> int:
         """Sentences one call may take (0: as many as the pool's budget allows)."""
 
+    @property
+    def has_narrow(self) -> bool:
+        """Whether a ``narrow`` call runs on one core (a Piper voice's twin on a CPU pool); else
+        every call takes every core, and the engine runs none beside another."""
+
     def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
                   run_options: Any = None, narrow: bool = False) -> list[ItemAudio]:
         """Synthesize every id sequence; exact per-item audio and samples per id (``narrow``: a

@@ -58,6 +58,7 @@ class KokoroModel:
     styles: npt.NDArray[np.float32]  # [510, 256]: row n - 1 for a sentence of n tokens
 
     max_batch = 1  # the graph's batch axis is fixed at 1
+    has_narrow = False  # no single-threaded twin: each call takes every core, alone
 
     @property
     def provider(self) -> str:
