@@ -73,9 +73,10 @@ class WorkerRuntime:
         voice = self.core.registry.load(None)
         loaded = time.perf_counter()
         limit = self.settings.request.max_sentence_phonemes
-        voice.model.run_batch(voice.sentence_ids("Warm up.", limit), voice.scales())
+        short = voice.sentence_ids("Warm up.", limit)
+        voice.model.run_batch(short, voice.scales())
         if self.engine.side_by_side:  # the single-threaded twin of side-by-side calls, built now
-            voice.model.run_batch(voice.sentence_ids("Warm up.", limit), voice.scales(), narrow=True)
+            voice.model.run_batch(short, voice.scales(), narrow=True)
         warm = time.perf_counter()
         longest: list[int] = []
         if self.settings.worker.warm_longest:  # one sentence cut at the limit: the longest there is
