@@ -5,8 +5,9 @@ Helpers that are not fixtures live in ``tests/support.py``."""
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import sqlalchemy
 from tests.support import free_port, unavailable, wait_until
 from tests.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
 from tts_queue.cli.embedded_redis import EmbeddedRedis
-from tts_queue.settings import SessionConfig, Settings
+from tts_queue.settings import PoolSettings, SessionConfig, Settings
+from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.inference import VoiceModel
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
 from tts_queue.synthesis.voice import Voice, VoiceSpec
@@ -264,3 +266,22 @@ def fresh_postgres_url(postgres_template: str) -> Iterator[str]:
     name = _copy_of(postgres_template)
     yield _database_url(name)
     _drop(name)
+
+
+@pytest.fixture
+def make_engine(registry: VoiceRegistry) -> Iterator[Callable[..., BatchEngine]]:
+    """Engines on the tiny voices, stopped after the test."""
+    engines: list[BatchEngine] = []
+
+    def make(policy: str = "eager", max_batch: int = 8, window_ms: float = 60_000.0,
+             clock: Callable[[], float] | None = None, reg: VoiceRegistry | None = None,
+             runners: int = 1, side_by_side: bool = False) -> BatchEngine:
+        pool = PoolSettings(policy=policy, max_batch=max_batch, max_padded_phonemes=100_000,
+                            window_ms=window_ms, runners=runners)
+        engine = BatchEngine(reg or registry, pool, clock=clock or time.monotonic, side_by_side=side_by_side)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.stop()

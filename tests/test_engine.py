@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -41,25 +40,6 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking call on another thread so a hang fails the test instead of freezing it."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(fn, *args, **kwargs).result(timeout=TIMEOUT)
-
-
-@pytest.fixture
-def make_engine(registry: VoiceRegistry) -> Iterator[Callable[..., BatchEngine]]:
-    """Engines on the tiny voices, stopped after the test."""
-    engines: list[BatchEngine] = []
-
-    def make(policy: str = "eager", max_batch: int = 8, window_ms: float = 60_000.0,
-             clock: Callable[[], float] | None = None, reg: VoiceRegistry | None = None,
-             runners: int = 1, side_by_side: bool = False) -> BatchEngine:
-        pool = PoolSettings(policy=policy, max_batch=max_batch, max_padded_phonemes=100_000,
-                            window_ms=window_ms, runners=runners)
-        engine = BatchEngine(reg or registry, pool, clock=clock or time.monotonic, side_by_side=side_by_side)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.stop()
 
 
 def frozen_clock() -> float:
@@ -222,7 +202,8 @@ class RecordingEngine:
         self.keys: list[BatchKey] = []
 
     def run_sentences(self, key: BatchKey, sentences: Sequence[Sequence[int]], priority: int = 0,
-                      on_result: Callable[[int, SentenceResult], None] | None = None) -> list[SentenceResult]:
+                      on_result: Callable[[int, SentenceResult], None] | None = None,
+                      owner: str = "") -> list[SentenceResult]:
         self.keys.append(key)
         model = self.registry.load(key.voice).model
         items = model.run_batch(sentences, key.scales, key.speaker)

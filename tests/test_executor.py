@@ -43,10 +43,11 @@ class Counting(Synthesizer):
         self.gate.set()
 
     def synthesize(self, request: SynthesisRequest, priority: int = 0,
-                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None) -> SynthesisResult:
+                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None,
+                   owner: str = "") -> SynthesisResult:
         self.calls += 1
         assert self.gate.wait(20)
-        return super().synthesize(request, priority, on_audio)
+        return super().synthesize(request, priority, on_audio, owner)
 
 
 @pytest.fixture
@@ -312,7 +313,7 @@ def test_a_synthesis_or_voice_failure_is_stored_as_its_codes_sentence(
     error: Exception, code: str,
 ) -> None:
     # Given a model that fails with an error built from an exception's text and paths
-    def fail(request: Any, priority: int = 0, on_audio: Any = None) -> Any:
+    def fail(request: Any, priority: int = 0, on_audio: Any = None, owner: str = "") -> Any:
         raise error
 
     monkeypatch.setattr(world["synth"], "synthesize", fail)

@@ -268,6 +268,14 @@ class ServiceUnavailable(TTSQueueError):
     retry_after_s = 5
 
 
+class SynthesisStalled(ServiceUnavailable):
+    """No sentence of a request finished for ``TTS_ENGINE_STALL_S``: its waiting sentences left the
+    engine, and the task is tried again (or fails once its retries are spent)."""
+
+    code = "synthesis_stalled"
+    public = "synthesis made no progress for too long; the task was retried and then given up"
+
+
 class Busy(ServiceUnavailable):
     """Every slot for a long-lived answer (streams, long-polls) is taken."""
 

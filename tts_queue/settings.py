@@ -226,10 +226,21 @@ class WorkerSettings:
                         flag="--pool")
     concurrency: int = setting(16, "requests in flight per worker (threads)",
                                env="TTS_WORKER_CONCURRENCY", flag="--concurrency")
-    interactive_reserve: int = setting(4, "threads of each worker that book sentences never take, so a "
-                                       "short request finds one at once (books get at most the "
-                                       "concurrency minus this, and at most two batches plus two)",
+    interactive_reserve: int = setting(4, "threads of each worker that book sentences never take, "
+                                       "nor one key's requests: a short request finds one at once "
+                                       "(books get at most the concurrency minus this, and at most "
+                                       "two batches plus two; each active key gets an equal part "
+                                       "of the concurrency minus this)",
                                        env="TTS_INTERACTIVE_RESERVE")
+    max_call_s: float = setting(1.0, "a model call holds at most this much model time beyond its "
+                                "first sentence (from the voice's past calls), so a short request "
+                                "that comes while long ones run waits for little; a sentence over "
+                                "it runs alone. 0: no cap (batches as large as the pool's budget)",
+                                env="TTS_MAX_CALL_S")
+    engine_stall_s: float = setting(300.0, "a request fails (and is retried) when none of its "
+                                    "sentences finished for this long; there is no limit on its "
+                                    "whole time, which under fair sharing depends on other keys' "
+                                    "work", env="TTS_ENGINE_STALL_S")
     warmup: bool = setting(True, "load the default voice when a worker starts")
     warm_longest: bool = setting(True, "the warm-up also runs the longest sentence the settings "
                                  "admit: the model's memory is at its working size from the start "
@@ -445,6 +456,8 @@ class Settings:
             raise ConfigError("TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
         if self.storage.url:
             parse_storage_url(self.storage.url)
+        if self.worker.max_call_s < 0 or self.worker.engine_stall_s <= 0:
+            raise ConfigError("TTS_MAX_CALL_S must be >= 0 and TTS_ENGINE_STALL_S positive")
         if self.onnx.cuda_device < 0:
             raise ConfigError("TTS_CUDA_DEVICE must be >= 0")
         if self.onnx.spin_us < 0:

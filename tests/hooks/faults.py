@@ -55,11 +55,12 @@ class PoisonedSynthesizer(Synthesizer):
         self.word = word
 
     def synthesize(self, request: SynthesisRequest, priority: int = 0,
-                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None) -> SynthesisResult:
+                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None,
+                   owner: str = "") -> SynthesisResult:
         """Die on the poison word, else synthesize."""
         if self.word in request.text:
             os._exit(137)
-        return super().synthesize(request, priority, on_audio)
+        return super().synthesize(request, priority, on_audio, owner)
 
 
 class Faults:

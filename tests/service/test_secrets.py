@@ -163,7 +163,8 @@ class Raising(Synthesizer):
         self.error = error
 
     def synthesize(self, request: SynthesisRequest, priority: int = 0,
-                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None) -> SynthesisResult:
+                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None,
+                   owner: str = "") -> SynthesisResult:
         raise self.error
 
 

@@ -9,20 +9,29 @@ runs what it returns. Two policies:
 - ``window``: wait until a batch is full or its oldest sentence has waited ``window_s``, for
   accelerators where a larger batch costs little more than a small one.
 
-Budgets: at most ``max_batch`` distinct sequences and ``max_padded`` padded ids (rows x longest)
-per call, and no more than an entry's own ``max_batch`` where its model family sets one (Kokoro's
-graph takes one sentence a call, on any pool). Sentences with equal ids and batch key share one
-slot (synthesized once). A cancelled task never reaches the policy: the executor skips it before
-synthesis (``TaskRows.claim``).
+Which sentence leads the next batch is fair between keys and between requests
+(``fairness.FairShares``): interactive before bulk, then the key served least, its request served
+least, the oldest sentence. The others in the batch are those of the same batch key closest to it
+in length, within the budgets: at most ``max_batch`` distinct sequences and ``max_padded`` padded
+ids (rows x longest) per call, no more than an entry's own ``max_batch`` where its model family
+sets one (Kokoro's graph takes one sentence a call, on any pool), and no more than the caller's
+``cap`` of cost (``TTS_MAX_CALL_S`` of model time, which the engine turns into cost per voice from
+past calls): a sentence over the cap runs alone, so a call that others wait behind stays short.
+Sentences with equal ids and batch key share one slot (synthesized once). A cancelled task never
+reaches the policy: the executor skips it before synthesis (``TaskRows.claim``); a request that
+fails or stops takes its waiting sentences back (``withdraw``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tts_queue.enums import POLICIES
+from tts_queue.synthesis.fairness import FairShares
+
+Cap = Callable[[Hashable], "float | None"]  # a batch key's most cost per call (None: no cap)
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,14 @@ class Entry:
     max_batch: int = 0  # the model family's bound on sentences per call (0: the pool's budget)
     group: int = 0  # the request it belongs to (one engine call): ``busy`` groups wait
     alone: bool = False  # its model runs every call on every core: it never joins another call
+    owner: str = ""  # the key it is served for (``fairness``): keys share the model fairly
+    seq: int = 0  # its place in its request
+    weight: float = 1.0  # cost per id (the length scale: a slower speed makes more samples)
+
+    @property
+    def cost(self) -> float:
+        """What it costs in the model: ids times length scale."""
+        return len(self.ids) * self.weight
 
 
 @dataclass
@@ -54,6 +71,11 @@ class Batch:
         """Ids in the padded input tensor."""
         return len(self.slots) * max((len(s) for s in self.slots), default=0)
 
+    @property
+    def entries(self) -> list[Entry]:
+        """Its sentences."""
+        return [entry for entry, _ in self.members]
+
 
 class BatchPolicy:
     """Pure batching state: ``append`` entries, ask ``next_batch(now)``, sleep until ``deadline``."""
@@ -68,6 +90,7 @@ class BatchPolicy:
         self.max_padded = max_padded
         self.window_s = window_s
         self._waiting: list[Entry] = []
+        self.shares = FairShares()
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -75,6 +98,23 @@ class BatchPolicy:
     def append(self, entry: Entry) -> None:
         """Queue one sentence."""
         self._waiting.append(entry)
+        self.shares.arrive(entry)
+
+    def put_back(self, batch: Batch, entries: list[Entry] | None = None) -> None:
+        """Queue a batch's sentences again, unrun (``entries``: these forms of them), its cost
+        given back to their keys."""
+        self.shares.charge(batch.members[0][0], batch.entries, refund=True)
+        for entry in entries if entries is not None else batch.entries:
+            self.append(entry)
+
+    def withdraw(self, group: int) -> list[Entry]:
+        """Remove and return the waiting sentences of request ``group`` (it failed or stopped)."""
+        gone = [e for e in self._waiting if e.group == group]
+        if gone:
+            self._waiting = [e for e in self._waiting if e.group != group]
+            for entry in gone:
+                self.shares.leave(entry)
+        return gone
 
     def deadline(self, interactive_only: bool = False, busy: Collection[int] = ()) -> float | None:
         """When the oldest entry's window ends (``window`` policy), else ``None``; of the entries
@@ -92,57 +132,53 @@ class BatchPolicy:
                    for e in self._waiting)
 
     def next_batch(self, now: float, interactive_only: bool = False,
-                   busy: Collection[int] = ()) -> Batch | None:
+                   busy: Collection[int] = (), cap: Cap | None = None) -> Batch | None:
         """The batch to run now, removing its entries, or ``None`` if nothing is due.
 
-        Keys are tried by their most urgent entry (priority, then age): an interactive sentence
-        overtakes every waiting bulk sentence. Under ``window`` a key is due once its batch is
+        Batch keys are tried by their most urgent entry in fair order (module docstring): an
+        interactive sentence overtakes every waiting bulk sentence, a key served less overtakes
+        one served more. ``cap(key)``: the most cost a call of ``key`` may hold beyond its first
+        sentence. Under ``window`` a key is due once its batch is
         full or its first entry has waited the window, so one waiting key never holds up another.
         For ``BatchEngine`` with several runners, some entries wait: ``interactive_only``, bulk
         ones (while interactive work is in the model); ``busy``, those of requests (``group``)
         with a sentence in the model (a request's sentences run one at a time).
         """
-        if not interactive_only and not busy:
-            return self._next(now)
-        held = [e for e in self._waiting if _held(e, interactive_only, busy)]
-        self._waiting = [e for e in self._waiting if not _held(e, interactive_only, busy)]
-        try:
-            return self._next(now)
-        finally:
-            self._waiting.extend(held)
-
-    def _next(self, now: float) -> Batch | None:
-        keys = list(dict.fromkeys(e.key for e in sorted(self._waiting, key=_urgency)))
-        for key in keys:
-            batch = self._fill(key)
+        order = sorted((e for e in self._waiting if not _held(e, interactive_only, busy)),
+                       key=self.shares.order)
+        for key in dict.fromkeys(e.key for e in order):
+            same = [e for e in order if e.key == key]
+            batch = self._fill(key, same, None if cap is None else cap(key))
             oldest = batch.members[0][0]
-            full = len(batch.slots) >= self._limit(oldest) or len(batch.members) < self._count(key)
+            full = len(batch.slots) >= self._limit(oldest) or len(batch.members) < len(same)
             if self.policy == "window" and not full and now < oldest.arrived + self.window_s:
                 continue
             taken = {id(entry) for entry, _ in batch.members}
             self._waiting = [e for e in self._waiting if id(e) not in taken]
+            self.shares.charge(oldest, batch.entries)
+            for entry in batch.entries:
+                self.shares.leave(entry)
             return batch
         return None
 
     def drain(self) -> list[Entry]:
         """Remove and return every waiting entry (shutdown)."""
         waiting, self._waiting = self._waiting, []
+        for entry in waiting:
+            self.shares.leave(entry)
         return waiting
 
     def _limit(self, entry: Entry) -> int:
         """Sentences one call may take for ``entry``: the pool's budget within the family's bound."""
         return min(self.max_batch, entry.max_batch) if entry.max_batch > 0 else self.max_batch
 
-    def _count(self, key: Hashable) -> int:
-        return sum(1 for e in self._waiting if e.key == key)
+    def _fill(self, key: Hashable, same: list[Entry], cap: float | None) -> Batch:
+        """The first of ``same`` (``key``'s entries in fair order) plus the closest-in-length
+        others, within the budgets and ``cap`` of cost (the first always runs, whatever it costs).
 
-    def _fill(self, key: Hashable) -> Batch:
-        """The oldest entry of ``key`` plus the closest-in-length others, within the budgets.
-
-        Picking neighbours by length keeps padding (wasted compute on a CPU) small; the oldest
+        Picking neighbours by length keeps padding (wasted compute on a CPU) small; the first
         entry is always in the batch, so nothing starves.
         """
-        same = sorted((e for e in self._waiting if e.key == key), key=_urgency)
         anchor = same[0]
         others = sorted(same[1:], key=lambda e: (e.priority, abs(len(e.ids) - len(anchor.ids)), e.arrived))
         batch = Batch(key=key)
@@ -154,7 +190,8 @@ class BatchPolicy:
                 batch.members.append((entry, slot_of[entry.ids]))
                 continue
             new_longest = max(longest, len(entry.ids))
-            too_big = (len(batch.slots) + 1) * new_longest > self.max_padded
+            too_big = (len(batch.slots) + 1) * new_longest > self.max_padded or (
+                cap is not None and (len(batch.slots) + 1) * new_longest * entry.weight > cap)
             if batch.slots and (len(batch.slots) >= limit or too_big):
                 continue
             slot_of[entry.ids] = len(batch.slots)
@@ -167,8 +204,3 @@ class BatchPolicy:
 def _held(entry: Entry, interactive_only: bool, busy: Collection[int]) -> bool:
     """Whether ``next_batch`` leaves ``entry`` waiting (see there)."""
     return (interactive_only and entry.priority > 0) or entry.group in busy
-
-
-def _urgency(entry: Entry) -> tuple[int, float]:
-    """Sort key: priority first, then arrival."""
-    return (entry.priority, entry.arrived)

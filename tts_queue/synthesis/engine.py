@@ -23,6 +23,14 @@ runner starts a bulk batch while an interactive one is in the model, so an inter
 shares the cores with a book's. A call starts beside others only if it is of another request
 (a request's sentences run one at a time) and all of them cost no more than the largest single
 call (``largest_call``), so a worker's memory stays bounded by one such call.
+
+Fair in time: the policy serves sentences, not requests, in fair order between keys and between a
+key's requests (``fairness``), and a call holds at most ``TTS_MAX_CALL_S`` of model time beyond its
+first sentence (the seconds per cost of past calls of its voice), so a short request that comes
+while long ones run waits for at most the calls already started. A request fails only when none of
+its sentences finished for ``TTS_ENGINE_STALL_S`` (under fair sharing its wall time depends on the
+others), and a request that fails or stops takes its waiting sentences out at once: a retry never
+waits behind its own leftovers.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from tts_queue import metrics
-from tts_queue.errors import ServiceUnavailable
+from tts_queue.errors import ServiceUnavailable, SynthesisStalled
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis.batching import Batch, BatchPolicy, Entry
 from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales
@@ -84,9 +92,10 @@ class BatchEngine:
         registry: VoiceRegistry,
         pool: PoolSettings,
         clock: Callable[[], float] = time.monotonic,
-        timeout_s: float = 600.0,
+        stall_s: float = 300.0,
         max_call_cost: float | None = None,
         side_by_side: bool = False,
+        max_call_s: float | None = None,
     ) -> None:
         self.registry = registry
         # What calls in the model at once may cost together (padded ids x length scale, which the
@@ -95,7 +104,11 @@ class BatchEngine:
         # by one such call whatever the runners. ``None``: the pool's own largest batch, at speed 1.
         self.max_call_cost = max_call_cost if max_call_cost is not None else float(pool.max_padded_phonemes)
         self._groups = itertools.count(1)
-        self.timeout_s = timeout_s
+        self.stall_s = stall_s
+        # A call's model time beyond its first sentence (``None``: no cap), in cost by each voice's
+        # seconds per cost of past calls (a voice not run yet has no cap: nothing to judge by).
+        self.max_call_s = max_call_s
+        self._s_per_cost: dict[str, float] = {}
         self.policy = BatchPolicy(
             pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000
         )
@@ -123,7 +136,8 @@ class BatchEngine:
         budget = settings.pool(pool)
         return cls(registry, budget, max_call_cost=largest_call(
             budget, settings.request.max_sentence_phonemes, settings.request.min_speed),
-            side_by_side=pool == "cpu" and settings.onnx.intra_op_threads == 0)
+            side_by_side=pool == "cpu" and settings.onnx.intra_op_threads == 0,
+            stall_s=settings.worker.engine_stall_s, max_call_s=settings.worker.max_call_s or None)
 
     @property
     def _thread(self) -> threading.Thread | None:
@@ -159,22 +173,25 @@ class BatchEngine:
 
     def run_sentences(
         self, key: BatchKey, sentences: Sequence[Sequence[int]], priority: int = 0,
-        on_result: Callable[[int, SentenceResult], None] | None = None,
+        on_result: Callable[[int, SentenceResult], None] | None = None, owner: str = "",
     ) -> list[SentenceResult]:
-        """Synthesize ``sentences`` (model ids) in shared batches; blocks until all are done.
-        ``on_result(index, result)`` is called in sentence order as soon as each one (and every
-        one before it) is done: streaming sends a sentence while the next ones are synthesized.
-        With ``on_result``, the results returned keep no samples (the caller had them): a long
-        request's audio is never all in memory."""
+        """Synthesize ``sentences`` (model ids) in shared batches, served fairly for ``owner`` (a
+        key); blocks until all are done, or raises ``SynthesisStalled`` when none finished for
+        ``stall_s``. ``on_result(index, result)`` is called in sentence order as soon as each one
+        (and every one before it) is done: streaming sends a sentence while the next ones are
+        synthesized. With ``on_result``, the results returned keep no samples (the caller had
+        them): a long request's audio is never all in memory. However it ends, its sentences
+        still waiting leave the engine."""
         futures: list[Future[SentenceResult]] = []
         with self._cond:
             now = self.clock()
             group = next(self._groups)
-            for ids in sentences:
+            for seq, ids in enumerate(sentences):
                 future: Future[SentenceResult] = Future()
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
                                          priority=priority, max_batch=key.max_batch, group=group,
-                                         alone=key.alone))
+                                         alone=key.alone, owner=owner, seq=seq,
+                                         weight=key.scales.length_scale))
                 futures.append(future)
             if priority == 0 and futures:  # interactive work waits for no book sentence
                 self._interactive_at = time.monotonic()
@@ -184,21 +201,56 @@ class BatchEngine:
             self._cond.notify_all()
         if not self._threads:
             self.start()
-        deadline = time.monotonic() + self.timeout_s
+        progress = _Progress(time.monotonic())
+        for future in futures:
+            future.add_done_callback(progress.mark)
         try:
             results = []
             for index, future in enumerate(futures):
-                result = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                result = self._wait(future, progress)
                 futures[index] = DONE  # the future held the samples: let them go
                 if on_result is not None:
                     on_result(index, result)
                     result = replace(result, audio=replace(result.audio, samples=NO_SAMPLES))
                 results.append(result)
             return results
-        except FutureTimeout:
-            raise ServiceUnavailable(
-                f"synthesis did not finish within {self.timeout_s:.0f} s; the model may be stuck"
-            ) from None
+        except BaseException:
+            self.withdraw(group)
+            raise
+
+    def _wait(self, future: Future[SentenceResult], progress: _Progress) -> SentenceResult:
+        """``future``'s result, waiting as long as some sentence of its request finished within
+        ``stall_s``."""
+        while True:
+            left = progress.last + self.stall_s - time.monotonic()
+            try:
+                return future.result(timeout=max(0.0, left))
+            except FutureTimeout:
+                if progress.last + self.stall_s <= time.monotonic():
+                    raise SynthesisStalled(
+                        f"no sentence of this request finished for {self.stall_s:.0f} s "
+                        "(TTS_ENGINE_STALL_S); the model may be stuck") from None
+
+    def withdraw(self, group: int) -> int:
+        """Take request ``group``'s waiting sentences out of the engine; how many there were."""
+        with self._cond:
+            gone = self.policy.withdraw(group)
+        for entry in gone:
+            entry.ticket.cancel()
+        return len(gone)
+
+    @property
+    def waiting(self) -> int:
+        """Sentences waiting for a call."""
+        with self._cond:
+            return len(self.policy)
+
+    def call_cap(self, key: object) -> float | None:
+        """The most cost a call of ``key`` may hold: ``max_call_s`` of its voice's model time."""
+        if self.max_call_s is None or not isinstance(key, BatchKey):
+            return None
+        rate = self._s_per_cost.get(key.voice)
+        return None if not rate else self.max_call_s / rate
 
     def _worth_stopping(self, running: _Running) -> bool:
         """Stop a bulk batch in the model only if less than half of it is done (by the time past
@@ -219,13 +271,12 @@ class BatchEngine:
                     running = list(self._running.values())
                     interactive_only = any(r.interactive for r in running)
                     busy = {group for r in running for group in r.groups}
-                    batch = self.policy.next_batch(self.clock(), interactive_only, busy)
+                    batch = self.policy.next_batch(self.clock(), interactive_only, busy, self.call_cap)
                     if batch is not None and (not running or self._beside(batch, running)):
                         break
                     if batch is not None:  # too costly beside the others (or they use every
                         # core): it waits for one to end
-                        for entry, _ in batch.members:
-                            self.policy.append(entry)
+                        self.policy.put_back(batch)
                         batch = None
                         self._cond.wait()
                         continue
@@ -304,23 +355,28 @@ class BatchEngine:
                                           narrow=narrow)
         except Preempted:  # an interactive sentence came: it runs first, this batch after it
             with self._cond:
-                for entry, _ in batch.members:
-                    self.policy.append(replace(entry, stopped=True))
+                self.policy.put_back(batch, [replace(entry, stopped=True) for entry in batch.entries
+                                             if not entry.ticket.done()])
                 self.preempted += 1
             metrics.count(metrics.PREEMPTED)
             log.debug("stopped a bulk batch of %d for interactive work", len(batch.slots))
             return
         except BaseException as exc:  # hand every error to the waiting requests
             for entry, _ in batch.members:
-                entry.ticket.set_exception(exc)
+                if not entry.ticket.done():
+                    entry.ticket.set_exception(exc)
             return
         finally:
             with self._cond:
                 self._running.pop(index, None)
                 self._cond.notify_all()  # a bulk batch held back for this one may start now
         if batch.padded_size:
-            rate = (time.monotonic() - started) / batch.padded_size
+            elapsed = time.monotonic() - started
+            rate = elapsed / batch.padded_size
             self._s_per_id = rate if self._s_per_id is None else 0.8 * self._s_per_id + 0.2 * rate
+            per_cost = elapsed / cost(batch)
+            known = self._s_per_cost.get(key.voice)
+            self._s_per_cost[key.voice] = per_cost if known is None else 0.8 * known + 0.2 * per_cost
         size = len(batch.slots)
         self.batch_sizes.append(size)
         metrics.observe(metrics.BATCH_SIZE, size)
@@ -330,7 +386,19 @@ class BatchEngine:
         metrics.count(metrics.SENTENCES, size)
         log.debug("ran a batch of %d (%d padded ids)", size, batch.padded_size)
         for entry, slot in batch.members:
-            entry.ticket.set_result(SentenceResult(audio=items[slot], batch_size=size))
+            if not entry.ticket.done():  # a withdrawn request's sentence: nobody waits for it
+                entry.ticket.set_result(SentenceResult(audio=items[slot], batch_size=size))
+
+
+class _Progress:
+    """When a request's latest sentence finished (monotonic), set from the runners' threads."""
+
+    def __init__(self, since: float) -> None:
+        self.last = since
+
+    def mark(self, future: Future[SentenceResult]) -> None:
+        """A sentence finished (or was withdrawn): the request moved."""
+        self.last = time.monotonic()
 
 
 @dataclass(frozen=True)

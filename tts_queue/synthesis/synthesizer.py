@@ -82,8 +82,10 @@ class Synthesizer:
         self.engine = engine
 
     def synthesize(self, request: SynthesisRequest, priority: int = 0,
-                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None) -> SynthesisResult:
-        """Synthesize one request (blocking); ``priority`` 1 (bulk) lets interactive work overtake.
+                   on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None,
+                   owner: str = "") -> SynthesisResult:
+        """Synthesize one request (blocking); ``priority`` 1 (bulk) lets interactive work overtake;
+        ``owner``: the key whose fair share of the engine it runs in.
 
         ``on_audio(samples, sample_rate)`` receives the request's audio piece by piece, in order,
         as sentences finish: each sentence, preceded (after the first) by the silence between
@@ -125,7 +127,7 @@ class Synthesizer:
             key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker,
                            max_batch=voice.model.max_batch, alone=not voice.model.has_narrow)
             self.engine.run_sentences(key, sentences[start:end], priority=priority,
-                                      on_result=functools.partial(_shifted, piece, start))
+                                      on_result=functools.partial(_shifted, piece, start), owner=owner)
         inferred = time.perf_counter()
         audio = Audio(np.concatenate(joined) if joined else np.zeros(0, np.float32), voice.sample_rate)
         alignment = Alignment(

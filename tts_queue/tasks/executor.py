@@ -78,9 +78,11 @@ class TaskTimes:
 
 class Leaders:
     """One synthesis per cache key in this process: the first task of a key leads, identical
-    ones that arrive meanwhile wait for it (then find its audio in the cache)."""
+    ones that arrive meanwhile wait for it (then find its audio in the cache). A follower waits as
+    long as its leader runs (``None``): however long a request is, the leader ends it (done,
+    failed, or stalled: ``TTS_ENGINE_STALL_S``) and wakes them."""
 
-    def __init__(self, timeout_s: float = 600.0) -> None:
+    def __init__(self, timeout_s: float | None = None) -> None:
         self.timeout_s = timeout_s
         self._running: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -201,7 +203,7 @@ class TaskExecutor:
         try:
             try:
                 result = self.synthesizer.synthesize(request, priority=lane_priority(row.queue),
-                                                     on_audio=encoding.write)
+                                                     on_audio=encoding.write, owner=row.owner or "")
             except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
                 return self.fail(row.id, *public_error(exc), detail=exc)
             stored, store_s = self._store(row, request, result, encoding.finish())

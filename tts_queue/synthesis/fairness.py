@@ -1,0 +1,120 @@
+"""Fair shares of the model between keys and between requests: the order in which the batching
+policy serves waiting sentences.
+
+Start-time fair queuing by cost. Each key (an API key's id, per lane: interactive and bulk are
+shared apart, interactive first) has a virtual time, the model cost it was served so far; each of
+its requests has one too. The policy serves the lowest: the key that was served least, then its
+request that was served least, then the oldest sentence. A key that comes (back) after having
+nothing waiting starts at the lane's virtual time (the tag of the last key served), so it cannot
+bank the time it was idle, and a key that had a long request running is not ahead of it. A
+sentence's cost is its ids times its length scale (``Entry.cost``: the samples it makes).
+
+So a short request that comes while long ones run is served at the next call that ends, whatever
+the long ones' length, voice or speed, and two keys' long requests alternate sentence by
+sentence. Pure state: no clock, no threads (``BatchPolicy`` holds it under the engine's lock).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tts_queue.synthesis.batching import Entry
+
+Lane = tuple[int, str]  # (priority, owner)
+
+
+class FairShares:
+    """Virtual times of keys and requests; ``order(entry)`` sorts the waiting sentences."""
+
+    def __init__(self) -> None:
+        self._owners: dict[Lane, float] = {}
+        self._groups: dict[int, float] = {}
+        self._virtual: dict[int, float] = {}  # per priority: the tag of the last key served
+        self._since: dict[Lane, float] = {}  # when each key with sentences waiting began to wait
+        self._waiting_owners: Counter[Lane] = Counter()
+        self._waiting_lanes: Counter[int] = Counter()  # sentences waiting per priority
+        self._waiting_groups: Counter[int] = Counter()
+        self._groups_of: dict[Lane, set[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._owners) + len(self._groups)
+
+    def arrive(self, entry: Entry) -> None:
+        """``entry`` waits: a key or request with nothing waiting before starts at its lane's
+        virtual time (a request: at the least-served of its key's waiting requests)."""
+        lane = _lane(entry)
+        if not self._waiting_owners[lane]:
+            self._owners[lane] = max(self._owners.get(lane, 0.0), self._virtual.get(entry.priority, 0.0))
+            self._since[lane] = entry.arrived
+        self._waiting_owners[lane] += 1
+        self._waiting_lanes[entry.priority] += 1
+        if not self._waiting_groups[entry.group]:
+            siblings = [self._groups[g] for g in self._groups_of.get(lane, ()) if g in self._groups]
+            self._groups[entry.group] = min(siblings, default=0.0)
+            self._groups_of.setdefault(lane, set()).add(entry.group)
+        self._waiting_groups[entry.group] += 1
+
+    def leave(self, entry: Entry) -> None:
+        """``entry`` waits no more (taken into a batch or withdrawn)."""
+        lane = _lane(entry)
+        self._waiting_owners[lane] -= 1
+        if self._waiting_owners[lane] <= 0:
+            del self._waiting_owners[lane]
+            self._since.pop(lane, None)
+            if self._owners.get(lane, 0.0) <= self._virtual.get(entry.priority, 0.0):
+                self._owners.pop(lane, None)  # it would start at the virtual time anyway
+        self._waiting_lanes[entry.priority] -= 1
+        if self._waiting_lanes[entry.priority] <= 0:  # the lane is idle: every key starts level
+            del self._waiting_lanes[entry.priority]
+            self._level(entry.priority)
+        self._waiting_groups[entry.group] -= 1
+        if self._waiting_groups[entry.group] <= 0:
+            del self._waiting_groups[entry.group]
+            self._groups.pop(entry.group, None)
+            siblings = self._groups_of.get(lane)
+            if siblings is not None:
+                siblings.discard(entry.group)
+                if not siblings:
+                    del self._groups_of[lane]
+        if len(self._owners) > 2 * len(self._waiting_owners) + 64:
+            self._forget()
+
+    def order(self, entry: Entry) -> tuple[int, float, float, float, float, int]:
+        """Sort key of a waiting sentence: lane, its key's tag (on a tie, the key waiting longer),
+        its request's tag, its age, its place in its request."""
+        lane = _lane(entry)
+        return (entry.priority, self._owners.get(lane, 0.0), self._since.get(lane, entry.arrived),
+                self._groups.get(entry.group, 0.0), entry.arrived, entry.seq)
+
+    def charge(self, anchor: Entry, members: list[Entry], refund: bool = False) -> None:
+        """A batch led by ``anchor`` was served (``refund``: given back unrun): each member's key
+        and request pay its cost; the lane's virtual time moves to the anchor key's tag."""
+        if not refund:
+            self._virtual[anchor.priority] = max(self._virtual.get(anchor.priority, 0.0),
+                                                 self._owners.get(_lane(anchor), 0.0))
+        sign = -1.0 if refund else 1.0
+        for entry in members:
+            lane = _lane(entry)
+            self._owners[lane] = max(0.0, self._owners.get(lane, 0.0) + sign * entry.cost)
+            if entry.group in self._groups:
+                self._groups[entry.group] = max(0.0, self._groups[entry.group] + sign * entry.cost)
+
+    def _level(self, priority: int) -> None:
+        """Nothing of ``priority`` waits: its virtual time moves past every key's tag, which are
+        forgotten (a key coming next starts where the last one served ended)."""
+        tags = [tag for lane, tag in self._owners.items() if lane[0] == priority]
+        self._virtual[priority] = max([self._virtual.get(priority, 0.0), *tags])
+        for lane in [lane for lane in self._owners if lane[0] == priority]:
+            del self._owners[lane]
+
+    def _forget(self) -> None:
+        """Drop the tags of keys with nothing waiting that are not ahead of their lane."""
+        for lane in [lane for lane in self._owners if lane not in self._waiting_owners]:
+            if self._owners[lane] <= self._virtual.get(lane[0], 0.0) or len(self._owners) > 10_000:
+                del self._owners[lane]
+
+
+def _lane(entry: Entry) -> Lane:
+    return (entry.priority, entry.owner)
