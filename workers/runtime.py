@@ -21,6 +21,7 @@ from tts_queue.synthesis.providers import CPU
 from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.executor import TaskExecutor
+from tts_queue.tasks.shares import KeyShares
 from tts_queue.tasks.watch import QueueWatch, RedisWatch
 from workers import m4b
 
@@ -56,7 +57,8 @@ class WorkerRuntime:
             core.cache, wrapped_synthesizer(plugins, Synthesizer(core.registry, engine)), core.ends,
             name or f"{settings.worker.pool}@{socket.gethostname()}", core.board, core.streams,
             max_attempts=settings.worker.max_retries + 1,
-            storage_floor_bytes=settings.cache.storage_reserve_bytes // 2)
+            storage_floor_bytes=settings.cache.storage_reserve_bytes // 2,
+            shares=KeyShares(settings.worker.concurrency, settings.worker.interactive_reserve))
         ingester = Ingester(core.books, lease=timedelta(seconds=settings.worker.lease_s),
                             max_attempts=settings.worker.max_retries + 1)
         return cls(core, engine, executor, ingester)

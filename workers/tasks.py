@@ -3,7 +3,8 @@
 - ``tts.ingest_book(book_id)``: ``Ingester.run``: an accepted upload parsed into rows and dispatched;
 
 - ``tts.synthesize(task_id, stream=False)``: ``TaskExecutor.execute`` (whatever happens when the task
-  ends, ``TaskEnds`` does);
+  ends, ``TaskEnds`` does); a task over its key's share of the threads goes back to the broker
+  unclaimed (``tts_queue.tasks.shares``);
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
 - ``tts.deliver_callback(subject_id)``: hands one delivery of a finished task's or book's webhook
   to the worker's own delivery threads (``workers.webhooks``);
@@ -30,6 +31,7 @@ from tts_queue.backoff import backoff_s
 from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
 from tts_queue.tables import CleanupReportJSON
 from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE
+from tts_queue.tasks.shares import OverShare
 from workers.markers import AssemblyLock, RedisBrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
@@ -38,6 +40,7 @@ from workers.webhooks import Deliveries, hand_over
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_BACKOFF_S = 30
+OVER_SHARE_WAIT_S = 0.5  # a task over its key's share of the threads is delivered again after this
 
 
 def retry_or_give_up(task: Task[..., object], exc: Exception, give_up: Callable[[], T]) -> T:
@@ -78,6 +81,11 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
         retry with backoff, then fail the row."""
         try:
             status = holder.get().executor.execute(task_id, self.request.hostname, stream=stream)
+        except OverShare as exc:  # its key holds its share of the threads: back to the broker
+            log.debug("task %s: %s; sent back", task_id, exc)
+            metrics.count(metrics.OVER_SHARE)
+            self.signature_from_request(countdown=OVER_SHARE_WAIT_S).apply_async()
+            return None
         except Exception as exc:
             if resend_when_storage_blocked(self, exc, f"task {task_id}", storage_wait_s):
                 return None

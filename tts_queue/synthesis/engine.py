@@ -227,6 +227,7 @@ class BatchEngine:
                 return future.result(timeout=max(0.0, left))
             except FutureTimeout:
                 if progress.last + self.stall_s <= time.monotonic():
+                    metrics.count(metrics.STALLED)
                     raise SynthesisStalled(
                         f"no sentence of this request finished for {self.stall_s:.0f} s "
                         "(TTS_ENGINE_STALL_S); the model may be stuck") from None

@@ -46,6 +46,7 @@ from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.keys import lane_of
 from tts_queue.tasks.rows import Suspect
+from tts_queue.tasks.shares import KeyShares
 from tts_queue.tasks.streams import AudioStreams, StreamPublisher
 from tts_queue.tasks.view import TaskView
 
@@ -110,7 +111,7 @@ class TaskExecutor:
 
     def __init__(self, cache: AudioCache, synthesizer: Synthesizer, ends: TaskEnds, worker_name: str,
                  board: StatusBoard | None, streams: AudioStreams | None, max_attempts: int = 4,
-                 storage_floor_bytes: int = 0) -> None:
+                 storage_floor_bytes: int = 0, shares: KeyShares | None = None) -> None:
         self.cache = cache
         self.synthesizer = synthesizer
         self.ends = ends
@@ -124,6 +125,8 @@ class TaskExecutor:
         # stops new audio, not the queue.
         self.storage_floor_bytes = storage_floor_bytes
         self.leaders = Leaders()
+        # each key's share of this worker's threads for interactive tasks (``None``: no cap)
+        self.shares = shares
         # Tasks that already died with a worker run one at a time: if one of them is a poison that
         # kills the worker again, only it is charged another attempt, not the innocent tasks that
         # happened to be running beside it the first time.
@@ -132,20 +135,31 @@ class TaskExecutor:
     def execute(self, task_id: str, worker_name: str | None = None,
                 stream: bool = False) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do.
-        ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``)."""
+        ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``).
+        An interactive task whose key holds its share of this worker's threads raises
+        ``OverShare`` unclaimed (its claim rolled back, no attempt counted): send it back."""
         worker = worker_name or self.worker_name
         # the cache is looked up in the claim's transaction (an identical request may have stored
         # the audio since submission): one read transaction fewer for a first attempt
         cached: list[CachedAudio | None] = []
+        taken: list[str] = []
 
         def look(session: Executor, row: TaskRow) -> None:
+            if self.shares is not None and lane_of(row.queue) is not Lane.BULK:
+                self.shares.take(row.owner or "")  # over its share: the claim rolls back
+                taken.append(row.owner or "")
             cached.append(self.cache.peek(row.cache_key, session))
 
-        claimed = self.rows.claim_first(task_id, worker, also=look)
-        if claimed is Suspect.SUSPECT:  # attempted before: claimed (and run) under the lock
-            with self._suspects:
-                return self._execute(task_id, self.rows.claim(task_id, worker), stream)
-        return self._execute(task_id, claimed, stream, cached)
+        try:
+            claimed = self.rows.claim_first(task_id, worker, also=look)
+            if claimed is Suspect.SUSPECT:  # attempted before: claimed (and run) under the lock
+                with self._suspects:
+                    return self._execute(task_id, self.rows.claim(task_id, worker), stream)
+            return self._execute(task_id, claimed, stream, cached)
+        finally:
+            for key in taken:
+                assert self.shares is not None
+                self.shares.release(key)
 
     def _execute(self, task_id: str, claimed: TaskRow | Suspect | None, stream: bool,
                  cached: Sequence[CachedAudio | None] = ()) -> TaskStatus | None:
