@@ -43,6 +43,14 @@ def test_the_share_shrinks_as_keys_come_and_grows_as_they_go() -> None:
     assert shares.held("alice") == 12 and shares.held("bob") == 0
 
 
+def test_a_small_worker_keeps_at_most_half_its_threads_back() -> None:
+    # Given workers with fewer threads than the reserve
+    # Then one key may still hold half of them (one of two, two of four)
+    assert KeyShares(concurrency=2, reserve=4).share(1) == 1
+    assert KeyShares(concurrency=4, reserve=4).share(1) == 2
+    assert KeyShares(concurrency=1, reserve=4).share(1) == 1
+
+
 def test_every_key_gets_at_least_one_thread() -> None:
     # Given more keys than threads to share
     shares = KeyShares(concurrency=4, reserve=2)

@@ -3,8 +3,9 @@
 A worker runs ``TTS_WORKER_CONCURRENCY`` tasks at once. Left alone, one key that sends many long
 requests takes every thread, and another key's short task waits unclaimed in the broker until one
 of them ends, however fairly the engine would serve its sentences. So each key's running
-interactive tasks are capped per worker: the concurrency minus ``TTS_INTERACTIVE_RESERVE``, split
-evenly between the keys that hold threads (with the newcomer counted), at least one each. A task
+interactive tasks are capped per worker: the concurrency minus ``TTS_INTERACTIVE_RESERVE`` (at most
+half of it kept back: a worker of two threads lets one key hold one), split evenly between the keys
+that hold threads (with the newcomer counted), at least one each. A task
 over its key's share is not claimed: it goes back to the broker (``OverShare``), its attempt not
 counted, and is delivered again shortly, so the threads it would have held stay free for the
 other keys' tasks, claimed as soon as they arrive. Running tasks are never stopped: a share that
@@ -25,7 +26,7 @@ class KeyShares:
     """Counts each key's running interactive tasks on this worker and refuses one over its share."""
 
     def __init__(self, concurrency: int, reserve: int) -> None:
-        self.capacity = max(1, concurrency - max(0, reserve))
+        self.capacity = max(1, concurrency - min(max(0, reserve), concurrency // 2))
         self._held: Counter[str] = Counter()
         self._lock = threading.Lock()
 
