@@ -67,6 +67,19 @@ def resend_when_storage_blocked(task: Task[..., object], exc: BaseException, wha
     return True
 
 
+def send_back(task: Task[..., object], task_id: str, why: OverShare) -> bool:
+    """Send an over-share task back to the broker, delivered again after ``OVER_SHARE_WAIT_S``;
+    whether the broker took it (this message is acknowledged when the task body returns)."""
+    try:
+        task.signature_from_request(countdown=OVER_SHARE_WAIT_S).apply_async()
+    except Exception as exc:  # noqa: BLE001 - the broker is down: the caller runs it instead
+        log.warning("task %s: %s, but the broker could not take it back (%s); running it", task_id, why, exc)
+        return False
+    log.debug("task %s: %s; sent back", task_id, why)
+    metrics.count(metrics.OVER_SHARE)
+    return True
+
+
 def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker, lock: AssemblyLock,
                    deliveries: Deliveries) -> None:
     """Register the six tasks of the module docstring on ``app`` (``shared=False``: Celery would
@@ -80,12 +93,14 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
         """Synthesize one task row (``stream``: publish its audio as it is made); unexpected errors
         retry with backoff, then fail the row."""
         try:
-            status = holder.get().executor.execute(task_id, self.request.hostname, stream=stream)
-        except OverShare as exc:  # its key holds its share of the threads: back to the broker
-            log.debug("task %s: %s; sent back", task_id, exc)
-            metrics.count(metrics.OVER_SHARE)
-            self.signature_from_request(countdown=OVER_SHARE_WAIT_S).apply_async()
-            return None
+            try:
+                status = holder.get().executor.execute(task_id, self.request.hostname, stream=stream)
+            except OverShare as exc:  # its key holds its share of the threads: back to the broker
+                if send_back(self, task_id, exc):
+                    return None
+                # the broker cannot take it back: it runs here, over the share, rather than be lost
+                status = holder.get().executor.execute(task_id, self.request.hostname, stream=stream,
+                                                       shared=False)
         except Exception as exc:
             if resend_when_storage_blocked(self, exc, f"task {task_id}", storage_wait_s):
                 return None

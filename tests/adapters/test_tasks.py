@@ -24,6 +24,7 @@ from tts_queue.tables import TaskRow
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.executor import TaskExecutor
 from tts_queue.tasks.keys import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
+from tts_queue.tasks.shares import OverShare
 from workers.factory import make_celery
 
 
@@ -189,3 +190,45 @@ def test_the_broker_view_keeps_a_waiting_copy_and_the_latest_delivery(redis_url:
             client.zadd(index, dict(cast(list[tuple[str, float]], saved[0])))
         if saved[1]:
             client.hset(unacked, mapping=cast(Any, saved[1]))
+
+
+@dataclass
+class OverShareExecutor(FakeExecutor):
+    """Refuses a task as over its key's share unless told to run it whatever the share."""
+
+    refusals: int = 1
+    shared: list[bool] = field(default_factory=list)
+
+    def execute(self, task_id: str, worker_name: str | None = None, stream: bool = False,
+                shared: bool = True) -> TaskStatus:
+        self.shared.append(shared)
+        if shared and len(self.shared) <= self.refusals:
+            raise OverShare(f"key alice holds its share ({len(self.shared)})")
+        return TaskStatus.DONE
+
+
+def test_a_task_over_its_keys_share_goes_back_to_the_broker(world: dict[str, Any]) -> None:
+    # Given an executor that finds the task's key at its share the first time
+    executor = OverShareExecutor()
+    world["app"].tts_runtime._runtime = replace(world["app"].tts_runtime._runtime, executor=executor)
+    # When the task body runs
+    result = world["app"].tasks[SYNTHESIZE].apply(args=[str(uuid.uuid4())]).get()
+    # Then it was sent back (eager here: run again at once) and ran the second time, within its share
+    assert result is None and executor.shared == [True, True]
+
+
+def test_a_task_over_its_share_runs_when_the_broker_cannot_take_it_back(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a task over its key's share, and a broker that refuses the message sent back
+    executor = OverShareExecutor()
+    world["app"].tts_runtime._runtime = replace(world["app"].tts_runtime._runtime, executor=executor)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("the broker is down")
+
+    monkeypatch.setattr(CeleryTask, "signature_from_request", refused)
+    # When the task body runs
+    result = world["app"].tasks[SYNTHESIZE].apply(args=[str(uuid.uuid4())]).get()
+    # Then it ran here, over the share, rather than be lost
+    assert result == "done" and executor.shared == [True, False]

@@ -11,11 +11,14 @@ change. Nothing else loads this module.
   (``os._exit(137)``) whenever it is synthesized, as a segfault in a native library would.
 - ``TTS_TEST_SLOW_LOAD``: ``voice=seconds``: loading that voice also sleeps this long, as a
   TensorRT engine build does.
+- ``TTS_TEST_HANG``: ``sentence=seconds``: the first model call (of this process) that has that
+  sentence in it waits this much longer, as a model stuck for a while would (a stall).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -30,16 +33,24 @@ from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec
 
 
 class SlowModel(VoiceModel):
-    """The voice's model, each call made ``delay_s`` slower."""
+    """The voice's model, each call made ``delay_s`` slower (and the first call with ``hang_ids``
+    in it ``hang_s`` more)."""
 
-    def __init__(self, model: VoiceModel, delay_s: float) -> None:
+    def __init__(self, model: VoiceModel, delay_s: float, hang_ids: Sequence[int] = (),
+                 hang_s: float = 0.0) -> None:
         self.__dict__.update(model.__dict__)  # the same session and outputs: a copy, not a load
         self.delay_s = delay_s
+        self.hang_ids, self.hang_s = tuple(hang_ids), hang_s
+        self.hung = threading.Event()
 
     def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
                   run_options: Any = None, narrow: bool = False) -> list[ItemAudio]:
         """Wait ``delay_s`` (stopping as ONNX Runtime does on ``terminate``), then run the batch."""
-        until = time.monotonic() + self.delay_s
+        extra = 0.0
+        if self.hang_ids and not self.hung.is_set() and any(tuple(row) == self.hang_ids for row in ids):
+            self.hung.set()
+            extra = self.hang_s
+        until = time.monotonic() + self.delay_s + extra
         while time.monotonic() < until:
             if run_options is not None and run_options.terminate:
                 raise Preempted("stopped by the fault plugin's RunOptions")
@@ -71,6 +82,8 @@ class Faults:
         self.poison = environ.get("TTS_TEST_POISON", "")
         voice, _, seconds = environ.get("TTS_TEST_SLOW_LOAD", "").partition("=")
         self.slow_voice, self.slow_s = voice, float(seconds or 0)
+        sentence, _, hang = environ.get("TTS_TEST_HANG", "").rpartition("=")
+        self.hang_sentence, self.hang_s = sentence, float(hang or 0)
 
     def loader(self, load: Loader) -> Loader:
         """Slow loads of one voice; slow model calls of every voice."""
@@ -78,8 +91,9 @@ class Faults:
             if spec.id == self.slow_voice:
                 time.sleep(self.slow_s)
             voice = load(spec)
-            if self.delay_s and isinstance(voice, Voice):  # a Piper voice: its own model
-                voice.model = SlowModel(voice.model, self.delay_s)
+            if (self.delay_s or self.hang_s) and isinstance(voice, Voice):  # a Piper voice: its own model
+                hang = voice.sentence_ids(self.hang_sentence, 400)[0] if self.hang_sentence else ()
+                voice.model = SlowModel(voice.model, self.delay_s, hang, self.hang_s)
             return voice
 
         return faulty

@@ -214,8 +214,12 @@ class BatchEngine:
                     result = replace(result, audio=replace(result.audio, samples=NO_SAMPLES))
                 results.append(result)
             return results
-        except BaseException:
-            self.withdraw(group)
+        except BaseException as exc:
+            gone = self.withdraw(group)
+            if gone:
+                log.info("a request ended (%s) with %d of its %d sentences waiting: taken out of the "
+                         "engine (%d left waiting there)", type(exc).__name__, gone, len(futures),
+                         self.waiting)
             raise
 
     def _wait(self, future: Future[SentenceResult], progress: _Progress) -> SentenceResult:

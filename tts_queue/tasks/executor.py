@@ -133,11 +133,12 @@ class TaskExecutor:
         self._suspects = threading.Lock()
 
     def execute(self, task_id: str, worker_name: str | None = None,
-                stream: bool = False) -> TaskStatus | None:
+                stream: bool = False, shared: bool = True) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do.
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``).
         An interactive task whose key holds its share of this worker's threads raises
-        ``OverShare`` unclaimed (its claim rolled back, no attempt counted): send it back."""
+        ``OverShare`` unclaimed (its claim rolled back, no attempt counted): send it back
+        (``shared=False``: it runs whatever its key holds, counted all the same)."""
         worker = worker_name or self.worker_name
         # the cache is looked up in the claim's transaction (an identical request may have stored
         # the audio since submission): one read transaction fewer for a first attempt
@@ -146,7 +147,7 @@ class TaskExecutor:
 
         def look(session: Executor, row: TaskRow) -> None:
             if self.shares is not None and lane_of(row.queue) is not Lane.BULK:
-                self.shares.take(row.owner or "")  # over its share: the claim rolls back
+                self.shares.take(row.owner or "", force=not shared)  # over its share: rolled back
                 taken.append(row.owner or "")
             cached.append(self.cache.peek(row.cache_key, session))
 

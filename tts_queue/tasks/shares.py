@@ -34,11 +34,12 @@ class KeyShares:
         """Threads each of ``keys`` active keys may hold."""
         return max(1, self.capacity // max(1, keys))
 
-    def take(self, key: str) -> None:
-        """Count a task of ``key`` as running, or raise ``OverShare`` if it holds its share."""
+    def take(self, key: str, force: bool = False) -> None:
+        """Count a task of ``key`` as running, or raise ``OverShare`` if it holds its share
+        (``force``: count it all the same, as a task the broker could not take back)."""
         with self._lock:
             active = len(self._held) + (0 if key in self._held else 1)
-            if self._held[key] >= self.share(active):
+            if self._held[key] >= self.share(active) and not force:
                 raise OverShare(f"key {key or '(none)'} holds {self._held[key]} of this worker's threads, "
                                 f"its share with {active} keys active")
             self._held[key] += 1
