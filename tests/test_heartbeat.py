@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import cast
+from typing import Any, cast
 
+import pytest
 import redis
 
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import RedisKeys
+from workers import signals
 from workers.signals import Leases
 
 
@@ -86,3 +88,27 @@ def test_held_tasks_are_recorded_once_unless_recording_failed() -> None:
     leases.drop("c")
     leases.unrecord(first)
     assert leases.take_unrecorded() == ["a", "b"] and sorted(leases.held()) == ["a", "b"]
+
+
+def test_a_lost_broker_connection_lets_go_of_the_tasks_not_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a worker holding a running task and two received but not started (an ETA, a countdown)
+    leases = Leases()
+    for task_id in ("running", "eta", "countdown"):
+        leases.hold(task_id)
+    monkeypatch.setattr(signals, "running_task_ids", lambda: {"running"})
+    step = signals.leases_on_reconnect(leases)
+    # When the consumer stops (its connection lost: Celery drops the unstarted ones)
+    step.stop(cast(Any, None), cast(Any, None))
+    # Then only the running task's lease is still renewed; the others lapse for the sweep
+    assert leases.held() == ["running"] and leases.take_unrecorded() == ["running"]
+
+
+def test_the_worker_app_carries_the_reconnect_step(redis_url: str) -> None:
+    # Given the worker's Celery app
+    from tests.support import QUEUE_PREFIX
+    from tts_queue.settings import Settings
+    from workers.factory import make_celery
+
+    app = make_celery(Settings.from_env({"TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX}))
+    # Then its consumer blueprint runs the step that lets leases go on a lost connection
+    assert any(step.__name__ == "LeasesOnReconnect" for step in app.steps["consumer"])

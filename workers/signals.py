@@ -11,6 +11,11 @@ neither adds handlers that fire for the first nor keeps it alive.
   claims at once, writes nothing here (the claim records the worker) and the consumer thread never
   waits on SQL;
 - a task ends (``task_postrun``): its lease is no longer renewed;
+- the consumer loses its broker connection (``LeasesOnReconnect``, a consumer bootstep): Celery
+  drops every message it received and has not started (a reserved task, an ETA or countdown: their
+  delivery tags die with the channel, and the broker only hands them out again after its
+  visibility timeout); so the worker stops renewing their leases, and the sweep re-dispatches them
+  once the lease lapses, instead of their rows staying held by a live worker for ever;
 - the worker is ready (``worker_ready``): the recovery sweep runs once, the default voice is warmed,
   the heartbeat thread starts (it also renews the leases of every task held and of every webhook
   delivery in flight), and the consumed marker is set (its consumer is up);
@@ -26,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 from celery.utils.dispatch import Signal
 
 from tts_queue import metrics
@@ -84,6 +89,38 @@ class Leases:
         """The ids held now."""
         with self._lock:
             return list(self._held)
+
+    def keep_only(self, task_ids: set[str]) -> int:
+        """Hold no ids but ``task_ids`` (the tasks running when the broker connection was lost);
+        how many were let go."""
+        with self._lock:
+            gone = self._held - task_ids
+            self._held &= task_ids
+            self._unrecorded &= task_ids
+        return len(gone)
+
+
+def running_task_ids() -> set[str]:
+    """Ids of the tasks this worker's threads are executing now (Celery's worker state)."""
+    from celery.worker import state
+
+    return {request.id for request in list(state.active_requests)}
+
+
+def leases_on_reconnect(leases: Leases) -> type[bootsteps.StartStopStep]:
+    """A consumer bootstep that, whenever the consumer stops (its broker connection lost, or the
+    worker stopping), lets go of the leases of every task held but not running."""
+
+    class LeasesOnReconnect(bootsteps.StartStopStep):
+        """Lets go of received-but-unstarted tasks' leases when the consumer stops."""
+
+        def stop(self, parent: object) -> None:
+            gone = leases.keep_only(running_task_ids())
+            if gone:
+                log.warning("the broker connection was lost: %d received task(s) not started were "
+                            "dropped by Celery; their leases lapse and the sweep sends them again", gone)
+
+    return LeasesOnReconnect
 
 
 def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, marker: RedisBrokerMarker,
@@ -167,6 +204,8 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
         (signals.worker_shutdown, shutdown), (signals.task_prerun, started),
     ]
+    app.steps["consumer"].add(leases_on_reconnect(leases))
+    app.tts_leases = leases  # type: ignore[attr-defined]
     app.tts_handlers = [handler for _, handler in handlers]  # type: ignore[attr-defined]
     for signal, handler in handlers:
         signal.connect(handler, weak=True)
