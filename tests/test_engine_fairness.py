@@ -56,6 +56,8 @@ def test_two_keys_long_requests_take_turns(
     bob = [sentence(300 + n, 10) for n in range(6)]
     model = GatedModel(registry.load("tiny"), alice[0])
     engine = make_engine(max_batch=1)
+    engine.run_sentences(KEY, [sentence(400 + n, 10) for n in range(5)])  # the voice's pace, known
+    model.entered.clear()
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(engine.run_sentences, KEY, alice, 0, None, "alice")
         model.wait_entered(1)
@@ -64,9 +66,12 @@ def test_two_keys_long_requests_take_turns(
         model.release.set()
         first.result(timeout=TIMEOUT)
         second.result(timeout=TIMEOUT)
-    # Then their sentences alternated in the model
+    # Then their sentences took turns in the model (priced by the model time each call took, so
+    # the calls' own jitter may swap two neighbours, never more): bob's first came second
     owner = {ids[2]: "alice" for ids in alice} | {ids[2]: "bob" for ids in bob}
-    assert [owner[first_id] for _, first_id in model.entered] == ["alice", "bob"] * 6
+    order = [owner[first_id] for _, first_id in model.entered]
+    assert order[:2] == ["alice", "bob"], order
+    assert all(abs(order[:n].count("alice") - order[:n].count("bob")) <= 2 for n in range(len(order))), order
 
 
 def test_a_call_holds_at_most_the_call_budget_beyond_its_first_sentence(

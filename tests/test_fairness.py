@@ -170,3 +170,19 @@ def test_tags_of_keys_gone_are_forgotten() -> None:
         served(policy, 1)
     # Then the policy keeps no tag for each of them (its state is bounded by what waits)
     assert len(policy.shares) == 0
+
+
+def test_keys_share_the_models_time_whatever_their_voices_speed() -> None:
+    # Given a key of a voice ten times slower per unit of cost and a key of a fast one
+    policy = BatchPolicy("eager", max_batch=1)
+    slow = [Entry(**{**e.__dict__, "key": "kokoro"}) for e in request("slow", group=1, count=10)]
+    add(policy, slow)
+    add(policy, request("fast", group=2, count=30))
+
+    def price(key: object) -> float:
+        return 10.0 if key == "kokoro" else 1.0
+
+    # Then the fast key gets about ten calls for each call of the slow one
+    owners = [batch.members[0][0].owner for batch in
+              (policy.next_batch(now=0.0, price=price) for _ in range(22)) if batch is not None]
+    assert owners.count("slow") == 2 and owners.count("fast") == 20

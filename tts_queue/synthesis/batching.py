@@ -32,6 +32,7 @@ from tts_queue.enums import POLICIES
 from tts_queue.synthesis.fairness import FairShares
 
 Cap = Callable[[Hashable], "float | None"]  # a batch key's most cost per call (None: no cap)
+Price = Callable[[Hashable], float]  # a batch key's model seconds per cost (fair shares are in time)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Batch:
     key: Hashable
     slots: list[tuple[int, ...]] = field(default_factory=list)
     members: list[tuple[Entry, int]] = field(default_factory=list)
+    price: float = 1.0  # what each unit of its cost was charged to its keys (model seconds)
 
     @property
     def padded_size(self) -> int:
@@ -103,7 +105,7 @@ class BatchPolicy:
     def put_back(self, batch: Batch, entries: list[Entry] | None = None) -> None:
         """Queue a batch's sentences again, unrun (``entries``: these forms of them), its cost
         given back to their keys."""
-        self.shares.charge(batch.members[0][0], batch.entries, refund=True)
+        self.shares.charge(batch.members[0][0], batch.entries, batch.price, refund=True)
         for entry in entries if entries is not None else batch.entries:
             self.append(entry)
 
@@ -132,14 +134,17 @@ class BatchPolicy:
                    for e in self._waiting)
 
     def next_batch(self, now: float, interactive_only: bool = False,
-                   busy: Collection[int] = (), cap: Cap | None = None) -> Batch | None:
+                   busy: Collection[int] = (), cap: Cap | None = None,
+                   price: Price | None = None) -> Batch | None:
         """The batch to run now, removing its entries, or ``None`` if nothing is due.
 
         Batch keys are tried by their most urgent entry in fair order (module docstring): an
         interactive sentence overtakes every waiting bulk sentence, a key served less overtakes
         one served more. ``cap(key)``: the most cost a call of ``key`` may hold beyond its first
-        sentence. Under ``window`` a key is due once its batch is
-        full or its first entry has waited the window, so one waiting key never holds up another.
+        sentence; ``price(key)``: the model seconds a unit of ``key``'s cost takes, so keys share
+        the model's time, whatever their voices' speeds (1: shares in cost). Under ``window`` a
+        key is due once its batch is full or its first entry has waited the window, so one
+        waiting key never holds up another.
         For ``BatchEngine`` with several runners, some entries wait: ``interactive_only``, bulk
         ones (while interactive work is in the model); ``busy``, those of requests (``group``)
         with a sentence in the model (a request's sentences run one at a time).
@@ -155,7 +160,8 @@ class BatchPolicy:
                 continue
             taken = {id(entry) for entry, _ in batch.members}
             self._waiting = [e for e in self._waiting if id(e) not in taken]
-            self.shares.charge(oldest, batch.entries)
+            batch.price = 1.0 if price is None else price(key)
+            self.shares.charge(oldest, batch.entries, batch.price)
             for entry in batch.entries:
                 self.shares.leave(entry)
             return batch

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import statistics
 import threading
 import time
 from collections import deque
@@ -56,6 +57,7 @@ from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales
 from tts_queue.synthesis.registry import VoiceRegistry
 
 log = logging.getLogger(__name__)
+PACE_CALLS = 15  # calls per voice whose median is its model seconds per unit of cost
 INTERACTIVE_QUIET_S = 3.0  # book calls run side by side only after this long without interactive work
 
 
@@ -108,7 +110,9 @@ class BatchEngine:
         # A call's model time beyond its first sentence (``None``: no cap), in cost by each voice's
         # seconds per cost of past calls (a voice not run yet has no cap: nothing to judge by).
         self.max_call_s = max_call_s
-        self._s_per_cost: dict[str, float] = {}
+        # model seconds per unit of cost, per voice: the last calls' (their median prices fair
+        # shares and the call cap; one call slowed by the machine moves neither)
+        self._per_cost: dict[str, deque[float]] = {}
         self.policy = BatchPolicy(
             pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000
         )
@@ -250,11 +254,22 @@ class BatchEngine:
         with self._cond:
             return len(self.policy)
 
+    def call_price(self, key: object) -> float:
+        """Model seconds per unit of cost of ``key``'s voice, from its past calls (a voice not run
+        yet: the slowest known, else a millisecond); fair shares are charged in these."""
+        known = self._rate(key.voice) if isinstance(key, BatchKey) else None
+        return known or max((r for r in map(self._rate, list(self._per_cost)) if r), default=1e-3)
+
+    def _rate(self, voice: str) -> float | None:
+        """The median model seconds per unit of cost of ``voice``'s recent calls, if it ran."""
+        calls = self._per_cost.get(voice)
+        return statistics.median(calls) if calls else None
+
     def call_cap(self, key: object) -> float | None:
         """The most cost a call of ``key`` may hold: ``max_call_s`` of its voice's model time."""
         if self.max_call_s is None or not isinstance(key, BatchKey):
             return None
-        rate = self._s_per_cost.get(key.voice)
+        rate = self._rate(key.voice)
         return None if not rate else self.max_call_s / rate
 
     def _worth_stopping(self, running: _Running) -> bool:
@@ -276,7 +291,8 @@ class BatchEngine:
                     running = list(self._running.values())
                     interactive_only = any(r.interactive for r in running)
                     busy = {group for r in running for group in r.groups}
-                    batch = self.policy.next_batch(self.clock(), interactive_only, busy, self.call_cap)
+                    batch = self.policy.next_batch(self.clock(), interactive_only, busy, self.call_cap,
+                                                   self.call_price)
                     if batch is not None and (not running or self._beside(batch, running)):
                         break
                     if batch is not None:  # too costly beside the others (or they use every
@@ -379,9 +395,7 @@ class BatchEngine:
             elapsed = time.monotonic() - started
             rate = elapsed / batch.padded_size
             self._s_per_id = rate if self._s_per_id is None else 0.8 * self._s_per_id + 0.2 * rate
-            per_cost = elapsed / cost(batch)
-            known = self._s_per_cost.get(key.voice)
-            self._s_per_cost[key.voice] = per_cost if known is None else 0.8 * known + 0.2 * per_cost
+            self._per_cost.setdefault(key.voice, deque(maxlen=PACE_CALLS)).append(elapsed / cost(batch))
         size = len(batch.slots)
         self.batch_sizes.append(size)
         metrics.observe(metrics.BATCH_SIZE, size)

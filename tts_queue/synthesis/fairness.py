@@ -7,7 +7,9 @@ its requests has one too. The policy serves the lowest: the key that was served 
 request that was served least, then the oldest sentence. A key that comes (back) after having
 nothing waiting starts at the lane's virtual time (the tag of the last key served), so it cannot
 bank the time it was idle, and a key that had a long request running is not ahead of it. A
-sentence's cost is its ids times its length scale (``Entry.cost``: the samples it makes).
+sentence's cost is its ids times its length scale (``Entry.cost``: the samples it makes), charged
+at its voice's model seconds per unit of cost (the engine's measure of its past calls): keys share
+the model's time, so a Kokoro sentence (many times a Piper one's time per id) counts as such.
 
 So a short request that comes while long ones run is served at the next call that ends, whatever
 the long ones' length, voice or speed, and two keys' long requests alternate sentence by
@@ -88,13 +90,14 @@ class FairShares:
         return (entry.priority, self._owners.get(lane, 0.0), self._since.get(lane, entry.arrived),
                 self._groups.get(entry.group, 0.0), entry.arrived, entry.seq)
 
-    def charge(self, anchor: Entry, members: list[Entry], refund: bool = False) -> None:
+    def charge(self, anchor: Entry, members: list[Entry], price: float = 1.0, refund: bool = False) -> None:
         """A batch led by ``anchor`` was served (``refund``: given back unrun): each member's key
-        and request pay its cost; the lane's virtual time moves to the anchor key's tag."""
+        and request pay its cost times ``price`` (model seconds per unit of cost: a slower voice's
+        sentence costs its key more); the lane's virtual time moves to the anchor key's tag."""
         if not refund:
             self._virtual[anchor.priority] = max(self._virtual.get(anchor.priority, 0.0),
                                                  self._owners.get(_lane(anchor), 0.0))
-        sign = -1.0 if refund else 1.0
+        sign = -price if refund else price
         for entry in members:
             lane = _lane(entry)
             self._owners[lane] = max(0.0, self._owners.get(lane, 0.0) + sign * entry.cost)
