@@ -19,10 +19,25 @@ sentence. Pure state: no clock, no threads (``BatchPolicy`` holds it under the e
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from tts_queue.synthesis.batching import Entry
+
+class Entry(Protocol):
+    """What fair shares read of a waiting sentence (``batching.Entry``)."""
+
+    @property
+    def arrived(self) -> float: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def group(self) -> int: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def cost(self) -> float: ...
 
 Lane = tuple[int, str]  # (priority, owner)
 
@@ -90,7 +105,8 @@ class FairShares:
         return (entry.priority, self._owners.get(lane, 0.0), self._since.get(lane, entry.arrived),
                 self._groups.get(entry.group, 0.0), entry.arrived, entry.seq)
 
-    def charge(self, anchor: Entry, members: list[Entry], price: float = 1.0, refund: bool = False) -> None:
+    def charge(self, anchor: Entry, members: Sequence[Entry], price: float = 1.0,
+               refund: bool = False) -> None:
         """A batch led by ``anchor`` was served (``refund``: given back unrun): each member's key
         and request pay its cost times ``price`` (model seconds per unit of cost: a slower voice's
         sentence costs its key more); the lane's virtual time moves to the anchor key's tag."""
