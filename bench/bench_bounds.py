@@ -132,7 +132,9 @@ def long_text(sentence: str, speed: float, overrides: dict[str, str]) -> tuple[s
     for repeats in range(1, min(90, settings.request.max_text_chars // (len(sentence) + 1)) + 1):
         text = " ".join(variants(sentence, repeats))
         request = build_request({"text": text, "speed": speed}, registry, unlimited)
-        seconds = estimated_seconds(request.script, speed, settings.request.sentence_silence_ms)
+        seconds = estimated_seconds(request.script, registry.get(request.voice), speed,
+                                    settings.request.sentence_silence_ms,
+                                    settings.request.max_sentence_phonemes)
         if seconds > limit:
             break
         best = (text, repeats, seconds)

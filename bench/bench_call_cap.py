@@ -74,7 +74,7 @@ def main() -> None:
     settings = Settings.from_env({"TTS_CPU_MAX_BATCH": str(args.max_batch), "TTS_ALLOW_SPINNING": "false"})
     registry = VoiceRegistry.from_settings(settings)
     budgets = [0.0, *(float(b) for b in args.budgets.split(","))]
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     for number in range(args.rounds):
         order = budgets if number % 2 == 0 else list(reversed(budgets))
         runs = {run["budget_s"]: run for run in (one(settings, registry, b, args.clients) for b in order)}

@@ -253,7 +253,9 @@ class WorkerSettings:
     max_retries: int = setting(3, "retries of unexpected errors; the attempts cap is this + 1")
     visibility_timeout_s: int = setting(3600, "last resort: the broker itself returns unacked tasks "
                                         "after this (the lease below acts first); must exceed the "
-                                        "longest task")
+                                        "longest task: a request whose estimated synthesis (its audio "
+                                        "times the voice's shipped CPU real-time factor) is over half "
+                                        "of it is a 400 `audio_too_long`")
     lease_s: float = setting(30.0, "a worker renews the lease of the tasks it holds every few "
                              "seconds; the sweep re-dispatches tasks whose lease is older than this")
     sweep_interval_s: float = setting(15.0, "how often the scheduler's recovery sweep runs")

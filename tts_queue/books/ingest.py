@@ -36,6 +36,7 @@ from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus
 from tts_queue.errors import AudioTooLong, BookError, BookOverQuota, BookTooLarge, EmptyBook, NothingToSpeak
 from tts_queue.synthesis.request import build_request, routed_voice
+from tts_queue.synthesis.work import check_work
 from tts_queue.tables import ApiKey, BookRow, BookSource, CacheEntry, RequestJSON
 from tts_queue.tasks.rows import NewTask
 
@@ -138,6 +139,7 @@ class Ingester:
                                             self.tasks.registry, self.settings)
                 except NothingToSpeak:  # "* * *" scene breaks and the like
                     continue
+                check_work(request, self.tasks.registry.get(request.voice), row.pool, self.settings)
                 planned.append((segment, request.to_dict(), self.tasks.key_of(request, row.owner)))
             if index + len(planned) > limit:
                 raise BookTooLarge(f"the book has more than {limit} sentences (TTS_MAX_BOOK_SENTENCES)")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tts_queue.synthesis.family import FAMILIES, PIPER
+from tts_queue.synthesis.pace import Pace
 from tts_queue.synthesis.voice import VoiceSpec, read_config, speaker_names
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,20 @@ def _manifest_spec(entry: Mapping[str, Any], base: Path, path: Path) -> VoiceSpe
         data_files=tuple(base / name for name in entry.get("data", ())),
         style=entry.get("style", ""),
         frontend=tuple(entry.get("frontend", ("piper-tts",))),
+        pace=_pace(entry),
     )
+
+
+def _pace(entry: Mapping[str, Any]) -> Pace | None:
+    """An entry's shipped pace; ``None`` (its family's default, logged) when it has none or a
+    malformed one."""
+    if "pace" not in entry:
+        return None
+    try:
+        return Pace.from_json(entry["pace"])
+    except ValueError as exc:
+        log.warning("voice %s: %s; its family's default pace applies", entry["id"], exc)
+        return None
 
 
 def discover_specs(directory: Path) -> list[VoiceSpec]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tts_queue.errors import AudioTooLong, InvalidRequest, NothingToSpeak
 from tts_queue.settings import Settings
-from tts_queue.synthesis.duration import estimated_seconds
+from tts_queue.synthesis.duration import audio_seconds
 from tts_queue.synthesis.encoder import check_format
 from tts_queue.synthesis.frontend import Script, load_lexicon, script_of
 from tts_queue.synthesis.language import written_in
@@ -114,12 +114,14 @@ def build_request(
     if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (str, int))):
         raise InvalidRequest("speaker must be a name or a number")
     speed = _number(payload, "speed", settings.request.min_speed, settings.request.max_speed)
-    pace = 1.0 if speed is None else speed
-    seconds = estimated_seconds(script, pace, settings.request.sentence_silence_ms)
+    at_speed = 1.0 if speed is None else speed
     limit = settings.request.max_audio_s
+    seconds = audio_seconds(script, spec, at_speed, settings.request.sentence_silence_ms,
+                            settings.request.max_sentence_phonemes, within=limit)
     if seconds > limit:
-        raise AudioTooLong(f"this text would be about {seconds / 60:.0f} minutes of audio at speed {pace:g}; "
-                           f"the limit is {limit:g} s (TTS_MAX_AUDIO_S): send it in parts, or as a book")
+        raise AudioTooLong(f"this text would be about {seconds / 60:.0f} minutes of audio at speed "
+                           f"{at_speed:g}; the limit is {limit:g} s (TTS_MAX_AUDIO_S): send it in parts, "
+                           "or as a book")
     return SynthesisRequest(
         text=text,
         voice=spec.id,

@@ -18,6 +18,7 @@ from tts_queue.errors import UnknownSpeaker, VoiceFilesMissing
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.family import PIPER, Family, family
 from tts_queue.synthesis.inference import ItemAudio, Scales, VoiceModel
+from tts_queue.synthesis.pace import Pace
 from tts_queue.synthesis.providers import SessionPlan
 from tts_queue.synthesis.text import Phonemizer, SpokenSentence, to_ids
 
@@ -43,6 +44,7 @@ class VoiceSpec:
     data_files: tuple[Path, ...] = ()  # further files its audio depends on (Kokoro's style vectors)
     style: str = ""  # the voice's name inside a shared model's style table (Kokoro)
     frontend: tuple[str, ...] = ("piper-tts",)  # packages whose versions change what it says
+    pace: Pace | None = None  # how fast it speaks, as shipped (``None``: its family's default)
 
     @property
     def traits(self) -> Family:

@@ -32,6 +32,7 @@ from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
+from tts_queue.synthesis.work import check_work
 from tts_queue.tables import CacheEntry, TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.callbacks import Callbacks
@@ -117,6 +118,7 @@ class TaskService:
         request = build_request(payload, self.registry, self.settings)
         key = self.key_of(request, owner)
         chosen_pool = self.pool_for(request, pool)
+        check_work(request, self.registry.get(request.voice), chosen_pool, self.settings)
         queue = queue_name(chosen_pool, Lane.INTERACTIVE, self.settings.services.queue_prefix)
         with self.db.write_connection() as session:
             hit = self.cache.lookup(key, session)

@@ -1,0 +1,67 @@
+"""The audio estimate against the real voices' audio, kind by kind, on the held-in corpus
+(``tests/data/estimate_corpus.json``, apart from the calibration corpus): the Piper voice
+(en_US-joe-medium) and the Kokoro voice jf_alpha, both installed by ``.[dev]``, so these never skip.
+
+Each kind must never be under its real audio by more than a quarter (nothing admitted is much
+longer than promised), and the ordinary prose kinds at speed 1 never over by more than half
+(nothing ordinary is refused without cause). The Kokoro items are short (it runs at about half
+real time on 2 cores); the slow speeds are on Piper.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tts_queue.settings import Settings
+from tts_queue.synthesis.duration import estimated_seconds
+from tts_queue.synthesis.engine import BatchEngine
+from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.synthesis.request import build_request
+from tts_queue.synthesis.synthesizer import Synthesizer
+
+pytestmark = pytest.mark.integration
+CORPUS = json.loads((Path(__file__).parent / "data" / "estimate_corpus.json").read_text(encoding="utf-8"))
+KINDS = sorted({item["kind"] for item in CORPUS["items"]})
+UNDER = 0.75  # the estimate is at least this share of the real audio
+OVER = 1.5  # on ordinary prose at speed 1, at most this multiple of it
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, VoiceRegistry, Synthesizer]]:
+    """One registry and engine for the module: each voice loads once."""
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path_factory.mktemp("estimate")),
+                                  "TTS_PROVIDERS": "cpu", "TTS_MAX_LOADED_VOICES": "2"})
+    registry = VoiceRegistry.from_settings(settings)
+    engine = BatchEngine(registry, settings.pool("cpu")).start()
+    yield settings, registry, Synthesizer(registry, engine)
+    engine.stop()
+
+
+def measured(core: tuple[Settings, VoiceRegistry, Synthesizer], item: dict[str, Any]) -> tuple[float, float]:
+    """(real seconds, estimated seconds) of one corpus item, sent as a request would be."""
+    settings, registry, synthesizer = core
+    fields = ("text", "voice", "speed", "normalize", "text_type")
+    payload: dict[str, object] = {key: item[key] for key in fields if key in item}
+    request = build_request(payload, registry, settings)  # admitted: under TTS_MAX_AUDIO_S
+    estimate = estimated_seconds(request.script, registry.get(request.voice), request.speed,
+                                 request.sentence_silence_ms, request.max_sentence_phonemes)
+    return synthesizer.synthesize(request).duration_s, estimate
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_estimate_holds_the_real_audio_within_bounds(
+        core: tuple[Settings, VoiceRegistry, Synthesizer], kind: str) -> None:
+    # Given every held-in request of one kind, synthesized by the real voice
+    found = [(item["text"][:50], *measured(core, item)) for item in CORPUS["items"] if item["kind"] == kind]
+    ratios = [(text, real / estimate) for text, real, estimate in found]
+    shown = ", ".join(f"{text!r} real/estimate {ratio:.2f}" for text, ratio in ratios)
+    # Then no estimate is under the real audio by more than a quarter
+    assert all(ratio <= 1 / UNDER for _, ratio in ratios), f"{kind}: the estimate undercounts: {shown}"
+    # And on ordinary prose at speed 1 none is over by more than half
+    if kind in CORPUS["ordinary"]:
+        assert all(ratio >= 1 / OVER for _, ratio in ratios), f"{kind}: the estimate overcounts: {shown}"
