@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from celery import Celery
 
+from tts_queue.books.lock import AssemblyLock
 from tts_queue.enums import Lane
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.heartbeat import Heartbeats
 from tts_queue.tasks.keys import CLEANUP, REQUEUE, RedisKeys, queue_name
 from workers.dispatch import CeleryDispatcher, make_client
-from workers.markers import AssemblyLock, ConsumedMarker, RedisBrokerMarker
+from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
 from workers.signals import connect_signals

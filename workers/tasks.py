@@ -28,11 +28,12 @@ from celery import Celery, Task
 
 from tts_queue import metrics
 from tts_queue.backoff import backoff_s
+from tts_queue.books.lock import AssemblyLock
 from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
 from tts_queue.tables import CleanupReportJSON
 from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE
 from tts_queue.tasks.shares import OverShare
-from workers.markers import AssemblyLock, RedisBrokerMarker
+from workers.markers import RedisBrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
 from workers.webhooks import Deliveries, hand_over

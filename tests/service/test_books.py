@@ -216,9 +216,9 @@ def test_one_worker_assembles_a_chapter_at_a_time(redis_url: str) -> None:
     the others answer busy; the lock expires if its holder dies, and only its holder releases it."""
     import redis as redis_lib
 
+    from tts_queue.books.lock import ASSEMBLY_LOCK_S, AssemblyLock
     from tts_queue.tasks.connection import client_url
     from tts_queue.tasks.keys import RedisKeys
-    from workers.markers import ASSEMBLY_LOCK_S, AssemblyLock
 
     client = redis_lib.Redis.from_url(client_url(redis_url))
     keys = RedisKeys(QUEUE_PREFIX)
@@ -248,3 +248,41 @@ def test_one_worker_assembles_a_chapter_at_a_time(redis_url: str) -> None:
     # Then the slow holder's release leaves the newcomer's lock alone
     assert token and client.get(keys.assembling(book, 3)) == newcomer_lock.local.token
     newcomer_lock.release()
+
+
+def test_a_book_is_finished_by_one_worker_at_a_time_and_the_second_waits(redis_url: str) -> None:
+    """Two chapters ending together both ask to finish their book (its M4B): the second waits for
+    the first, then finds the book ended, so the M4B is never built twice or stored after the end."""
+    import threading
+
+    import redis as redis_lib
+
+    from tts_queue.books.lock import AssemblyLock
+    from tts_queue.tasks.connection import client_url
+    from tts_queue.tasks.keys import RedisKeys
+
+    lock = AssemblyLock(redis_lib.Redis.from_url(client_url(redis_url)), RedisKeys(QUEUE_PREFIX), expiry_s=30)
+    book = str(uuid.uuid4())
+    order: list[str] = []
+    # Given one finisher holding the book
+    with lock.finishing(book) as first:
+        assert first
+        # When a second asks meanwhile
+        second = threading.Thread(target=lambda: _finish_after(lock, book, order))
+        second.start()
+        second.join(timeout=0.5)
+        # Then it is still waiting while the first holds the book
+        assert second.is_alive()
+        order.append("first done")
+    second.join(timeout=10)
+    # And it got the book only after the first let go
+    assert order == ["first done", "second got it"]
+    # When a finisher outlives the lock's wait, the next asker gives up instead of building
+    short = AssemblyLock(lock.client, lock.keys, expiry_s=0.3)
+    with lock.finishing(book), short.finishing(book) as late:
+        assert not late
+
+
+def _finish_after(lock: Any, book: str, order: list[str]) -> None:
+    with lock.finishing(book) as got:
+        order.append("second got it" if got else "second gave up")

@@ -16,6 +16,7 @@ from datetime import timedelta
 from tts_queue.app.plugins import WorkerPlugin, wrapped_loader
 from tts_queue.books.assembler import ChapterAssembler
 from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
+from tts_queue.books.lock import AssemblyLock
 from tts_queue.books.m4b import M4BWriter
 from tts_queue.books.rows import BookRows
 from tts_queue.books.service import BookService
@@ -73,12 +74,13 @@ class Core:
         storage = open_storage(settings.storage_url)
         cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
         registry = VoiceRegistry.from_settings(settings, wrapped_loader(plugins))
-        board, streams = None, None
+        board, streams, finish_lock = None, None, None
         if settings.services.redis_url:
             client = redis_client(settings.services.redis_url)
             keys = RedisKeys(settings.services.queue_prefix)
             board = StatusBoard(client, keys)
             streams = AudioStreams(client, keys, settings.api.stream_max_bytes)
+            finish_lock = AssemblyLock(client, keys).finishing
         book_rows = BookRows(db)
         # the two owners of rows meet here: a book's sentence is counted as its task row ends
         task_rows = TaskRows(db, lease=timedelta(seconds=settings.worker.lease_s), counter=book_rows)
@@ -96,7 +98,8 @@ class Core:
                             watch.pool_alive)
         books = BookService(tasks, book_rows, book_ends, window, storage.child("books"))
         assembler = ChapterAssembler(book_ends, cache, books.storage,
-                                     id_map=lambda voice: _id_map(registry, voice), m4b_writer=m4b_writer)
+                                     id_map=lambda voice: _id_map(registry, voice), m4b_writer=m4b_writer,
+                                     finish_lock=finish_lock)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
                    book_rows, callbacks, ends, tasks, window, book_ends, books, assembler)
 

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, cast
@@ -121,14 +121,23 @@ class Scan:
     waiting: bool
 
 
+FinishLock = Callable[[str], AbstractContextManager[bool]]  # a book's finishing lock (``books.lock``)
+
+
+def _unlocked(book_id: str) -> AbstractContextManager[bool]:
+    """No lock (one process): every caller holds it."""
+    return nullcontext(True)
+
+
 class ChapterAssembler:
     """Assembles chapters of books from the cached sentence audio."""
 
     def __init__(self, ends: BookEnds, cache: AudioCache, storage: Storage,
                  id_map: Callable[[str | None], Mapping[str, Sequence[int]]] | None,
                  stitching: StitchSettings | None = None, page_rows: int = PAGE_ROWS,
-                 m4b_writer: M4BWriter = write_m4b) -> None:
+                 m4b_writer: M4BWriter = write_m4b, finish_lock: FinishLock | None = None) -> None:
         self.ends = ends
+        self.finish_lock = finish_lock or _unlocked  # two chapters ending together finish their book once
         self.m4b_writer = m4b_writer  # in process, or a worker's child process (``workers.m4b``)
         self.rows: BookRows = ends.rows
         self.db: Database = ends.rows.db
@@ -343,16 +352,22 @@ class ChapterAssembler:
         return name
 
     def _finish_book(self, book_id: str) -> None:
-        chapters = self.rows.chapters(book_id)
-        if any(c.status is not BookStatus.DONE for c in chapters):
-            return
-        with self.db.read() as session:
-            book = session.scalar(select(BookRow).where(BookRow.id == book_id))
-        if book is None or book.status.finished:
-            return
-        name = self._write_m4b(book, self._book_audio(chapters, str(book.options.get("format", "mp3"))))
-        if self.ends.done(book_id, name):
-            log.info("book %s done: %d chapters", book_id, len(chapters))
+        """Build the M4B and end the book once its chapters are all done, under the book's
+        finishing lock: a second asker waits, then finds the book ended (held past the lock's
+        expiry: it leaves the book to the holder, or to the sweep's next assembly)."""
+        with self.finish_lock(book_id) as mine:
+            if not mine:
+                return
+            chapters = self.rows.chapters(book_id)
+            if any(c.status is not BookStatus.DONE for c in chapters):
+                return
+            with self.db.read() as session:
+                book = session.scalar(select(BookRow).where(BookRow.id == book_id))
+            if book is None or book.status.finished:
+                return
+            name = self._write_m4b(book, self._book_audio(chapters, str(book.options.get("format", "mp3"))))
+            if self.ends.done(book_id, name):
+                log.info("book %s done: %d chapters", book_id, len(chapters))
 
     def _book_audio(self, chapters: list[ChapterRow], fmt: str,
                     current: tuple[int, Blocks] | None = None) -> Iterator[tuple[str, Blocks]]:

@@ -108,6 +108,10 @@ class RedisKeys:
         """A lock with expiry: one worker assembles a chapter at a time (``tts.assemble_chapter``)."""
         return f"{self.prefix}:assembling:{book_id}:{chapter}"
 
+    def finishing(self, book_id: str) -> str:
+        """A lock with expiry: one worker finishes a book (its M4B, its end) at a time."""
+        return f"{self.prefix}:finishing:{book_id}"
+
     @property
     def consumed(self) -> str:
         """A short-lived key a worker sets whenever it takes a task off a queue (``/readyz``)."""
