@@ -417,6 +417,30 @@ def test_bad_ssml_is_a_clear_400(ssml: str, error: type[Exception], message: str
     assert getattr(info.value, "http_status", None) == 400
 
 
+@pytest.mark.parametrize(("kind", "value", "said"), [
+    ("ordinal", "-5", "minus fifth"), ("ordinal", "−3", "minus third"), ("cardinal", "-5", "minus five"),
+    ("ordinal", "0", "zeroth"), ("number", "-12", "minus twelve"),
+])
+def test_say_as_reads_negative_ordinals_and_cardinals(kind: str, value: str, said: str) -> None:
+    assert script_of_ssml(f"<speak><say-as interpret-as='{kind}'>{value}</say-as></speak>") == (("text", said),)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(kind=st.sampled_from(["cardinal", "number", "ordinal", "telephone", "characters"]),
+       value=st.one_of(st.integers(-10**40, 10**40).map(str),
+                       st.text(alphabet="-−+.,0123456789١٢³²eE ", max_size=30)))
+def test_say_as_of_any_number_is_read_or_a_400_never_a_crash(kind: str, value: str) -> None:
+    # Given a say-as of any value, signs, separators and odd digits included
+    ssml = f"<speak><say-as interpret-as='{kind}'>{value}</say-as></speak>"
+    # Then it is read, or refused as invalid SSML (a 400), and nothing else is raised
+    try:
+        script = script_of_ssml(ssml)
+    except InvalidSSML as exc:
+        assert exc.http_status == 400
+    else:
+        assert all(isinstance(part, str) for _, part in script)
+
+
 # --- bounded cost -----------------------------------------------------------------------------------
 
 

@@ -44,11 +44,14 @@ def cardinal(text: str) -> str:
 
 
 def ordinal(text: str) -> str:
-    """An integer as an ordinal: "21" -> "twenty-first"."""
-    bare = text.replace(",", "")
-    if len(bare) > MAX_CARDINAL_DIGITS:
-        return digits(bare)
-    return _tidy(num2words(int(bare), to="ordinal"))
+    """An integer as an ordinal: "21" -> "twenty-first", "-5" -> "minus fifth"; anything but an
+    integer is a ``ValueError``."""
+    negative = text.startswith(("-", "−"))
+    bare = text.lstrip("-−").replace(",", "")
+    if not bare.isdigit() or not bare.isascii():
+        raise ValueError(f"not an integer: {text!r}")
+    words = digits(bare) if len(bare) > MAX_CARDINAL_DIGITS else _tidy(num2words(int(bare), to="ordinal"))
+    return f"minus {words}" if negative else words
 
 
 def year(text: str) -> str:
