@@ -20,9 +20,11 @@ from tts_queue.errors import AudioTooLong, NothingToSpeak, SynthesisError
 from tts_queue.settings import Settings
 from tts_queue.synthesis import duration
 from tts_queue.synthesis.duration import (
+    RATE_FLOOR,
     Counted,
     audio_seconds,
     bound_seconds,
+    effective_speed,
     estimated_seconds,
     pace_of,
     script_counts,
@@ -117,10 +119,18 @@ def test_a_sentence_is_its_symbols_marks_and_edges_divided_by_its_speed() -> Non
 def test_an_ssml_rate_multiplies_the_speed_within_the_synthesizers_bounds() -> None:
     # Given the same sentence at rate 0.5, at rate 0.05 (under the bound) and at rate 4 with speed 4
     slow, slowest, fastest = Counted(10, 2, rate=0.5), Counted(10, 2, rate=0.05), Counted(10, 2, rate=4.0)
-    # Then rate 0.5 at speed 1 is speed 0.5, rate 0.05 is held at 0.1, speed 16 at 10
+    # Then rate 0.5 at speed 1 is speed 0.5, rate 0.05 is held at the rate floor 0.25, speed 16 at 10
     assert sentence_seconds(slow, PACE, 1.0) == pytest.approx(sentence_seconds(Counted(10, 2), PACE, 0.5))
-    assert sentence_seconds(slowest, PACE, 1.0) == pytest.approx(10.0 + 0.12)
+    assert sentence_seconds(slowest, PACE, 1.0) == pytest.approx(4.0 + 0.12)
     assert sentence_seconds(fastest, PACE, 4.0) == pytest.approx(sentence_seconds(Counted(10, 2), PACE, 10.0))
+
+
+def test_an_ssml_rate_never_slows_a_sentence_below_the_floor_or_the_requests_own_speed() -> None:
+    # the engine's memory bound takes the slowest accepted speed as the slowest a sentence is said
+    assert effective_speed(1.0, 0.1) == RATE_FLOOR == 0.25
+    assert effective_speed(0.25, 0.25) == 0.25
+    assert effective_speed(0.2, 0.5) == 0.2  # an operator's lower TTS_MIN_SPEED still holds
+    assert effective_speed(0.5, 0.8) == 0.4 and effective_speed(4.0, 4.0) == 10.0
 
 
 def test_no_speed_makes_a_sentence_shorter_than_its_floor() -> None:

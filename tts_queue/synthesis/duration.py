@@ -33,7 +33,10 @@ from tts_queue.synthesis.text import SpokenSentence
 from tts_queue.synthesis.voice import VoiceSpec
 
 log = logging.getLogger(__name__)
-MIN_SPEED, MAX_SPEED = 0.1, 10.0  # the synthesizer's bounds of speed times an SSML rate
+# An SSML rate never slows a sentence below this (nor below the request's own speed, if slower),
+# nor speeds it past MAX_SPEED: the engine's memory bound and warm-up take the slowest accepted
+# ``speed`` (TTS_MIN_SPEED) as the slowest a sentence is said.
+RATE_FLOOR, MAX_SPEED = 0.25, 10.0
 # The symbols both frontends give pauses: espeak-ng's clause ends, Kokoro's punctuation.
 MARKS = frozenset(",.;:!?¡¿—…")
 MEMO = 256  # exact estimates kept per process
@@ -87,13 +90,15 @@ def pace_of(spec: VoiceSpec) -> Pace:
     return pace_for(spec.family, spec.pace)
 
 
-def _speed(speed: float, rate: float) -> float:
-    return min(MAX_SPEED, max(MIN_SPEED, speed * rate))
+def effective_speed(speed: float, rate: float) -> float:
+    """The speed a sentence is said at: the request's ``speed`` times its SSML ``rate``, never
+    slower than ``RATE_FLOOR`` (or ``speed`` itself, if slower) nor faster than ``MAX_SPEED``."""
+    return min(MAX_SPEED, max(min(RATE_FLOOR, speed), speed * rate))
 
 
 def sentence_seconds(sentence: Counted, pace: Pace, speed: float) -> float:
     """Seconds of one sentence's audio at the request's ``speed`` (its rate applied)."""
-    pace_now = _speed(speed, sentence.rate)
+    pace_now = effective_speed(speed, sentence.rate)
     spoken = (pace.symbol_s * sentence.symbols + pace.mark_s * sentence.marks + pace.sentence_s) / pace_now
     spoken += pace.symbol_fixed_s * sentence.symbols + pace.sentence_fixed_s
     return max(spoken, pace.floor_symbol_s * sentence.symbols + pace.floor_sentence_s)
@@ -113,7 +118,7 @@ def bound_seconds(script: Script, pace: Pace, speed: float, silence_ms: int, max
     each part's speed."""
     rate, total, silence = 1.0, 0.0, silence_ms / 1000
     for kind, value in script:
-        pace_now = _speed(speed, rate)
+        pace_now = effective_speed(speed, rate)
         if kind in (TEXT, IPA):
             latin, japanese, other = script_counts(value)
             symbols = (latin * pace.latin_symbols + japanese * pace.japanese_symbols

@@ -53,6 +53,7 @@ from tts_queue import metrics
 from tts_queue.errors import ServiceUnavailable, SynthesisStalled
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis.batching import Batch, BatchPolicy, Entry
+from tts_queue.synthesis.duration import RATE_FLOOR
 from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales
 from tts_queue.synthesis.registry import VoiceRegistry
 
@@ -136,10 +137,11 @@ class BatchEngine:
     @classmethod
     def for_pool(cls, registry: VoiceRegistry, settings: Settings, pool: str) -> BatchEngine:
         """An engine with ``pool``'s settings whose calls at once stay within its largest call
-        (the longest sentence at the slowest speed the settings admit)."""
+        (the longest sentence at the slowest speed a sentence is said: the slowest accepted
+        ``speed``, or an SSML rate's floor if that is slower)."""
         budget = settings.pool(pool)
         return cls(registry, budget, max_call_cost=largest_call(
-            budget, settings.request.max_sentence_phonemes, settings.request.min_speed),
+            budget, settings.request.max_sentence_phonemes, min(settings.request.min_speed, RATE_FLOOR)),
             side_by_side=pool == "cpu" and settings.onnx.intra_op_threads == 0,
             stall_s=settings.worker.engine_stall_s, max_call_s=settings.worker.max_call_s or None)
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tts_queue.synthesis.audio import Audio
+from tts_queue.synthesis.duration import effective_speed
 from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest
@@ -54,7 +55,6 @@ class SynthesisResult:
     duration_s: float = 0.0  # the audio's length, streamed or not
 
 
-MIN_SPEED, MAX_SPEED = 0.1, 10.0  # the request's speed times an SSML prosody rate, bounded
 
 
 def _shifted(piece: Callable[[int, SentenceResult], None], offset: int, index: int,
@@ -122,7 +122,7 @@ class Synthesizer:
             batch_size = max(batch_size, result.batch_size)
 
         for start, end, rate in _runs([s.rate for _, s in spoken]):  # one rate per engine call
-            speed = min(MAX_SPEED, max(MIN_SPEED, request.speed * rate))
+            speed = effective_speed(request.speed, rate)
             scales = voice.scales(speed, request.noise_scale, request.noise_w)
             key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker,
                            max_batch=voice.model.max_batch, alone=not voice.model.has_narrow)
