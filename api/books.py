@@ -14,10 +14,10 @@ from werkzeug.wrappers import Response as BaseResponse
 import api.contract as contract
 from api.auth import KEY, check_quota, owner
 from api.downloads import presigned, send_stored
-from api.routes import json_body, list_limit
+from api.routes import api_root, json_body, list_limit
 from api.services import Services
 from tts_queue.books.progress import book_document
-from tts_queue.books.upload import Upload
+from tts_queue.books.upload import Upload, book_options
 from tts_queue.enums import BookStatus
 from tts_queue.errors import (
     AudioExpired,
@@ -91,7 +91,7 @@ def _upload() -> Upload:
 def book_json(book_id: str) -> dict[str, object]:
     """A book's progress with links to what is ready (the caller's books only)."""
     svc = services()
-    document = book_document(svc.books.progress(book_id, owner()), request.url_root)
+    document = book_document(svc.books.progress(book_id, owner()), api_root())
     with svc.db.read() as session:
         callback = svc.tasks.callbacks.summary(session, book_id)
     if callback is not None:
@@ -137,9 +137,11 @@ def create_book() -> tuple[Response, int, dict[str, str]]:
     """Accept a book (cheap checks only); 202 with its id, status ``parsing`` and status URL. A
     worker parses it; a book that breaks a limit ends ``failed`` with a stable code."""
     upload = _upload()
-    check_quota(rows=0)  # a book's sentences count against the queued-work quota
-    book_id = services().books.accept(upload, owner(), base_url=request.url_root)
-    status_url = url_for("books.get_book", book_id=book_id, _external=True)
+    options = book_options(dict(upload.options or {}), services().settings.books.default_format)
+    # a book's sentences count against the queued-work quota; a pinned book against the pin cap
+    check_quota(keep=bool(options.get("keep")), rows=0)
+    book_id = services().books.accept(upload, owner(), base_url=api_root())
+    status_url = api_root() + url_for("books.get_book", book_id=book_id).lstrip("/")
     return (jsonify(book_id=book_id, status=BookStatus.PARSING.value, status_url=status_url), 202,
             {"Location": status_url})
 
@@ -149,7 +151,7 @@ def create_book() -> tuple[Response, int, dict[str, str]]:
                     params=(contract.limit_param(),), responses={200: ("The books", contract.BookList, JSON)})
 def list_books() -> Response:
     """The caller's newest books with their progress, newest first."""
-    return jsonify(books=[book_document(progress, request.url_root)
+    return jsonify(books=[book_document(progress, api_root())
                           for progress in services().books.recent(owner(), list_limit())])
 
 

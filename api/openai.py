@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify
 from flask_limiter.errors import RateLimitExceeded
 from pydantic import BaseModel, Field
 
 import api.contract as contract
 from api.auth import KEY, check_quota, owner, rate_limited
 from api.errors import to_response
-from api.routes import json_body, slot_owner, slots
+from api.routes import api_root, json_body, slot_owner, slots
 from api.services import Services
 from api.streaming import NotStarted, stream_response
 from tts_queue.errors import Busy, InvalidRequest, TTSQueueError, UnknownVoice
@@ -181,7 +181,7 @@ def speech() -> Response:
         raise Busy("every streaming slot (or this key's share of them) is taken")
     try:
         view = svc.tasks.submit(payload, owner=owner(), stream=True, callback_url=speech.callback_url,
-                                base_url=request.url_root)
+                                base_url=api_root())
     except BaseException:
         slots().give_back(who)
         raise

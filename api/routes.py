@@ -19,7 +19,7 @@ from flask import (
 from werkzeug.wrappers import Response as BaseResponse
 
 import api.contract as contract
-from api.auth import ADMIN, KEY, OPEN, check_quota, is_admin, owner, require_admin
+from api.auth import ADMIN, KEY, OPEN, check_quota, client_address, is_admin, owner, require_admin
 from api.downloads import presigned, send_stored
 from api.services import Services
 from api.slots import SLOTS, Slots
@@ -63,11 +63,13 @@ def json_body() -> dict[str, Any]:
 
 
 def api_root() -> str:
-    """The address the client used, ending in ``/`` (``request.url_root``, worked out once per
-    request: werkzeug builds it anew, host checks and IRI quoting included, at every read)."""
+    """Where links point, ending in ``/``: ``TTS_PUBLIC_URL`` when it is set, else the address the
+    client used (``request.url_root``, worked out once per request: werkzeug builds it anew, host
+    checks and IRI quoting included, at every read)."""
     root: str | None = g.get("api_root")
     if root is None:
-        root = g.api_root = request.url_root
+        public = services().settings.api.public_url
+        root = g.api_root = public.rstrip("/") + "/" if public else request.url_root
     return root
 
 
@@ -141,7 +143,7 @@ def slots() -> Slots:
 def slot_owner() -> str:
     """Whose share of the slots a request uses: its key, or with auth off its client address."""
     caller = owner()
-    return f"key:{caller}" if caller is not None else f"addr:{request.remote_addr}"
+    return f"key:{caller}" if caller is not None else f"addr:{client_address()}"
 
 
 @contextmanager

@@ -553,6 +553,7 @@ class FakeQueue:
         self.streamed: list[str] = []  # ids dispatched with stream=True
         self.delivered: list[str] = []  # callbacks queued for delivery
         self.countdowns: list[tuple[str, float]] = []  # (callback, countdown) of each
+        self.busy_turns: list[int] = []  # the busy turns each delivery message carried
         self.assembled: list[tuple[str, int, str]] = []
         self.ingested: list[tuple[str, str]] = []
         self.signalled: list[tuple[str, str]] = []  # finished signals
@@ -573,10 +574,11 @@ class FakeQueue:
         if stream:
             self.streamed.append(task_id)
 
-    def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
+    def deliver(self, subject_id: str, countdown: float = 0.0, busy: int = 0) -> None:
         self._check()
         self.delivered.append(subject_id)
         self.countdowns.append((subject_id, countdown))
+        self.busy_turns.append(busy)
 
     def ingest(self, book_id: str, queue: str) -> None:
         self._check()

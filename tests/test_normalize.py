@@ -422,7 +422,8 @@ def test_bad_ssml_is_a_clear_400(ssml: str, error: type[Exception], message: str
     ("ordinal", "0", "zeroth"), ("number", "-12", "minus twelve"),
 ])
 def test_say_as_reads_negative_ordinals_and_cardinals(kind: str, value: str, said: str) -> None:
-    assert script_of_ssml(f"<speak><say-as interpret-as='{kind}'>{value}</say-as></speak>") == (("text", said),)
+    ssml = f"<speak><say-as interpret-as='{kind}'>{value}</say-as></speak>"
+    assert script_of_ssml(ssml) == (("text", said),)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)

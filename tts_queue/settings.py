@@ -10,6 +10,7 @@ README's table is generated from it (``tts-queue settings --markdown``) and a te
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -181,6 +182,28 @@ class ApiSettings:
     key_max_pinned_bytes: int = setting(1024 ** 3, "bytes of audio one key's pins (`keep`) may hold; a "
                                         "pinning submission over it is a 429 `quota_exceeded`",
                                         env="TTS_KEY_MAX_PINNED_BYTES")
+    public_url: str = setting("", "the service's address as its clients reach it (e.g. "
+                              "`https://tts.example.com/`): every link in answers and webhooks is under "
+                              "it; empty: links follow the request's `Host` (`up` and the API warn at "
+                              "start, since a signed webhook's links then name whatever host the "
+                              "submitter sent)", env="TTS_PUBLIC_URL", shown="empty")
+    header_timeout_s: float = setting(10.0, "a connection must send a whole request head (line and "
+                                      "headers) within this; a slower one is closed, having held no "
+                                      "thread while it sent", env="TTS_HEADER_TIMEOUT_S")
+    body_timeout_s: float = setting(10.0, "a request body must arrive within this, plus a second for "
+                                    "each `TTS_BODY_MIN_RATE` bytes of it; a slower one is cut off "
+                                    "(a 400), freeing its thread", env="TTS_BODY_TIMEOUT_S")
+    body_min_rate: int = setting(8192, "bytes a second a large body must keep up (see "
+                                 "`TTS_BODY_TIMEOUT_S`)", env="TTS_BODY_MIN_RATE")
+    client_connections: int = setting(128, "connections one client address may hold open at once "
+                                      "(a proxy in `TTS_TRUSTED_PROXIES` excepted); over it, a new one "
+                                      "is closed at once", env="TTS_CLIENT_MAX_CONNECTIONS")
+    trusted_proxies: tuple[str, ...] = setting((), "addresses or networks (comma-separated, e.g. "
+                                               "`10.0.0.0/8,127.0.0.1`) of the proxies in front of the "
+                                               "API: only from these is `X-Forwarded-For` believed (the "
+                                               "client's address for rate limits and slot shares), and "
+                                               "their connections are not capped per address",
+                                               env="TTS_TRUSTED_PROXIES", shown="empty")
     rate_limit: str = setting("", "with auth off, submissions allowed per client address, e.g. "
                               "`60/minute` (empty: no limit; with auth, each key has its own)",
                               env="TTS_RATE_LIMIT", shown="empty")
@@ -350,6 +373,10 @@ class WebhookSettings:
     lookup_timeout_s: float = setting(2.0, "deadline of the DNS lookup of a callback host at submission "
                                       "(run off the request thread; past it the URL is refused)",
                                       env="TTS_WEBHOOK_LOOKUP_TIMEOUT_S")
+    key_max_due: int = setting(100, "webhooks of one key due and not yet delivered at most; a submission "
+                               "naming a `callback_url` over it is a 429 `quota_exceeded` (deliveries are "
+                               "shared between keys: one key's slow receivers hold at most its share)",
+                               env="TTS_KEY_MAX_DUE_WEBHOOKS")
 
 
 @dataclass(frozen=True)
@@ -585,8 +612,12 @@ def _parse(variable: str, raw: str, kind: object) -> object:
             return int(raw)
         if base is float:
             return float(raw)
-        if typing.get_origin(base) is tuple:  # a comma-separated list of ints (ports)
-            return tuple(int(item) for item in raw.split(",") if item.strip())
+        if typing.get_origin(base) is tuple:  # a comma-separated list (ports, networks)
+            item_kind = typing.get_args(base)[0]
+            items = [item.strip() for item in raw.split(",") if item.strip()]
+            if item_kind is int:
+                return tuple(int(item) for item in items)
+            return tuple(str(ipaddress.ip_network(item, strict=False)) for item in items)
         if typing.get_origin(base) is Mapping:
             return _parse_pairs(variable, raw)
         return raw

@@ -164,6 +164,9 @@ class TaskRow(Base):
     owner: Mapped[str | None] = mapped_column(String(36), default=None)
     # It has a ``callbacks`` row (a webhook): its end makes the delivery due; no status board record.
     callback: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # A pinned (``keep``) task's estimated audio bytes while it is queued or running: the pin cap
+    # counts what it will store (``None``: not pinned, or a cache hit, whose bytes are stored).
+    pin_bytes: Mapped[int | None] = mapped_column(Integer, default=None)
 
     __table_args__ = (Index("ix_tasks_owner_status", "owner", "status"),
                       Index("ix_tasks_owner_created", "owner", "created_at"),  # a caller's recent tasks
@@ -193,8 +196,11 @@ class Callback(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     leased_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # The API key of the task or book (``None`` with auth off): deliveries are shared per key.
+    owner: Mapped[str | None] = mapped_column(String(36), default=None)
 
-    __table_args__ = (Index("ix_callbacks_state_next_at", "state", "next_at"),)
+    __table_args__ = (Index("ix_callbacks_state_next_at", "state", "next_at"),
+                      Index("ix_callbacks_owner_state", "owner", "state"))
 
 
 class CacheEntry(Base):
@@ -327,3 +333,6 @@ class ApiKey(Base):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # Signs this key's webhooks instead of TTS_WEBHOOK_SECRET (opt-in: ``keys create
+    # --webhook-secret``), so one tenant's signed body never verifies at another's receiver.
+    webhook_secret: Mapped[str | None] = mapped_column(String(128), default=None)

@@ -66,10 +66,12 @@ class CeleryDispatcher:
         self.app.send_task(SYNTHESIZE, args=[task_id], kwargs={"stream": True} if stream else None,
                            queue=queue, task_id=task_id)
 
-    def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
-        """Send ``tts.deliver_callback(subject_id)`` to the webhooks queue (every worker reads it)."""
-        self.app.send_task(DELIVER, args=[subject_id], countdown=countdown or None,
-                           queue=webhook_queue(self.prefix))
+    def deliver(self, subject_id: str, countdown: float = 0.0, busy: int = 0) -> None:
+        """Send ``tts.deliver_callback(subject_id)`` to the webhooks queue (every worker reads it);
+        ``busy`` (its turns without a free thread) as a keyword only when it is not 0, so a
+        message of the first turn is the same as before."""
+        self.app.send_task(DELIVER, args=[subject_id], kwargs={"busy": busy} if busy else None,
+                           countdown=countdown or None, queue=webhook_queue(self.prefix))
 
     def ingest(self, book_id: str, queue: str) -> None:
         """Send ``tts.ingest_book(book_id)`` to ``queue``."""

@@ -140,11 +140,11 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
         return "failed"
 
     @app.task(name=DELIVER, shared=False)
-    def deliver_callback(subject_id: str) -> str:
+    def deliver_callback(subject_id: str, busy: int = 0) -> str:
         """Hand a finished task's or book's webhook over to the worker's own delivery threads (or,
         with all of them busy, send this again shortly); the POST never runs on this thread
         (``workers.webhooks``)."""
-        return hand_over(holder.get().core, deliveries, subject_id)
+        return hand_over(holder.get().core, deliveries, subject_id, busy)
 
     @app.task(name=REQUEUE, shared=False)
     def requeue_lost_tasks() -> int:

@@ -1,12 +1,16 @@
 """The worker side of webhooks: deliveries on threads of their own, each under a total deadline.
 
 ``tts.deliver_callback`` (on the ``<prefix>.webhooks`` queue) only hands a delivery over
-(``hand_over``): it takes a slot of the worker's ``Deliveries`` (``TTS_WEBHOOK_CONCURRENCY``
-threads, never the Celery threads that synthesize and sweep) and leases the callback row
-(``Callbacks.claim``), or, with every slot taken, moves the row's time a little later and sends
-itself again with that countdown. A delivery in flight is held by its lease, renewed by the
-heartbeat while it runs, so neither a duplicate message nor the sweep sends it again; a worker that
-dies with it lets the lease expire and the sweep sends it again (at least once).
+(``hand_over``): it leases the callback row (``Callbacks.claim``) and takes a slot of the worker's
+``Deliveries`` (``TTS_WEBHOOK_CONCURRENCY`` threads, never the Celery threads that synthesize and
+sweep) within its key's share, or, with no slot of its share free, gives the lease back, moves the
+row's time later and sends itself again with that countdown, doubled at each busy turn (1, 2, 4 ...
+30 s), so a key whose receivers are slow neither holds every thread nor makes its waiting
+deliveries cross the broker every second. The slots are shared between keys (``tts_queue.sharing``):
+a key alone takes all but one, and beside others less, so another key's delivery finds a thread
+while one key's tarpit receivers hold theirs. A delivery in flight is held by its lease, renewed by
+the heartbeat while it runs, so neither a duplicate message nor the sweep sends it again; a worker
+that dies with it lets the lease expire and the sweep sends it again (at least once).
 
 One delivery (``deliver``) POSTs the task's JSON (``GET /v1/tasks/<id>``) or the book's (``GET
 /v1/books/<id>``), links under the address the client used. The host is resolved and checked again
@@ -35,38 +39,47 @@ from contextlib import contextmanager
 from typing import Any
 
 from tts_queue import __version__, metrics
+from tts_queue.access.keys import webhook_secret
 from tts_queue.app.core import Core
 from tts_queue.books.progress import book_document
+from tts_queue.sharing import FairSlots
 from tts_queue.tables import Callback
 from tts_queue.tasks.callbacks import InvalidCallbackUrl, Target, UnresolvedHost, sign
 from tts_queue.tasks.view import task_document
 
 log = logging.getLogger(__name__)
 RESPONSE_BYTES = 4096  # read at most this much of a receiver's answer
-BUSY_RETRY_S = 1.0  # every delivery slot taken: the message comes back after this
+BUSY_RETRY_S = 1.0  # no delivery slot of its key's share free: the message comes back after this,
+MAX_BUSY_RETRY_S = 30.0  # doubled at each busy turn up to this
+
+
+def busy_retry_s(busy: int) -> float:
+    """How long a delivery that found no slot ``busy`` times before waits before its next turn."""
+    return float(min(MAX_BUSY_RETRY_S, BUSY_RETRY_S * 2.0 ** min(busy, 16)))
 
 
 class Deliveries:
-    """The worker's own delivery threads: at most ``size`` deliveries in flight; the ids in flight,
+    """The worker's own delivery threads: at most ``size`` deliveries in flight, shared between
+    keys (a key alone holds all but one, beside others less: ``FairSlots``); the ids in flight,
     whose leases the heartbeat renews."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._slots = threading.BoundedSemaphore(size)
+        self._slots = FairSlots(size)
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="webhook")
         self._held: set[str] = set()
         self._lock = threading.Lock()
 
-    def reserve(self) -> bool:
-        """Take a slot if one is free (never waits)."""
-        return self._slots.acquire(blocking=False)
+    def reserve(self, owner: str = "") -> bool:
+        """Take a slot of ``owner``'s share if one is free (never waits)."""
+        return self._slots.take(owner)
 
-    def unreserve(self) -> None:
+    def unreserve(self, owner: str = "") -> None:
         """Give back a slot reserved for a delivery that will not run."""
-        self._slots.release()
+        self._slots.give_back(owner)
 
-    def start(self, subject_id: str, work: Callable[[], object]) -> None:
-        """Run ``work`` (the delivery of ``subject_id``) in a reserved slot."""
+    def start(self, subject_id: str, work: Callable[[], object], owner: str = "") -> None:
+        """Run ``work`` (the delivery of ``subject_id``) in a slot reserved for ``owner``."""
         with self._lock:
             self._held.add(subject_id)
 
@@ -78,14 +91,14 @@ class Deliveries:
             finally:
                 with self._lock:
                     self._held.discard(subject_id)
-                self._slots.release()
+                self._slots.give_back(owner)
 
         try:
             self._executor.submit(run)
         except RuntimeError:  # shutting down
             with self._lock:
                 self._held.discard(subject_id)
-            self._slots.release()
+            self._slots.give_back(owner)
             raise
 
     def held(self) -> list[str]:
@@ -98,25 +111,22 @@ class Deliveries:
         self._executor.shutdown(wait=False)
 
 
-def hand_over(core: Core, deliveries: Deliveries, subject_id: str) -> str:
-    """The task body: start ``subject_id``'s due delivery on a delivery thread, or send this
-    message again shortly when every slot is taken; what happened."""
+def hand_over(core: Core, deliveries: Deliveries, subject_id: str, busy: int = 0) -> str:
+    """The task body: start ``subject_id``'s due delivery on a delivery thread of its key's share,
+    or send this message again later when none is free (``busy``: how many turns it found none
+    before: the wait doubles); what happened."""
     callbacks = core.callbacks
-    if not deliveries.reserve():
-        if not callbacks.postpone(subject_id, BUSY_RETRY_S):
-            return _counted("not due")  # delivered, failed, or in flight elsewhere
-        core.dispatcher.deliver(subject_id, countdown=BUSY_RETRY_S)
+    callback = callbacks.claim(subject_id)
+    if callback is None:
+        return _counted("not due")  # delivered, failed, early, or in flight elsewhere
+    owner = callback.owner or ""
+    if not deliveries.reserve(owner):
+        wait = busy_retry_s(busy)
+        callbacks.release(subject_id, later_s=wait)
+        core.dispatcher.deliver(subject_id, countdown=wait, busy=busy + 1)
         return _counted("busy")
     try:
-        callback = callbacks.claim(subject_id)
-        if callback is None:
-            deliveries.unreserve()
-            return _counted("not due")
-    except Exception:
-        deliveries.unreserve()
-        raise
-    try:
-        deliveries.start(subject_id, functools.partial(deliver, core, callback))
+        deliveries.start(subject_id, functools.partial(deliver, core, callback), owner)
     except RuntimeError:  # the worker is shutting down: the sweep sends it once its lease is given back
         callbacks.release(subject_id)
         return _counted("busy")
@@ -140,6 +150,7 @@ def _attempt(core: Core, callback: Callback) -> str:
     callbacks = core.callbacks
     subject_id = callback.subject_id
     body = json.dumps(document(core, callback)).encode()
+    secret = webhook_secret(core.db, callback.owner) or hooks.secret
     deadline = Deadline(hooks.timeout_s)
     status: int | None
     error: str | None
@@ -152,7 +163,7 @@ def _attempt(core: Core, callback: Callback) -> str:
         log.warning("callback of %s refused: %s", subject_id, exc.message)
         return _counted("refused")
     else:
-        status, error = post(where, body, headers(where, body, callback.kind, hooks.secret), deadline)
+        status, error = post(where, body, headers(where, body, callback.kind, secret), deadline)
     return _outcome(core, subject_id, status, error)
 
 
@@ -173,11 +184,15 @@ def _counted(outcome: str) -> str:
 
 
 def document(core: Core, callback: Callback) -> dict[str, Any]:
-    """The JSON a callback POSTs: the task's or the book's, as the API shows it."""
+    """The JSON a callback POSTs: the task's or the book's, as the API shows it (links under
+    ``TTS_PUBLIC_URL`` when it is set), and ``callback_url``, the receiver it is sent to: the
+    signature covers it, so a body signed for one receiver fails the check at another."""
+    base_url = core.settings.api.public_url or callback.base_url
     if callback.kind == "book":
-        progress = core.books.progress(callback.subject_id)
-        return book_document(progress, callback.base_url)
-    return task_document(core.tasks.get(callback.subject_id, fresh=True), callback.base_url)
+        found = book_document(core.books.progress(callback.subject_id), base_url)
+    else:
+        found = task_document(core.tasks.get(callback.subject_id, fresh=True), base_url)
+    return {**found, "callback_url": callback.url}
 
 
 def headers(where: Target, body: bytes, kind: str, secret: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,7 +17,15 @@ from tts_queue.app.core import Core
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback
 from tts_queue.tasks.callbacks import Callbacks, Target
-from workers.webhooks import BUSY_RETRY_S, Deadline, Deliveries, hand_over, post
+from workers.webhooks import (
+    BUSY_RETRY_S,
+    MAX_BUSY_RETRY_S,
+    Deadline,
+    Deliveries,
+    busy_retry_s,
+    hand_over,
+    post,
+)
 
 HEADERS = {"Host": "127.0.0.1", "Content-Type": "application/json"}
 
@@ -68,21 +77,37 @@ def test_a_refused_connection_is_a_failure_named_by_its_error() -> None:
 
 
 def test_the_delivery_threads_are_bounded_and_know_what_they_hold() -> None:
-    # Given two delivery threads, both busy
-    deliveries = Deliveries(2)
+    # Given three delivery threads, two busy with one key's deliveries, one with another's
+    deliveries = Deliveries(3)
     release = threading.Event()
     try:
-        for name in ("a", "b"):
-            assert deliveries.reserve()
-            deliveries.start(name, lambda: release.wait(10))
-        # Then a third finds no slot, and the two in flight are the ones whose leases are renewed
-        assert not deliveries.reserve()
-        assert sorted(deliveries.held()) == ["a", "b"]
+        for name, owner in (("a", "k1"), ("b", "k1"), ("c", "k2")):
+            assert deliveries.reserve(owner)
+            deliveries.start(name, lambda: release.wait(10), owner)
+        # Then a fourth finds no slot, and the three in flight are the ones whose leases are renewed
+        assert not deliveries.reserve("k3")
+        assert sorted(deliveries.held()) == ["a", "b", "c"]
     finally:
         release.set()
     # And once they end, their slots are free again
     wait_until(lambda: deliveries.held() == [], timeout=10)
-    assert deliveries.reserve() and deliveries.reserve()
+    assert deliveries.reserve("k1") and deliveries.reserve("k1")
+    deliveries.close()
+
+
+def test_one_key_alone_leaves_a_delivery_thread_for_the_next_and_shrinks_beside_it() -> None:
+    # Given four delivery threads and one key with many deliveries due
+    deliveries = Deliveries(4)
+    taken = 0
+    while deliveries.reserve("tarpit"):
+        taken += 1
+    # Then it holds all but one, and another key's delivery finds that one at once
+    assert taken == 3 and deliveries.reserve("other")
+    # And beside the other key, the first takes a freed thread only while two are free
+    deliveries.unreserve("tarpit")
+    assert not deliveries.reserve("tarpit")
+    deliveries.unreserve("tarpit")
+    assert deliveries.reserve("tarpit") and not deliveries.reserve("tarpit")
     deliveries.close()
 
 
@@ -105,17 +130,26 @@ def due(callbacks: Callbacks) -> str:
     return subject_id
 
 
-def test_with_every_thread_busy_the_task_sends_itself_again_shortly(core: Core, queue: FakeQueue) -> None:
+def test_with_every_thread_busy_the_task_sends_itself_again_later_each_time(
+        core: Core, queue: FakeQueue) -> None:
     # Given a worker whose one delivery thread is taken, and a due callback
     callbacks = core.callbacks
     deliveries = Deliveries(1)
     assert deliveries.reserve()
     subject_id = due(callbacks)
-    # When its message arrives
-    outcome = hand_over(core, deliveries, subject_id)
-    # Then nothing is sent to the receiver from this thread: the message comes back shortly, and
-    # the row's time moved with it (the sweep does not take it for lost)
-    assert outcome == "busy" and queue.countdowns == [(subject_id, BUSY_RETRY_S)]
+    start = callbacks.clock()
+    waited = 0.0
+    callbacks.clock = lambda: start + timedelta(seconds=waited)
+    # When its message arrives, and again after each wait
+    outcomes = []
+    for busy in range(3):
+        outcomes.append(hand_over(core, deliveries, subject_id, busy))
+        waited += queue.countdowns[-1][1]
+    # Then nothing is sent to the receiver from this thread: the message comes back, each time
+    # twice as late, and the row's time moved with it (the sweep does not take it for lost)
+    assert outcomes == ["busy"] * 3 and queue.busy_turns == [1, 2, 3]
+    assert queue.countdowns == [(subject_id, BUSY_RETRY_S * factor) for factor in (1, 2, 4)]
+    assert busy_retry_s(40) == MAX_BUSY_RETRY_S
     with callbacks.db.read() as session:
         row = session.get(Callback, subject_id)
         assert row is not None and row.leased_at is None and row.attempts == 0
@@ -130,7 +164,7 @@ def test_a_delivery_in_flight_is_not_handed_over_twice(core: Core, queue: FakeQu
     deliveries = Deliveries(2)
     # When a duplicate message arrives, with threads free or not
     assert hand_over(core, deliveries, subject_id) == "not due"
-    assert deliveries.reserve() and deliveries.reserve()
+    assert deliveries.reserve("a") and deliveries.reserve("b")
     assert hand_over(core, deliveries, subject_id) == "not due"
     # Then it is dropped: not started, not sent again
     assert deliveries.held() == [] and queue.countdowns == []

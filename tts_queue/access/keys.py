@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from tts_queue.db import Database, utcnow
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import InvalidRequest
-from tts_queue.tables import ApiKey, CacheEntry, TaskRow
+from tts_queue.tables import ApiKey, BookRow, CacheEntry, SentenceRow, TaskRow
 
 CACHE_S = 5.0
 DEFAULT_RATE = "120/minute"
@@ -87,8 +87,9 @@ class ApiKeys:
         self._lock = threading.Lock()
 
     def create(self, name: str, rate: str = DEFAULT_RATE, max_queued: int = DEFAULT_MAX_QUEUED,
-               admin: bool = False) -> tuple[KeyInfo, str]:
-        """A new key called ``name``: its description and the key itself (shown once, never stored)."""
+               admin: bool = False, webhook_secret: str | None = None) -> tuple[KeyInfo, str]:
+        """A new key called ``name``: its description and the key itself (shown once, never stored);
+        ``webhook_secret``: signs its webhooks instead of ``TTS_WEBHOOK_SECRET``."""
         if not _NAME.fullmatch(name):
             raise InvalidRequest("a key's name is 1-128 letters, digits and . _ @ -, starting with a letter "
                                  "or digit")
@@ -97,7 +98,8 @@ class ApiKeys:
         prefix = secrets.token_hex(6)
         key = f"tts_{prefix}_{secrets.token_urlsafe(32)}"
         row = ApiKey(id=str(uuid.uuid4()), name=name, prefix=prefix, hash=digest(key), rate=check_rate(rate),
-                     max_queued=max_queued, admin=admin, created_at=self.clock())
+                     max_queued=max_queued, admin=admin, created_at=self.clock(),
+                     webhook_secret=webhook_secret)
         try:
             with self.db.write() as session:
                 session.add(row)
@@ -144,6 +146,20 @@ class ApiKeys:
         return principal
 
 
+def webhook_secret(db: Database, owner: str | None) -> str | None:
+    """The key ``owner``'s own webhook secret, if it has one."""
+    if owner is None:
+        return None
+    with db.read() as session:
+        found: str | None = session.scalar(select(ApiKey.webhook_secret).where(ApiKey.id == owner))
+    return found
+
+
+def new_webhook_secret() -> str:
+    """A fresh webhook secret (``whsec_`` and 32 random bytes, URL-safe)."""
+    return f"whsec_{secrets.token_urlsafe(32)}"
+
+
 def queued_work(db: Database, owner: str) -> int:
     """How many of ``owner``'s tasks wait or run (book sentences included): its quota's count."""
     with db.read() as session:
@@ -160,11 +176,19 @@ def task_rows(db: Database, owner: str) -> int:
 
 
 def pinned_bytes(db: Database, owner: str) -> int:
-    """Bytes of stored audio that ``owner``'s pins (``keep``) hold against retention."""
+    """Bytes of audio that ``owner``'s pins (``keep``) hold against retention: what its pinned
+    tasks and the sentences of its pinned books stored, and the estimate of its pinned tasks
+    still queued or running (so pinning submissions sent together are counted together)."""
+    kept_books = select(BookRow.id).where(BookRow.owner == owner, BookRow.keep.is_(True))
+    kept_keys = select(TaskRow.cache_key).where(TaskRow.owner == owner, TaskRow.keep.is_(True)).union(
+        select(SentenceRow.cache_key).where(SentenceRow.book_id.in_(kept_books)))
     with db.read() as session:
-        return int(session.scalar(
-            select(func.coalesce(func.sum(CacheEntry.size_bytes), 0)).where(CacheEntry.key.in_(
-                select(TaskRow.cache_key).where(TaskRow.owner == owner, TaskRow.keep.is_(True))))) or 0)
+        stored = session.scalar(select(func.coalesce(func.sum(CacheEntry.size_bytes), 0))
+                                .where(CacheEntry.key.in_(kept_keys)))
+        in_flight = session.scalar(select(func.coalesce(func.sum(TaskRow.pin_bytes), 0)).where(
+            TaskRow.owner == owner, TaskRow.keep.is_(True),
+            TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING))))
+    return int(stored or 0) + int(in_flight or 0)
 
 
 class Usage:

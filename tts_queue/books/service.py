@@ -74,7 +74,8 @@ class BookService:
 
         callback_url = None
         if upload.callback_url not in (None, ""):
-            callback_url = self.tasks.callbacks.policy.check(upload.callback_url)
+            callback_url = self.tasks.callbacks.policy.check(upload.callback_url, owner)
+            self.tasks.callbacks.check_due(owner, self.settings.webhooks.key_max_due)
         limit = self.settings.books.max_bytes
         if len(upload.data) > limit:
             raise BookTooLarge(f"the book is {len(upload.data)} bytes; the limit is {limit}")
@@ -102,7 +103,7 @@ class BookService:
             self.rows.create(session, book_id, (title or fallback or "Untitled")[:MAX_TITLE_CHARS], options,
                              pool, source, owner)
             if callback_url is not None:
-                self.tasks.callbacks.register(session, book_id, "book", callback_url, base_url)
+                self.tasks.callbacks.register(session, book_id, "book", callback_url, base_url, owner=owner)
         try:
             self.dispatcher.ingest(book_id, self.ingest_queue(pool))
         except Exception as exc:

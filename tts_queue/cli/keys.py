@@ -31,12 +31,19 @@ def _keys(settings: Settings) -> ApiKeys:
 
 
 def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
-    """Make a key; print what it may do, then the key alone on the last line."""
+    """Make a key; print what it may do, its webhook secret if asked for, then the key alone on
+    the last line."""
+    from tts_queue.access.keys import new_webhook_secret
+
+    secret = new_webhook_secret() if args.webhook_secret else None
     info, key = _keys(settings).create(args.name, rate=args.rate, max_queued=args.max_queued,
-                                       admin=args.admin)
+                                       admin=args.admin, webhook_secret=secret)
     print(f"key {info.name!r}: rate {info.rate}, at most {info.max_queued} tasks queued"
           f"{', admin' if info.admin else ''}. It is shown this once; only its hash is stored:",
           file=sys.stderr)
+    if secret is not None:
+        print(f"webhook secret (signs this key's webhooks' X-TTS-Signature; give it to its receivers): "
+              f"{secret}")
     print(key)
     return 0
 
@@ -79,6 +86,9 @@ def add_key_commands(sub: Subcommands, add_data_dir: Callable[[argparse.Argument
     create.add_argument("--max-queued", dest="max_queued", type=int, default=DEFAULT_MAX_QUEUED,
                         help=f"most tasks queued or running at once (default {DEFAULT_MAX_QUEUED})")
     create.add_argument("--admin", action="store_true", help="may see deployment-wide views")
+    create.add_argument("--webhook-secret", dest="webhook_secret", action="store_true",
+                        help="give the key a webhook secret of its own (printed once), signing its "
+                             "webhooks instead of TTS_WEBHOOK_SECRET")
     create.set_defaults(func=cmd_create)
     listing = commands.add_parser("list", help="every key (never the keys themselves)")
     listing.add_argument("--json", action="store_true")

@@ -94,6 +94,11 @@ def api_command(host: str, port: int, threads: int) -> list[str]:
     ]
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``up`` serves only this machine on ``host``."""
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
 def fresh_dir(path: Path) -> Path:
     """``path`` as a new empty directory: the API and workers share their metrics through it
     (prometheus-client's multiprocess mode), and the files of an earlier run must not count."""
@@ -172,6 +177,9 @@ def up(settings: Settings, workers: int = 1, policy: RestartPolicy | None = None
         if wait_ready(url, supervisor):
             print(f"tts-queue is up at {url}  (data in {settings.data_dir}; Ctrl-C stops)",
                   file=sys.stderr)
+            if not settings.api.public_url and not is_loopback(settings.api.host):
+                print("warning: TTS_PUBLIC_URL is not set: links in answers and signed webhooks follow "
+                      "each request's Host header; set it to the address clients use", file=sys.stderr)
         elif supervisor.exit_code is None and not supervisor.stopping:
             print(f"tts-queue started but {url}/readyz is not ready yet", file=sys.stderr)
         return supervisor.wait()

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tts_queue.errors import AudioTooLong
+from tts_queue.errors import AudioTooLong, TTSQueueError
 from tts_queue.settings import Settings
-from tts_queue.synthesis.duration import audio_seconds, pace_of
+from tts_queue.synthesis.duration import audio_seconds, estimated_seconds, pace_of
+from tts_queue.synthesis.encoder import audio_format
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.voice import VoiceSpec
 
@@ -34,6 +35,21 @@ def longest_task_s(settings: Settings, specs: Iterable[VoiceSpec]) -> float:
     """CPU seconds of the longest request the settings admit: ``TTS_MAX_AUDIO_S`` at the largest
     real-time factor among ``specs`` (0 without voices)."""
     return settings.request.max_audio_s * max((pace_of(spec).rtf for spec in specs), default=0.0)
+
+
+def pinned_estimate(request: SynthesisRequest, spec: VoiceSpec) -> int:
+    """Bytes a pinned (``keep``) request will store, estimated before it runs: its exact audio
+    estimate (phonemized: about a millisecond per 400 characters of English) at its format's bit
+    rate, or 16-bit PCM at the format's (else the voice's) rate for the lossless formats."""
+    script = request.script or (("text", request.text),)
+    try:
+        seconds = estimated_seconds(script, spec, request.speed, request.sentence_silence_ms,
+                                    request.max_sentence_phonemes)
+    except TTSQueueError:  # the frontend cannot read it: it fails before storing anything
+        return 0
+    fmt = audio_format(request.format)
+    per_s = fmt.bit_rate / 8 if fmt.bit_rate else 2 * (fmt.sample_rate or spec.sample_rate)
+    return int(seconds * per_s)
 
 
 def check_work(request: SynthesisRequest, spec: VoiceSpec, pool: str, settings: Settings) -> None:

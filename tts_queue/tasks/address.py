@@ -7,7 +7,9 @@
   refused too, and an IPv6 address must be in the global unicast block ``2000::/3``. An IPv4
   address inside IPv6 (mapped ``::ffff:a.b.c.d``) is judged as the IPv4 address it carries.
 - ``Resolver``: ``getaddrinfo`` on a few daemon threads of its own, waited on until a deadline,
-  so a slow resolver holds at most those threads, never the caller's past the deadline.
+  so a slow resolver holds at most those threads, never the caller's past the deadline; the
+  threads are shared fairly between keys (``tts_queue.sharing``), so one key's slow-resolving
+  hosts hold at most its share and another key's lookups still run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from tts_queue.sharing import FairSlots
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 LOOKUP_THREADS = 4  # lookups in flight per process; the rest wait (at most their deadline) for one
@@ -94,21 +98,39 @@ Lookup = Callable[..., list[Any]]
 
 
 class Resolver:
-    """``getaddrinfo`` with a deadline, on at most ``threads`` lookups in flight at once.
+    """``getaddrinfo`` with a deadline, on at most ``threads`` lookups in flight at once, shared
+    fairly between owners (keys): one owner holds at most half of them, and less beside others.
 
     Each lookup runs on a daemon thread that holds one slot until ``getaddrinfo`` itself returns;
-    the caller waits for its answer no longer than its deadline (waiting for a free slot included),
-    so a resolver that never answers costs ``threads`` threads, and each caller its deadline."""
+    the caller waits for its answer no longer than its deadline (waiting for a slot of its share
+    included), so a resolver that never answers costs ``threads`` threads, and each caller its
+    deadline; one owner's hosts that never answer cost the others nothing but a smaller share."""
 
     def __init__(self, threads: int = LOOKUP_THREADS, lookup: Lookup = socket.getaddrinfo) -> None:
-        self.slots = threading.BoundedSemaphore(threads)
+        self.slots = FairSlots(threads, 0.5)
+        self._freed = threading.Condition()
         self.lookup = lookup
 
-    def addresses(self, host: str, port: int, deadline_s: float) -> list[str] | None:
+    def _take(self, owner: str, until: float) -> bool:
+        """A slot of ``owner``'s share, waiting for one until ``until``; whether it got one."""
+        with self._freed:
+            while not self.slots.take(owner):
+                left = until - time.monotonic()
+                if left <= 0:
+                    return False
+                self._freed.wait(left)
+        return True
+
+    def _give_back(self, owner: str) -> None:
+        self.slots.give_back(owner)
+        with self._freed:
+            self._freed.notify_all()
+
+    def addresses(self, host: str, port: int, deadline_s: float, owner: str = "") -> list[str] | None:
         """The distinct addresses ``host`` resolves to, in the resolver's order; ``None`` when it
         does not resolve, resolves to nothing, or does not answer within ``deadline_s``."""
         until = time.monotonic() + deadline_s
-        if not self.slots.acquire(timeout=max(0.0, deadline_s)):
+        if not self._take(owner, until):
             return None
         answer: list[list[Any]] = []
         done = threading.Event()
@@ -119,7 +141,7 @@ class Resolver:
             except (OSError, UnicodeError, ValueError):
                 pass
             finally:
-                self.slots.release()
+                self._give_back(owner)
                 done.set()
 
         threading.Thread(target=run, name="callback-lookup", daemon=True).start()

@@ -31,13 +31,13 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from sqlalchemy import Table, insert, or_, select, update
+from sqlalchemy import Table, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from tts_queue.backoff import backoff_s
 from tts_queue.db import Database, Executor, utcnow
 from tts_queue.enums import BookStatus
-from tts_queue.errors import InvalidRequest
+from tts_queue.errors import InvalidRequest, QuotaExceeded
 from tts_queue.settings import WebhookSettings
 from tts_queue.tables import BookRow, Callback
 from tts_queue.tasks.address import Resolver, refusal
@@ -90,19 +90,21 @@ class UrlPolicy:
         """The policy the settings describe."""
         return cls(webhooks.allow_private, webhooks.ports, webhooks.lookup_timeout_s)
 
-    def check(self, url: Any) -> str:
-        """``url`` (stripped) if the service may call it, else ``InvalidCallbackUrl``."""
+    def check(self, url: Any, owner: str | None = None) -> str:
+        """``url`` (stripped) if the service may call it, else ``InvalidCallbackUrl`` (its lookup
+        within ``owner``'s share of the resolver)."""
         if not isinstance(url, str) or not url.strip():
             raise InvalidCallbackUrl("callback_url must be an http(s) URL")
         cleaned: str = url.strip()
         if len(cleaned) > MAX_URL_CHARS:
             raise InvalidCallbackUrl(f"callback_url is longer than {MAX_URL_CHARS} characters")
-        self.target(cleaned)
+        self.target(cleaned, owner=owner)
         return cleaned
 
-    def target(self, url: str, lookup_s: float | None = None) -> Target:
+    def target(self, url: str, lookup_s: float | None = None, owner: str | None = None) -> Target:
         """The parts of ``url`` and one checked address of its host (``InvalidCallbackUrl`` if
-        none; ``lookup_s``: the lookup's deadline, the policy's by default)."""
+        none; ``lookup_s``: the lookup's deadline, the policy's by default; ``owner``: whose share
+        of the resolver it takes)."""
         try:
             parts = urlsplit(url)
             port = parts.port
@@ -116,14 +118,15 @@ class UrlPolicy:
         if port not in self.ports:
             raise InvalidCallbackUrl(f"callback_url's port must be one of "
                                      f"{', '.join(map(str, self.ports))} (TTS_WEBHOOK_PORTS)")
-        addresses = self.addresses(parts.hostname, port, self.lookup_s if lookup_s is None else lookup_s)
+        addresses = self.addresses(parts.hostname, port, self.lookup_s if lookup_s is None else lookup_s,
+                                   owner)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return Target(parts.scheme, parts.hostname, port, path, addresses[0])
 
-    def addresses(self, host: str, port: int, lookup_s: float) -> list[str]:
+    def addresses(self, host: str, port: int, lookup_s: float, owner: str | None = None) -> list[str]:
         """The addresses ``host`` resolves to within ``lookup_s``, every one allowed; else the one
         answer ``HOST_REFUSED`` (``UnresolvedHost`` when it did not resolve)."""
-        addresses = self.resolver.addresses(host, port, lookup_s)
+        addresses = self.resolver.addresses(host, port, lookup_s, owner or "")
         if addresses is None:
             raise UnresolvedHost(HOST_REFUSED)
         if not self.allow_private and any(refusal(address) for address in addresses):
@@ -165,14 +168,27 @@ class Callbacks:
         self.lease = lease
 
     def register(self, session: Executor, subject_id: str, kind: str, url: str, base_url: str,
-                 finished: bool = False) -> None:
+                 finished: bool = False, owner: str | None = None) -> None:
         """Record a callback in the caller's transaction (``finished``: due at once, a cache hit):
         one Core INSERT, on a session or a bare connection (a submission's)."""
         now = self.clock()
         session.execute(INSERT_CALLBACK, {
             "subject_id": subject_id, "kind": kind, "url": url, "base_url": base_url,
             "state": PENDING if finished else WAITING, "attempts": 0, "created_at": now,
-            "next_at": now if finished else None})
+            "next_at": now if finished else None, "owner": owner})
+
+    def check_due(self, owner: str | None, limit: int) -> None:
+        """Raise ``QuotaExceeded`` when ``owner`` (a key) has ``limit`` webhooks due and not yet
+        delivered: a key whose receivers are slow cannot queue deliveries without end (one
+        indexed count; with auth off, no key, no cap)."""
+        if owner is None:
+            return
+        with self.db.read() as session:
+            due = int(session.scalar(select(func.count()).select_from(Callback).where(
+                Callback.owner == owner, Callback.state == PENDING)) or 0)
+        if due >= limit:
+            raise QuotaExceeded(f"this key has {due} webhooks due and not yet delivered; it may have "
+                                f"{limit} (TTS_KEY_MAX_DUE_WEBHOOKS): retry once its receivers answered")
 
     def due(self, subject_id: str) -> bool:
         """The subject finished: its callback (if it has one waiting) is due now; whether it was."""
@@ -212,21 +228,15 @@ class Callbacks:
                     Callback.subject_id.in_(subject_ids), Callback.state == PENDING,
                     Callback.leased_at.is_not(None)).values(leased_at=self.clock()))
 
-    def release(self, subject_id: str) -> None:
-        """Give a lease back without an attempt (the delivery could not start)."""
+    def release(self, subject_id: str, later_s: float = 0.0) -> None:
+        """Give a lease back without an attempt (the delivery could not start); ``later_s``: its
+        time moves that much later too (no delivery slot was free), so the sweep does not take
+        it for lost meanwhile."""
+        values: dict[str, object] = {"leased_at": None}
+        if later_s:
+            values["next_at"] = self.clock() + timedelta(seconds=later_s)
         with self.db.write() as session:
-            session.execute(update(Callback).where(Callback.subject_id == subject_id)
-                            .values(leased_at=None))
-
-    def postpone(self, subject_id: str, wait_s: float) -> bool:
-        """Move a due, unheld delivery ``wait_s`` later (no delivery slot was free); whether it was
-        (``False``: not due, or in flight elsewhere: this message is a duplicate)."""
-        now = self.clock()
-        with self.db.write() as session:
-            result = session.execute(update(Callback).where(
-                Callback.subject_id == subject_id, Callback.state == PENDING, self._free(now))
-                .values(next_at=now + timedelta(seconds=wait_s), leased_at=None))
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+            session.execute(update(Callback).where(Callback.subject_id == subject_id).values(**values))
 
     def record(self, subject_id: str, status: int | None, error: str | None, max_attempts: int,
                first_backoff_s: float) -> float | None:

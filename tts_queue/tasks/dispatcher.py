@@ -19,8 +19,9 @@ class Dispatcher(Protocol):
         """Enqueue the synthesis of ``task_id`` on ``queue`` (``stream``: its audio is published
         as it is made, ``tts_queue.tasks.streams``)."""
 
-    def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
-        """Enqueue one delivery of a task's or book's callback (``tts_queue.tasks.callbacks``)."""
+    def deliver(self, subject_id: str, countdown: float = 0.0, busy: int = 0) -> None:
+        """Enqueue one delivery of a task's or book's callback (``tts_queue.tasks.callbacks``);
+        ``busy``: how many turns it found no delivery thread free."""
 
     def ingest(self, book_id: str, queue: str) -> None:
         """Enqueue the parsing of an accepted book upload."""
@@ -37,7 +38,7 @@ class NoQueue:
         """Refused: this command does not queue work."""
         raise ConfigError("this command does not queue work")
 
-    def deliver(self, subject_id: str, countdown: float = 0.0) -> None:
+    def deliver(self, subject_id: str, countdown: float = 0.0, busy: int = 0) -> None:
         """Left to the recovery sweep (it re-sends due deliveries)."""
 
     def ingest(self, book_id: str, queue: str) -> None:

@@ -93,6 +93,7 @@ class NewTask:
     keep: bool = False
     callback: bool = False
     dispatched: bool = False  # its message is sent right after the commit (``dispatched_at`` now)
+    pin_bytes: int | None = None  # a pinned miss's estimated bytes (the pin cap counts them in flight)
 
     def values(self) -> dict[str, object]:
         """The row's columns."""
@@ -100,6 +101,7 @@ class NewTask:
         return {"id": self.id, "cache_key": self.cache_key, "request": self.request, "pool": self.pool,
                 "queue": self.queue, "created_at": now, "book_id": self.book_id, "owner": self.owner,
                 "keep": self.keep, "callback": self.callback, "attempts": 0, "cache_hit": self.cache_hit,
+                "pin_bytes": self.pin_bytes,
                 "status": TaskStatus.DONE if self.cache_hit else TaskStatus.QUEUED,
                 "started_at": now if self.cache_hit else None,
                 "finished_at": now if self.cache_hit else None,

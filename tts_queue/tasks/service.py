@@ -32,7 +32,7 @@ from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
-from tts_queue.synthesis.work import check_work
+from tts_queue.synthesis.work import check_work, pinned_estimate
 from tts_queue.tables import CacheEntry, TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.callbacks import Callbacks
@@ -114,7 +114,8 @@ class TaskService:
         as it is made (``tts_queue.tasks.streams``). ``callback_url``: the task's JSON is POSTed
         there when it finishes (links under ``base_url``)."""
         if callback_url is not None:
-            callback_url = self.callbacks.policy.check(callback_url)
+            callback_url = self.callbacks.policy.check(callback_url, owner)
+            self.callbacks.check_due(owner, self.settings.webhooks.key_max_due)
         request = build_request(payload, self.registry, self.settings)
         key = self.key_of(request, owner)
         chosen_pool = self.pool_for(request, pool)
@@ -122,16 +123,19 @@ class TaskService:
         queue = queue_name(chosen_pool, Lane.INTERACTIVE, self.settings.services.queue_prefix)
         with self.db.write_connection() as session:
             hit = self.cache.lookup(key, session)
+            pin_bytes = None
             if hit is None:
                 self.require_worker(chosen_pool)  # nothing is written when no worker would run it
                 self.require_storage()
+                if keep:
+                    pin_bytes = pinned_estimate(request, self.registry.get(request.voice))
             row = self.rows.add(session, NewTask(
                 str(uuid.uuid4()), key, request.to_dict(), chosen_pool, queue, self.clock(),
                 cache_hit=hit is not None, owner=owner, keep=keep, callback=callback_url is not None,
-                dispatched=True))  # sent right after this commit (a failed send fails the row)
+                dispatched=True, pin_bytes=pin_bytes))  # sent after this commit (a failed send fails it)
             if callback_url is not None:
                 self.callbacks.register(session, row.id, "task", callback_url, base_url,
-                                        finished=hit is not None)
+                                        finished=hit is not None, owner=owner)
         metrics.count(metrics.TASKS_SUBMITTED, pool=chosen_pool, lane=Lane.INTERACTIVE.value)
         if hit is not None:
             self.ends.answered(row, hit.duration_s)
