@@ -27,6 +27,7 @@ from flask import Response, current_app, stream_with_context
 from api.services import Services
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import AudioNotReady, TaskFailed
+from tts_queue.tasks.streams import AudioStreams, StreamEntry
 from tts_queue.tasks.view import TaskView
 
 log = logging.getLogger(__name__)
@@ -89,55 +90,81 @@ def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: 
 
 def _pieces(svc: Services, view: TaskView, caller: str | None, wait_s: float) -> Generator[bytes]:
     """The task's audio as it comes: stream entries, or its stored file."""
-    streams = svc.streams
-    if view.status is TaskStatus.DONE or streams is None:
+    if view.status is TaskStatus.DONE or svc.streams is None:
         yield from _stored_when_done(svc, view, caller, wait_s)
         return
-    lease_s = svc.settings.worker.lease_s
-    started = time.monotonic()
-    last_seen = started
-    after, attempt, sent, read_bytes = "0", None, False, 0
-    while True:
-        streams.attach(view.id, read_bytes)  # we still read: the worker may append
-        entries = streams.read(view.id, after, READ_BLOCK_S)
-        now = time.monotonic()
-        if not entries:
-            view = svc.tasks.get(view.id)
-            if view.status.finished:
-                entries = streams.read(view.id, after, 0.05)  # its end may be just behind the row
+    yield from _Relay(svc, svc.streams, view, caller, wait_s).pieces()
+
+
+class _Relay:
+    """One reader's place in a task's audio stream: what it read, whether audio was sent, and
+    when the last entry came."""
+
+    def __init__(self, svc: Services, streams: AudioStreams, view: TaskView, caller: str | None,
+                 wait_s: float) -> None:
+        self.svc, self.streams, self.view, self.caller, self.wait_s = svc, streams, view, caller, wait_s
+        self.after, self.sent, self.read_bytes = "0", False, 0
+        self.attempt: int | None = None
+        self.started = self.last_seen = time.monotonic()
+
+    def pieces(self) -> Generator[bytes]:
+        """Relay entries until the end; a task that ended without streaming sends its file."""
+        while True:
+            self.streams.attach(self.view.id, self.read_bytes)  # we still read: the worker may append
+            entries: list[StreamEntry] | None = self.streams.read(self.view.id, self.after, READ_BLOCK_S)
             if not entries:
-                if sent and not streams.exists(view.id):
-                    raise _broken(view.id, "its stream was dropped (this reader fell too far behind)")
-                if view.status.finished:
-                    if sent:
-                        raise _broken(view.id, f"it ended {view.status.value} without ending its stream")
-                    yield from _stored_when_done(svc, view, caller, 0)
-                    return
-                if not sent and now - started > wait_s:
-                    raise NotStarted(view)
-                if sent and now - last_seen > 2 * lease_s:
-                    raise _broken(view.id, f"no audio for {now - last_seen:.0f} s")
-                continue
-        if entries:
-            streams.trim(view.id, entries[-1].id)  # Redis keeps only what is not sent yet
-        for entry in entries:
-            after, last_seen = entry.id, now
-            if attempt is not None and entry.attempt != attempt and sent:
-                raise _broken(view.id, "the task was started again (a worker died); its audio would differ")
-            attempt = entry.attempt
-            if entry.kind == "data":
-                sent = True
-                read_bytes += len(entry.data)
-                yield entry.data
-            elif entry.kind == "end":
-                if entry.status == TaskStatus.DONE.value:
-                    if not sent:  # nothing was streamed (found in the cache): the stored file
-                        yield from _stored_when_done(svc, svc.tasks.get(view.id), caller, 0)
-                    return
-                if sent:
-                    raise _broken(view.id, f"the task ended {entry.status}")
-                yield from _stored_when_done(svc, svc.tasks.get(view.id), caller, 0)
+                entries = self._quiet()
+            if entries is None:  # it ended with nothing streamed: its stored file
+                yield from _stored_when_done(self.svc, self.view, self.caller, 0)
                 return
+            if not entries:
+                continue
+            self.streams.trim(self.view.id, entries[-1].id)  # Redis keeps only what is not sent yet
+            now = time.monotonic()
+            for entry in entries:
+                if (yield from self._take(entry, now)):
+                    return
+
+    def _quiet(self) -> list[StreamEntry] | None:
+        """Nothing came within the read: entries found after a look at the task's row, ``[]`` to
+        read again, ``None`` when it ended without streaming; raises when the stream broke or
+        nothing started within the wait."""
+        view = self.view = self.svc.tasks.get(self.view.id)
+        if view.status.finished:
+            entries = self.streams.read(view.id, self.after, 0.05)  # its end may be just behind the row
+            if entries:
+                return entries
+        now = time.monotonic()
+        if self.sent and not self.streams.exists(view.id):
+            raise _broken(view.id, "its stream was dropped (this reader fell too far behind)")
+        if view.status.finished:
+            if self.sent:
+                raise _broken(view.id, f"it ended {view.status.value} without ending its stream")
+            return None
+        if not self.sent and now - self.started > self.wait_s:
+            raise NotStarted(view)
+        if self.sent and now - self.last_seen > 2 * self.svc.settings.worker.lease_s:
+            raise _broken(view.id, f"no audio for {now - self.last_seen:.0f} s")
+        return []
+
+    def _take(self, entry: StreamEntry, now: float) -> Generator[bytes, None, bool]:
+        """Relay one entry; whether the stream ended with it."""
+        self.after, self.last_seen = entry.id, now
+        if self.attempt is not None and entry.attempt != self.attempt and self.sent:
+            raise _broken(self.view.id, "the task was started again (a worker died); its audio would differ")
+        self.attempt = entry.attempt
+        if entry.kind == "data":
+            self.sent = True
+            self.read_bytes += len(entry.data)
+            yield entry.data
+            return False
+        if entry.kind != "end":
+            return False
+        if entry.status != TaskStatus.DONE.value and self.sent:
+            raise _broken(self.view.id, f"the task ended {entry.status}")
+        if not self.sent:  # nothing was streamed (found in the cache, or it failed): the stored file
+            yield from _stored_when_done(self.svc, self.svc.tasks.get(self.view.id), self.caller, 0)
+        return True
 
 
 def _stored_when_done(svc: Services, view: TaskView, caller: str | None, wait_s: float) -> Iterator[bytes]:

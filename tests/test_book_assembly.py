@@ -283,7 +283,7 @@ def test_the_m4b_has_a_mark_per_chapter_and_the_whole_book(library: Library, fmt
     book_id = library.add_book([chapter(3), chapter(5, first=3), chapter(2, first=8)], fmt)
     # When they are assembled in turn (the last one starts the M4B beside its own encoding, except
     # for Opus, whose files decode at 48 kHz: the book's end builds it from the files)
-    with caplog.at_level(logging.INFO, logger="tts_queue.books.assembler"):
+    with caplog.at_level(logging.INFO, logger="tts_queue.books.audiobook"):
         for number in (1, 2, 3):
             assert library.assembler().assemble(book_id, number) is BookStatus.DONE
     assert ("beside its last chapter" in caplog.text) == (fmt == "wav")

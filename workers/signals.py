@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, bootsteps, signals
 from celery.utils.dispatch import Signal
@@ -41,7 +41,7 @@ from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.tasks.keys import SYNTHESIZE
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import requeue
-from workers.runtime import RuntimeHolder
+from workers.runtime import RuntimeHolder, WorkerRuntime
 from workers.webhooks import Deliveries
 
 if TYPE_CHECKING:
@@ -123,15 +123,72 @@ def leases_on_reconnect(leases: Leases) -> type[bootsteps.StartStopStep]:
     return LeasesOnReconnect
 
 
+def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, marker: RedisBrokerMarker,
+                 consumed: ConsumedMarker, deliveries: Deliveries | None, leases: Leases,
+                 stop: threading.Event) -> None:
+    """The worker is ready: metrics, the first recovery sweep, the warm-up, the heartbeat with its
+    lease renewal, the consumed mark, the frozen start-up heap and the allocator's trimmer."""
+    settings = holder.settings
+    runtime = holder.get()
+    metrics.configure(settings.metrics.enabled)
+    if settings.metrics.enabled and settings.metrics.port:  # a worker on its own host: its own /metrics
+        metrics.serve(settings.metrics.port)
+        log.info("metrics on :%d/metrics", settings.metrics.port)
+    requeue(settings, runtime.core.task_rows, holder.dispatcher, marker)
+    if settings.worker.warmup:
+        try:
+            runtime.warm_up()
+        except ConfigError as exc:  # a demanded provider is missing: fail loudly, do not serve
+            log.critical("worker cannot start: %s", exc.message)
+            os._exit(3)
+    name = getattr(sender, "hostname", None) or runtime.executor.worker_name
+
+    def describe() -> WorkerInfo:
+        return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
+
+    heartbeats.start(describe, stop, then=lease_renewal(runtime, leases, name, deliveries))
+    # A worker that has just started consumes (its consumer is up): readiness need not wait
+    # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
+    consumed.mark()
+    # imports, services and the warm voice live as long as the worker: out of the collector's walks
+    log.info(LOG_LINE, freeze_start_up())
+    Trimmer(settings.worker.trim_interval_s, stop).start()
+
+
+def lease_renewal(runtime: WorkerRuntime, leases: Leases, name: str,
+                  deliveries: Deliveries | None) -> Callable[[], None]:
+    """What each heartbeat does after beating: record the tasks received and still queued, renew
+    the leases of the tasks this worker holds and of its webhook deliveries in flight."""
+
+    def renew() -> None:
+        unrecorded = leases.take_unrecorded()
+        try:
+            runtime.core.task_rows.reserve_many(unrecorded, name)  # those still queued
+            runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
+            if deliveries is not None:  # and so do the webhook deliveries in flight
+                runtime.core.callbacks.renew(deliveries.held())
+        except Exception as exc:  # database down: keep beating; record and renew on the next beat
+            leases.unrecord(unrecorded)
+            log.warning("could not renew leases: %s", exc)
+
+    return renew
+
+
+def only_for(app: Celery, handler: Handler) -> Handler:
+    """``handler``, called only for senders of ``app`` (a second app in the process has its own)."""
+
+    def checked(sender: object = None, **kwargs: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            handler(sender=sender, **kwargs)
+
+    return checked
+
+
 def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, marker: RedisBrokerMarker,
                     consumed: ConsumedMarker, deliveries: Deliveries | None = None) -> None:
     """Connect the worker's handlers for ``app`` (see the module docstring)."""
-    settings = holder.settings
     stop = threading.Event()
     leases = Leases()
-
-    def mine(sender: object) -> bool:
-        return getattr(sender, "app", None) is app
 
     def received(sender: object = None, request: Request | None = None, **_: object) -> None:
         # Held in memory only: a thread free at once claims the task within milliseconds (the
@@ -140,70 +197,32 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         # their expired leases, and one that dies before recording them by the stranded-message
         # rule (delivered more than a lease ago, held by nobody). Nothing here waits on SQL: this
         # runs on the consumer's thread, before Celery hands the message to a thread.
-        if mine(sender) and request is not None and request.name == SYNTHESIZE:
+        if request is not None and request.name == SYNTHESIZE:
             leases.hold(request.id)
 
     def ended(sender: object = None, task_id: str | None = None, state: str | None = None,
               **_: object) -> None:
         # A task handed back for a retry stays held: its lease is renewed until it runs again.
-        if mine(sender) and task_id is not None and state != "RETRY":
+        if task_id is not None and state != "RETRY":
             leases.drop(task_id)
 
     def ready(sender: object = None, **_: object) -> None:
-        if not mine(sender):
-            return
-        runtime = holder.get()
-        metrics.configure(settings.metrics.enabled)
-        if settings.metrics.enabled and settings.metrics.port:  # a worker on its own host: its own /metrics
-            metrics.serve(settings.metrics.port)
-            log.info("metrics on :%d/metrics", settings.metrics.port)
-        requeue(settings, runtime.core.task_rows, holder.dispatcher, marker)
-        if settings.worker.warmup:
-            try:
-                runtime.warm_up()
-            except ConfigError as exc:  # a demanded provider is missing: fail loudly, do not serve
-                log.critical("worker cannot start: %s", exc.message)
-                os._exit(3)
-        name = getattr(sender, "hostname", None) or runtime.executor.worker_name
-
-        def describe() -> WorkerInfo:
-            return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
-
-        def renew() -> None:
-            unrecorded = leases.take_unrecorded()
-            try:
-                runtime.core.task_rows.reserve_many(unrecorded, name)  # those still queued
-                runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
-                if deliveries is not None:  # and so do the webhook deliveries in flight
-                    runtime.core.callbacks.renew(deliveries.held())
-            except Exception as exc:  # database down: keep beating; record and renew on the next beat
-                leases.unrecord(unrecorded)
-                log.warning("could not renew leases: %s", exc)
-
-        heartbeats.start(describe, stop, then=renew)
-        # A worker that has just started consumes (its consumer is up): readiness need not wait
-        # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
-        consumed.mark()
-        # imports, services and the warm voice live as long as the worker: out of the collector's walks
-        log.info(LOG_LINE, freeze_start_up())
-        Trimmer(settings.worker.trim_interval_s, stop).start()
+        start_worker(sender, holder, heartbeats, marker, consumed, deliveries, leases, stop)
 
     def shutdown(sender: object = None, **_: object) -> None:
-        if mine(sender):
-            stop.set()
-            if deliveries is not None:
-                deliveries.close()
+        stop.set()
+        if deliveries is not None:
+            deliveries.close()
 
     def started(sender: object = None, **_: object) -> None:
         # Readiness proves consumption: marked whenever this worker really takes a task off a
         # queue (not at start-up), so a worker alive but no longer consuming makes /readyz fail.
-        if mine(sender):
-            consumed.mark()
+        consumed.mark()
 
     handlers: list[tuple[Signal, Handler]] = [
-        (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
-        (signals.worker_shutdown, shutdown), (signals.task_prerun, started),
-    ]
+        (signal, only_for(app, handler)) for signal, handler in (
+            (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
+            (signals.worker_shutdown, shutdown), (signals.task_prerun, started))]
     app.steps["consumer"].add(leases_on_reconnect(leases))
     app.tts_leases = leases  # type: ignore[attr-defined]
     app.tts_handlers = [handler for _, handler in handlers]  # type: ignore[attr-defined]

@@ -81,63 +81,83 @@ def send_back(task: Task[..., object], task_id: str, why: OverShare) -> bool:
     return True
 
 
+def synthesis(task: Task[..., object], holder: RuntimeHolder, task_id: str, stream: bool) -> str | None:
+    """``tts.synthesize``'s body: one task row (``stream``: its audio published as it is made);
+    over its key's share, back to the broker; unexpected errors retried with backoff, then the
+    row failed."""
+    try:
+        try:
+            status = holder.get().executor.execute(task_id, task.request.hostname, stream=stream)
+        except OverShare as exc:  # its key holds its share of the threads: back to the broker
+            if send_back(task, task_id, exc):
+                return None
+            # the broker cannot take it back: it runs here, over the share, rather than be lost
+            status = holder.get().executor.execute(task_id, task.request.hostname, stream=stream,
+                                                   shared=False)
+    except Exception as exc:
+        if resend_when_storage_blocked(task, exc, f"task {task_id}", holder.settings.cache.storage_retry_s):
+            return None
+        status = retry_or_give_up(task, exc, partial(holder.get().executor.fail_unexpected, task_id, exc))
+    return status.value if status else None
+
+
+def assembly(task: Task[..., object], holder: RuntimeHolder, lock: AssemblyLock, book_id: str,
+             number: int) -> str | None:
+    """``tts.assemble_chapter``'s body: one chapter under its lock (``busy`` when another has it)."""
+    try:
+        with lock.held(book_id, number) as mine:
+            if not mine:  # the sweep or a second last sentence asked while it is being done
+                return "busy"
+            status = holder.get().core.assembler.assemble(book_id, number)
+    except Exception as exc:
+        wait_s = holder.settings.cache.storage_retry_s
+        if resend_when_storage_blocked(task, exc, f"book {book_id} chapter {number}", wait_s):
+            return None
+        return retry_or_give_up(task, exc, partial(fail_book, holder, book_id, number, exc))
+    return status.value if status else None
+
+
+def ingestion(task: Task[..., object], holder: RuntimeHolder, book_id: str) -> str | None:
+    """``tts.ingest_book``'s body: an accepted upload parsed into rows and dispatched."""
+    try:
+        status = holder.get().ingester.run(book_id)
+    except Exception as exc:
+        wait_s = holder.settings.cache.storage_retry_s
+        if resend_when_storage_blocked(task, exc, f"book {book_id} ingestion", wait_s):
+            return None
+        return retry_or_give_up(task, exc, partial(fail_book, holder, book_id, 0, exc))
+    return status.value if status else None
+
+
+def fail_book(holder: RuntimeHolder, book_id: str, number: int, exc: Exception) -> str:
+    """Fail a book whose chapter ``number`` (0: its parsing) could not be made; the error is logged."""
+    log.error("book %s chapter %d: %s", book_id, number, exc, exc_info=exc)
+    code, what = (AssemblyFailed.code, f"chapter {number}") if number else (InvalidBook.code, "the book")
+    holder.get().core.book_ends.fail(book_id, code, f"{what} could not be made; the error was logged")
+    return "failed"
+
+
 def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker, lock: AssemblyLock,
                    deliveries: Deliveries) -> None:
     """Register the six tasks of the module docstring on ``app`` (``shared=False``: Celery would
     otherwise put these closures on every app created later in the process, and a second app
     would run this one's runtime)."""
     settings = holder.settings
-    storage_wait_s = settings.cache.storage_retry_s
 
     @app.task(name=SYNTHESIZE, bind=True, max_retries=settings.worker.max_retries, shared=False)
     def synthesize(self: Task[[str, bool], str | None], task_id: str, stream: bool = False) -> str | None:
-        """Synthesize one task row (``stream``: publish its audio as it is made); unexpected errors
-        retry with backoff, then fail the row."""
-        try:
-            try:
-                status = holder.get().executor.execute(task_id, self.request.hostname, stream=stream)
-            except OverShare as exc:  # its key holds its share of the threads: back to the broker
-                if send_back(self, task_id, exc):
-                    return None
-                # the broker cannot take it back: it runs here, over the share, rather than be lost
-                status = holder.get().executor.execute(task_id, self.request.hostname, stream=stream,
-                                                       shared=False)
-        except Exception as exc:
-            if resend_when_storage_blocked(self, exc, f"task {task_id}", storage_wait_s):
-                return None
-            status = retry_or_give_up(self, exc, partial(holder.get().executor.fail_unexpected, task_id, exc))
-        return status.value if status else None
+        """Synthesize one task row (``synthesis``)."""
+        return synthesis(self, holder, task_id, stream)
 
     @app.task(name=ASSEMBLE, bind=True, max_retries=settings.worker.max_retries, shared=False)
     def assemble_chapter(self: Task[[str, int], str | None], book_id: str, number: int) -> str | None:
         """Stitch, caption and encode a chapter whose sentences are all done (idempotent)."""
-        try:
-            with lock.held(book_id, number) as mine:
-                if not mine:  # the sweep or a second last sentence asked while it is being done
-                    return "busy"
-                status = holder.get().core.assembler.assemble(book_id, number)
-        except Exception as exc:
-            if resend_when_storage_blocked(self, exc, f"book {book_id} chapter {number}", storage_wait_s):
-                return None
-            return retry_or_give_up(self, exc, partial(fail_book, book_id, number, exc))
-        return status.value if status else None
+        return assembly(self, holder, lock, book_id, number)
 
     @app.task(name=INGEST, bind=True, max_retries=settings.worker.max_retries, shared=False)
     def ingest_book(self: Task[[str], str | None], book_id: str) -> str | None:
         """Parse an accepted upload into chapters, sentences and tasks, and dispatch them."""
-        try:
-            status = holder.get().ingester.run(book_id)
-        except Exception as exc:
-            if resend_when_storage_blocked(self, exc, f"book {book_id} ingestion", storage_wait_s):
-                return None
-            return retry_or_give_up(self, exc, partial(fail_book, book_id, 0, exc))
-        return status.value if status else None
-
-    def fail_book(book_id: str, number: int, exc: Exception) -> str:
-        log.error("book %s chapter %d: %s", book_id, number, exc, exc_info=exc)
-        code, what = (AssemblyFailed.code, f"chapter {number}") if number else (InvalidBook.code, "the book")
-        holder.get().core.book_ends.fail(book_id, code, f"{what} could not be made; the error was logged")
-        return "failed"
+        return ingestion(self, holder, book_id)
 
     @app.task(name=DELIVER, shared=False)
     def deliver_callback(subject_id: str, busy: int = 0) -> str:
@@ -157,15 +177,20 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
 
     @app.task(name=CLEANUP, shared=False)
     def cleanup() -> CleanupReportJSON:
-        """Retention: expire by age and pressure, purge, drop old task rows, repair drift; one
-        cleaner at a time."""
-        core = holder.get().core
-        report = core.cleaner().run()
-        if not report.skipped:
-            report.books = core.books.expire(timedelta(days=settings.books.ttl_days))
-            metrics.count(metrics.CLEANUPS)
-            for kind, amount in (("audio_entries", report.entries), ("audio_bytes", report.bytes),
-                                 ("task_rows", report.task_rows), ("books", report.books)):
-                metrics.count(metrics.CLEANUP_REMOVED, amount, kind=kind)
-        log.info("cleanup: %s", report.as_json())
-        return report.as_json()
+        """Retention (``retention``)."""
+        return retention(holder)
+
+
+def retention(holder: RuntimeHolder) -> CleanupReportJSON:
+    """``tts.cleanup``'s body: expire by age and pressure, purge, drop old task rows, repair
+    drift, expire unread books; one cleaner at a time."""
+    core = holder.get().core
+    report = core.cleaner().run()
+    if not report.skipped:
+        report.books = core.books.expire(timedelta(days=holder.settings.books.ttl_days))
+        metrics.count(metrics.CLEANUPS)
+        for kind, amount in (("audio_entries", report.entries), ("audio_bytes", report.bytes),
+                             ("task_rows", report.task_rows), ("books", report.books)):
+            metrics.count(metrics.CLEANUP_REMOVED, amount, kind=kind)
+    log.info("cleanup: %s", report.as_json())
+    return report.as_json()

@@ -10,28 +10,24 @@ A chapter streams, so a worker's memory grows with neither the chapter nor the b
 are read a page at a time (keyset pagination on the index); a first pass reads each sentence's
 audio and keeps three numbers (speech level, peak, length) for the loudness gains; a second pass
 reads each again and writes it, with its gain, fades and the pause before it, straight into the
-encoder, and its captions and manifest entry into scratch files. The M4B is fed chapter by
-chapter, frame by frame, from the stored chapter files (and the last chapter from its PCM), to the
-``M4BWriter`` given: in a worker, a child process (``tts_queue.books.m4b``: the MP4 index it holds
-is not the worker's).
+encoder, and its captions and manifest entry into scratch files. Once every chapter is done, the
+book's M4B and its end are ``Audiobook``'s (``tts_queue.books.audiobook``), started beside the last
+chapter's encoding when it can be.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
 import logging
 import os
-import queue
 import re
 import shutil
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, cast
@@ -41,6 +37,7 @@ import soundfile
 from sqlalchemy import select
 
 from tts_queue import metrics
+from tts_queue.books.audiobook import Audiobook, BlockFeed, FinishLock
 from tts_queue.books.captions import CaptionWriter, CueStream
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.m4b import M4BWriter
@@ -63,8 +60,6 @@ log = logging.getLogger(__name__)
 
 STITCH_VERSION = 4  # 2: word captions; 3: streamed, digest hashed row by row; 4: shown text hashed
 PAGE_ROWS = 500  # sentence rows per query
-FEED_BLOCKS = 16  # blocks (a sentence or a pause each) the M4B thread may lag behind the chapter
-Blocks = Iterable[Audio]  # a chapter's audio, block after block
 _DURATION = re.compile(rb'\{"duration_s": ([-+0-9.eE]+),')
 
 
@@ -121,14 +116,6 @@ class Scan:
     waiting: bool
 
 
-FinishLock = Callable[[str], AbstractContextManager[bool]]  # a book's finishing lock (``books.lock``)
-
-
-def _unlocked(book_id: str) -> AbstractContextManager[bool]:
-    """No lock (one process): every caller holds it."""
-    return nullcontext(True)
-
-
 class ChapterAssembler:
     """Assembles chapters of books from the cached sentence audio."""
 
@@ -137,8 +124,6 @@ class ChapterAssembler:
                  stitching: StitchSettings | None = None, page_rows: int = PAGE_ROWS,
                  m4b_writer: M4BWriter = write_m4b, finish_lock: FinishLock | None = None) -> None:
         self.ends = ends
-        self.finish_lock = finish_lock or _unlocked  # two chapters ending together finish their book once
-        self.m4b_writer = m4b_writer  # in process, or a worker's child process (``workers.m4b``)
         self.rows: BookRows = ends.rows
         self.db: Database = ends.rows.db
         self.id_map = id_map  # a voice's phoneme ids (word captions); ``None``: sentence captions
@@ -146,6 +131,14 @@ class ChapterAssembler:
         self.storage = storage
         self.stitching = stitching or StitchSettings()
         self.page_rows = page_rows
+        # the book's M4B and end, once its chapters are done (``books.audiobook``)
+        self.audiobook = Audiobook(ends, storage, self.audio_of, m4b_writer, finish_lock)
+
+    def audio_of(self, chapter: ChapterRow, fmt: str) -> str:
+        """The stored audio file of a chapter that is done."""
+        files = self.files(chapter, fmt)
+        assert files is not None
+        return files.audio
 
     def assemble(self, book_id: str, number: int) -> BookStatus | None:
         """Assemble one chapter if all its sentences are done; the chapter's status afterwards."""
@@ -168,7 +161,7 @@ class ChapterAssembler:
             duration = self._write(files, book, number, fmt, marks)
             metrics.stage("chapter_assembly", time.perf_counter() - began)
         self.rows.chapter_done(book_id, number, scan.digest, duration)
-        self._finish_book(book_id)
+        self.audiobook.finish(book_id)
         return BookStatus.DONE
 
     def lines(self, book_id: str, number: int) -> Iterator[Line]:
@@ -254,7 +247,7 @@ class ChapterAssembler:
         loudness = self._measure(book.id, number)
         rate = loudness.sample_rate
         scratch = _Scratch.under(self.storage.scratch(), files)
-        early = self._start_m4b(book, number, fmt, rate)
+        early = self.audiobook.start_early(book, number, fmt, rate)
         feed = early[1] if early is not None else None
         try:
             total = self._render(book.id, number, loudness, fmt, marks, scratch, feed)
@@ -309,142 +302,6 @@ class ChapterAssembler:
                      "cache_key": line.cache_key}, ensure_ascii=False))
             captions.write(cues.finish(layout.position))
         return layout.position
-
-    def _start_m4b(self, book: BookRow, number: int, fmt: str,
-                   rate: int) -> tuple[threading.Thread, BlockFeed] | None:
-        """If every other chapter is done, start the M4B in a thread: it decodes the other
-        chapters' files, then takes this chapter's PCM from the returned feed as it is written
-        (the encoders release the GIL for most of their work, so the two share the cores). Else
-        ``None``, and the M4B is built when the book finishes, from the files; so too when the
-        other chapters decode to another rate than this PCM (Opus files are 48 kHz). A failure
-        here only logs: finishing the book builds it again."""
-        chapters = self.rows.chapters(book.id)
-        if any(c.status is not BookStatus.DONE for c in chapters if c.number != number):
-            return None
-        if audio_format(fmt).sample_rate not in (None, rate):
-            return None
-        feed = BlockFeed()
-
-        def build() -> None:
-            try:
-                book_audio = self._book_audio(chapters, fmt, (number, feed))
-                self._write_m4b(book, ((title, feed.guard(blocks)) for title, blocks in book_audio))
-                log.info("book %s: M4B built beside its last chapter", book.id)
-            except Exception:  # noqa: BLE001 - _finish_book tries again
-                log.warning("book %s: the M4B could not be built early", book.id, exc_info=True)
-            finally:
-                feed.abandon()
-
-        thread = threading.Thread(target=build, name=f"m4b-{book.id[:8]}", daemon=True)
-        thread.start()
-        return thread, feed
-
-    def _write_m4b(self, book: BookRow, chapters: Iterator[tuple[str, Blocks]]) -> str:
-        """The book's M4B in the storage (built unless it is there); its name."""
-        name = f"m4b/{book.id}.m4b"
-        if self.storage.size(name) is None:
-            local = self.storage.scratch() / f"{book.id}-{uuid.uuid4().hex[:8]}.m4b"
-            try:
-                self.m4b_writer(local, chapters, title=book.title, author=book.author)
-                self.storage.put_file(name, local, "audio/mp4")
-            finally:
-                local.unlink(missing_ok=True)
-        return name
-
-    def _finish_book(self, book_id: str) -> None:
-        """Build the M4B and end the book once its chapters are all done, under the book's
-        finishing lock: a second asker waits, then finds the book ended (held past the lock's
-        expiry: it leaves the book to the holder, or to the sweep's next assembly)."""
-        with self.finish_lock(book_id) as mine:
-            if not mine:
-                return
-            chapters = self.rows.chapters(book_id)
-            if any(c.status is not BookStatus.DONE for c in chapters):
-                return
-            with self.db.read() as session:
-                book = session.scalar(select(BookRow).where(BookRow.id == book_id))
-            if book is None or book.status.finished:
-                return
-            name = self._write_m4b(book, self._book_audio(chapters, str(book.options.get("format", "mp3"))))
-            if self.ends.done(book_id, name):
-                log.info("book %s done: %d chapters", book_id, len(chapters))
-
-    def _book_audio(self, chapters: list[ChapterRow], fmt: str,
-                    current: tuple[int, Blocks] | None = None) -> Iterator[tuple[str, Blocks]]:
-        """Each chapter's title and audio blocks, one chapter at a time: ``current`` (number,
-        blocks) as given, the others decoded frame by frame from their files."""
-        for chapter in chapters:
-            if current is not None and chapter.number == current[0]:
-                yield chapter.title, current[1]
-                continue
-            files = self.files(chapter, fmt)
-            assert files is not None
-            yield chapter.title, self._decoded(files.audio)
-
-    def _decoded(self, name: str) -> Iterator[Audio]:
-        with self.storage.open(name) as handle:
-            yield from decode_blocks(handle)
-
-
-class BlockFeed:
-    """One chapter's audio blocks handed from its writer to the M4B thread through a bounded
-    queue, so memory stays flat (the writer waits while the thread is behind). Once the consumer
-    gives up (``abandon``) puts return at once; once the writer fails, the consumer stops at its
-    next block, whichever chapter it is at (``guard``)."""
-
-    def __init__(self, depth: int = FEED_BLOCKS) -> None:
-        self._queue: queue.Queue[Audio | None] = queue.Queue(maxsize=depth)
-        self._abandoned = threading.Event()
-        self._failed = threading.Event()
-        self._closed = False
-
-    def put(self, block: Audio) -> None:
-        """Hand on one block (waits while the queue is full and the consumer is there)."""
-        self._put(block)
-
-    def close(self, failed: bool = False) -> None:
-        """No more blocks: the chapter is complete, or it ``failed``; later calls do nothing."""
-        if self._closed:
-            return
-        self._closed = True
-        if not failed:
-            self._put(None)  # the end, after every block
-            return
-        self._failed.set()
-        with contextlib.suppress(queue.Full):  # wake a consumer waiting for a block
-            self._queue.put_nowait(None)
-
-    def abandon(self) -> None:
-        """The consumer stops taking blocks."""
-        self._abandoned.set()
-
-    def _put(self, item: Audio | None) -> None:
-        while not self._abandoned.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def guard(self, blocks: Blocks) -> Iterator[Audio]:
-        """``blocks``, stopping with an error as soon as the writer failed."""
-        for block in blocks:
-            self._check()
-            yield block
-
-    def _check(self) -> None:
-        if self._failed.is_set():
-            raise RuntimeError("the last chapter failed; its M4B is not built early")
-
-    def __iter__(self) -> Iterator[Audio]:
-        while True:
-            self._check()
-            item = self._queue.get()
-            if item is None:
-                self._check()
-                return
-            yield item
-
 
 @dataclass(frozen=True)
 class _Scratch:

@@ -28,7 +28,8 @@ from tts_queue.db import Database, Executor, get_by_id, utcnow
 from tts_queue.enums import OPEN_BOOK, BookStatus, TaskStatus, book_sources
 from tts_queue.errors import BookNotFound
 from tts_queue.tables import BookOptions, BookRow, BookSource, Callback, ChapterRow, SentenceRow, TaskRow
-from tts_queue.tasks.rows import BATCH_IDS, ChapterCount, NewTask, TaskRows
+from tts_queue.tasks.outbox import BATCH_IDS
+from tts_queue.tasks.rows import ChapterCount, NewTask, TaskRows
 
 log = logging.getLogger(__name__)
 # ``BookRows.count``'s statements, built once: a finished sentence's chapter number, then its
