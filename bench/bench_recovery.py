@@ -9,8 +9,9 @@ redis-server (append-only, as ``up`` runs it), SQLite, one worker (``celery work
 in its own process group) and the beat scheduler (``celery beat``: the recovery sweep every
 ``TTS_SWEEP_INTERVAL_S``), all on default settings (lease 30 s, sweep 15 s, visibility timeout 1 h);
 the API is the Flask app in this process. It submits ``--tasks`` requests of six sentences, waits
-until the worker runs 16 of them, SIGKILLs the worker's whole process group and at once starts a
-replacement with the same name (as ``up`` restarts a child), then measures from the kill:
+until the worker runs as many as one client's share of its threads (12), SIGKILLs the worker's
+whole process group and at once starts a replacement with the same name (as ``up`` restarts a
+child), then measures from the kill:
 
 - ``reclaimed_s``: until every task the dead worker held is running again on the replacement (the
   recovery itself: lease expiry plus the wait for the next sweep);
@@ -52,10 +53,13 @@ from tts_queue.enums import TaskStatus  # noqa: E402
 from tts_queue.migrate import upgrade  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.tables import TaskRow  # noqa: E402
+from tts_queue.tasks.shares import KeyShares  # noqa: E402
 from workers.dispatch import make_client  # noqa: E402
 
 WORKER = "cpu0@localhost"  # the name ``up`` gives its first worker; a restart keeps it
-HELD = 16  # the worker's threads (prefetch 1): what a dead worker holds
+# what a dead worker holds running: one key's share of its 16 threads (all but the interactive
+# reserve: the requests here are one client's)
+HELD = KeyShares(Settings().worker.concurrency, Settings().worker.interactive_reserve).share(1)
 TEXT = " ".join(f"Run {{run}}, task {{task}}: this is sentence number {n} of a longer request."
                 for n in range(1, 7))
 
@@ -94,7 +98,7 @@ def rows(db: Database, ids: list[str]) -> dict[str, TaskRow]:
 
 
 def one_run(run: int, tasks: int, tmp: Path) -> dict[str, Any]:
-    """Start the pieces, submit, kill the worker holding 16 tasks, replace it, time the recovery."""
+    """Start the pieces, submit, kill the worker holding ``HELD`` tasks, replace it, time the recovery."""
     broker = EmbeddedRedis(tmp / "broker")
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp / "data"), "TTS_REDIS_URL": broker.start()})
     upgrade(settings.database_url)
