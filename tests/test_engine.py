@@ -544,26 +544,30 @@ def test_side_by_side_an_interactive_call_waits_for_stopping_book_calls_then_tak
     assert model.narrow[first_id(short)] is False
 
 
-def test_side_by_side_book_calls_run_one_at_a_time_on_every_core_while_interactive_work_comes(
+def test_side_by_side_book_calls_run_one_at_a_time_on_one_core_while_interactive_work_comes(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
 ) -> None:
     # Given a CPU pool's engine that has just served an interactive request, whose model holds
     # the first book sentence until released
-    short, book_a, book_b = sentence(17, 2), sentence(18, 3), sentence(19, 3)
+    short, book_a, book_b, next_short = sentence(17, 2), sentence(18, 3), sentence(19, 3), sentence(20, 2)
     model, engine = gated(make_engine, registry, book_a, side_by_side=True)
     engine.run_sentences(KEY, [short], 0)
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         # When two book sentences come
         held, other = hold_then_send(pool, engine, model, ([book_a], 1), ([book_b], 1))
-        # Then the first runs on every core and the second waits for it (a short request that
-        # came now would find a book call on every core to stop, not two on one core each)
-        assert model.narrow[first_id(book_a)] is False
+        # Then the first runs on one core and the second waits for it: the other core stays free
+        assert model.narrow[first_id(book_a)] is True
         assert not other.done() and model.most_inside == 1
+        # And a short request that comes now starts at once beside it, on that core, and the
+        # book call is not stopped for it
+        answered = pool.submit(engine.run_sentences, KEY, [next_short], 0)
+        answered.result(timeout=TIMEOUT)
+        assert model.narrow[first_id(next_short)] is True and model.most_inside == 2
+        assert not any(r.options is not None and r.options.terminate for r in engine._running.values())
         model.release.set()
         held.result(timeout=TIMEOUT)
         other.result(timeout=TIMEOUT)
-    assert model.narrow[first_id(book_b)] is False and model.most_inside == 1
-    assert engine.narrow_calls == 0
+    assert model.narrow[first_id(book_b)] is True and engine.preempted == 0
 
 
 def test_side_by_side_calls_of_a_model_without_a_one_core_form_run_alone_on_every_core(
