@@ -27,7 +27,7 @@ from api.errors import to_response
 from api.routes import api_root, json_body, slot_owner, slots
 from api.services import Services
 from api.streaming import NotStarted, stream_response
-from tts_queue.errors import Busy, InvalidRequest, TTSQueueError, UnknownVoice
+from tts_queue.errors import Busy, InvalidRequest, TTSQueueError, UnknownModel, UnknownVoice
 from tts_queue.errors import NotStarted as NotStartedError
 from tts_queue.synthesis.encoder import mime_type
 
@@ -138,7 +138,7 @@ def voice_for(voice: str, model: str) -> str | None:
     name = voice.strip().lower()
     if name not in VOICES:
         raise InvalidRequest(f"unknown voice {voice!r}: use one of {', '.join(VOICES)} or an installed voice "
-                             "(GET /v1/audio/voices)", "unknown_voice", {"param": "voice"})
+                             "(GET /v1/audio/voices)", UnknownVoice.code, {"param": "voice"})
     if model not in MODELS:
         return registry.get(model).id
     return services().settings.api.openai_voices.get(name)
@@ -151,8 +151,8 @@ def check_model(model: str) -> None:
     try:
         services().registry.get(model)
     except UnknownVoice:
-        raise InvalidRequest(f"unknown model {model!r}: use one of {', '.join(MODELS)} or an installed "
-                             "voice id", "unknown_model", {"param": "model"}) from None
+        raise UnknownModel(f"unknown model {model!r}: use one of {', '.join(MODELS)} or an installed "
+                           "voice id", details={"param": "model"}) from None
 
 
 SPEECH_RESPONSES: dict[int, contract.Response] = {

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from tts_queue.errors import InvalidCallbackUrl
 from tts_queue.tasks.address import REFUSED_V4, REFUSED_V6, Resolver, refusal
-from tts_queue.tasks.callbacks import HOST_REFUSED, InvalidCallbackUrl, UrlPolicy, check_url
+from tts_queue.tasks.callbacks import HOST_REFUSED, UrlPolicy, check_url
 
 
 def answering(table: dict[str, list[str]]) -> Any:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tts_queue.cli.docs import REGENERATE, configuration_doc
 from tts_queue.errors import ConfigError
 from tts_queue.settings import PoolSettings, Settings, describe, markdown_table
 
@@ -181,11 +182,15 @@ def test_every_variable_is_documented_once() -> None:
             "TTS_HOT_CACHE_SIZE", "TTS_WORKER_POOL", "TTS_API_URL"} <= set(names)
 
 
-def test_the_readme_table_is_generated_from_the_declarations() -> None:
-    # Given the README's configuration table
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    # Then it is exactly what `tts-queue settings --markdown` prints
-    assert markdown_table() in readme, "regenerate it: .venv/bin/tts-queue settings --markdown"
+def test_the_configuration_doc_is_generated_from_the_declarations() -> None:
+    # Given docs/configuration.md
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    # Then it is exactly what its generator makes of the declarations
+    assert doc == configuration_doc(), f"docs/configuration.md is stale: run {REGENERATE}"
+    # And every variable has its row there, under one group's heading or another
+    rows = [line for line in doc.splitlines() if line.startswith("| `TTS_")]
+    assert len(rows) == len(describe())
+    assert all(markdown_table([info]).splitlines()[-1] in rows for info in describe())
 
 
 def test_a_flag_and_its_variable_are_one_setting() -> None:

@@ -143,6 +143,12 @@ class UnknownSpeaker(InvalidRequest):
     code = "unknown_speaker"
 
 
+class UnknownModel(InvalidRequest):
+    """The OpenAI-compatible route names a ``model`` that is neither OpenAI's nor an installed voice."""
+
+    code = "unknown_model"
+
+
 class TaskNotFound(ClientError):
     """No task has that id."""
 
@@ -190,6 +196,13 @@ class KeyInQuery(InvalidRequest):
     """A key was sent in the query string, where access logs would keep it: send it as a header."""
 
     code = "key_in_query"
+
+
+class InvalidCallbackUrl(InvalidRequest):
+    """A ``callback_url`` the service will not call (not http(s), too long, with credentials, a port
+    outside ``TTS_WEBHOOK_PORTS``, or a host that does not resolve to allowed addresses)."""
+
+    code = "invalid_callback_url"
 
 
 class RateLimited(ClientError):

@@ -26,6 +26,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 
 from tts_queue.enums import POOLS, Lane
+from tts_queue.errors import InternalError, SynthesisError, TooManyAttempts
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -216,7 +217,7 @@ def serve(port: int, extra: Iterable[Collector] = ()) -> tuple[WSGIServer, threa
 
 # Failure codes a failed task most often carries, given a 0 series up front (others appear when
 # they first happen); the lanes and pools are every one there is.
-COMMON_FAILURES = ("synthesis_failed", "too_many_attempts", "internal_error")
+COMMON_FAILURES = (SynthesisError.code, TooManyAttempts.code, InternalError.code)
 TASK_LANES = (Lane.INTERACTIVE.value, Lane.BULK.value)  # maintenance work is not a task row
 WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "refused", "not_due", "busy")
 REMOVED_KINDS = ("audio_entries", "audio_bytes", "task_rows", "books")

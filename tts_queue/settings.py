@@ -3,8 +3,9 @@
 Every setting is a ``TTS_*`` environment variable declared once, with ``setting(...)``: its
 default, its variable, its documentation, its allowed values and (for some) a command-line flag.
 ``Settings.from_env(os.environ)`` is called by the entry points (CLI, WSGI module, Celery app
-module) and nothing deeper reads the environment. ``describe()`` lists every variable; the
-README's table is generated from it (``tts-queue settings --markdown``) and a test keeps them equal.
+module) and nothing deeper reads the environment. ``describe()`` lists every variable;
+``docs/configuration.md`` is generated from it (``python -m tts_queue.cli.docs``) and a test keeps
+them equal.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard, TypeVar, overload
@@ -133,7 +134,7 @@ class RequestSettings:
     min_speed: float = setting(0.25, "slowest accepted `speed`")
     max_speed: float = setting(4.0, "fastest accepted `speed`")
     lexicon: Path | None = setting(None, "pronunciation overrides: a UTF-8 file of `word<TAB>/ipa/` or "
-                                   "`word<TAB>respelling` lines (README, Pronunciation)", shown="none")
+                                   "`word<TAB>respelling` lines (docs/api.md, Pronunciations)", shown="none")
     date_order: str = setting("mdy", "how numeric dates such as 07/04/2025 are read: `mdy` (US: July "
                               "fourth) or `dmy` (April seventh)", choices=("mdy", "dmy"))
 
@@ -532,17 +533,18 @@ def current_values(settings: Settings) -> dict[str, str]:
     return {variable: _show(value) for variable, value, _ in _walk(settings, PREFIX)}
 
 
-def markdown_table() -> str:
-    """The README's configuration table, generated from the declarations."""
+def markdown_table(infos: Iterable[SettingInfo] | None = None) -> str:
+    """A markdown table of ``infos`` (default: every variable): variable, default, what it does."""
     lines = ["| variable | default | what it does |", "| --- | --- | --- |"]
-    for info in describe():
+    for info in describe() if infos is None else infos:
         doc = info.doc + (f" ({', '.join(info.choices)})" if info.choices else "")
         lines.append(f"| `{info.variable}` | {_code(info.default)} | {doc} |")
     return "\n".join(lines)
 
 
 def _code(value: str) -> str:
-    return value if value.startswith(("`", "<", "~", "embedded", "empty")) else f"`{value}`"
+    """A default as a table cell: code, unless it is words (``empty``) or has its own backticks."""
+    return value if value.startswith(("`", "embedded", "empty", "none")) else f"`{value}`"
 
 
 def _show(value: object) -> str:

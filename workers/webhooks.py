@@ -42,9 +42,10 @@ from tts_queue import __version__, metrics
 from tts_queue.access.keys import webhook_secret
 from tts_queue.app.core import Core
 from tts_queue.books.progress import book_document
+from tts_queue.errors import InvalidCallbackUrl
 from tts_queue.sharing import FairSlots
 from tts_queue.tables import Callback
-from tts_queue.tasks.callbacks import InvalidCallbackUrl, Target, UnresolvedHost, sign
+from tts_queue.tasks.callbacks import Target, UnresolvedHost, sign
 from tts_queue.tasks.view import task_document
 
 log = logging.getLogger(__name__)

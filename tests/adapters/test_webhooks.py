@@ -169,3 +169,24 @@ def test_a_delivery_in_flight_is_not_handed_over_twice(core: Core, queue: FakeQu
     # Then it is dropped: not started, not sent again
     assert deliveries.held() == [] and queue.countdowns == []
     deliveries.close()
+
+
+def test_a_dispatch_that_fails_ends_the_task_like_any_failure(settings: Settings, queue: FakeQueue) -> None:
+    from tts_queue.errors import ServiceUnavailable
+    from tts_queue.tables import TaskRow
+
+    core = core_of(migrate(settings.replace(**{"webhooks.allow_private": True})), queue)
+    # Given a broker that takes no message
+    queue.broken = True
+    # When a request with a webhook is submitted
+    with pytest.raises(ServiceUnavailable):
+        core.tasks.submit({"text": f"Nobody queues this {uuid.uuid4()}."},
+                          callback_url="http://127.0.0.1/hook", base_url="http://api/")
+    # Then its row failed with the code, its webhook is due (the sweep sends it once the broker is
+    # back), and a waiter on it was woken, as for any failed task
+    with core.db.read() as session:
+        row = session.query(TaskRow).one()
+        callback = session.get(Callback, row.id)
+    assert row.error_code == ServiceUnavailable.code
+    assert callback is not None and callback.state == "pending"
+    assert queue.signalled == [(row.id, "failed")]

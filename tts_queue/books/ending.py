@@ -17,6 +17,7 @@ from tts_queue import metrics
 from tts_queue.books.rows import BookRows
 from tts_queue.books.window import BulkWindow
 from tts_queue.enums import Lane, TaskStatus
+from tts_queue.errors import SentenceFailed
 from tts_queue.tables import SentenceRow
 from tts_queue.tasks.callbacks import Callbacks
 from tts_queue.tasks.dispatcher import Dispatcher
@@ -85,7 +86,7 @@ class SentenceEnd:
         if row.status is TaskStatus.FAILED:
             with self.books.rows.db.read() as session:
                 index = session.scalar(select(SentenceRow.index).where(SentenceRow.task_id == row.id))
-            self.books.fail(row.book_id, "sentence_failed",
+            self.books.fail(row.book_id, SentenceFailed.code,
                             f"sentence {index} could not be synthesized ({row.error_code})")
         elif ending.chapter is not None and ending.chapter.complete:
             self.books.dispatcher.assemble(row.book_id, ending.chapter.chapter, self.window.queue(row.pool))

@@ -34,7 +34,15 @@ from tts_queue.books.service import BookService
 from tts_queue.books.upload import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT
 from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus
-from tts_queue.errors import AudioTooLong, BookError, BookOverQuota, BookTooLarge, EmptyBook, NothingToSpeak
+from tts_queue.errors import (
+    AudioTooLong,
+    BookError,
+    BookOverQuota,
+    BookTooLarge,
+    EmptyBook,
+    InvalidBook,
+    NothingToSpeak,
+)
 from tts_queue.synthesis.request import build_request, routed_voice
 from tts_queue.synthesis.work import check_work
 from tts_queue.tables import ApiKey, BookRow, BookSource, CacheEntry, RequestJSON
@@ -73,8 +81,8 @@ class Ingester:
             return None
         row = self.rows.book(book_id)
         if row.attempts > self.max_attempts:
-            self._give_up(row, "invalid_book", f"the book could not be read (its parser stopped "
-                                               f"{self.max_attempts} times)")
+            self._give_up(row, InvalidBook.code, f"the book could not be read (its parser stopped "
+                                                 f"{self.max_attempts} times)")
             return BookStatus.FAILED
         began = time.perf_counter()
         try:

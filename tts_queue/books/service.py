@@ -108,7 +108,7 @@ class BookService:
             self.dispatcher.ingest(book_id, self.ingest_queue(pool))
         except Exception as exc:
             log.warning("book %s: the ingestion could not be queued: %s", book_id, exc)
-            self.ends.fail(book_id, "service_unavailable",
+            self.ends.fail(book_id, ServiceUnavailable.code,
                            "the job queue was unreachable; nothing was queued")
             raise ServiceUnavailable("the job queue is unreachable; the book was not queued") from exc
         return book_id

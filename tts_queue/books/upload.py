@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import SupportsFloat, SupportsIndex, cast
 
 from tts_queue.enums import BOOK_FORMATS, INPUT_FORMATS, POOLS
-from tts_queue.errors import EmptyBook, InvalidBook, InvalidRequest, UnknownChapters
+from tts_queue.errors import EmptyBook, InvalidBook, InvalidRequest, UnknownChapters, UnsupportedFormat
 from tts_queue.tables import BookOptions
 
 OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")
@@ -55,8 +55,7 @@ def book_options(raw: Mapping[str, object], default_format: str = "mp3") -> Book
     options = {k: v for k, v in raw.items() if v not in (None, "")}
     fmt = options.get("format", default_format)
     if not isinstance(fmt, str) or fmt.lower() not in BOOK_FORMATS:
-        raise InvalidRequest(f"format must be one of {', '.join(BOOK_FORMATS)}; got {fmt!r}",
-                             code="unsupported_format")
+        raise UnsupportedFormat(f"format must be one of {', '.join(BOOK_FORMATS)}; got {fmt!r}")
     options["format"] = fmt.lower()
     for name in ("voice", "pool"):
         if name in options and not isinstance(options[name], str):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import requests
 
-from tts_queue.errors import ServiceUnavailable, TTSQueueError
+from tts_queue.errors import HttpError, ServiceUnavailable, TTSQueueError
 from tts_queue.settings import Settings
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class Client:
             try:
                 error = response.json()["error"]
             except (ValueError, KeyError, TypeError):
-                error = {"code": "http_error", "message": response.text[:200]}
+                error = {"code": HttpError.code, "message": response.text[:200]}
             raise ApiError(error["code"], error["message"], response.status_code)
         return response
 

@@ -350,7 +350,7 @@ def _add_local_commands(sub: Subcommands) -> None:
     add_flags(stats, "data_dir")
     stats.set_defaults(func=cmd_cache_stats)
     config = sub.add_parser("settings", help="list every TTS_* variable, its default and what it does")
-    config.add_argument("--markdown", action="store_true", help="the README's table")
+    config.add_argument("--markdown", action="store_true", help="as a markdown table")
     config.add_argument("--current", action="store_true", help="the values in effect here")
     config.set_defaults(func=cmd_settings)
 

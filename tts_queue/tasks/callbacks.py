@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 from tts_queue.backoff import backoff_s
 from tts_queue.db import Database, Executor, utcnow
 from tts_queue.enums import BookStatus
-from tts_queue.errors import InvalidRequest, QuotaExceeded
+from tts_queue.errors import InvalidCallbackUrl, QuotaExceeded
 from tts_queue.settings import WebhookSettings
 from tts_queue.tables import BookRow, Callback
 from tts_queue.tasks.address import Resolver, refusal
@@ -51,12 +51,6 @@ INSERT_CALLBACK = insert(cast(Table, Callback.__table__))  # one new webhook row
 # One answer for a host that does not resolve (or not in time) and for one that is not allowed.
 HOST_REFUSED = ("callback_url's host must resolve, within the lookup deadline, to public addresses "
                 "only; this one does not, or is not allowed")
-
-
-class InvalidCallbackUrl(InvalidRequest):
-    """A ``callback_url`` the service will not call."""
-
-    code = "invalid_callback_url"
 
 
 class UnresolvedHost(InvalidCallbackUrl):

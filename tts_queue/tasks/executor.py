@@ -33,6 +33,7 @@ from tts_queue.errors import (
     StorageFull,
     StorageUnavailable,
     SynthesisError,
+    TooManyAttempts,
     VoiceError,
     public_error,
 )
@@ -169,7 +170,7 @@ class TaskExecutor:
             return None
         publisher = StreamPublisher(self.streams, task_id, row.attempts) if stream and self.streams else None
         if row.attempts > self.max_attempts:
-            status = self.fail(task_id, "too_many_attempts",
+            status = self.fail(task_id, TooManyAttempts.code,
                                f"gave up after {self.max_attempts} attempts (worker crashes or errors)")
             return self._ended(publisher, status)
         times = TaskTimes(row.created_at, row.started_at or self.rows.clock(), self.rows.clock)

@@ -149,7 +149,9 @@ class TaskService:
             self.dispatcher.dispatch(row.id, row.queue, stream=stream)
         except Exception as exc:
             log.warning("task %s: the broker is unreachable: %s", row.id, exc)
-            self.rows.fail(row.id, "service_unavailable", "the job queue was unreachable; nothing was queued")
+            # an end like any other: its webhook is due, waiters wake, the failure is counted
+            self.ends.fail(row.id, ServiceUnavailable.code,
+                           "the job queue was unreachable; nothing was queued")
             raise ServiceUnavailable("the job queue is unreachable; nothing was queued") from exc
         view = TaskView.of(row, callback=dict(WAITING_CALLBACK) if callback_url is not None else None)
         self._show(row, view)
