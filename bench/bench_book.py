@@ -15,7 +15,7 @@ In one run it measures:
     encoded as MP3, M4B written); x real time and the ratio (b)/(a), goal >= 0.9;
 (c) ``priority``: while the book renders, a lone interactive ``POST /tts`` of a short sentence,
     against the same request on the idle service (uncached each time: a new sentence per try);
-    ratio busy/idle and the idle latency plus one sentence's synthesis time, the issue's bound.
+    ratio busy/idle and the idle latency plus one sentence's synthesis time, the goal's bound.
 
 The service and the core alternate on the same cores. Results go to a JSON file; nothing is asserted.
 """

@@ -1,5 +1,5 @@
 """The whole sample EPUB through ``tts-queue up``: worker memory over the render, and the order in
-which chapters are assembled (issues 23 and 25).
+which chapters are assembled.
 
 Run from the repository root (on 2 cores, about 40-60 minutes: the book is about 11 hours of
 audio; ``--chapters N`` keeps only the first N chapters for a quicker look)::

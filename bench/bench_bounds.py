@@ -1,4 +1,4 @@
-"""What one request may cost the service's memory, on the real default voice (issue 24).
+"""What one request may cost the service's memory, on the real default voice.
 
 Run from the repository root (about six minutes on 2 cores, more under load)::
 

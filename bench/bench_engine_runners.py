@@ -6,7 +6,7 @@ Run from the repository root (a minute or two per voice on 2 cores)::
                                                    [--passes 1] [--out bench/results/engine_runners.json]
 
 Each round starts a child process per setting (``TTS_CPU_RUNNERS=1``, then ``2``: the CPU pool's
-default since stop 35), which builds ``BatchEngine.for_pool(registry, settings, "cpu")`` and a
+default since 2026-12-03), which builds ``BatchEngine.for_pool(registry, settings, "cpu")`` and a
 ``Synthesizer`` over it exactly as a CPU worker does, warms the voice with one request, then has
 ``--clients`` threads synthesize the same 24 two-sentence requests (English for a Piper voice,
 Japanese for a Kokoro one), ``--passes`` times (a Piper pass takes seconds: give it several).

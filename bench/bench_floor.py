@@ -1,5 +1,5 @@
 """The stack's own floor beside the service, in one run: what gunicorn + Flask and Celery + Redis
-cost per request with none of tts-queue in them, against a cache hit and a miss (issue 25).
+cost per request with none of tts-queue in them, against a cache hit and a miss.
 
 Run from the repository root (about two minutes on 2 cores)::
 

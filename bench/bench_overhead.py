@@ -36,7 +36,7 @@ ran it (``bench/sqlcount.py``), and ``--sql-n`` requests of each kind give the S
 separate start: the counting costs CPU of its own). ``--quick`` starts one service only, that
 counted one, and takes both from it.
 
-Goals (issue 25): a miss at most 5 ms of CPU beyond the model in all processes together, a hit at
+Goals: a miss at most 5 ms of CPU beyond the model in all processes together, a hit at
 most 1.5 ms; hit p50 <= 2 ms; queue_ms <= 5 ms. Results go to ``--out`` under ``--label``,
 beside the labels already there (``before`` and ``after`` side by side); nothing is asserted.
 """

@@ -1,4 +1,4 @@
-"""Recovery time after a worker SIGKILL, on default settings (issue 7: goal at most 60 s).
+"""Recovery time after a worker SIGKILL, on default settings (goal: at most 60 s).
 
 Run from the repository root (about 5 minutes on 2 cores)::
 

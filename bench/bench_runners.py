@@ -16,7 +16,7 @@ ids, twice per round:
 - ``single``: that session, one call at a time (one core's rate: the latency of a lone call).
 
 Reported: sentences per second, cores busy, and the ratios ``parallel / serial`` and ``parallel /
-piper`` per round (issue 25: the synchronous form against Piper). Nothing is asserted.
+piper`` per round (what bounds the synchronous form against Piper's server). Nothing is asserted.
 """
 
 from __future__ import annotations

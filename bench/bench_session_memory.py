@@ -1,4 +1,4 @@
-"""The model session's memory over many sentence shapes: ONNX Runtime's options side by side (issue 25).
+"""The model session's memory over many sentence shapes: ONNX Runtime's options side by side.
 
 Run from the repository root (on 2 cores, about 3 minutes per variant and round)::
 

@@ -18,7 +18,7 @@ from tts_queue.synthesis.normalize import expand, normalize
 from tts_queue.synthesis.ssml import script_of_ssml
 from tts_queue.synthesis.text import clean_text
 
-# (category, written, spoken): every category of issue 17, and text that must be left alone.
+# (category, written, spoken): every category the normalizer reads, and text that must be left alone.
 CASES = [
     # cardinal
     ('cardinal', 'I have 3 cats.', 'I have three cats.'),

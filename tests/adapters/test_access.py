@@ -99,7 +99,7 @@ def test_every_route_has_an_access_decision(world: dict[str, Any]) -> None:
     app: Flask = world["app"]
     undecided = [rule.rule for rule in app.url_map.iter_rules() if level_of(app, rule.endpoint) is None]
     assert undecided == []
-    # And the open routes are exactly the ones the issue lists
+    # And the open routes are exactly the documented ones
     open_routes = sorted(rule.rule for rule in app.url_map.iter_rules()
                          if level_of(app, rule.endpoint) == "open")
     assert open_routes == ["/", "/docs", "/docs/static/<path:name>", "/healthz", "/metrics", "/openapi.json",

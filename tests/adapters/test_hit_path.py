@@ -1,4 +1,4 @@
-"""What a cache hit costs, counted (issue 25): nothing read per request that cannot change
+"""What a cache hit costs, counted: nothing read per request that cannot change
 between requests (package metadata, the voice's files), one write transaction, no read.
 
 Counts, never times: a hit that starts reading a version or stating a model again per request

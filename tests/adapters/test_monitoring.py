@@ -25,7 +25,7 @@ DASHBOARD = ROOT / "deploy/grafana/dashboards/tts-queue.json"
 def test_the_alert_rules_parse() -> None:
     rules = yaml.safe_load(RULES.read_text())
     names = [rule["alert"] for group in rules["groups"] for rule in group["rules"]]
-    # the rules the issue asks for: no live worker, queue wait, failure ratio, cache disk, recovery
+    # the rules an operator needs: no live worker, queue wait, failure ratio, cache disk, recovery
     assert {"TTSNoLiveWorker", "TTSQueueWaitHigh", "TTSFailureRatioHigh", "TTSCacheNearBudget",
             "TTSRecoveryResending"} <= set(names)
     for group in rules["groups"]:

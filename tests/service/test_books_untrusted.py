@@ -1,7 +1,7 @@
 """Books from hostile clients, and books' lifecycle, on the real parts: gunicorn serving the API as
 ``tts-queue up`` does, a real worker (tiny voice), Redis and SQLite.
 
-Each reproduction of the untrusted-input issue is now either a 4xx at once or a book that ends
+Each hostile upload is now either a 4xx at once or a book that ends
 ``failed`` with a stable code in bounded time, while ``/healthz`` keeps answering fast. Finished
 books can be deleted (files, rows, pins), unfinished ones are cancelled, a book's pin can be
 released, and books nobody read for ``TTS_BOOK_TTL_DAYS`` go with the cleanup.

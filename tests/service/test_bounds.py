@@ -1,5 +1,5 @@
 """Every request bounded by what it makes, tried as an attacker would, against gunicorn and a real
-worker (issue 24): the audio limit on every route, a long admitted request that does not grow the
+worker: the audio limit on every route, a long admitted request that does not grow the
 worker's memory, streams that live only while read and hold a capped number of bytes, slots shared
 per key, one rate per key over every submission route, and a request counter no client can grow."""
 

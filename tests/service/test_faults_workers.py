@@ -104,7 +104,7 @@ def test_worker_deaths_under_load_lose_nothing_and_redo_nothing_finished(
     make_fleet: Callable[..., Fleet],
 ) -> None:
     # Given two workers (each leading its own process group) and a backlog of tasks that take time
-    # (300 ms a call: each worker runs two calls at once since stop 35, and at 120 ms the backlog
+    # (300 ms a call: each worker runs two calls at once (two runners), and at 120 ms the backlog
     # drained before the sweep loop's second kill point on a slow machine)
     fleet = make_fleet(delay_ms=300)
     for worker in [fleet.start(ready=False) for _ in range(2)]:

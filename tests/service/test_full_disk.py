@@ -152,7 +152,7 @@ def test_a_full_disk_under_load_loses_nothing(small_disk: Path, redis_url: str, 
 @pytest.mark.disk_size("24m")
 def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path, tmp_path: Path,
                                                               voices_dir: Path) -> None:
-    """The issue's own scenario: `tts-queue up` (embedded Redis with its append-only file, SQLite
+    """The full-disk scenario itself: `tts-queue up` (embedded Redis with its append-only file, SQLite
     and audio all in one data directory) on a small filesystem, filled under load."""
     import requests
 

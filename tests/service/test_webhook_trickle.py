@@ -1,5 +1,5 @@
 """A webhook receiver that answers ``200`` with ``Content-Length: 4096`` and then one byte every
-3 s, watched for two minutes against gunicorn and a real worker (issue 24): it holds one connection
+3 s, watched for two minutes against gunicorn and a real worker: it holds one connection
 at most, and every attempt is cut off at its deadline and counted as failed. Its own module (the
 same service as ``test_webhooks.py``) so its two minutes of watching run beside the other modules.
 """
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 service = test_webhooks.service  # the same fixture: a service of this module's own
 
 
-WATCH_S = 120  # the trickling receiver is watched this long (issue 24)
+WATCH_S = 120  # the trickling receiver is watched this long
 
 
 def test_a_trickling_receiver_holds_one_connection_and_each_attempt_counts(service: dict[str, Any]) -> None:
