@@ -558,8 +558,9 @@ def test_side_by_side_book_calls_run_one_at_a_time_on_one_core_while_interactive
         # Then the first runs on one core and the second waits for it: the other core stays free
         assert model.narrow[first_id(book_a)] is True
         assert not other.done() and model.most_inside == 1
-        # And a short request that comes now starts at once beside it, on that core, and the
-        # book call is not stopped for it
+        # And a short request that comes now, while the book call is too far along to be worth
+        # stopping (past calls say it is nearly done), starts at once beside it on the other core
+        engine._s_per_id = 1e-9
         answered = pool.submit(engine.run_sentences, KEY, [next_short], 0)
         answered.result(timeout=TIMEOUT)
         assert model.narrow[first_id(next_short)] is True and model.most_inside == 2
@@ -568,6 +569,33 @@ def test_side_by_side_book_calls_run_one_at_a_time_on_one_core_while_interactive
         held.result(timeout=TIMEOUT)
         other.result(timeout=TIMEOUT)
     assert model.narrow[first_id(book_b)] is True and engine.preempted == 0
+
+
+def test_side_by_side_a_book_call_on_one_core_just_begun_is_stopped_for_a_short_request(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+) -> None:
+    # Given a CPU pool's engine that has just served an interactive request, with a book
+    # sentence just begun in its model, on one core (held there until released)
+    short, book, next_short = sentence(21, 2), sentence(22, 3), sentence(23, 2)
+    model, engine = gated(make_engine, registry, book, side_by_side=True)
+    engine.run_sentences(KEY, [short], 0)
+    engine._s_per_id = 10.0  # past calls say it has most of its time ahead
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        held = pool.submit(engine.run_sentences, KEY, [book], 1)
+        model.wait_entered(2)
+        assert model.narrow[first_id(book)] is True
+        # When a short request comes
+        answered = pool.submit(engine.run_sentences, KEY, [next_short], 0)
+        # Then the book call is told to stop, and the short one waits for it to end
+        wait_until(lambda: all(r.options is not None and r.options.terminate
+                               for r in engine._running.values()), timeout=TIMEOUT, interval=0.005)
+        threading.Event().wait(QUIET_S)
+        assert first_id(next_short) not in model.narrow and not answered.done()
+        model.release.set()
+        answered.result(timeout=TIMEOUT)
+        held.result(timeout=TIMEOUT)
+    # And it then ran on every core
+    assert model.narrow[first_id(next_short)] is False
 
 
 def test_side_by_side_calls_of_a_model_without_a_one_core_form_run_alone_on_every_core(

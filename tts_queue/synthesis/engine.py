@@ -15,12 +15,14 @@ sentences per second (``bench/bench_runners.py``). A model with no one-core form
 graph: its ``BatchKey.alone``) gains nothing from two calls sharing the cores, so each of its
 calls runs alone, on every core. Book (bulk) calls run side by side only while
 no interactive request came for ``INTERACTIVE_QUIET_S``; while such requests come, a book's calls
-run one at a time on ONE core, so the other core is free: a short request that comes starts at
-once beside the book call (on one core), instead of waiting for a call on every core to end or
-to be stopped (bench_clients.py --only lanes: p95 with a book 2.3-3.0x idle the other way). With
-any number, interactive work comes first: its arrival stops the bulk calls in the model that hold
-every core (each bulk sentence once), and no runner starts a bulk batch while an interactive one
-is in the model. A call starts beside others only if it is of another request
+run one at a time on ONE core, so the other core is free. With any number of runners,
+interactive work comes first: its arrival stops the bulk calls in the model that are less than
+half done (each bulk sentence once), and then runs on every core; a book call too far along to be
+worth stopping (or stopped once already) keeps its core, and the short request starts at once
+beside it on the other, instead of waiting for a call on every core to end (bench_clients.py
+--only lanes: p95 with a book 2.2-3.3x idle when book calls took every core, 1.0-2.3x running
+beside). No runner starts a bulk batch while an interactive one is in the model. A call starts
+beside others only if it is of another request
 (a request's sentences run one at a time) and all of them cost no more than the largest single
 call (``largest_call``), so a worker's memory stays bounded by one such call.
 
@@ -201,10 +203,9 @@ class BatchEngine:
                 futures.append(future)
             if priority == 0 and futures:  # interactive work waits for no book sentence
                 self._interactive_at = time.monotonic()
-                if not self._core_free():  # a lone book call on one core leaves it the other
-                    for running in self._running.values():
-                        if running.options is not None and self._worth_stopping(running):
-                            running.options.terminate = True
+                for running in self._running.values():
+                    if running.options is not None and self._worth_stopping(running):
+                        running.options.terminate = True
             self._cond.notify_all()
         if not self._threads:
             self.start()
@@ -346,13 +347,6 @@ class BatchEngine:
         # call starts after it, on every core, not beside it on one
         stopping = any(r.options is not None and r.options.terminate for r in running)
         return fits and not stopping and all(r.narrow for r in running)
-
-    def _core_free(self) -> bool:
-        """Whether a call may start now on a core nothing else uses: side by side, the only call
-        in the model runs on one core (a book's, while interactive work comes)."""
-        running = list(self._running.values())
-        return (self.side_by_side and len(running) == 1 and running[0].narrow
-                and not (running[0].options is not None and running[0].options.terminate))
 
     def _interactive_recently(self) -> bool:
         """Whether interactive work came within ``INTERACTIVE_QUIET_S``."""
