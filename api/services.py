@@ -16,8 +16,8 @@ from typing import TypedDict
 
 from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys, Usage
-from tts_queue.app.core import Core
 from tts_queue.app.plugins import WorkerPlugin
+from tts_queue.app.wiring import Wiring
 from tts_queue.books.m4b import M4BWriter
 from tts_queue.enums import POOLS
 from tts_queue.errors import StorageUnavailable, is_storage_full
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Services(Core):
+class Services(Wiring):
     """The core plus what only the API keeps: readiness and the API keys."""
 
     readiness: Readiness = field(init=False)
@@ -56,9 +56,9 @@ class Services(Core):
 
             dispatcher = CeleryDispatcher(make_client(settings), settings.services.queue_prefix)
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the API at start
-        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins,
+        core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins,
                           m4b_writer)
-        return cls(**{f.name: getattr(core, f.name) for f in fields(Core)})
+        return cls(**{f.name: getattr(core, f.name) for f in fields(Wiring)})
 
 
 

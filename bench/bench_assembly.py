@@ -43,7 +43,7 @@ import soundfile
 from sqlalchemy import delete, insert, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tts_queue.app.core import Core  # noqa: E402
+from tts_queue.app.wiring import Wiring  # noqa: E402
 from tts_queue.db import Database  # noqa: E402
 from tts_queue.enums import BookStatus, TaskStatus  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
@@ -155,7 +155,7 @@ def prepare(data: Path, book_id: str, mode: str, fmt: str) -> None:
 def child(data: Path, book_id: str) -> None:
     """One run in this fresh process: assemble chapter 1; print the figures as JSON."""
     settings, db, cache = open_parts(data)
-    core = Core.build(settings, NoQueue(), NoWatch())  # the bench never dispatches nor loads a voice
+    core = Wiring.build(settings, NoQueue(), NoWatch())  # the bench never dispatches nor loads a voice
     books, assembler = core.books, core.assembler
     books.book(book_id)  # the database is open and warm, the book not yet read
     before = status_kib("VmRSS")

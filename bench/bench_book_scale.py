@@ -61,7 +61,7 @@ def phase(name: str, env: dict[str, str], *args: str) -> dict[str, Any]:
 
 def run_phase(name: str, argument: str) -> None:
     """The child: ``api`` accepts the book file ``argument``; ``worker`` ingests book ``argument``."""
-    from tts_queue.app.core import Core
+    from tts_queue.app.wiring import Wiring
     from tts_queue.books.ingest import Ingester
     from tts_queue.books.upload import Upload
     from tts_queue.settings import Settings
@@ -69,7 +69,7 @@ def run_phase(name: str, argument: str) -> None:
     from workers.dispatch import CeleryDispatcher, make_client
 
     settings = Settings.from_env(os.environ)
-    books = Core.build(settings, CeleryDispatcher(make_client(settings)),
+    books = Wiring.build(settings, CeleryDispatcher(make_client(settings)),
                        RedisWatch.from_settings(settings)).books
     started = time.perf_counter()
     if name == "api":

@@ -57,7 +57,7 @@ from tts_queue.migrate import upgrade  # noqa: E402
 from tts_queue.settings import Settings, current_values  # noqa: E402
 from tts_queue.tasks.connection import redis_client  # noqa: E402
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo  # noqa: E402
-from tts_queue.tasks.keys import RedisKeys  # noqa: E402
+from tts_queue.tasks.names import RedisKeys  # noqa: E402
 
 WORKER = "cpu0@bench"
 

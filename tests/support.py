@@ -36,12 +36,12 @@ from tts_queue.settings import Settings, current_values
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.doctor import HealthWarning
 from tts_queue.tasks.heartbeat import WorkerInfo
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from tts_queue.app.core import Core
+    from tts_queue.app.wiring import Wiring
     from tts_queue.storage.cache import AudioCache
     from tts_queue.storage.local import LocalStorage
 
@@ -618,13 +618,13 @@ class FakeQueue:
         return {}
 
 
-def core_of(settings: Settings, queue: FakeQueue | None = None) -> Core:
+def core_of(settings: Settings, queue: FakeQueue | None = None) -> Wiring:
     """The core over ``settings`` (its database migrated by the caller) with the fake queue as its
     dispatcher and its watch."""
-    from tts_queue.app.core import Core
+    from tts_queue.app.wiring import Wiring
 
     queue = queue or FakeQueue()
-    return Core.build(settings, queue, queue)
+    return Wiring.build(settings, queue, queue)
 
 
 def local(cache: AudioCache) -> LocalStorage:

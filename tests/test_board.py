@@ -13,7 +13,7 @@ import redis
 from sqlalchemy import event
 
 from tests.support import FakeQueue, core_of, migrate, service_settings
-from tts_queue.app.core import Core
+from tts_queue.app.wiring import Wiring
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import TaskNotFound
 from tts_queue.settings import Settings
@@ -22,7 +22,7 @@ from tts_queue.synthesis.encoder import encode
 from tts_queue.tasks.board import DONE_TTL_S, OPEN_TTL_S, StatusBoard
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.ending import ShowOnBoard, TaskEnds
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 from tts_queue.tasks.service import TaskService
 from tts_queue.tasks.view import TaskRecord, TaskView
 
@@ -39,7 +39,7 @@ def record(task_id: str, status: str, duration_s: float | None = None, keep: boo
             "format": "wav", "voice": "tiny", "cache_hit": False, "keep": keep, "owner": None}
 
 
-def board_service(tmp_path: Path, voices_dir: Path, board: StatusBoard) -> tuple[Core, TaskService]:
+def board_service(tmp_path: Path, voices_dir: Path, board: StatusBoard) -> tuple[Wiring, TaskService]:
     """A core on the tiny voice and a task service over it whose ends show tasks on ``board``."""
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                           "TTS_DEFAULT_VOICE": "tiny"}))

@@ -24,7 +24,7 @@ import pytest
 import soundfile
 
 from tests.support import core_of, migrate
-from tts_queue.app.core import Core
+from tts_queue.app.wiring import Wiring
 from tts_queue.books.assembler import ChapterAssembler, ChapterFiles, word_starts_of
 from tts_queue.books.captions import chapter_cues, to_srt, to_vtt
 from tts_queue.books.service import BookService
@@ -64,7 +64,7 @@ class Library:
     cache: AudioCache
     storage: Storage
     books: BookService
-    core: Core
+    core: Wiring
 
     def assembler(self, **options: Any) -> ChapterAssembler:
         return ChapterAssembler(self.core.book_ends, self.cache, self.storage, id_map=lambda voice: ID_MAP,

@@ -14,20 +14,20 @@ from tests.conftest import Clock
 from tts_queue.backoff import backoff_s
 from tts_queue.db import Database
 from tts_queue.tables import Callback
-from tts_queue.tasks.callbacks import DELIVERED, FAILED, MAX_BACKOFF_S, PENDING, Callbacks
+from tts_queue.tasks.callbacks import DELIVERED, FAILED, MAX_BACKOFF_S, PENDING, CallbackRows
 
 LEASE = timedelta(seconds=30)
 GRACE = timedelta(seconds=30)
 
 
 @pytest.fixture
-def callbacks(tmp_path: Path, clock: Clock) -> Callbacks:
+def callbacks(tmp_path: Path, clock: Clock) -> CallbackRows:
     db = Database(f"sqlite:///{tmp_path / 'tts.db'}")
     db.create_all()
-    return Callbacks(db, clock, lease=LEASE)
+    return CallbackRows(db, clock, lease=LEASE)
 
 
-def due(callbacks: Callbacks) -> str:
+def due(callbacks: CallbackRows) -> str:
     subject_id = str(uuid.uuid4())
     with callbacks.db.write() as session:
         callbacks.register(session, subject_id, "task", "https://hooks.example/", "http://api/")
@@ -35,7 +35,7 @@ def due(callbacks: Callbacks) -> str:
     return subject_id
 
 
-def row(callbacks: Callbacks, subject_id: str) -> Callback:
+def row(callbacks: CallbackRows, subject_id: str) -> Callback:
     with callbacks.db.read() as session:
         found = session.get(Callback, subject_id)
         assert found is not None
@@ -43,7 +43,7 @@ def row(callbacks: Callbacks, subject_id: str) -> Callback:
 
 
 def test_a_delivery_in_flight_is_claimed_once_and_the_sweep_leaves_it_alone(
-    callbacks: Callbacks, clock: Clock
+    callbacks: CallbackRows, clock: Clock
 ) -> None:
     # Given a due callback whose delivery has started
     subject_id = due(callbacks)
@@ -59,7 +59,7 @@ def test_a_delivery_in_flight_is_claimed_once_and_the_sweep_leaves_it_alone(
 
 
 def test_a_lease_nobody_renews_expires_and_the_sweep_sends_it_again_once(
-    callbacks: Callbacks, clock: Clock
+    callbacks: CallbackRows, clock: Clock
 ) -> None:
     # Given a delivery whose worker died with it (its lease is never renewed)
     subject_id = due(callbacks)
@@ -71,7 +71,7 @@ def test_a_lease_nobody_renews_expires_and_the_sweep_sends_it_again_once(
     assert callbacks.claim(subject_id) is not None
 
 
-def test_each_attempt_ends_the_lease_counts_and_schedules_the_next(callbacks: Callbacks,
+def test_each_attempt_ends_the_lease_counts_and_schedules_the_next(callbacks: CallbackRows,
                                                                    clock: Clock) -> None:
     # Given a claimed delivery that failed (no complete answer)
     subject_id = due(callbacks)
@@ -90,7 +90,7 @@ def test_each_attempt_ends_the_lease_counts_and_schedules_the_next(callbacks: Ca
     assert row(callbacks, subject_id).state == DELIVERED and callbacks.claim(subject_id) is None
 
 
-def test_attempts_run_out(callbacks: Callbacks, clock: Clock) -> None:
+def test_attempts_run_out(callbacks: CallbackRows, clock: Clock) -> None:
     subject_id = due(callbacks)
     for attempt in range(1, 4):
         assert callbacks.claim(subject_id) is not None
@@ -102,7 +102,7 @@ def test_attempts_run_out(callbacks: Callbacks, clock: Clock) -> None:
     assert wait is None and final.state == FAILED and final.attempts == 3
 
 
-def test_a_busy_worker_postpones_a_free_delivery(callbacks: Callbacks, clock: Clock) -> None:
+def test_a_busy_worker_postpones_a_free_delivery(callbacks: CallbackRows, clock: Clock) -> None:
     # Given a due delivery, claimed, for which no thread was free
     subject_id = due(callbacks)
     assert callbacks.claim(subject_id) is not None

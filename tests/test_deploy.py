@@ -10,7 +10,7 @@ import pytest
 
 from tts_queue.cli.launcher import worker_command
 from tts_queue.enums import Lane
-from tts_queue.tasks.keys import queue_name, webhook_queue
+from tts_queue.tasks.names import queue_name, webhook_queue
 
 yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_the_gpu_image_ends_with_onnxruntime_gpu_in_place_of_the_cpu_build(compo
     lines = [line.strip() for line in (ROOT / "requirements-gpu.txt").read_text().splitlines()]
     requirements = [line for line in lines if line and not line.startswith("#")]
     assert requirements == ["onnxruntime-gpu[cuda,cudnn]>=1.21"]
-    # And the README gives the same two commands
-    readme = (ROOT / "README.md").read_text()
-    assert "pip uninstall -y onnxruntime onnxruntime-gpu && pip install -r requirements-gpu.txt" in readme
+    # And the operations guide gives the same two commands
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    assert "pip uninstall -y onnxruntime onnxruntime-gpu && pip install -r requirements-gpu.txt" in guide
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tts_queue import errors
-from tts_queue.cli.docs import DOCUMENTS, REGENERATE, error_rows, errors_doc, main
+from tts_queue.cli.docgen import DOCUMENTS, REGENERATE, error_rows, errors_doc, main
 from tts_queue.errors import ERRORS, TTSQueueError
 
 ROOT = Path(__file__).resolve().parents[1]

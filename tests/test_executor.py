@@ -183,7 +183,7 @@ def test_bulk_queues_run_at_low_priority() -> None:
     # Given the queues of each lane
     from tts_queue.enums import Lane
     from tts_queue.tasks.executor import lane_priority
-    from tts_queue.tasks.keys import queue_name
+    from tts_queue.tasks.names import queue_name
 
     # Then book work (the bulk lane) yields to interactive requests inside the worker
     assert lane_priority(queue_name("cpu")) == 0

@@ -11,7 +11,7 @@ import redis
 
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 from workers import signals
 from workers.signals import Leases
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tts_queue.cli.docs import REGENERATE, configuration_doc
+from tts_queue.cli.docgen import REGENERATE, configuration_doc
 from tts_queue.errors import ConfigError
 from tts_queue.settings import PoolSettings, Settings, describe, markdown_table
 

@@ -4,7 +4,7 @@ Every setting is a ``TTS_*`` environment variable declared once, with ``setting(
 default, its variable, its documentation, its allowed values and (for some) a command-line flag.
 ``Settings.from_env(os.environ)`` is called by the entry points (CLI, WSGI module, Celery app
 module) and nothing deeper reads the environment. ``describe()`` lists every variable;
-``docs/configuration.md`` is generated from it (``python -m tts_queue.cli.docs``) and a test keeps
+``docs/configuration.md`` is generated from it (``python -m tts_queue.cli.docgen``) and a test keeps
 them equal.
 """
 

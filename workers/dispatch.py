@@ -13,7 +13,7 @@ from celery import Celery
 from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import kombu_url
-from tts_queue.tasks.keys import ASSEMBLE, DELIVER, INGEST, SYNTHESIZE, queue_name, webhook_queue
+from tts_queue.tasks.names import ASSEMBLE, DELIVER, INGEST, SYNTHESIZE, queue_name, webhook_queue
 from workers import transport
 
 

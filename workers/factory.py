@@ -4,7 +4,7 @@ It shares the message settings of ``workers.dispatch`` (JSON only, late acks wit
 worker loss, no result backend: task status lives in the database rows) and adds the threads
 pool, the beat schedule, the runtime, the webhook delivery threads (``workers.webhooks``), the
 tasks (``workers.tasks``) and the signal handlers (``workers.signals``). Queue and task names
-come from ``tts_queue.tasks.keys``.
+come from ``tts_queue.tasks.names``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tts_queue.enums import Lane
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.heartbeat import Heartbeats
-from tts_queue.tasks.keys import CLEANUP, REQUEUE, RedisKeys, queue_name
+from tts_queue.tasks.names import CLEANUP, REQUEUE, RedisKeys, queue_name
 from workers.dispatch import CeleryDispatcher, make_client
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import sweep

@@ -16,7 +16,7 @@ import time
 import redis
 
 from tts_queue.db import utcnow
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
-from tts_queue.app.core import Core
+from tts_queue.app.wiring import Wiring
 from tts_queue.enums import POOLS
 from tts_queue.settings import Settings
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.keys import SYNTHESIZE, task_queues
+from tts_queue.tasks.names import SYNTHESIZE, task_queues
 from tts_queue.tasks.recovery import requeue_lost
 from tts_queue.tasks.rows import TaskRows
 from workers.markers import RedisBrokerMarker
@@ -88,7 +88,7 @@ def sweep(runtime: WorkerRuntime, marker: RedisBrokerMarker) -> int:
     return sent
 
 
-def assemble_due(core: Core) -> int:
+def assemble_due(core: Wiring) -> int:
     """Send the assembly of every chapter whose sentences are all done but that was never
     assembled (its worker died in between), to its book's pool; how many."""
     due = core.book_rows.due_assemblies()

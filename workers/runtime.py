@@ -1,4 +1,4 @@
-"""Everything a worker process builds once: the core (``tts_queue.app.core``), plus the batch
+"""Everything a worker process builds once: the core (``tts_queue.app.wiring``), plus the batch
 engine, the executor and the ingester."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 
-from tts_queue.app.core import Core
 from tts_queue.app.plugins import load_plugins, wrapped_synthesizer
+from tts_queue.app.wiring import Wiring
 from tts_queue.books.ingest import Ingester
 from tts_queue.settings import Settings
 from tts_queue.synthesis.engine import BatchEngine
@@ -34,7 +34,7 @@ LONGEST_WARM_UP = " ".join(["and the warm up goes on"] * 120) + "."
 class WorkerRuntime:
     """The worker's long-lived services: the core and what only a worker runs."""
 
-    core: Core
+    core: Wiring
     engine: BatchEngine
     executor: TaskExecutor
     ingester: Ingester
@@ -50,7 +50,7 @@ class WorkerRuntime:
         """Wire the services of a worker serving ``settings.worker.pool``."""
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the worker at start
         plugins = load_plugins(settings.worker.plugins)
-        core = Core.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins,
+        core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins,
                           m4b_writer=m4b.build)  # a child process holds the M4B's memory
         engine = BatchEngine.for_pool(core.registry, settings, settings.worker.pool).start()
         executor = TaskExecutor(

@@ -38,7 +38,7 @@ from tts_queue import metrics
 from tts_queue.errors import ConfigError
 from tts_queue.heap import LOG_LINE, Trimmer, freeze_start_up
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
-from tts_queue.tasks.keys import SYNTHESIZE
+from tts_queue.tasks.names import SYNTHESIZE
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import requeue
 from workers.runtime import RuntimeHolder, WorkerRuntime

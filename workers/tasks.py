@@ -31,7 +31,7 @@ from tts_queue.backoff import backoff_s
 from tts_queue.books.lock import AssemblyLock
 from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
 from tts_queue.tables import CleanupReportJSON
-from tts_queue.tasks.keys import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE
+from tts_queue.tasks.names import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE
 from tts_queue.tasks.shares import OverShare
 from workers.markers import RedisBrokerMarker
 from workers.recovery import sweep

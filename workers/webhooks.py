@@ -1,7 +1,7 @@
 """The worker side of webhooks: deliveries on threads of their own, each under a total deadline.
 
 ``tts.deliver_callback`` (on the ``<prefix>.webhooks`` queue) only hands a delivery over
-(``hand_over``): it leases the callback row (``Callbacks.claim``) and takes a slot of the worker's
+(``hand_over``): it leases the callback row (``CallbackRows.claim``) and takes a slot of the worker's
 ``Deliveries`` (``TTS_WEBHOOK_CONCURRENCY`` threads, never the Celery threads that synthesize and
 sweep) within its key's share, or, with no slot of its share free, gives the lease back, moves the
 row's time later and sends itself again with that countdown, doubled at each busy turn (1, 2, 4 ...
@@ -40,7 +40,7 @@ from typing import Any
 
 from tts_queue import __version__, metrics
 from tts_queue.access.keys import webhook_secret
-from tts_queue.app.core import Core
+from tts_queue.app.wiring import Wiring
 from tts_queue.books.progress import book_document
 from tts_queue.errors import InvalidCallbackUrl
 from tts_queue.sharing import FairSlots
@@ -112,7 +112,7 @@ class Deliveries:
         self._executor.shutdown(wait=False)
 
 
-def hand_over(core: Core, deliveries: Deliveries, subject_id: str, busy: int = 0) -> str:
+def hand_over(core: Wiring, deliveries: Deliveries, subject_id: str, busy: int = 0) -> str:
     """The task body: start ``subject_id``'s due delivery on a delivery thread of its key's share,
     or send this message again later when none is free (``busy``: how many turns it found none
     before: the wait doubles); what happened."""
@@ -134,7 +134,7 @@ def hand_over(core: Core, deliveries: Deliveries, subject_id: str, busy: int = 0
     return "handed over"
 
 
-def deliver(core: Core, callback: Callback) -> str:
+def deliver(core: Wiring, callback: Callback) -> str:
     """One delivery of a leased callback, under the total deadline; records and returns its
     outcome (a retry is this callback's message sent again with the backoff as countdown). An
     unexpected error is a failed attempt too, so a callback that cannot be sent runs out of
@@ -146,7 +146,7 @@ def deliver(core: Core, callback: Callback) -> str:
         return _outcome(core, callback.subject_id, None, f"internal: {type(exc).__name__}")
 
 
-def _attempt(core: Core, callback: Callback) -> str:
+def _attempt(core: Wiring, callback: Callback) -> str:
     hooks = core.settings.webhooks
     callbacks = core.callbacks
     subject_id = callback.subject_id
@@ -168,7 +168,7 @@ def _attempt(core: Core, callback: Callback) -> str:
     return _outcome(core, subject_id, status, error)
 
 
-def _outcome(core: Core, subject_id: str, status: int | None, error: str | None) -> str:
+def _outcome(core: Wiring, subject_id: str, status: int | None, error: str | None) -> str:
     """Record one attempt's outcome; send the retry, if one is due."""
     hooks, callbacks = core.settings.webhooks, core.callbacks
     wait = callbacks.record(subject_id, status, error, hooks.max_attempts, hooks.backoff_s)
@@ -184,7 +184,7 @@ def _counted(outcome: str) -> str:
     return outcome
 
 
-def document(core: Core, callback: Callback) -> dict[str, Any]:
+def document(core: Wiring, callback: Callback) -> dict[str, Any]:
     """The JSON a callback POSTs: the task's or the book's, as the API shows it (links under
     ``TTS_PUBLIC_URL`` when it is set), and ``callback_url``, the receiver it is sent to: the
     signature covers it, so a body signed for one receiver fails the check at another."""

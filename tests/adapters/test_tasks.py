@@ -23,7 +23,7 @@ from tts_queue.settings import Settings
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.executor import TaskExecutor
-from tts_queue.tasks.keys import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
+from tts_queue.tasks.names import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
 from tts_queue.tasks.shares import OverShare
 from workers.factory import make_celery
 

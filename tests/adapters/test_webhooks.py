@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.support import FakeQueue, Tarpit, core_of, free_port, migrate, wait_until
-from tts_queue.app.core import Core
+from tts_queue.app.wiring import Wiring
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback
-from tts_queue.tasks.callbacks import Callbacks, Target
+from tts_queue.tasks.callbacks import CallbackRows, Target
 from workers.webhooks import (
     BUSY_RETRY_S,
     MAX_BUSY_RETRY_S,
@@ -117,12 +117,12 @@ def queue() -> FakeQueue:
 
 
 @pytest.fixture
-def core(settings: Settings, queue: FakeQueue) -> Core:
+def core(settings: Settings, queue: FakeQueue) -> Wiring:
     """The core over SQLite with the fake queue (where re-sent deliveries go)."""
     return core_of(migrate(settings), queue)
 
 
-def due(callbacks: Callbacks) -> str:
+def due(callbacks: CallbackRows) -> str:
     subject_id = str(uuid.uuid4())
     with callbacks.db.write() as session:
         callbacks.register(session, subject_id, "task", "https://hooks.example/", "http://api/",
@@ -131,7 +131,7 @@ def due(callbacks: Callbacks) -> str:
 
 
 def test_with_every_thread_busy_the_task_sends_itself_again_later_each_time(
-        core: Core, queue: FakeQueue) -> None:
+        core: Wiring, queue: FakeQueue) -> None:
     # Given a worker whose one delivery thread is taken, and a due callback
     callbacks = core.callbacks
     deliveries = Deliveries(1)
@@ -156,7 +156,7 @@ def test_with_every_thread_busy_the_task_sends_itself_again_later_each_time(
     deliveries.close()
 
 
-def test_a_delivery_in_flight_is_not_handed_over_twice(core: Core, queue: FakeQueue) -> None:
+def test_a_delivery_in_flight_is_not_handed_over_twice(core: Wiring, queue: FakeQueue) -> None:
     # Given a delivery already leased by another worker
     callbacks = core.callbacks
     subject_id = due(callbacks)

@@ -218,7 +218,7 @@ def test_one_worker_assembles_a_chapter_at_a_time(redis_url: str) -> None:
 
     from tts_queue.books.lock import ASSEMBLY_LOCK_S, AssemblyLock
     from tts_queue.tasks.connection import client_url
-    from tts_queue.tasks.keys import RedisKeys
+    from tts_queue.tasks.names import RedisKeys
 
     client = redis_lib.Redis.from_url(client_url(redis_url))
     keys = RedisKeys(QUEUE_PREFIX)
@@ -259,7 +259,7 @@ def test_a_book_is_finished_by_one_worker_at_a_time_and_the_second_waits(redis_u
 
     from tts_queue.books.lock import AssemblyLock
     from tts_queue.tasks.connection import client_url
-    from tts_queue.tasks.keys import RedisKeys
+    from tts_queue.tasks.names import RedisKeys
 
     lock = AssemblyLock(redis_lib.Redis.from_url(client_url(redis_url)), RedisKeys(QUEUE_PREFIX), expiry_s=30)
     book = str(uuid.uuid4())

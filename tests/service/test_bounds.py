@@ -21,7 +21,7 @@ from tests.tiny_voice import write_voice
 from tts_queue.access.keys import ApiKeys
 from tts_queue.db import Database
 from tts_queue.tasks.connection import client_url
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 
 pytestmark = pytest.mark.integration
 STREAM_CAP = 256 * 1024  # TTS_STREAM_MAX_BYTES of this module's service

@@ -45,7 +45,7 @@ from tests.support import (
 )
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.enums import TaskStatus
-from tts_queue.tasks.keys import RedisKeys, queue_name
+from tts_queue.tasks.names import RedisKeys, queue_name
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,7 @@ from tests.support import ROOT, Fleet, hooked, private_redis, service_settings, 
 from tests.support import wait_until as wait_for
 from tts_queue.db import utcnow
 from tts_queue.enums import TaskStatus
-from tts_queue.tasks.keys import SYNTHESIZE
+from tts_queue.tasks.names import SYNTHESIZE
 from workers.dispatch import CeleryDispatcher
 
 pytestmark = pytest.mark.integration

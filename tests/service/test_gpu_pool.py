@@ -27,7 +27,7 @@ from tts_queue.tables import TaskRow
 from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.doctor import gpu_pool_warnings
 from tts_queue.tasks.heartbeat import WorkerInfo
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 from workers.factory import make_celery
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"

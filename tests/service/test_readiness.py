@@ -22,7 +22,7 @@ from tests.support import (
     wait_until,
 )
 from tts_queue.tasks.connection import client_url
-from tts_queue.tasks.keys import RedisKeys, worker_queues
+from tts_queue.tasks.names import RedisKeys, worker_queues
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration

@@ -46,9 +46,9 @@ from tts_queue.db import Database
 from tts_queue.enums import Lane
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback, TaskRow
-from tts_queue.tasks.callbacks import Callbacks
+from tts_queue.tasks.callbacks import CallbackRows
 from tts_queue.tasks.connection import client_url
-from tts_queue.tasks.keys import DELIVER, REQUEUE, queue_name, webhook_queue
+from tts_queue.tasks.names import DELIVER, REQUEUE, queue_name, webhook_queue
 
 pytestmark = pytest.mark.integration
 SECRET = "webhook-s3cret"
@@ -219,7 +219,7 @@ def test_several_trickling_receivers_hold_at_most_the_delivery_threads(service: 
         assert many.most_at_once == slots
         assert max(many.most.get(p, 0) for p in paths) == 1
     finally:  # stop the retries: an attempt in flight ends at its deadline and schedules none
-        callbacks = Callbacks(Database(service["settings"].database_url))
+        callbacks = CallbackRows(Database(service["settings"].database_url))
         for task_id in ids:
             callbacks.give_up(task_id, "the test is over")
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from tts_queue import metrics
-from tts_queue.app.core import Core
+from tts_queue.app.wiring import Wiring
 from tts_queue.enums import POOLS, TaskStatus
 from tts_queue.tables import BookRow, CacheEntry, TaskRow
-from tts_queue.tasks.keys import lane_of, pool_of, worker_queues
+from tts_queue.tasks.names import lane_of, pool_of, worker_queues
 
 
-def shared_state(core: Core) -> metrics.State:
+def shared_state(core: Wiring) -> metrics.State:
     """Each state gauge's rows, read now (a few Redis commands and three queries)."""
     prefix = core.settings.services.queue_prefix
     # each queue once: the maintenance and webhooks queues are every pool's

@@ -19,16 +19,17 @@ from tts_queue.books.window import BulkWindow
 from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import SentenceFailed
 from tts_queue.tables import SentenceRow
-from tts_queue.tasks.callbacks import Callbacks
+from tts_queue.tasks.callbacks import CallbackRows
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.keys import lane_of, pool_of
+from tts_queue.tasks.names import lane_of, pool_of
 from tts_queue.tasks.rows import Ending, TaskRows
 
 
 class BookEnds:
     """Ends books: their rows, their queued sentences, their callback."""
 
-    def __init__(self, rows: BookRows, tasks: TaskRows, callbacks: Callbacks, dispatcher: Dispatcher) -> None:
+    def __init__(self, rows: BookRows, tasks: TaskRows, callbacks: CallbackRows,
+                 dispatcher: Dispatcher) -> None:
         self.rows = rows
         self.tasks = tasks
         self.callbacks = callbacks

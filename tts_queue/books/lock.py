@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 import redis
 from redis.exceptions import LockError
 
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 
 log = logging.getLogger(__name__)
 # An assembly or a finish that holds its lock longer than this is taken to have died with its worker.

@@ -42,7 +42,7 @@ from tts_queue.errors import BookTooLarge, ServiceUnavailable
 from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.request import build_request
 from tts_queue.tables import BookRow, BookSource, ChapterRow, SentenceRow, TaskRow
-from tts_queue.tasks.keys import queue_name
+from tts_queue.tasks.names import queue_name
 from tts_queue.tasks.service import TaskService
 
 log = logging.getLogger(__name__)

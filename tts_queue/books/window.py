@@ -17,7 +17,7 @@ from tts_queue.db import Database
 from tts_queue.enums import Lane
 from tts_queue.settings import Settings
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.keys import queue_name
+from tts_queue.tasks.names import queue_name
 from tts_queue.tasks.rows import TaskRows
 
 

@@ -24,7 +24,7 @@ from tts_queue.metrics import MULTIPROC_ENV
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 from tts_queue.storage.local import LocalStorage
-from tts_queue.tasks.keys import worker_queues
+from tts_queue.tasks.names import worker_queues
 
 log = logging.getLogger(__name__)
 

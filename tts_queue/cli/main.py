@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, TypedDict
 
 from tts_queue.cli.book import add_book_commands
 from tts_queue.cli.flags import add_flags, apply_flags
-from tts_queue.cli.keys import add_key_commands
+from tts_queue.cli.key_commands import add_key_commands
 from tts_queue.errors import ConfigError, TTSQueueError
 from tts_queue.settings import Settings
 
 if TYPE_CHECKING:
-    from tts_queue.app.core import Core
+    from tts_queue.app.wiring import Wiring
     from tts_queue.cli.flags import Subcommands
 
 
@@ -171,17 +171,17 @@ def _masked(text: str, url: str) -> str:
     return text.replace(str(password), "***") if password else text
 
 
-def _core(settings: Settings) -> Core:
+def _core(settings: Settings) -> Wiring:
     """The core over a migrated database, for commands that change rows but queue no work (a due
     callback or a complete chapter is left to the sweep)."""
-    from tts_queue.app.core import Core
+    from tts_queue.app.wiring import Wiring
     from tts_queue.migrate import upgrade
     from tts_queue.tasks.dispatcher import NoQueue
     from tts_queue.tasks.watch import NoWatch, RedisWatch
 
     upgrade(settings.database_url)
     watch = RedisWatch.from_settings(settings) if settings.services.redis_url else NoWatch()
-    return Core.build(settings, NoQueue(), watch)
+    return Wiring.build(settings, NoQueue(), watch)
 
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:

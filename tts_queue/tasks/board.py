@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 from tts_queue.tasks.view import TaskRecord, TaskView
 
 if TYPE_CHECKING:

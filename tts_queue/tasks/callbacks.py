@@ -10,7 +10,7 @@ named, signed, and retried with backoff until the receiver answers 2xx.
   elsewhere by then) and the delivery connects to the address it checked, so DNS cannot swap it.
 - ``sign``: ``X-TTS-Signature: t=<unix time>,v1=<hex HMAC-SHA256 of "<t>.<body>">`` under
   ``TTS_WEBHOOK_SECRET``; a receiver recomputes it and rejects old timestamps (replays).
-- ``Callbacks``: the ``callbacks`` rows: registered with the task or book, made due when it
+- ``CallbackRows``: the ``callbacks`` rows: registered with the task or book, made due when it
   finishes (``due``), leased by the one delivery in flight (``claim``, ``renew``; a lease older
   than ``TTS_LEASE_S`` is a dead worker's), and the outcome of each delivery (``record``):
   delivered, retried after ``TTS_WEBHOOK_BACKOFF_S`` doubled each time (at most 5 minutes), or
@@ -150,7 +150,7 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
     return f"t={timestamp},v1={digest}"
 
 
-class Callbacks:
+class CallbackRows:
     """The ``callbacks`` rows: registration, due, leases of deliveries in flight, outcomes, and
     what the sweep resends."""
 

@@ -10,7 +10,7 @@ this order:
 1. ``count_metrics``: finished, failed and cancelled counters, stage timings, cache hits;
 2. ``ShowOnBoard``: the task's status record (interactive tasks without a callback), before
 3. ``WakeWaiters``: the finished signal that wakes long-polls (they re-read the board or the row);
-4. ``CallBack``: a webhook's delivery is due and queued;
+4. ``DeliveryDue``: a webhook's delivery is due and queued;
 5. the books' effects (``tts_queue.books.ending``): a failed sentence fails its book, a completed
    chapter is queued for assembly, a finished bulk sentence hands its place in the window on.
 
@@ -31,9 +31,9 @@ from tts_queue.db import Executor
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
-from tts_queue.tasks.callbacks import Callbacks
+from tts_queue.tasks.callbacks import CallbackRows
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.keys import lane_of
+from tts_queue.tasks.names import lane_of
 from tts_queue.tasks.rows import Ending, TaskRows
 from tts_queue.tasks.view import TaskView
 from tts_queue.tasks.watch import QueueWatch
@@ -147,10 +147,10 @@ class WakeWaiters:
             self.watch.finished(ending.row.id, ending.status.value)
 
 
-class CallBack:
+class DeliveryDue:
     """A task with a webhook: its delivery is due now and queued (the sweep re-sends a lost one)."""
 
-    def __init__(self, callbacks: Callbacks, dispatcher: Dispatcher) -> None:
+    def __init__(self, callbacks: CallbackRows, dispatcher: Dispatcher) -> None:
         self.callbacks = callbacks
         self.dispatcher = dispatcher
 

@@ -45,7 +45,7 @@ from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.ending import TaskEnds
-from tts_queue.tasks.keys import lane_of
+from tts_queue.tasks.names import lane_of
 from tts_queue.tasks.rows import Suspect
 from tts_queue.tasks.shares import KeyShares
 from tts_queue.tasks.streams import AudioStreams, StreamPublisher

@@ -35,10 +35,10 @@ from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_k
 from tts_queue.synthesis.work import check_work, pinned_estimate
 from tts_queue.tables import CacheEntry, TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
-from tts_queue.tasks.callbacks import Callbacks
+from tts_queue.tasks.callbacks import CallbackRows
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.ending import TaskEnds
-from tts_queue.tasks.keys import queue_name
+from tts_queue.tasks.names import queue_name
 from tts_queue.tasks.rows import NewTask, TaskRows
 from tts_queue.tasks.streams import AudioStreams
 from tts_queue.tasks.view import AudioFile, TaskView
@@ -59,7 +59,7 @@ class TaskService:
         registry: VoiceRegistry,
         dispatcher: Dispatcher,
         ends: TaskEnds,
-        callbacks: Callbacks,
+        callbacks: CallbackRows,
         board: StatusBoard | None,
         streams: AudioStreams | None,
         pool_alive: Callable[[str], bool],

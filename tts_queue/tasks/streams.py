@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 
 if TYPE_CHECKING:
     from redis import Redis

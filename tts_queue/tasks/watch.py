@@ -18,7 +18,7 @@ from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.doctor import HealthWarning, redis_warnings
 from tts_queue.tasks.finish import FinishSignals
 from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.names import RedisKeys
 
 if TYPE_CHECKING:
     from redis import Redis

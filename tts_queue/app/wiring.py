@@ -1,7 +1,7 @@
-"""The one wiring of the core's services: ``Core.build(settings, dispatcher, watch)``.
+"""The one wiring of the core's services: ``Wiring.build(settings, dispatcher, watch)``.
 
 The API (``api.services.Services``), a worker (``workers.runtime.WorkerRuntime``) and the shell's
-commands (``tts_queue.cli``) each build a ``Core`` and add their own parts to it (readiness and
+commands (``tts_queue.cli``) each build a ``Wiring`` and add their own parts to it (readiness and
 keys; the batch engine, executor and ingester), so what a task's end does, which storage client
 serves a process and how books are counted are decided here once. Every collaborator is passed
 to its constructor; nothing is set afterwards.
@@ -31,11 +31,11 @@ from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.encoder import write_m4b
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.tasks.board import StatusBoard
-from tts_queue.tasks.callbacks import Callbacks, UrlPolicy
+from tts_queue.tasks.callbacks import CallbackRows, UrlPolicy
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.ending import CallBack, EndEffect, ShowOnBoard, TaskEnds, WakeWaiters, count_metrics
-from tts_queue.tasks.keys import RedisKeys
+from tts_queue.tasks.ending import DeliveryDue, EndEffect, ShowOnBoard, TaskEnds, WakeWaiters, count_metrics
+from tts_queue.tasks.names import RedisKeys
 from tts_queue.tasks.rows import TaskRows
 from tts_queue.tasks.service import TaskService
 from tts_queue.tasks.streams import AudioStreams
@@ -43,7 +43,7 @@ from tts_queue.tasks.watch import QueueWatch
 
 
 @dataclass
-class Core:
+class Wiring:
     """The services every process of tts-queue shares, built once per process."""
 
     settings: Settings
@@ -57,7 +57,7 @@ class Core:
     streams: AudioStreams | None  # streamed tasks' audio in the broker's Redis
     task_rows: TaskRows
     book_rows: BookRows
-    callbacks: Callbacks
+    callbacks: CallbackRows
     ends: TaskEnds
     tasks: TaskService
     window: BulkWindow
@@ -67,7 +67,7 @@ class Core:
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch,
-              plugins: Sequence[WorkerPlugin] = (), m4b_writer: M4BWriter = write_m4b) -> Core:
+              plugins: Sequence[WorkerPlugin] = (), m4b_writer: M4BWriter = write_m4b) -> Wiring:
         """Wire the core over ``settings``' database, storage, voices (loaded through ``plugins``)
         and Redis; books' M4Bs written by ``m4b_writer`` (in process unless a worker says)."""
         db = Database(settings.database_url)
@@ -84,14 +84,14 @@ class Core:
         book_rows = BookRows(db)
         # the two owners of rows meet here: a book's sentence is counted as its task row ends
         task_rows = TaskRows(db, lease=timedelta(seconds=settings.worker.lease_s), counter=book_rows)
-        callbacks = Callbacks(db, policy=UrlPolicy.from_settings(settings.webhooks),
+        callbacks = CallbackRows(db, policy=UrlPolicy.from_settings(settings.webhooks),
                               lease=timedelta(seconds=settings.worker.lease_s))
         window = BulkWindow(settings, db, task_rows, dispatcher, watch.live_workers)
         book_ends = BookEnds(book_rows, task_rows, callbacks, dispatcher)
         effects: list[EndEffect] = [count_metrics]
         if board is not None:
             effects.append(ShowOnBoard(board, lambda key: _duration(cache, key)))
-        effects += [WakeWaiters(watch), CallBack(callbacks, dispatcher), SentenceEnd(book_ends, window),
+        effects += [WakeWaiters(watch), DeliveryDue(callbacks, dispatcher), SentenceEnd(book_ends, window),
                     WindowRefill(window)]
         ends = TaskEnds(task_rows, effects, board)
         tasks = TaskService(settings, db, cache, registry, dispatcher, ends, callbacks, board, streams,

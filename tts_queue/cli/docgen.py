@@ -1,7 +1,7 @@
 """The reference documents generated from the code: ``docs/configuration.md`` from the settings'
 declarations, ``docs/errors.md`` from the error tree.
 
-``python -m tts_queue.cli.docs`` rewrites both (in ``./docs``, or the folder it is given);
+``python -m tts_queue.cli.docgen`` rewrites both (in ``./docs``, or the folder it is given);
 ``--check`` writes nothing and exits 1 when a file differs from the code. The tests compare each
 file with its function here, so a setting or an error changed without its document fails them.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from tts_queue.errors import ERRORS
 from tts_queue.settings import SettingInfo, Settings, describe, markdown_table
 
-REGENERATE = "python -m tts_queue.cli.docs"
+REGENERATE = "python -m tts_queue.cli.docgen"
 
 CONFIGURATION_INTRO = """\
 # Configuration
