@@ -468,40 +468,44 @@ class Settings:
         """Raise ``ConfigError`` for values that cannot work (enumerations are checked while parsing)."""
         for variable, value, _ in _walk(self, PREFIX):
             _check_choices(variable, value)
-        for voice, pool in self.routing.voice_pools.items():
-            if pool not in POOLS:
-                raise ConfigError(f"TTS_VOICE_POOLS item {voice}={pool!r}: the pool must be one of "
-                                  f"{', '.join(POOLS)}")
-        for name in POOLS:
-            if self.pool(name).max_batch < 1:
-                raise ConfigError(f"TTS_{name.upper()}_MAX_BATCH must be at least 1")
-            if not 1 <= self.pool(name).runners <= 16:
-                raise ConfigError(f"TTS_{name.upper()}_RUNNERS must be from 1 to 16")
-        if self.request.max_text_chars < 1 or self.request.max_sentence_phonemes < 16:
-            raise ConfigError("TTS_MAX_TEXT_CHARS and TTS_MAX_SENTENCE_PHONEMES are too small")
-        if self.voices.max_loaded < 1 or self.worker.concurrency < 1 or self.api.threads < 1:
-            raise ConfigError("TTS_MAX_LOADED_VOICES, TTS_WORKER_CONCURRENCY and TTS_API_THREADS "
-                              "must be at least 1")
-        if self.api.sync_wait_s < 0 or not 0 < self.request.min_speed <= 1 <= self.request.max_speed:
-            raise ConfigError("TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
         if self.storage.url:
             parse_storage_url(self.storage.url)
-        if self.worker.max_call_s < 0 or self.worker.engine_stall_s <= 0:
-            raise ConfigError("TTS_MAX_CALL_S must be >= 0 and TTS_ENGINE_STALL_S positive")
-        if self.onnx.cuda_device < 0:
-            raise ConfigError("TTS_CUDA_DEVICE must be >= 0")
-        if self.onnx.spin_us < 0:
-            raise ConfigError("TTS_SPIN_US must be >= 0")
-        if self.storage.presign_s < 0:
-            raise ConfigError("TTS_STORAGE_PRESIGN_S must be >= 0")
-        if self.api.wait_recheck_s <= 0 or self.worker.consumed_window_s <= 0:
-            raise ConfigError("TTS_WAIT_RECHECK_S and TTS_CONSUMED_WINDOW_S must be positive")
-        hooks = self.webhooks
-        if not hooks.ports or any(not 0 < port < 65536 for port in hooks.ports):
-            raise ConfigError("TTS_WEBHOOK_PORTS must list ports between 1 and 65535")
-        if hooks.concurrency < 1 or hooks.timeout_s <= 0 or hooks.lookup_timeout_s <= 0:
-            raise ConfigError("TTS_WEBHOOK_CONCURRENCY must be at least 1 and TTS_WEBHOOK_TIMEOUT_S and "
-                              "TTS_WEBHOOK_LOOKUP_TIMEOUT_S positive")
+        for wrong, message in self._checks():
+            if wrong:
+                raise ConfigError(message)
+
+    def _checks(self) -> Iterator[tuple[bool, str]]:
+        """``(whether it is wrong, what to say)`` for each rule between settings."""
+        for voice, pool in self.routing.voice_pools.items():
+            yield (pool not in POOLS,
+                   f"TTS_VOICE_POOLS item {voice}={pool!r}: the pool must be one of {', '.join(POOLS)}")
+        for name in POOLS:
+            yield self.pool(name).max_batch < 1, f"TTS_{name.upper()}_MAX_BATCH must be at least 1"
+            yield not 1 <= self.pool(name).runners <= 16, f"TTS_{name.upper()}_RUNNERS must be from 1 to 16"
+        request, worker, api, hooks = self.request, self.worker, self.api, self.webhooks
+        yield (request.max_text_chars < 1 or request.max_sentence_phonemes < 16,
+               "TTS_MAX_TEXT_CHARS and TTS_MAX_SENTENCE_PHONEMES are too small")
+        yield (min(self.voices.max_loaded, worker.concurrency, api.threads) < 1,
+               "TTS_MAX_LOADED_VOICES, TTS_WORKER_CONCURRENCY and TTS_API_THREADS must be at least 1")
+        yield (api.sync_wait_s < 0 or not 0 < request.min_speed <= 1 <= request.max_speed,
+               "TTS_SYNC_WAIT_S must be >= 0 and TTS_MIN_SPEED <= 1 <= TTS_MAX_SPEED")
+        yield (worker.max_call_s < 0 or worker.engine_stall_s <= 0,
+               "TTS_MAX_CALL_S must be >= 0 and TTS_ENGINE_STALL_S positive")
+        yield self.onnx.cuda_device < 0, "TTS_CUDA_DEVICE must be >= 0"
+        yield self.onnx.spin_us < 0, "TTS_SPIN_US must be >= 0"
+        yield self.storage.presign_s < 0, "TTS_STORAGE_PRESIGN_S must be >= 0"
+        yield (api.wait_recheck_s <= 0 or worker.consumed_window_s <= 0,
+               "TTS_WAIT_RECHECK_S and TTS_CONSUMED_WINDOW_S must be positive")
+        yield (min(api.header_timeout_s, api.body_timeout_s) <= 0 or api.body_min_rate < 1
+               or api.client_connections < 1,
+               "TTS_HEADER_TIMEOUT_S and TTS_BODY_TIMEOUT_S must be positive, TTS_BODY_MIN_RATE and "
+               "TTS_CLIENT_MAX_CONNECTIONS at least 1")
+        yield (not hooks.ports or any(not 0 < port < 65536 for port in hooks.ports),
+               "TTS_WEBHOOK_PORTS must list ports between 1 and 65535")
+        yield (hooks.concurrency < 1 or hooks.timeout_s <= 0 or hooks.lookup_timeout_s <= 0
+               or hooks.key_max_due < 1,
+               "TTS_WEBHOOK_CONCURRENCY and TTS_KEY_MAX_DUE_WEBHOOKS must be at least 1, and "
+               "TTS_WEBHOOK_TIMEOUT_S and TTS_WEBHOOK_LOOKUP_TIMEOUT_S positive")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ zip magic, an EPUB's central directory), the text's encoding. Nothing here parse
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import SupportsFloat, SupportsIndex, cast
 
@@ -53,40 +53,67 @@ def book_options(raw: Mapping[str, object], default_format: str = "mp3") -> Book
     if unknown:
         raise InvalidRequest(f"unknown book option(s): {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
     options = {k: v for k, v in raw.items() if v not in (None, "")}
-    fmt = options.get("format", default_format)
+    options["format"] = _format(options.get("format", default_format))
+    for name, check in _CHECKS.items():
+        if name in options:
+            options[name] = check(name, options[name])
+    return cast(BookOptions, options)  # every value was checked above
+
+
+def _format(fmt: object) -> str:
     if not isinstance(fmt, str) or fmt.lower() not in BOOK_FORMATS:
         raise UnsupportedFormat(f"format must be one of {', '.join(BOOK_FORMATS)}; got {fmt!r}")
-    options["format"] = fmt.lower()
-    for name in ("voice", "pool"):
-        if name in options and not isinstance(options[name], str):
-            raise InvalidRequest(f"{name} must be a string")
-    if "speaker" in options and (isinstance(options["speaker"], bool)
-                                 or not isinstance(options["speaker"], (str, int))):
-        raise InvalidRequest("speaker must be a name or a number")
-    if "speed" in options:
-        speed = options["speed"]  # a JSON number or a form field's text: what float() takes
-        if not isinstance(speed, (str, SupportsFloat, SupportsIndex)):
-            raise InvalidRequest("speed must be a number")
-        try:
-            options["speed"] = float(speed)
-        except (TypeError, ValueError, OverflowError):
-            raise InvalidRequest("speed must be a number") from None
-    for flag in ("keep", "normalize"):
-        if flag in options:
-            value = options[flag]
-            if isinstance(value, str):
-                value = value.lower() in ("1", "true", "yes", "on")
-            elif not isinstance(value, bool):
-                raise InvalidRequest(f"{flag} must be true or false")
-            options[flag] = value
-    if "pool" in options and options["pool"] not in POOLS:
+    return fmt.lower()
+
+
+def _string(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{name} must be a string")
+    return value
+
+
+def _pool(name: str, value: object) -> str:
+    if _string(name, value) not in POOLS:
         raise InvalidRequest(f"pool must be one of {', '.join(POOLS)}")
-    if "chapters" in options:
-        spec = text_field(options["chapters"], "chapters", MAX_CHAPTER_SPEC_CHARS)
-        if spec is None or not _CHAPTER_SPEC.fullmatch(spec):
-            raise UnknownChapters(f"chapter range {options['chapters']!r} does not parse; use a form "
-                                  "like 2-5 or 1,3,7-9")
-    return cast(BookOptions, options)  # every value was checked above
+    return str(value)
+
+
+def _speaker(name: str, value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InvalidRequest("speaker must be a name or a number")
+    return value
+
+
+def _speed(name: str, value: object) -> float:
+    """A JSON number or a form field's text: what float() takes."""
+    if not isinstance(value, (str, SupportsFloat, SupportsIndex)):
+        raise InvalidRequest("speed must be a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidRequest("speed must be a number") from None
+
+
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, str):
+        return value.lower() in ("1", "true", "yes", "on")
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{name} must be true or false")
+    return value
+
+
+def _chapters(name: str, value: object) -> str:
+    spec = text_field(value, "chapters", MAX_CHAPTER_SPEC_CHARS)
+    if spec is None or not _CHAPTER_SPEC.fullmatch(spec):
+        raise UnknownChapters(f"chapter range {value!r} does not parse; use a form like 2-5 or 1,3,7-9")
+    return spec
+
+
+# Each option's check, in this order (the first error found is the one reported).
+_CHECKS: dict[str, Callable[[str, object], object]] = {
+    "voice": _string, "pool": _pool, "speaker": _speaker, "speed": _speed, "keep": _flag,
+    "normalize": _flag, "chapters": _chapters,
+}
 
 
 def upload_format(upload: Upload) -> str:
