@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import TypedDict
 
+from redis import Redis
+
 from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys, Usage
 from tts_queue.app.plugins import WorkerPlugin
@@ -25,6 +27,7 @@ from tts_queue.redact import redacted
 from tts_queue.settings import Settings
 from tts_queue.synthesis.encoder import write_m4b
 from tts_queue.synthesis.frontend import load_lexicon
+from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.doctor import HealthWarning, gpu_pool_warnings, schema_warnings
 from tts_queue.tasks.heartbeat import WorkerInfo
@@ -49,15 +52,18 @@ class Services(Wiring):
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher | None = None,
               watch: QueueWatch | None = None, plugins: Sequence[WorkerPlugin] = (),
-              m4b_writer: M4BWriter = write_m4b) -> Services:
-        """Wire the API's services; with no dispatcher (and watch) given, Celery's (and Redis')."""
+              m4b_writer: M4BWriter = write_m4b, redis: Redis | None = None) -> Services:
+        """Wire the API's services; with no dispatcher (and watch) given, Celery's (and Redis', on
+        one client for the process's short commands)."""
         if dispatcher is None:
             from workers.dispatch import CeleryDispatcher, make_client
 
             dispatcher = CeleryDispatcher(make_client(settings), settings.services.queue_prefix)
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the API at start
-        core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins,
-                          m4b_writer)
+        if redis is None and settings.services.redis_url:
+            redis = redis_client(settings.services.redis_url)
+        core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings, redis), plugins,
+                            m4b_writer, redis)
         return cls(**{f.name: getattr(core, f.name) for f in fields(Wiring)})
 
 

@@ -17,6 +17,7 @@ from tts_queue.settings import Settings
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.heartbeat import Heartbeats
 from tts_queue.tasks.names import CLEANUP, REQUEUE, RedisKeys, queue_name
+from workers.context import WorkerContext, attach, context_of
 from workers.dispatch import CeleryDispatcher, make_client
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import sweep
@@ -45,22 +46,23 @@ def make_celery(settings: Settings) -> Celery:
             },
         },
     )
-    holder = RuntimeHolder(settings, CeleryDispatcher(app, settings.services.queue_prefix))
-    app.tts_runtime = holder  # type: ignore[attr-defined]
     assert settings.services.redis_url
-    client = redis_client(settings.services.redis_url)  # one client for markers, heartbeats, sweep
+    # the worker's one client for short commands: markers, heartbeats, the sweep, the watch, the board
+    client = redis_client(settings.services.redis_url)
+    holder = RuntimeHolder(settings, CeleryDispatcher(app, settings.services.queue_prefix), client)
     keys = RedisKeys(settings.services.queue_prefix)
     marker = RedisBrokerMarker(client, keys)
-    app.tts_marker = marker  # type: ignore[attr-defined]
     deliveries = Deliveries(settings.webhooks.concurrency)  # webhooks' own threads, not Celery's
-    app.tts_deliveries = deliveries  # type: ignore[attr-defined]
     register_tasks(app, holder, marker, AssemblyLock(client, keys), deliveries)
     heartbeats = Heartbeats(client, keys, ttl_s=min(20.0, settings.worker.lease_s / 2))
-    connect_signals(app, holder, heartbeats, marker,
-                    ConsumedMarker(client, keys, settings.worker.consumed_window_s), deliveries)
+    leases, handlers = connect_signals(app, holder, heartbeats, marker,
+                                       ConsumedMarker(client, keys, settings.worker.consumed_window_s),
+                                       deliveries)
+    attach(app, WorkerContext(holder, marker, deliveries, leases, handlers))
     return app
 
 
 def sweep_now(app: Celery) -> int:
     """Run ``app``'s recovery sweep now, as the scheduler's ``tts.requeue_lost`` does."""
-    return sweep(app.tts_runtime.get(), app.tts_marker)  # type: ignore[attr-defined]
+    context = context_of(app)
+    return sweep(context.holder.get(), context.marker)

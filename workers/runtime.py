@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 
+from redis import Redis
+
 from tts_queue.app.plugins import load_plugins, wrapped_synthesizer
 from tts_queue.app.wiring import Wiring
 from tts_queue.books.ingest import Ingester
@@ -46,12 +48,13 @@ class WorkerRuntime:
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch | None = None,
-              name: str | None = None) -> WorkerRuntime:
-        """Wire the services of a worker serving ``settings.worker.pool``."""
+              name: str | None = None, redis: Redis | None = None) -> WorkerRuntime:
+        """Wire the services of a worker serving ``settings.worker.pool`` (``redis``: the worker's
+        one client for short commands, shared by its markers, heartbeats, watch and board)."""
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the worker at start
         plugins = load_plugins(settings.worker.plugins)
-        core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings), plugins,
-                          m4b_writer=m4b.build)  # a child process holds the M4B's memory
+        core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings, redis), plugins,
+                            m4b_writer=m4b.build, redis=redis)  # a child process holds the M4B's memory
         engine = BatchEngine.for_pool(core.registry, settings, settings.worker.pool).start()
         executor = TaskExecutor(
             core.cache, wrapped_synthesizer(plugins, Synthesizer(core.registry, engine)), core.ends,
@@ -104,9 +107,10 @@ class WorkerRuntime:
 class RuntimeHolder:
     """Builds the runtime on first use, once, from any thread."""
 
-    def __init__(self, settings: Settings, dispatcher: Dispatcher) -> None:
+    def __init__(self, settings: Settings, dispatcher: Dispatcher, redis: Redis | None = None) -> None:
         self.settings = settings
         self.dispatcher = dispatcher
+        self.redis = redis
         self._runtime: WorkerRuntime | None = None
         self._lock = threading.Lock()
 
@@ -114,5 +118,5 @@ class RuntimeHolder:
         """The runtime, building it if needed."""
         with self._lock:
             if self._runtime is None:
-                self._runtime = WorkerRuntime.build(self.settings, self.dispatcher)
+                self._runtime = WorkerRuntime.build(self.settings, self.dispatcher, redis=self.redis)
             return self._runtime

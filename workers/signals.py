@@ -1,6 +1,6 @@
 """The worker's Celery signal handlers, bound to their app.
 
-Each handler is connected weakly and kept alive by the app itself (``app.tts_handlers``), and
+Each handler is connected weakly and kept alive with the app (``workers.context``), and
 answers only for senders of that app, so a second app in the same process (tests build several)
 neither adds handlers that fire for the first nor keeps it alive.
 
@@ -185,8 +185,10 @@ def only_for(app: Celery, handler: Handler) -> Handler:
 
 
 def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, marker: RedisBrokerMarker,
-                    consumed: ConsumedMarker, deliveries: Deliveries | None = None) -> None:
-    """Connect the worker's handlers for ``app`` (see the module docstring)."""
+                    consumed: ConsumedMarker,
+                    deliveries: Deliveries | None = None) -> tuple[Leases, list[Handler]]:
+    """Connect the worker's handlers for ``app`` (see the module docstring); the leases they keep
+    and the handlers, which the caller keeps alive as long as the app (``WorkerContext``)."""
     stop = threading.Event()
     leases = Leases()
 
@@ -224,7 +226,6 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
             (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
             (signals.worker_shutdown, shutdown), (signals.task_prerun, started))]
     app.steps["consumer"].add(leases_on_reconnect(leases))
-    app.tts_leases = leases  # type: ignore[attr-defined]
-    app.tts_handlers = [handler for _, handler in handlers]  # type: ignore[attr-defined]
     for signal, handler in handlers:
         signal.connect(handler, weak=True)
+    return leases, [handler for _, handler in handlers]

@@ -25,6 +25,7 @@ from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.executor import TaskExecutor
 from tts_queue.tasks.names import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
 from tts_queue.tasks.shares import OverShare
+from workers.context import context_of
 from workers.factory import make_celery
 
 
@@ -56,7 +57,7 @@ def world(tmp_path: Path, redis_url: str) -> Iterator[dict[str, Any]]:
                                           "TTS_AUDIO_TTL_DAYS": "7", "TTS_DELETE_GRACE_S": "0"}))
     app = make_celery(settings)
     app.conf.task_always_eager = True  # retries run in place, no broker round trip
-    holder = app.tts_runtime  # type: ignore[attr-defined]
+    holder = context_of(app).holder
     real = holder.get()  # the worker's real runtime over this database and Redis, its executor a fake
     executor = FakeExecutor()
     holder._runtime = replace(real, executor=cast(TaskExecutor, executor))
@@ -210,7 +211,8 @@ class OverShareExecutor(FakeExecutor):
 def test_a_task_over_its_keys_share_goes_back_to_the_broker(world: dict[str, Any]) -> None:
     # Given an executor that finds the task's key at its share the first time
     executor = OverShareExecutor()
-    world["app"].tts_runtime._runtime = replace(world["app"].tts_runtime._runtime, executor=executor)
+    holder = context_of(world["app"]).holder
+    holder._runtime = replace(holder.get(), executor=cast(TaskExecutor, executor))
     # When the task body runs
     result = world["app"].tasks[SYNTHESIZE].apply(args=[str(uuid.uuid4())]).get()
     # Then it was sent back (eager here: run again at once) and ran the second time, within its share
@@ -222,7 +224,8 @@ def test_a_task_over_its_share_runs_when_the_broker_cannot_take_it_back(
 ) -> None:
     # Given a task over its key's share, and a broker that refuses the message sent back
     executor = OverShareExecutor()
-    world["app"].tts_runtime._runtime = replace(world["app"].tts_runtime._runtime, executor=executor)
+    holder = context_of(world["app"]).holder
+    holder._runtime = replace(holder.get(), executor=cast(TaskExecutor, executor))
 
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise ConnectionError("the broker is down")

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from redis import Redis
+
 from tts_queue.app.plugins import WorkerPlugin, wrapped_loader
 from tts_queue.books.assembler import ChapterAssembler
 from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
@@ -67,16 +69,18 @@ class Wiring:
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch,
-              plugins: Sequence[WorkerPlugin] = (), m4b_writer: M4BWriter = write_m4b) -> Wiring:
+              plugins: Sequence[WorkerPlugin] = (), m4b_writer: M4BWriter = write_m4b,
+              redis: Redis | None = None) -> Wiring:
         """Wire the core over ``settings``' database, storage, voices (loaded through ``plugins``)
-        and Redis; books' M4Bs written by ``m4b_writer`` (in process unless a worker says)."""
+        and Redis (``redis``: the process's client for its short commands, made here if none is
+        given); books' M4Bs written by ``m4b_writer`` (in process unless a worker says)."""
         db = Database(settings.database_url)
         storage = open_storage(settings.storage_url)
         cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
         registry = VoiceRegistry.from_settings(settings, wrapped_loader(plugins))
         board, streams, finish_lock = None, None, None
         if settings.services.redis_url:
-            client = redis_client(settings.services.redis_url)
+            client = redis or redis_client(settings.services.redis_url)
             keys = RedisKeys(settings.services.queue_prefix)
             board = StatusBoard(client, keys)
             streams = AudioStreams(client, keys, settings.api.stream_max_bytes)

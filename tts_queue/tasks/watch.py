@@ -71,13 +71,14 @@ class RedisWatch:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> RedisWatch:
-        """The watch of the Redis at ``TTS_REDIS_URL``."""
+    def from_settings(cls, settings: Settings, client: Redis | None = None) -> RedisWatch:
+        """The watch of the Redis at ``TTS_REDIS_URL`` (``client``: the process's client for its
+        short commands; the finish signals' blocking waits have a client of their own)."""
         assert settings.services.redis_url, "a watch needs TTS_REDIS_URL"
         keys = RedisKeys(settings.services.queue_prefix)
         signals = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix,
                                          max_block_s=settings.api.wait_recheck_s)
-        return cls(redis_client(settings.services.redis_url, socket_timeout=2), keys, signals)
+        return cls(client or redis_client(settings.services.redis_url, socket_timeout=2), keys, signals)
 
     def ping(self) -> None:
         """Raise if Redis does not answer."""
