@@ -93,5 +93,5 @@ def assemble_due(core: Wiring) -> int:
     assembled (its worker died in between), to its book's pool; how many."""
     due = core.book_rows.due_assemblies()
     for book_id, number, pool in due:
-        core.dispatcher.assemble(book_id, number, core.window.queue(pool))
+        core.window.assemble(book_id, number, pool)
     return len(due)

@@ -90,7 +90,7 @@ class SentenceEnd:
             self.books.fail(row.book_id, SentenceFailed.code,
                             f"sentence {index} could not be synthesized ({row.error_code})")
         elif ending.chapter is not None and ending.chapter.complete:
-            self.books.dispatcher.assemble(row.book_id, ending.chapter.chapter, self.window.queue(row.pool))
+            self.window.assemble(row.book_id, ending.chapter.chapter, row.pool)
 
 
 class WindowRefill:

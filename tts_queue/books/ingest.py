@@ -123,7 +123,7 @@ class Ingester:
         if self.rows.parsed(row.id, title, author):
             self.books.window.feed(row.pool)
             for number in self.rows.complete_chapters(row.id):  # every sentence was cached or done
-                self.books.dispatcher.assemble(row.id, number, self.books.window.queue(row.pool))
+                self.books.window.assemble(row.id, number, row.pool)
         self.books.storage.delete([str(source["upload"])])
         log.info("book %s queued: %d sentences", row.id, written)
 

@@ -29,7 +29,7 @@ from tts_queue.enums import OPEN_BOOK, BookStatus, TaskStatus, book_sources
 from tts_queue.errors import BookNotFound
 from tts_queue.tables import BookOptions, BookRow, BookSource, Callback, ChapterRow, SentenceRow, TaskRow
 from tts_queue.tasks.outbox import BATCH_IDS
-from tts_queue.tasks.rows import ChapterCount, NewTask, TaskRows
+from tts_queue.tasks.rows import ChapterCount, NewTask, SentenceCounter, TaskRows
 
 log = logging.getLogger(__name__)
 # ``BookRows.count``'s statements, built once: a finished sentence's chapter number, then its
@@ -71,8 +71,10 @@ class NewSentence:
     seconds: float = 0.0  # the cached audio's duration on a hit
 
 
-class BookRows:
-    """Creates, moves, counts and deletes a book's rows (see the module docstring)."""
+class BookRows(SentenceCounter):
+    """Creates, moves, counts and deletes a book's rows (see the module docstring). It is the
+    ``SentenceCounter`` that ``TaskRows`` calls as a book sentence's row moves to done (wired in
+    ``Wiring.build``), so a sentence is counted in the same transaction, once."""
 
     def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow) -> None:
         self.db = db

@@ -36,6 +36,12 @@ class BulkWindow:
         """The bulk queue of ``pool`` (a book's sentences and chapter assemblies)."""
         return queue_name(pool, Lane.BULK, self.settings.services.queue_prefix)
 
+    def assemble(self, book_id: str, chapter: int, pool: str) -> None:
+        """Send a chapter's assembly, on its pool's bulk lane: the one way a chapter is assembled,
+        whether its last sentence ended, every sentence was found done at ingestion, or the sweep
+        found it due."""
+        self.dispatcher.assemble(book_id, chapter, self.queue(pool))
+
     def size(self, pool: str, workers: int = 1) -> int:
         """How many book sentences of ``pool`` may be in the broker or running at once with
         ``workers`` live workers."""
