@@ -26,6 +26,7 @@ PARALLEL = {
     "rows.py": "the one owner of task rows and of book rows",
     "service.py": "the task service and the book service",
     "ending.py": "a task's end and a book's end",
+    "services.py": "what the API and a worker each keep beside the wiring (api, workers)",
     "voice.py": "a voice (synthesis) and Kokoro's voice on its shared graph (synthesis.kokoro)",
 }
 

@@ -17,11 +17,11 @@ from tts_queue.settings import Settings
 from tts_queue.tasks.connection import redis_client
 from tts_queue.tasks.heartbeat import Heartbeats
 from tts_queue.tasks.names import CLEANUP, REQUEUE, RedisKeys, queue_name
-from workers.context import WorkerContext, attach, context_of
 from workers.dispatch import CeleryDispatcher, make_client
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder
+from workers.services import WorkerServices, attach, context_of
 from workers.signals import connect_signals
 from workers.tasks import register_tasks
 from workers.webhooks import Deliveries
@@ -58,7 +58,7 @@ def make_celery(settings: Settings) -> Celery:
     leases, handlers = connect_signals(app, holder, heartbeats, marker,
                                        ConsumedMarker(client, keys, settings.worker.consumed_window_s),
                                        deliveries)
-    attach(app, WorkerContext(holder, marker, deliveries, leases, handlers))
+    attach(app, WorkerServices(holder, marker, deliveries, leases, handlers))
     return app
 
 

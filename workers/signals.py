@@ -1,6 +1,6 @@
 """The worker's Celery signal handlers, bound to their app.
 
-Each handler is connected weakly and kept alive with the app (``workers.context``), and
+Each handler is connected weakly and kept alive with the app (``workers.services``), and
 answers only for senders of that app, so a second app in the same process (tests build several)
 neither adds handlers that fire for the first nor keeps it alive.
 
@@ -188,7 +188,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
                     consumed: ConsumedMarker,
                     deliveries: Deliveries | None = None) -> tuple[Leases, list[Handler]]:
     """Connect the worker's handlers for ``app`` (see the module docstring); the leases they keep
-    and the handlers, which the caller keeps alive as long as the app (``WorkerContext``)."""
+    and the handlers, which the caller keeps alive as long as the app (``WorkerServices``)."""
     stop = threading.Event()
     leases = Leases()
 

@@ -25,8 +25,8 @@ from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.executor import TaskExecutor
 from tts_queue.tasks.names import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
 from tts_queue.tasks.shares import OverShare
-from workers.context import context_of
 from workers.factory import make_celery
+from workers.services import context_of
 
 
 @dataclass

@@ -19,11 +19,11 @@ from workers.runtime import RuntimeHolder
 from workers.signals import Leases
 from workers.webhooks import Deliveries
 
-_CONTEXTS: WeakKeyDictionary[Celery, WorkerContext] = WeakKeyDictionary()
+_CONTEXTS: WeakKeyDictionary[Celery, WorkerServices] = WeakKeyDictionary()
 
 
 @dataclass
-class WorkerContext:
+class WorkerServices:
     """One worker app's services beside its tasks."""
 
     holder: RuntimeHolder
@@ -33,11 +33,11 @@ class WorkerContext:
     handlers: list[Callable[..., None]] = field(default_factory=list)
 
 
-def attach(app: Celery, context: WorkerContext) -> None:
+def attach(app: Celery, context: WorkerServices) -> None:
     """Keep ``context`` as ``app``'s."""
     _CONTEXTS[app] = context
 
 
-def context_of(app: Celery) -> WorkerContext:
+def context_of(app: Celery) -> WorkerServices:
     """``app``'s context (``KeyError`` for an app not made by ``make_celery``)."""
     return _CONTEXTS[app]
