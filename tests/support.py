@@ -220,10 +220,11 @@ class WorkerProcess:
         self.process.kill()
         self.process.wait(timeout=10)
 
-    def stop(self) -> None:
-        """SIGTERM and wait (warm shutdown)."""
+    def stop(self, now: bool = False) -> None:
+        """SIGTERM and wait (warm shutdown: the tasks running finish first); ``now``: SIGKILL, for
+        a module whose last test left long work running that nobody will read."""
         if self.process.poll() is None:
-            self.process.terminate()
+            self.process.kill() if now else self.process.terminate()
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -661,11 +662,11 @@ class Served:
 @contextmanager
 def served(data_dir: Path, redis_url: str, voices_dir: Path | None = None, gunicorn: bool = False,
            worker_env: dict[str, str] | None = None, api_env: dict[str, str] | None = None,
-           **env: str) -> Iterator[Served]:
+           stop_now: bool = False, **env: str) -> Iterator[Served]:
     """Run a service for a test module: migrated settings over ``data_dir`` and the real Redis
     (``voices_dir``: the tiny voice; ``None``: the real one; ``env``: settings), one worker (with
     ``worker_env`` besides, e.g. ``hooked(...)``), gunicorn too when ``gunicorn``; all stopped
-    after."""
+    after (``stop_now``: the worker killed, not waited for)."""
     from workers.factory import make_celery
 
     flush_queues(redis_url)
@@ -682,4 +683,4 @@ def served(data_dir: Path, redis_url: str, voices_dir: Path | None = None, gunic
         for server in service.servers:
             server.terminate()
             server.wait(timeout=30)
-        worker.stop()
+        worker.stop(now=stop_now)

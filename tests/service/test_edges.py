@@ -76,8 +76,10 @@ def edges(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
     receiver, tarpit = Receiver(), Tarpit(every_s=2.0)
     ports = ",".join(str(port) for port in (80, 443, receiver.port, tarpit.port))
     try:
-        with served(tmp_path_factory.mktemp("edges"), redis_url, voices_dir, TTS_AUTH="required",
-                    TTS_WEBHOOK_SECRET=SECRET, TTS_WEBHOOK_ALLOW_PRIVATE="true", TTS_WEBHOOK_PORTS=ports,
+        # (stopped at once after: tarpit deliveries would hold the worker's warm shutdown)
+        with served(tmp_path_factory.mktemp("edges"), redis_url, voices_dir, stop_now=True,
+                    TTS_AUTH="required", TTS_WEBHOOK_SECRET=SECRET, TTS_WEBHOOK_ALLOW_PRIVATE="true",
+                    TTS_WEBHOOK_PORTS=ports,
                     TTS_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S), TTS_KEY_MAX_PINNED_BYTES=str(PIN_CAP),
                     TTS_TRUSTED_PROXIES="127.0.0.4") as stack:
             keys = ApiKeys(Database(stack.settings.database_url))

@@ -43,7 +43,8 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
     data_dir = tmp_path_factory.mktemp("fairtime")
     worker_env = hooked(TTS_TEST_BATCH_DELAY_MS=str(CALL_DELAY_MS), TTS_TEST_HANG=f"{HANG}={STALL_S + 3}")
-    with served(data_dir, redis_url, voices_dir, gunicorn=True, worker_env=worker_env,
+    # (stopped at once after: its last test leaves long renders running that nobody reads)
+    with served(data_dir, redis_url, voices_dir, gunicorn=True, worker_env=worker_env, stop_now=True,
                 TTS_AUTH="required", TTS_ENGINE_STALL_S=str(STALL_S), TTS_MAX_SENTENCE_PHONEMES="64",
                 TTS_MANIFEST=str(ROOT / "models" / "voices.json")) as running:
         keys = ApiKeys(Database(running.settings.database_url))
