@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -177,26 +176,7 @@ def wait_for(view: TaskView, seconds: float, fresh: bool = False) -> TaskView:
         if not waiting:
             after_this_request(_retry_after)
             return view
-        return _block_until_finished(view, seconds, read_first=not fresh)
-
-
-def _block_until_finished(view: TaskView, seconds: float, read_first: bool = True) -> TaskView:
-    """The long-poll itself: wait on the finished signal, re-reading the task."""
-    svc = services()
-    recheck = svc.settings.api.wait_recheck_s
-    deadline = time.monotonic() + seconds
-    # the row, never the board, for the state the caller saw unfinished: a record whose update was
-    # lost while Redis was down stays stale for its TTL (a restarted Redis even reloads it), and
-    # would hold the waiter for that long; after a wake, a finished record is final (``current``)
-    if read_first:
-        view = svc.tasks.get(view.id, fresh=True)
-    while not view.status.finished:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        svc.watch.wait_finished(view.id, min(left, recheck))
-        view = svc.tasks.current(view.id)
-    return view
+        return services().tasks.wait(view, seconds, read_first=not fresh)
 
 
 def list_limit() -> int:

@@ -46,7 +46,7 @@ def board_service(tmp_path: Path, voices_dir: Path, board: StatusBoard) -> tuple
     core = core_of(settings)
     board_ends = TaskEnds(core.task_rows, [ShowOnBoard(board, lambda key: None)], board)
     return core, TaskService(settings, core.db, core.cache, core.registry, FakeQueue(), board_ends,
-                             core.callbacks, board, None, lambda pool: True)
+                             core.callbacks, board, None, FakeQueue())
 
 
 def test_a_record_never_goes_back_and_only_a_finished_one_lives_long(board: StatusBoard) -> None:

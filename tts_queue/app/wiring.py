@@ -99,7 +99,7 @@ class Wiring:
                     WindowRefill(window)]
         ends = TaskEnds(task_rows, effects, board)
         tasks = TaskService(settings, db, cache, registry, dispatcher, ends, callbacks, board, streams,
-                            watch.pool_alive)
+                            watch)
         books = BookService(tasks, book_rows, book_ends, window, storage.child("books"))
         assembler = ChapterAssembler(book_ends, cache, books.storage,
                                      id_map=lambda voice: _id_map(registry, voice), m4b_writer=m4b_writer,

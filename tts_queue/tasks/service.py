@@ -8,6 +8,7 @@ it is never asked). The queue is reached through the ``Dispatcher`` seam
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -42,6 +43,7 @@ from tts_queue.tasks.names import queue_name
 from tts_queue.tasks.rows import NewTask, TaskRows
 from tts_queue.tasks.streams import AudioStreams
 from tts_queue.tasks.view import AudioFile, TaskView
+from tts_queue.tasks.watch import QueueWatch
 
 log = logging.getLogger(__name__)
 WAITING_CALLBACK = {"state": "waiting", "attempts": 0, "last_status": None}
@@ -62,7 +64,7 @@ class TaskService:
         callbacks: CallbackRows,
         board: StatusBoard | None,
         streams: AudioStreams | None,
-        pool_alive: Callable[[str], bool],
+        watch: QueueWatch,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.settings = settings
@@ -75,7 +77,7 @@ class TaskService:
         self.callbacks = callbacks
         self.board = board  # status records in Redis: polling reads no database
         self.streams = streams  # streamed tasks' audio in Redis
-        self.pool_alive = pool_alive  # whether a live worker serves a pool (heartbeats)
+        self.watch = watch  # live workers (heartbeats) and the finished signals long-polls wait on
         self.clock = clock
 
     def key_of(self, request: SynthesisRequest, owner: str | None = None) -> str:
@@ -93,7 +95,7 @@ class TaskService:
 
     def require_worker(self, pool: str) -> None:
         """Raise ``NoWorker`` when no live worker serves ``pool`` (cache hits never need one)."""
-        if not self.pool_alive(pool):
+        if not self.watch.pool_alive(pool):
             raise NoWorker(f"no live worker serves the {pool!r} pool; start one with "
                            f"`tts-queue worker --pool {pool}` or retry later")
 
@@ -194,6 +196,25 @@ class TaskService:
             with self.db.read() as session:
                 callback = self.callbacks.summary(session, task_id)
         return TaskView.of(row, duration, callback)
+
+    def wait(self, view: TaskView, seconds: float, read_first: bool = True) -> TaskView:
+        """A long-poll: ``view`` once its task finished, or as it is after ``seconds``. It waits
+        on the worker's finished signal and re-reads the task on it, and every
+        ``TTS_WAIT_RECHECK_S`` in case a signal was lost. ``read_first``: the row, never the board,
+        for the state the caller saw unfinished (a record whose update was lost while Redis was
+        down stays stale for its TTL, a restarted Redis even reloads it, and would hold the waiter
+        for that long); after a wake, a finished record is final (``current``)."""
+        recheck = self.settings.api.wait_recheck_s
+        deadline = time.monotonic() + seconds
+        if read_first:
+            view = self.get(view.id, fresh=True)
+        while not view.status.finished:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.watch.wait_finished(view.id, min(left, recheck))
+            view = self.current(view.id)
+        return view
 
     def current(self, task_id: str) -> TaskView:
         """A waiter's read of a task it may see (ownership checked already): a finished record on
