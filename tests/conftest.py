@@ -34,12 +34,14 @@ CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 # holds fewer than three tests): the fifth runs after the two minutes of the first, which mostly
 # waits, so it is one of the long ones.
 LONGEST_FIRST = (
-    "tests/service/test_webhook_trickle.py", "tests/test_real_kokoro.py", "tests/service/test_up.py",
-    "tests/service/test_japanese.py", "tests/service/test_faults_services.py",
+    "tests/service/test_webhook_trickle.py", "tests/test_real_kokoro.py", "tests/service/test_fair_time.py",
+    "tests/service/test_up.py", "tests/service/test_japanese.py", "tests/test_real_estimate.py",
+    "tests/service/test_faults_services.py",
     "tests/service/test_faults_workers.py", "tests/service/test_bounds.py",
     "tests/service/test_webhooks.py", "tests/service/test_observability.py", "tests/service/test_books.py",
     "tests/test_book_fuzz.py",
-    "tests/test_book_assembly.py", "tests/service/test_full_disk.py",
+    "tests/test_book_assembly.py", "tests/service/test_full_disk.py", "tests/service/test_edges.py",
+    "tests/service/test_contract_fuzz.py",
 )
 
 
