@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -454,6 +455,41 @@ def start_api(settings: Settings, log: Path, threads: int = 64,
 
 
 # --- webhook receivers -----------------------------------------------------------------------------
+
+
+class Receiver:
+    """An HTTP server that records every POST and answers 500 to the first ``fail`` of each path
+    (``/<name>?fail=N``), then 200."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                path, _, query = self.path.partition("?")
+                fail = int(query.split("=")[1]) if query.startswith("fail=") else 0
+                with receiver.lock:
+                    seen = sum(1 for c in receiver.calls if c["path"] == path)
+                    receiver.calls.append({"path": path, "headers": dict(self.headers), "body": body,
+                                           "at": time.monotonic()})
+                self.send_response(500 if seen < fail else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def at(self, path: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [c for c in self.calls if c["path"] == path]
 
 
 class Tarpit:

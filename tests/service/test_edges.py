@@ -22,14 +22,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.support import QUEUE_PREFIX, Tarpit, announce_idle_worker, served, wait_until
+from tests.support import QUEUE_PREFIX, Receiver, Tarpit, announce_idle_worker, served, wait_until
 from tts_queue.access.keys import ApiKeys, new_webhook_secret
 from tts_queue.db import Database
 
@@ -37,37 +36,6 @@ pytestmark = pytest.mark.integration
 SECRET = "shared-webhook-secret"
 HEADER_TIMEOUT_S = 3
 PIN_CAP = 400_000  # bytes: a few short pinned requests
-
-
-class Receiver:
-    """An HTTP server that records each POST (path, headers, body, when) and answers 200."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                with receiver.lock:
-                    receiver.calls.append({"path": self.path, "headers": dict(self.headers), "body": body,
-                                           "at": time.monotonic()})
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def at(self, path: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [c for c in self.calls if c["path"] == path]
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,9 @@ import hashlib
 import hmac
 import json
 import re
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,6 +35,7 @@ from api.services import Services
 from tests.support import (
     QUEUE_PREFIX,
     FakeQueue,
+    Receiver,
     Tarpit,
     migrate,
     served,
@@ -52,41 +51,6 @@ from tts_queue.tasks.names import DELIVER, REQUEUE, queue_name, webhook_queue
 
 pytestmark = pytest.mark.integration
 SECRET = "webhook-s3cret"
-
-
-class Receiver:
-    """An HTTP server that records every POST and answers 500 to the first ``fail`` of each path
-    (``/<name>?fail=N``), then 200."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                path, _, query = self.path.partition("?")
-                fail = int(query.split("=")[1]) if query.startswith("fail=") else 0
-                with receiver.lock:
-                    seen = sum(1 for c in receiver.calls if c["path"] == path)
-                    receiver.calls.append({"path": path, "headers": dict(self.headers), "body": body,
-                                           "at": time.monotonic()})
-                self.send_response(500 if seen < fail else 200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def at(self, path: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [c for c in self.calls if c["path"] == path]
 
 
 def verified(call: dict[str, Any]) -> dict[str, Any]:
