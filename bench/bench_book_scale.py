@@ -62,22 +62,22 @@ def phase(name: str, env: dict[str, str], *args: str) -> dict[str, Any]:
 def run_phase(name: str, argument: str) -> None:
     """The child: ``api`` accepts the book file ``argument``; ``worker`` ingests book ``argument``."""
     from tts_queue.app.wiring import Wiring
-    from tts_queue.books.ingest import Ingester
     from tts_queue.books.upload import Upload
     from tts_queue.settings import Settings
     from tts_queue.tasks.watch import RedisWatch
     from workers.dispatch import CeleryDispatcher, make_client
 
     settings = Settings.from_env(os.environ)
-    books = Wiring.build(settings, CeleryDispatcher(make_client(settings)),
-                       RedisWatch.from_settings(settings)).books
+    wiring = Wiring.build(settings, CeleryDispatcher(make_client(settings)),
+                          RedisWatch.from_settings(settings))
+    books = wiring.books
     started = time.perf_counter()
     if name == "api":
         book_id = books.accept(Upload(Path(argument).read_bytes(), "book.md", "markdown",
                                       options={"format": "wav"}))
         out: dict[str, Any] = {"book_id": book_id}
     else:
-        status = Ingester(books).run(argument)
+        status = wiring.ingester().run(argument)
         out = {"status": status.value if status else None}
     out["seconds"] = round(time.perf_counter() - started, 2)
     out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

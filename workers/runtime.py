@@ -62,8 +62,8 @@ class WorkerRuntime:
             max_attempts=settings.worker.max_retries + 1,
             storage_floor_bytes=settings.cache.storage_reserve_bytes // 2,
             shares=KeyShares(settings.worker.concurrency, settings.worker.interactive_reserve))
-        ingester = Ingester(core.books, lease=timedelta(seconds=settings.worker.lease_s),
-                            max_attempts=settings.worker.max_retries + 1)
+        ingester = core.ingester(lease=timedelta(seconds=settings.worker.lease_s),
+                                 max_attempts=settings.worker.max_retries + 1)
         return cls(core, engine, executor, ingester)
 
     def warm_up(self) -> None:

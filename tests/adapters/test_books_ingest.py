@@ -21,7 +21,6 @@ from sqlalchemy import func, select, update
 from api import create_app
 from api.services import Services
 from tests.support import FakeQueue, migrate
-from tts_queue.books.ingest import Ingester
 from tts_queue.enums import BookStatus, TaskStatus
 from tts_queue.settings import Settings
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
@@ -39,7 +38,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, voices_dir: Path) -> I
     queue = FakeQueue()
     services = Services.build(settings, dispatcher=queue, watch=queue)
     yield {"client": create_app(settings, services).test_client(), "services": services, "queue": queue,
-           "ingester": Ingester(services.books)}
+           "ingester": services.ingester()}
     services.db.engine.dispose()
 
 

@@ -18,6 +18,7 @@ from redis import Redis
 from tts_queue.app.plugins import WorkerPlugin, wrapped_loader
 from tts_queue.books.assembler import ChapterAssembler
 from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
+from tts_queue.books.ingest import Ingester
 from tts_queue.books.lock import AssemblyLock
 from tts_queue.books.m4b import M4BWriter
 from tts_queue.books.rows import BookRows
@@ -106,6 +107,11 @@ class Wiring:
                                      finish_lock=finish_lock)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
                    book_rows, callbacks, ends, tasks, window, book_ends, books, assembler)
+
+    def ingester(self, lease: timedelta = timedelta(seconds=30), max_attempts: int = 3) -> Ingester:
+        """The books' parser over this wiring's rows, ends, task service, window and storage."""
+        return Ingester(self.book_rows, self.book_ends, self.tasks, self.window, self.books.storage,
+                        lease=lease, max_attempts=max_attempts)
 
     def cleaner(self) -> Cleaner:
         """The retention cleanup over this core's cache; deleted task rows leave the board too."""

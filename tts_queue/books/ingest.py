@@ -30,8 +30,8 @@ from tts_queue.books.chapter import Chapter, select_chapters
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.rows import BookRows, NewSentence
 from tts_queue.books.segment import Segment, segment_chapter
-from tts_queue.books.service import BookService
 from tts_queue.books.upload import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT
+from tts_queue.books.window import BulkWindow
 from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus
 from tts_queue.errors import (
@@ -43,10 +43,12 @@ from tts_queue.errors import (
     InvalidBook,
     NothingToSpeak,
 )
+from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.request import build_request, routed_voice
 from tts_queue.synthesis.work import check_work
 from tts_queue.tables import ApiKey, BookRow, BookSource, CacheEntry, RequestJSON
 from tts_queue.tasks.rows import NewTask
+from tts_queue.tasks.service import TaskService
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,14 +64,17 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
 class Ingester:
     """Parses accepted books into rows and feeds their sentences to the broker."""
 
-    def __init__(self, books: BookService, lease: timedelta = timedelta(seconds=30), max_attempts: int = 3,
+    def __init__(self, rows: BookRows, ends: BookEnds, tasks: TaskService, window: BulkWindow,
+                 storage: Storage, lease: timedelta = timedelta(seconds=30), max_attempts: int = 3,
                  clock: Callable[[], datetime] = utcnow) -> None:
-        self.books = books
-        self.rows: BookRows = books.rows
-        self.ends: BookEnds = books.ends
-        self.tasks = books.tasks
-        self.db = books.db
-        self.settings = books.settings
+        self.rows = rows
+        self.ends = ends
+        self.tasks = tasks  # requests are built, checked and keyed as a submission's are
+        self.registry = tasks.registry
+        self.window = window  # where the book's sentences and chapter assemblies are fed
+        self.storage = storage  # the books storage, where uploads wait for their parser
+        self.db = rows.db
+        self.settings = tasks.settings
         self.lease = lease
         self.max_attempts = max_attempts
         self.clock = clock
@@ -102,14 +107,14 @@ class Ingester:
 
         source = row.source or BookSource()
         limits = self.settings.books
-        data = self.books.storage.read(str(source["upload"]))
+        data = self.storage.read(str(source["upload"]))
         book = parse_book(data, source.get("filename"), source.get("input_format"),
                           source.get("split_pattern"), title=source.get("title"), max_bytes=limits.max_bytes,
                           limits=BookLimits(unpacked_bytes=limits.max_unpacked_bytes, chars=limits.max_chars))
         del data  # the parse holds what it needs; the upload's bytes can go
         chapters = select_chapters(book, row.options.get("chapters"))
         if not row.options.get("voice"):  # one voice for the whole book, chosen by its script
-            row.options = {**row.options, "voice": routed_voice(_sample(chapters), self.tasks.registry)}
+            row.options = {**row.options, "voice": routed_voice(_sample(chapters), self.registry)}
             self.rows.set_options(row.id, row.options)
         self.rows.clear(row.id)
         self.rows.renew(row.id)
@@ -121,10 +126,10 @@ class Ingester:
         title, author = book.title[:MAX_TITLE_CHARS], book.author[:MAX_TITLE_CHARS] if book.author else None
         del book, chapters
         if self.rows.parsed(row.id, title, author):
-            self.books.window.feed(row.pool)
+            self.window.feed(row.pool)
             for number in self.rows.complete_chapters(row.id):  # every sentence was cached or done
-                self.books.window.assemble(row.id, number, row.pool)
-        self.books.storage.delete([str(source["upload"])])
+                self.window.assemble(row.id, number, row.pool)
+        self.storage.delete([str(source["upload"])])
         log.info("book %s queued: %d sentences", row.id, written)
 
     def _sentences(self, chapters: list[Chapter]) -> Iterator[Segment]:
@@ -137,17 +142,17 @@ class Ingester:
                                    if k in ("voice", "speaker", "speed", "normalize")}
         limit = self.settings.books.max_sentences
         room = self._quota_room(row.owner)
-        queue = self.books.window.queue(row.pool)
+        queue = self.window.queue(row.pool)
         index = 0
         for batch in batched(self._sentences(chapters), BATCH_ROWS):
             planned: list[tuple[Segment, RequestJSON, str]] = []
             for segment in batch:
                 try:
                     request = build_request({**payload, "text": segment.text, "format": SENTENCE_FORMAT},
-                                            self.tasks.registry, self.settings)
+                                            self.registry, self.settings)
                 except NothingToSpeak:  # "* * *" scene breaks and the like
                     continue
-                check_work(request, self.tasks.registry.get(request.voice), row.pool, self.settings)
+                check_work(request, self.registry.get(request.voice), row.pool, self.settings)
                 planned.append((segment, request.to_dict(), self.tasks.key_of(request, row.owner)))
             if index + len(planned) > limit:
                 raise BookTooLarge(f"the book has more than {limit} sentences (TTS_MAX_BOOK_SENTENCES)")
@@ -189,7 +194,7 @@ class Ingester:
         self.ends.fail(row.id, code, message)
         upload = (row.source or BookSource()).get("upload")
         if upload:
-            self.books.storage.delete([str(upload)])
+            self.storage.delete([str(upload)])
 
     def stalled(self) -> list[tuple[str, str]]:
         """``(book_id, pool)`` of books still parsing whose parser died or never started."""
