@@ -7,7 +7,8 @@ took every thread, and the API answered nothing. This worker changes three thing
 - **Heads are read off the threads.** A new or kept-alive connection stays in the worker's
   poller, its bytes read without blocking, until its head is complete (a blank line); only then
   does a thread take it. A head not complete within ``TTS_HEADER_TIMEOUT_S`` closes the
-  connection, having held no thread. (TLS is left to gunicorn as it is: it reads in a thread.)
+  connection, and one over 64 KB is answered 431, both having held no thread. (TLS is left to
+  gunicorn as it is: it reads in a thread.)
 - **Reads have deadlines.** In a thread, what is left of a head has the same deadline, and a
   body ``TTS_BODY_TIMEOUT_S`` plus a second per ``TTS_BODY_MIN_RATE`` bytes of it; past it the
   body ends there (the request is a 400), so a client that trickles its body holds a thread no
@@ -39,11 +40,14 @@ from gunicorn import util as gunicorn_util
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from api.errors import default_body, of_status, public
+from tts_queue.errors import HeadersTooLarge
 from tts_queue.heap import LOG_LINE, freeze_start_up
 from tts_queue.settings import ApiSettings, Settings
 
 HEAD_END = b"\r\n\r\n"
-HEAD_READ_LIMIT = 64 * 1024  # past this without a blank line, a thread reads on (gunicorn's limits apply)
+# A head this long without its blank line is answered 431 and closed in the poller: a thread never
+# waits on one (gunicorn's own limits would let a head grow to about 800 KB in a thread).
+HEAD_READ_LIMIT = 64 * 1024
 
 
 class _CapturedSocket:
@@ -146,7 +150,7 @@ class _Connection(TConn):  # type: ignore[misc]
         self.peer = peer
         self.counted = counted  # against its address's cap (a trusted proxy's is not)
         self.head = bytearray()
-        self.head_deadline = 0.0
+        self.refused = False  # answered in the poller (431): what else it sends is read and dropped
         self._on_close = on_close
         self._closed = False
 
@@ -243,12 +247,27 @@ class JSONErrorWorker(ThreadWorker):  # type: ignore[misc]
         if not data:  # the client closed (or reset) the connection
             self._drop(conn)
             return
+        if conn.refused:  # drained until the client closes or the head's deadline, so it reads the answer
+            return
         conn.head += data
-        if HEAD_END in conn.head or len(conn.head) >= HEAD_READ_LIMIT:
+        if HEAD_END in conn.head:
             self.poller.unregister(conn.sock)
             self.heads.pop(conn, None)
             conn.data_ready = True
             self.enqueue_req(conn)
+        elif len(conn.head) >= HEAD_READ_LIMIT:
+            self.log.info("refused a request head over %d bytes from %s", HEAD_READ_LIMIT, conn.peer)
+            refused = HeadersTooLarge(f"the request head is over {HEAD_READ_LIMIT} bytes")
+            page = json.dumps(default_body(refused))
+            try:
+                conn.sock.send((f"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
+                                f"Content-Type: application/json\r\nContent-Length: {len(page)}\r\n\r\n"
+                                f"{page}").encode("latin-1"))
+                conn.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                self._drop(conn)
+                return
+            conn.refused, conn.head = True, bytearray()
 
     def _drop(self, conn: _Connection) -> None:
         """Close a connection still reading its head."""

@@ -121,6 +121,20 @@ def test_slow_request_heads_hold_no_thread_and_end_at_their_deadline(edges: dict
             conn.close()
 
 
+def test_a_head_that_never_ends_is_refused_at_its_size_without_a_thread(edges: dict[str, Any]) -> None:
+    # When a client sends 70 KB of header lines and never the blank line that ends them
+    host, port = edges["url"].removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), source_address=("127.0.0.6", 0), timeout=10) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Filler: " + b"a" * 70_000)
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    # Then it is answered 431 with the API's JSON error at once, and the connection is closed
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431"), head
+    assert json.loads(body)["error"]["code"] == "headers_too_large"
+
+
 def test_a_forwarded_address_is_believed_from_a_trusted_proxy_only(edges: dict[str, Any]) -> None:
     # Given an API without keys that allows two submissions a minute per client address, behind
     # the trusted proxy 127.0.0.4
