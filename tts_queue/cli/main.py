@@ -75,7 +75,16 @@ class VoiceLine(TypedDict):
 
 
 def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
-    """List the registry's voices and whether their files are present and verified."""
+    """List the registry's voices and whether their files are present and verified; with
+    ``--install NAME``, install a voice pack first."""
+    if args.install:
+        from tts_queue.cli.install import install_pack
+
+        folder = install_pack(settings, args.install, Path(args.source) if args.source else None)
+        print(f"installed the {args.install} voice pack in {folder} (every file checked against its "
+              "pinned sha256)", file=sys.stderr)
+        if not args.json:
+            return 0
     import onnxruntime
 
     from tts_queue.synthesis.inference import choose_providers
@@ -335,6 +344,11 @@ def _add_local_commands(sub: Subcommands) -> None:
     voices.add_argument("--json", action="store_true")
     voices.add_argument("--load", action="store_true",
                         help="load each voice and show the execution provider it really runs on")
+    voices.add_argument("--install", metavar="PACK", choices=["kokoro"],
+                        help="install a voice pack into the voices directory: kokoro (Kokoro-82M's 54 "
+                             "voices, npm's kokoro-js 1.2.1), each file checked against its pinned sha256")
+    voices.add_argument("--from", dest="source", metavar="TARBALL",
+                        help="with --install: the package's npm tarball (kokoro-js-1.2.1.tgz) instead of npm")
     voices.set_defaults(func=cmd_voices)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
     cleanup = sub.add_parser("cleanup", help="delete stale audio and task rows now (retention)")
