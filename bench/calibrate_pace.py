@@ -5,11 +5,12 @@ the Kokoro voices)::
 
     .venv/bin/python bench/calibrate_pace.py [--voices en_US-joe-medium,jf_alpha] [--no-write]
 
-The first voice of each family (``--voices`` order; default every installed voice, the manifest's
-order) is calibrated in full: it synthesizes the calibration corpus (``bench/data/pace_corpus.json``,
-the items of the voice's language) sentence by sentence at several speeds with the voice's default
-synthesis parameters, and counts each sentence as the admission estimate does
-(``duration.Counted``: its frontend's symbols and pause marks). Then:
+The first voice of each family and language (``--voices`` order; default every installed voice,
+the manifest's order; ``--voices-dir``: where the voice packs are) is calibrated in full: it
+synthesizes the calibration corpus (``bench/data/pace_corpus.json``, the items of the voice's
+language) sentence by sentence at several speeds with the voice's default synthesis parameters,
+and counts each sentence as the admission estimate does (``duration.Counted``: its frontend's
+symbols and pause marks). Then:
 
 - ``speech``: the pace's seven figures (``synthesis.pace``), fitted by non-negative least squares
   on relative error, each sentence assigned to the spoken or the floor term by whichever is larger
@@ -22,8 +23,9 @@ synthesis parameters, and counts each sentence as the admission estimate does
   the frontend ended a sentence, between words;
 - ``rtf``: CPU seconds (phonemes and model, every thread) per second of audio, all sentences.
 
-The family's other voices (Kokoro's share one graph and frontend) are synthesized at speed 1
-only: their pace is the calibrated voice's scaled to their own median, their ``rtf`` their own.
+The family's other voices of the language (Kokoro's share one graph and frontend) are synthesized
+at speed 1 only: their pace is the calibrated voice's scaled to their own median, their ``rtf``
+their own.
 
 It writes the paces into the manifest (``--no-write``: only the results), and the fits, the
 errors per kind and speed, the estimate's cost per 5,000 characters (English, Japanese) and, with
@@ -58,6 +60,7 @@ from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.synthesis.duration import (  # noqa: E402
     Counted,
     bound_seconds,
+    effective_speed,
     estimated_seconds,
     pace_of,
     script_counts,
@@ -81,13 +84,15 @@ TARGET = 0.9
 CHAR_MARGIN = 1.25
 CONTEXTS = ("one{} Two", "one{}two", "one {} two", "ab{}{}{} cd")  # where a character may end or pause
 SAMPLES = {"en": "It was a bright cold day in April, and the clocks were striking thirteen. ",
-           "ja": "吾輩は猫である。名前はまだ無い。どこで生れたかとんと見当がつかぬ。"}
+           "ja": "吾輩は猫である。名前はまだ無い。どこで生れたかとんと見当がつかぬ。",
+           "zh": "我冒了严寒，回到相隔二千余里，别了二十余年的故乡去。"}
 Row = dict[str, Any]
 
 
 def language_of(spec: VoiceSpec) -> str:
-    """``en`` or ``ja``: the corpus items a voice reads."""
-    return "ja" if spec.language.lower().startswith("ja") else "en"
+    """``en``, ``ja`` or ``zh``: the corpus items a voice reads."""
+    language = spec.language.lower()
+    return "ja" if language.startswith("ja") else "zh" if language.startswith("zh") else "en"
 
 
 def script_for(item: dict[str, Any], language: str) -> Script:
@@ -315,7 +320,7 @@ def held_in(voices: dict[str, LoadedVoice], path: Path) -> dict[str, dict[str, f
         spoken = voice.script_sentences(script, 400)
         seconds = 0.0
         for index, (ids, sentence) in enumerate(spoken):
-            at = min(10.0, max(0.1, speed * sentence.rate))
+            at = effective_speed(speed, sentence.rate)
             seconds += len(voice.model.run_batch([ids], voice.scales(at))[0].samples) / voice.sample_rate
             if index < len(spoken) - 1:
                 seconds += (200 if sentence.pause_ms is None else sentence.pause_ms) / 1000
@@ -340,7 +345,7 @@ class Calibration:
     def __init__(self, registry: VoiceRegistry, corpus: list[dict[str, Any]],
                  log: Callable[[str], None]) -> None:
         self.registry, self.corpus, self.log = registry, corpus, log
-        self.references: dict[str, Pace] = {}  # family -> its fully calibrated voice's pace
+        self.references: dict[tuple[str, str], Pace] = {}  # (family, language) -> its calibrated pace
         self.paces: dict[str, Pace] = {}
         self.loaded: dict[str, LoadedVoice] = {}
         self.report: dict[str, Any] = {}
@@ -349,14 +354,14 @@ class Calibration:
         voice = self.registry.load(voice_id)
         spec, began = voice.spec, time.perf_counter()
         items = [i for i in self.corpus if i["language"] == language_of(spec)]
-        reference = self.references.get(spec.family)
+        reference = self.references.get((spec.family, language_of(spec)))
         if reference is None:
             rows = measure(voice, items, SPEEDS[spec.family], SLOWEST[spec.family])
             self.log(f"{spec.id}: {len(rows)} rows measured; scanning its frontend's characters")
             found = Scan(frontend_for(spec), max_symbols(spec, 400)).run()
             pace, how = calibrated_pace(rows, found)
             how["scan"] = {k: v for k, v in found.items() if k not in ("ends", "marks")}
-            self.references[spec.family] = pace
+            self.references[spec.family, language_of(spec)] = pace
         else:
             rows = measure(voice, items, (1.0,))
             pace, how = scaled_pace(reference, rows)
@@ -373,7 +378,8 @@ class Calibration:
 def calibrate(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     """Every asked voice calibrated; the manifest written unless ``--no-write``; the report."""
     settings = Settings.from_env({"TTS_DATA_DIR": tempfile.mkdtemp(), "TTS_PROVIDERS": "cpu",
-                                  "TTS_MAX_LOADED_VOICES": "8", "TTS_MAX_AUDIO_S": "1e9"})
+                                  "TTS_MAX_LOADED_VOICES": "8", "TTS_MAX_AUDIO_S": "1e9",
+                                  **({"TTS_VOICES_DIR": args.voices_dir} if args.voices_dir else {})})
     registry = VoiceRegistry.from_settings(settings)
     run = Calibration(registry, json.loads(CORPUS.read_text(encoding="utf-8"))["items"], log)
     for voice_id in args.voices.split(",") if args.voices else [s.id for s in registry.specs() if s.present]:
@@ -395,6 +401,8 @@ def main() -> None:
     parser.add_argument("--voices", default="",
                         help="voice ids, comma-separated (default: every installed one)")
     parser.add_argument("--manifest", default=str(MANIFEST))
+    parser.add_argument("--voices-dir", default="",
+                        help="where installed voice packs are (tts-queue voices --install kokoro)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--check", default=str(HELD_IN), help="the held-in corpus ('' to skip)")
     parser.add_argument("--no-write", action="store_true", help="leave the manifest as it is")

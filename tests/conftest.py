@@ -115,6 +115,20 @@ def sherlock_epub() -> Path:
     raise AssertionError("unreachable")
 
 
+def voice_packs() -> Path:
+    """A voices directory with the Kokoro voice pack installed (``scripts/check`` installs it into
+    ``.venv/voices``; ``TTS_TEST_VOICE_PACKS`` overrides): a laptop without it skips, CI fails."""
+    from models import MANIFEST_PATH
+    from tts_queue.synthesis.kokoro.packs import packs
+
+    default = Path(__file__).resolve().parents[1] / ".venv" / "voices"
+    folder = Path(os.environ.get("TTS_TEST_VOICE_PACKS", "") or default)
+    if not packs(MANIFEST_PATH)["kokoro"].installed(folder):
+        unavailable(f"the Kokoro voice pack is not installed in {folder}: "
+                    f"TTS_VOICES_DIR={folder} tts-queue voices --install kokoro")
+    return folder
+
+
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -80,8 +81,11 @@ def test_the_command_installs_from_a_tarball_and_names_what_is_missing(
     # When it is installed from a tarball, then it is there
     folder = install_pack(settings, "kokoro", tarball(tmp_path / "p.tgz", FILES))
     assert folder == tmp_path / "data" / "voices" / "kokoro-js-1.2.1" and pack.installed(settings.voices_dir)
-    # And without npm and without a tarball it says what to do
+    # And once installed, installing again fetches nothing (no npm needed)
     monkeypatch.setattr("shutil.which", lambda name: None)
+    assert install_pack(settings, "kokoro") == folder
+    # And without npm and without a tarball a missing pack says what to do
+    shutil.rmtree(folder)
     with pytest.raises(ConfigError, match="npm is not installed"):
         install_pack(settings, "kokoro")
     with pytest.raises(ConfigError, match="no voice pack called"):

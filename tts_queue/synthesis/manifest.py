@@ -1,12 +1,16 @@
 """Where voices come from: the manifest in ``models/`` (voices in installed packages, of any
 family) and Piper voices dropped into a directory (``NAME.onnx`` + ``NAME.onnx.json``).
 
-A manifest entry with an ``extra`` (the Japanese voices: ``ja``) is left out, with a log line,
-when its package is not installed; any other entry whose package is missing is listed as missing.
+A manifest entry with an ``extra`` (the Japanese voices: ``ja``; the Mandarin ones: ``zh``) is left
+out, with a log line, when its package or a module it ``requires`` is not installed; one from a
+voice ``pack`` (``tts-queue voices --install kokoro``: its style file in the pack's folder of the
+voices directory) when the pack is not installed. Any other entry whose package is missing is
+listed as missing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping
@@ -46,27 +50,45 @@ def _installed(package: str) -> bool:
         return False
 
 
-def manifest_specs(path: Path) -> list[VoiceSpec]:
-    """Voices listed in a manifest file; files live in an installed package or beside it."""
+def manifest_specs(path: Path, voices_dir: Path | None = None) -> list[VoiceSpec]:
+    """Voices listed in a manifest file; files live in an installed package or beside it, a pack's
+    in its folder of ``voices_dir``."""
     with open(path, encoding="utf-8") as handle:
-        entries: list[dict[str, Any]] = json.load(handle)["voices"]
+        data = json.load(handle)
+    entries: list[dict[str, Any]] = data["voices"]
+    pack_dirs = {name: pack["directory"] for name, pack in data.get("packs", {}).items()}
+    pins = {name: pack.get("files", {}) for name, pack in data.get("packs", {}).items()}
     specs = []
     for entry in entries:
         extra = entry.get("extra")
-        if extra and "package" in entry and not _installed(entry["package"]):
+        needed = [entry["package"]] if "package" in entry else []
+        if extra and not all(_installed(module) for module in [*needed, *entry.get("requires", ())]):
             log.info("voice %s: not installed (pip install 'tts-queue[%s]')", entry["id"], extra)
             continue
+        pack_dir = None
+        if "pack" in entry:
+            pack_dir = voices_dir / pack_dirs[entry["pack"]] if voices_dir is not None else None
+            if pack_dir is None or not pack_dir.is_dir():
+                log.info("voice %s: its pack is not installed (tts-queue voices --install %s)",
+                         entry["id"], entry["pack"])
+                continue
         try:
             base = _package_dir(entry["package"]) if "package" in entry else path.parent
         except ImportError:
             log.warning("voice %s: package %s is not installed", entry["id"], entry["package"])
             base = path.parent / "missing-package" / entry["package"]
-        specs.append(_manifest_spec(entry, base, path))
+        spec = _manifest_spec(entry, base, path, pack_dir)
+        if "pack" in entry:  # its style file is checked against the pack's pin at load
+            spec = dataclasses.replace(spec, data_sha256=tuple(pins[entry["pack"]][name]
+                                                               for name in entry.get("data", ())))
+        specs.append(spec)
     return specs
 
 
-def _manifest_spec(entry: Mapping[str, Any], base: Path, path: Path) -> VoiceSpec:
-    """One manifest entry as a spec; ``model_parts`` name files in other packages (``pkg:file``)."""
+def _manifest_spec(entry: Mapping[str, Any], base: Path, path: Path,
+                   pack_dir: Path | None = None) -> VoiceSpec:
+    """One manifest entry as a spec; ``model_parts`` name files in other packages (``pkg:file``),
+    ``data`` files in its pack's folder when it has one."""
     speakers = tuple(entry.get("speakers", ()))
     family = entry.get("family", PIPER)
     if family not in FAMILIES:
@@ -90,7 +112,7 @@ def _manifest_spec(entry: Mapping[str, Any], base: Path, path: Path) -> VoiceSpe
         family=family,
         languages=tuple(entry.get("languages", ())),
         model_parts=parts,
-        data_files=tuple(base / name for name in entry.get("data", ())),
+        data_files=tuple((pack_dir or base) / name for name in entry.get("data", ())),
         style=entry.get("style", ""),
         frontend=tuple(entry.get("frontend", ("piper-tts",))),
         pace=_pace(entry),

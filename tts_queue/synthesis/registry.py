@@ -23,6 +23,7 @@ from tts_queue.errors import DigestMismatch, UnknownVoice, VoiceFilesMissing
 from tts_queue.settings import Settings
 from tts_queue.synthesis.family import KOKORO, PIPER
 from tts_queue.synthesis.kokoro.japanese import VERSION as JAPANESE_FRONTEND
+from tts_queue.synthesis.kokoro.mandarin import VERSION as MANDARIN_FRONTEND
 from tts_queue.synthesis.kokoro.symbols import id_map as kokoro_id_map
 from tts_queue.synthesis.loader import VoiceLoader
 from tts_queue.synthesis.manifest import discover_specs, manifest_specs
@@ -110,7 +111,7 @@ class VoiceRegistry:
         (through ``wrap``'s loader when given: a worker's plugins)."""
         from models import MANIFEST_PATH
 
-        specs = manifest_specs(settings.voices.manifest or MANIFEST_PATH)
+        specs = manifest_specs(settings.voices.manifest or MANIFEST_PATH, settings.voices_dir)
         specs += discover_specs(settings.voices_dir)
         load: Loader = VoiceLoader(settings.onnx, SessionPlan.from_settings(settings))
         return cls(
@@ -177,12 +178,18 @@ class VoiceRegistry:
         if spec.family != PIPER:
             data = ":".join(self._file_digest(path) for path in spec.data_files)
             versions = ":".join(f"{name}-{package_version(name)}" for name in spec.frontend)
-            rules = f"japanese-{JAPANESE_FRONTEND}" if spec.family == KOKORO else ""
+            rules = _frontend_rules(spec)
             material += f":{spec.family}:{data}:{spec.style}:{versions}:{rules}"
         return hashlib.sha256(material.encode()).hexdigest()
 
     def verify(self, spec: VoiceSpec) -> None:
-        """Raise ``DigestMismatch`` when the file differs from the manifest's digest."""
+        """Raise ``DigestMismatch`` when the model, or a data file with a pin (a voice pack's
+        style file), differs from the manifest's digest."""
+        for path, pinned in zip(spec.data_files, spec.data_sha256, strict=False):
+            actual = self._file_digest(path)
+            if actual != pinned:
+                raise DigestMismatch(f"voice {spec.id!r}: {path.name} has sha256 {actual[:12]}..., the "
+                                     f"manifest expects {pinned[:12]}...; install its pack again")
         if spec.sha256 is None:
             return
         actual = self.digest(spec)
@@ -285,3 +292,10 @@ class VoiceRegistry:
 def _speaks(spec: VoiceSpec, wanted: str) -> bool:
     """Whether ``spec`` speaks ``wanted`` (``en`` matches ``en_US``)."""
     return any(wanted in (code.lower(), code.lower().split("_")[0]) for code in spec.spoken)
+
+
+def _frontend_rules(spec: VoiceSpec) -> str:
+    """The version of the rules of a Kokoro voice's frontend, for its digest (none for Piper's)."""
+    if spec.family != KOKORO:
+        return ""
+    return f"mandarin-{MANDARIN_FRONTEND}" if spec.language == "zh" else f"japanese-{JAPANESE_FRONTEND}"

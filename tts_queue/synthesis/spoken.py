@@ -1,10 +1,11 @@
 """What a voice will say, without its model: the voice's own frontend built from its config alone.
 
-A Piper voice's phonemizer is espeak-ng with the config's ``espeak.voice``; a Kokoro voice's is the
-Japanese frontend over the vocabulary in its config (``vocab``), its Latin runs through espeak-ng
-``en-us``. Neither needs the ONNX session, so an API process counts what a request says with the
-same code a worker phonemizes it with. Each is built once per process and voice (its config read
-once); the Japanese one loads pyopenjtalk's dictionary when first used (about 0.2 s, 65 MB).
+A Piper voice's phonemizer is espeak-ng with the config's ``espeak.voice``; a Kokoro voice's is its
+language's frontend (Japanese, Mandarin) over the vocabulary in its config (``vocab``), its Latin
+runs through espeak-ng ``en-us``. Neither needs the ONNX session, so an API process counts what a
+request says with the same code a worker phonemizes it with. Each is built once per process and
+voice (its config read once); the Japanese one loads pyopenjtalk's dictionary when first used
+(about 0.2 s, 65 MB), the Mandarin one jieba's (about 1 s).
 """
 
 from __future__ import annotations
@@ -38,10 +39,9 @@ def frontend_for(spec: VoiceSpec) -> Frontend:
     config = read_config(spec.config_path)
     built: Frontend
     if spec.family == KOKORO:
-        from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
-        from tts_queue.synthesis.kokoro.voice import ENGLISH
+        from tts_queue.synthesis.kokoro.voice import frontend_of
 
-        built = JapanesePhonemizer(config["vocab"], Phonemizer(ENGLISH).phonemize)
+        built = frontend_of(spec, config["vocab"])
     else:
         built = Phonemizer(str(config.get("espeak", {}).get("voice") or "en-us"))
     with _LOCK:

@@ -26,12 +26,12 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tts_queue.errors import NothingToSpeak, SynthesisError
-from tts_queue.synthesis.kokoro.symbols import english_to_kokoro
-from tts_queue.synthesis.text import BREAK, IPA, RATE, TEXT, SpokenSentence, split_long
+from tts_queue.errors import SynthesisError
+from tts_queue.synthesis.kokoro.phonemizer import English, KokoroPhonemizer
+from tts_queue.synthesis.kokoro.phonemizer import runs as kokoro_runs
 
 VERSION = 2
 READ_CHARS = 64
@@ -40,26 +40,12 @@ _READ_CUT = frozenset("、，,・ ")
 # (not after an initial or a title: "J. Smith", "Mr. Smith").
 _SENTENCE_END = re.compile("[。！？!?]+[」』）)\"”’〕】]*"
                            r"|(?<![A-Z])(?<!Mr)(?<!Ms)(?<!Dr)(?<!St)(?<!Mrs)\.(?=\s)")
-# Disjoint classes around each repetition: linear on any input.
-_LATIN = re.compile(r"[A-Za-z][A-Za-z0-9'’.\-]*(?:[ \t]+[A-Za-z0-9][A-Za-z0-9'’.\-]*)*")
-_TRAILING = ".-'’ "
 _READING_LOCK = threading.Lock()  # pyopenjtalk's frontend is one C instance per process
-
-English = Callable[[str], list[list[str]]]
 
 
 def runs(sentence: str) -> Iterator[tuple[str, str]]:
-    """``("ja", text)`` and ``("en", text)`` runs of one sentence, in order."""
-    position = 0
-    for match in _LATIN.finditer(sentence):
-        latin = match.group().rstrip(_TRAILING)
-        end = match.start() + len(latin)
-        if match.start() > position:
-            yield "ja", sentence[position:match.start()]
-        yield "en", latin
-        position = end
-    if position < len(sentence):
-        yield "ja", sentence[position:]
+    """``("ja", text)`` and ``("en", text)`` runs of one sentence, in order (``phonemizer.runs``)."""
+    return kokoro_runs(sentence, "ja")
 
 
 def read_pieces(run: str, size: int = READ_CHARS) -> Iterator[str]:
@@ -132,75 +118,20 @@ def _without_digit_words(base: type[Any]) -> type[Any]:
     return Tagger
 
 
-class JapanesePhonemizer:
-    """A frontend script to Kokoro sentences (symbols), thread-safe."""
+class JapanesePhonemizer(KokoroPhonemizer):
+    """Japanese text (and the Latin runs inside it) to Kokoro sentences, thread-safe."""
+
+    language = "Japanese"
+    ends = ("。", "！", "？", "!", "?", ".")
 
     def __init__(self, vocab: Mapping[str, int], english: English,
                  reader: Callable[[str], str] | None = None) -> None:
-        self.vocab = vocab
-        self.english = english
-        self.reader = reader or Reader()
+        super().__init__(vocab, english, reader or Reader())
 
-    def sentence(self, text: str) -> str:
-        """Kokoro symbols of one sentence: Japanese runs read, Latin runs said in English."""
-        pieces: list[str] = []
-        for kind, run in runs(text):
-            if kind == "en":
-                said = " ".join(english_to_kokoro(s, self.vocab) for s in self.english(run))
-            else:
-                said = " ".join(self.reader(piece) for piece in read_pieces(run))
-            if said.strip():
-                pieces.append(said.strip())
-        return _join(pieces)
+    def split(self, text: str) -> list[str]:
+        """The sentences of a text part (``sentences``)."""
+        return sentences(text)
 
-    def script(self, script: Sequence[tuple[str, str]], max_len: int) -> list[SpokenSentence]:
-        """Sentences of a frontend script (see ``text.Phonemizer.script``), each at most
-        ``max_len`` symbols, cut at word spaces or commas."""
-        out: list[SpokenSentence] = []
-        current: list[str] = []
-        rate = 1.0
-
-        def close(pause: int | None) -> None:
-            pieces = [p for p in split_long(current, max_len) if any(ch.isalpha() for ch in p)]
-            out.extend(SpokenSentence(piece, None, rate) for piece in pieces)
-            if pause is not None and out:
-                out[-1] = SpokenSentence(out[-1].phonemes, pause, out[-1].rate)
-            current.clear()
-
-        for kind, value in script:
-            if kind == TEXT:
-                found = sentences(value)
-                ended = value.rstrip("」』）)\"' ").endswith(("。", "！", "？", "!", "?", "."))
-                for index, sentence in enumerate(found):
-                    _extend(current, self.sentence(sentence))
-                    if index < len(found) - 1 or ended:
-                        close(None)
-            elif kind == IPA:
-                _extend(current, english_to_kokoro(value, self.vocab))
-            elif kind == BREAK:
-                close(int(value) if value else None)
-            elif kind == RATE:
-                close(None)
-                rate = float(value)
-        close(None)
-        if not out:
-            raise NothingToSpeak("the Japanese frontend found nothing to speak in this text")
-        return out
-
-
-def _join(pieces: Sequence[str]) -> str:
-    """Runs joined by a space, none before punctuation."""
-    text = ""
-    for piece in pieces:
-        glue = "" if not text or piece[0] in ",.!?;:”»)" else " "
-        text += glue + piece
-    return text
-
-
-def _extend(current: list[str], symbols: str) -> None:
-    """Symbols after the current ones, a word space between them."""
-    if not symbols:
-        return
-    if current and current[-1] != " " and symbols[0] != " ":
-        current.append(" ")
-    current.extend(symbols)
+    def pieces(self, run: str) -> Iterator[str]:
+        """A Japanese run in pieces misaki's romanizer reads in linear time (``read_pieces``)."""
+        return read_pieces(run)

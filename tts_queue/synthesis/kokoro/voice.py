@@ -1,7 +1,9 @@
-"""A Kokoro voice: the shared graph, this voice's style vectors and the Japanese frontend.
+"""A Kokoro voice: the shared graph, this voice's style vectors and its language's frontend
+(``frontend_of``: Japanese, Mandarin).
 
-The style table (510 x 1 x 256 per voice: one style per sentence length in tokens) is read from
-the package's ``voices_ja.npz`` when the voice is first loaded, only this voice's array. The graph
+The style table (510 x 1 x 256 per voice: one style per sentence length in tokens) is read when
+the voice is first loaded: this voice's array of the package's ``voices_ja.npz``, or its own file
+of a voice pack (``NAME.bin``, raw float32: ``tts_queue.synthesis.kokoro.packs``). The graph
 is loaded once per process and shared by every Kokoro voice (``Graphs``); the registry's LRU still
 counts each voice against ``TTS_MAX_LOADED_VOICES``, and the graph goes with the last of them.
 """
@@ -23,11 +25,13 @@ from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.inference import ItemAudio, Scales
 from tts_queue.synthesis.kokoro.graph import HOP, SAMPLE_RATE, KokoroGraph
 from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
+from tts_queue.synthesis.kokoro.phonemizer import KokoroPhonemizer
 from tts_queue.synthesis.kokoro.symbols import id_map, to_ids
 from tts_queue.synthesis.text import TEXT, Phonemizer, SpokenSentence
 from tts_queue.synthesis.voice import VoiceSpec
 
 ENGLISH = "en-us"  # espeak-ng's voice for the Latin runs
+STYLE_ROWS, STYLE_WIDTH = 510, 256  # a style per sentence length in tokens, of 256 floats
 EDGE = 2 * HOP  # samples of silence each pad keeps (50 ms): the request's sentence silence does the rest
 
 
@@ -82,6 +86,34 @@ class KokoroModel:
         return items
 
 
+def styles_of(spec: VoiceSpec) -> npt.NDArray[np.float32]:
+    """A voice's style vectors, [510, 256]: its array in a style table (``.npz``), or its own raw
+    float32 file (a voice pack's ``.bin``)."""
+    if not spec.data_files:
+        raise ModelLoadError(f"voice {spec.id!r}: no style table listed")
+    source = spec.data_files[0]
+    if source.suffix == ".bin":
+        raw = np.fromfile(source, dtype=np.float32)
+        if raw.size != STYLE_ROWS * STYLE_WIDTH:
+            raise ModelLoadError(f"voice {spec.id!r}: {source.name} holds {raw.size} floats, not "
+                                 f"{STYLE_ROWS} x {STYLE_WIDTH}")
+        return raw.reshape(STYLE_ROWS, STYLE_WIDTH)
+    with np.load(source) as table:
+        if spec.style not in table.files:
+            raise ModelLoadError(f"voice {spec.id!r}: no style {spec.style!r} in {source.name}")
+        return np.asarray(table[spec.style], dtype=np.float32).reshape(-1, STYLE_WIDTH)
+
+
+def frontend_of(spec: VoiceSpec, vocab: Mapping[str, int]) -> KokoroPhonemizer:
+    """The frontend of a Kokoro voice's language (its Latin runs said in English by it)."""
+    english = Phonemizer(ENGLISH).phonemize
+    if spec.language == "zh":
+        from tts_queue.synthesis.kokoro.mandarin import MandarinPhonemizer
+
+        return MandarinPhonemizer(vocab, english)
+    return JapanesePhonemizer(vocab, english)
+
+
 def trimmed(samples: npt.NDArray[np.float32], per_id: npt.NDArray[np.int64]) -> ItemAudio:
     """The sentence without most of the silence its two pads are given (about 0.3 s before it):
     each pad keeps ``EDGE`` samples, so the samples per id still add up exactly."""
@@ -100,7 +132,7 @@ class KokoroVoice:
     spec: VoiceSpec
     model: KokoroModel
     vocab: Mapping[str, int]
-    phonemizer: JapanesePhonemizer
+    phonemizer: KokoroPhonemizer
 
     @classmethod
     def load(cls, spec: VoiceSpec, graphs: Graphs) -> KokoroVoice:
@@ -108,16 +140,7 @@ class KokoroVoice:
         spec.require_files()
         with open(spec.config_path, encoding="utf-8") as handle:
             vocab: dict[str, int] = json.load(handle)["vocab"]
-        if not spec.data_files:
-            raise ModelLoadError(f"voice {spec.id!r}: no style table listed")
-        with np.load(spec.data_files[0]) as table:
-            if spec.style not in table.files:
-                raise ModelLoadError(f"voice {spec.id!r}: no style {spec.style!r} in "
-                                     f"{spec.data_files[0].name}")
-            styles = np.asarray(table[spec.style], dtype=np.float32).reshape(-1, 256)
-        english = Phonemizer(ENGLISH)
-        phonemizer = JapanesePhonemizer(vocab, english.phonemize)
-        return cls(spec, KokoroModel(graphs.get(spec), styles), vocab, phonemizer)
+        return cls(spec, KokoroModel(graphs.get(spec), styles_of(spec)), vocab, frontend_of(spec, vocab))
 
     @property
     def sample_rate(self) -> int:
