@@ -150,6 +150,7 @@ class Voice(BaseModel):
     num_speakers: int
     status: Literal["verified", "unverified", "mismatch", "missing"]
     default: bool
+    grade: str | None = Field(description="The model author's grade of the voice (A to F), where given.")
     providers: dict[str, str] = Field(description="Worker -> execution provider (admin keys only).")
 
 

@@ -315,6 +315,7 @@ def list_voices() -> Response:
             "num_speakers": spec.num_speakers,
             "status": registry.status(spec),
             "default": spec.id == registry.get(None).id,
+            "grade": spec.grade or None,
             # where the voice really runs, per worker that has it loaded (read back from ONNX Runtime)
             "providers": {w.name: w.providers[spec.id] for w in workers if spec.id in w.providers},
         }

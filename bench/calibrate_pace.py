@@ -85,14 +85,19 @@ CHAR_MARGIN = 1.25
 CONTEXTS = ("one{} Two", "one{}two", "one {} two", "ab{}{}{} cd")  # where a character may end or pause
 SAMPLES = {"en": "It was a bright cold day in April, and the clocks were striking thirteen. ",
            "ja": "吾輩は猫である。名前はまだ無い。どこで生れたかとんと見当がつかぬ。",
-           "zh": "我冒了严寒，回到相隔二千余里，别了二十余年的故乡去。"}
+           "zh": "我冒了严寒，回到相隔二千余里，别了二十余年的故乡去。",
+           "es": "En un lugar de la Mancha, de cuyo nombre no quiero acordarme. ",
+           "fr": "Longtemps, je me suis couché de bonne heure. ",
+           "it": "C'era una volta un pezzo di legno. ",
+           "pt": "Uma noite destas, vindo da cidade para o Engenho Novo. ",
+           "hi": "रमज़ान के पूरे तीस रोज़ों के बाद ईद आई है। "}
 Row = dict[str, Any]
 
 
 def language_of(spec: VoiceSpec) -> str:
-    """``en``, ``ja`` or ``zh``: the corpus items a voice reads."""
-    language = spec.language.lower()
-    return "ja" if language.startswith("ja") else "zh" if language.startswith("zh") else "en"
+    """``en``, ``ja``, ``zh``, ``es``, ``fr``, ``it``, ``pt`` or ``hi``: the corpus items a voice
+    reads (American and British English voices read the same English items)."""
+    return spec.language.lower().split("_")[0]
 
 
 def script_for(item: dict[str, Any], language: str) -> Script:

@@ -19,6 +19,7 @@ import api.contract as contract
 from api.auth import OPEN
 from api.services import Services
 from tts_queue.enums import BOOK_FORMATS, REQUEST_FORMATS
+from tts_queue.synthesis.language import language_name
 
 bp = Blueprint("web", __name__)
 HERE = Path(__file__).resolve().parent
@@ -49,16 +50,20 @@ def page() -> Response:
     settings = services.settings
     default = services.registry.get(None).id
     # First: no voice named, so the text's script picks one (Japanese text: the Japanese voice)
-    voices = [("", f"by language (default {default})")]
-    voices += [(spec.id, f"{spec.id} ({', '.join(spec.spoken)}, {spec.traits.title}, {spec.sample_rate} Hz)")
-               for spec in services.registry.specs()]
+    by_language: dict[str, list[tuple[str, str]]] = {}
+    for spec in services.registry.specs():
+        grade = f", grade {spec.grade}" if spec.grade else ""
+        label = f"{spec.id} ({', '.join(spec.spoken)}, {spec.traits.title}, {spec.sample_rate} Hz){grade}"
+        by_language.setdefault(language_name(spec.language), []).append((spec.id, label))
+    groups = "".join(f'<optgroup label="{escape(name)}">{_options(entries, "")}</optgroup>'
+                     for name, entries in by_language.items())
     html = _template()
     for name, value in {
         "KEY_HIDDEN": "" if settings.api.auth == "required" else "hidden",
         "MAX_CHARS": str(settings.request.max_text_chars),
         "MIN_SPEED": str(settings.request.min_speed),
         "MAX_SPEED": str(settings.request.max_speed),
-        "VOICE_OPTIONS": _options(voices, ""),
+        "VOICE_OPTIONS": _options([("", f"by language (default {default})")], "") + groups,
         "FORMAT_OPTIONS": _options([(f, f) for f in PAGE_FORMATS], "mp3" if "mp3" in PAGE_FORMATS else "wav"),
         "BOOK_FORMAT_OPTIONS": _options([(f, f) for f in BOOK_FORMATS], "mp3"),
     }.items():

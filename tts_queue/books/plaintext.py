@@ -27,14 +27,17 @@ from tts_queue.books.chapter import (
 )
 from tts_queue.books.markdown import TextBlock, front_matter_title, markdown_blocks
 from tts_queue.errors import EmptyBook, InvalidBook
-from tts_queue.synthesis.language import written_in
+from tts_queue.synthesis.language import JAPANESE, MANDARIN, written_in
 
 MIN_PROSE_WORDS = 20
 _WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
           "sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|"
           "hundred")
 _NUMBER = rf"(?:\d{{1,4}}|(?-i:[IVXLCDM]{{1,8}})|(?:{_WORDS})(?:[\s-](?:{_WORDS}))*)"
-_HEAD = rf"^(?i:chapter|part|book)\s+(?i:{_NUMBER})\b\.?"
+# "Chapter 3" in the languages the voices speak: Capítulo, Chapitre, Capitolo, Parte, Livre, अध्याय...
+_HEAD_WORDS = ("chapter|part|book|cap[ií]tulo|chapitre|capitolo|parte|partie|libro|livre|livro|"
+               "अध्याय|भाग")
+_HEAD = rf"^(?i:{_HEAD_WORDS})\s+(?i:{_NUMBER})\b\.?"
 # Japanese and Chinese headings: 第一章, 第3話, 第五回, 第二节 (full-width digits are ASCII by then or not)
 _JA_HEAD = r"^第[0-9０-９一二三四五六七八九十百千〇零]{1,6}[章話话部節节回幕卷篇]"
 CHAPTER_LINE = re.compile(rf"(?:{_HEAD}|{_JA_HEAD})\s*$")
@@ -43,6 +46,7 @@ _TITLED_CHAPTER_LINE = re.compile(
 _PG_START = re.compile(r"^\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.MULTILINE | re.IGNORECASE)
 _PG_END = re.compile(r"^\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.MULTILINE | re.IGNORECASE)
 _SHORT_LINE = 80
+_BY_LINE = (JAPANESE, MANDARIN)  # languages whose line breaks end sentences
 _WRAP_WIDTH = 100
 
 
@@ -163,9 +167,9 @@ def text_blocks(text: str, pattern: LinePattern | None, budget: TextBudget | Non
 
 def _paragraphs(lines: list[str]) -> list[str]:
     """A block's paragraphs: hard-wrapped lines joined, or one per line when lines are not wrapped
-    (a quarter or more of them longer than any wrap width, 100 characters) or are Japanese (where
-    a line is a paragraph, and a line break ends a sentence)."""
-    if sum(len(line) > _WRAP_WIDTH for line in lines) * 4 >= len(lines) or written_in(lines[0]):
+    (a quarter or more of them longer than any wrap width, 100 characters) or are Japanese or
+    Chinese (where a line is a paragraph, and a line break ends a sentence)."""
+    if sum(len(line) > _WRAP_WIDTH for line in lines) * 4 >= len(lines) or written_in(lines[0]) in _BY_LINE:
         return lines
     return [" ".join(lines)]
 

@@ -7,7 +7,8 @@ rules keep "Mr. Holmes", "St. James's" and "e.g." inside their sentences; a sent
 
 Japanese text (any kana: ``synthesis.language``) is split by its own marks instead: after 。！？
 (and !?), with the closing brackets and quotes after them (」』）), and at line breaks; never at a
-space; Chinese text (mostly Han, no kana) the same way, after ；too. Their long sentences are cut
+space; Chinese text (mostly Han, no kana) the same way, after ；too; Hindi (mostly Devanagari)
+after । and ॥ (and !?.), its line breaks read as wraps. Their long sentences are cut
 after 、 (or ，；：), else at a space, within half of ``max_chars``: a Japanese or Chinese character
 becomes two to three of Kokoro's symbols, so half the limit keeps a sentence in one model call
 (510 tokens).
@@ -28,7 +29,7 @@ from typing import Any, Literal
 
 from tts_queue.books.chapter import Chapter, normalize_text
 from tts_queue.errors import InvalidRequest
-from tts_queue.synthesis.language import MANDARIN, written_in
+from tts_queue.synthesis.language import HINDI, MANDARIN, written_in
 from tts_queue.synthesis.rules import ABBREVIATIONS, BEFORE_NUMBER, MAY_END, MONTHS, WEEKDAYS
 
 PauseKind = Literal["sentence", "paragraph", "heading"]
@@ -68,6 +69,8 @@ _JA_TIERS = (re.compile("[、，,；：;:]"), re.compile(r"\s"))
 # After a sentence mark and the closing marks after it, or at a line break (linear: disjoint classes).
 _JA_SENTENCE = re.compile("[。！？!?]+[」』）)\"”’〕】]*|\n")
 _ZH_SENTENCE = re.compile("[。！？；!?;]+[」』）)\"”’〕】]*|\n")  # Mandarin: ；ends one too
+_HI_SENTENCE = re.compile("[।॥!?.]+[)\"”’]*")  # Hindi: the danda; a line break is a wrap
+_ENDS = {MANDARIN: _ZH_SENTENCE, HINDI: _HI_SENTENCE}
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
         raise InvalidRequest(f"max_chars must be at least {MIN_MAX_CHARS}; got {max_chars}")
     written = written_in(text)
     if written:
-        return japanese_sentences(text, max_chars, _ZH_SENTENCE if written == MANDARIN else _JA_SENTENCE)
+        return japanese_sentences(text, max_chars, _ENDS.get(written, _JA_SENTENCE))
     text = normalize_text(text)
     if not text:
         return []

@@ -72,6 +72,7 @@ class VoiceLine(TypedDict):
     status: str
     source: str
     provider: str | None
+    grade: str | None
 
 
 def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
@@ -104,7 +105,7 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
             "languages": list(spec.spoken), "family": spec.family, "sample_rate": spec.sample_rate,
             "speakers": list(spec.speakers),
             "num_speakers": spec.num_speakers, "status": status, "source": spec.source,
-            "provider": provider if args.load else None,
+            "provider": provider if args.load else None, "grade": spec.grade or None,
         })
     if args.json:
         print(json.dumps({"providers": {"requested": settings.onnx.providers, "available": available,
@@ -112,12 +113,13 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print(f"execution providers: TTS_PROVIDERS={settings.onnx.providers} -> tries {', '.join(order)} "
           f"(available here: {', '.join(available)})")
-    print(f"{'voice':20} {'family':7} {'language':8} {'rate':>6} {'speakers':9} {'status':10} "
+    print(f"{'voice':20} {'family':7} {'language':8} {'rate':>6} {'speakers':9} {'grade':5} {'status':10} "
           f"{'provider':22} source")
     for row in rows:
         speakers = ", ".join(row["speakers"]) or str(row["num_speakers"])
+        provider = row["provider"] or "(--load to see)"
         print(f"{row['id']:20} {row['family']:7} {','.join(row['languages']):8} {row['sample_rate']:>6} "
-              f"{speakers:9} {row['status']:10} {row['provider'] or '(--load to see)':22} {row['source']}")
+              f"{speakers:9} {row['grade'] or '-':5} {row['status']:10} {provider:22} {row['source']}")
     return 0
 
 

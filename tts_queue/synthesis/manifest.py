@@ -114,6 +114,7 @@ def _manifest_spec(entry: Mapping[str, Any], base: Path, path: Path,
         model_parts=parts,
         data_files=tuple((pack_dir or base) / name for name in entry.get("data", ())),
         style=entry.get("style", ""),
+        grade=entry.get("grade", ""),
         frontend=tuple(entry.get("frontend", ("piper-tts",))),
         pace=_pace(entry),
     )

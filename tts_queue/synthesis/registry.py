@@ -22,6 +22,8 @@ from cachetools import LRUCache
 from tts_queue.errors import DigestMismatch, UnknownVoice, VoiceFilesMissing
 from tts_queue.settings import Settings
 from tts_queue.synthesis.family import KOKORO, PIPER
+from tts_queue.synthesis.kokoro.espeak import ESPEAK_VOICES
+from tts_queue.synthesis.kokoro.espeak import VERSION as ESPEAK_FRONTEND
 from tts_queue.synthesis.kokoro.japanese import VERSION as JAPANESE_FRONTEND
 from tts_queue.synthesis.kokoro.mandarin import VERSION as MANDARIN_FRONTEND
 from tts_queue.synthesis.kokoro.symbols import id_map as kokoro_id_map
@@ -298,4 +300,6 @@ def _frontend_rules(spec: VoiceSpec) -> str:
     """The version of the rules of a Kokoro voice's frontend, for its digest (none for Piper's)."""
     if spec.family != KOKORO:
         return ""
+    if spec.language in ESPEAK_VOICES:
+        return f"espeak-{ESPEAK_FRONTEND}-{ESPEAK_VOICES[spec.language]}"
     return f"mandarin-{MANDARIN_FRONTEND}" if spec.language == "zh" else f"japanese-{JAPANESE_FRONTEND}"

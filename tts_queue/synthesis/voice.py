@@ -44,6 +44,7 @@ class VoiceSpec:
     data_files: tuple[Path, ...] = ()  # further files its audio depends on (Kokoro's style vectors)
     data_sha256: tuple[str, ...] = ()  # the pinned digests of ``data_files`` (a voice pack's), in order
     style: str = ""  # the voice's name inside a shared model's style table (Kokoro)
+    grade: str = ""  # the model author's grade of the voice ("A" to "F"), where given
     frontend: tuple[str, ...] = ("piper-tts",)  # packages whose versions change what it says
     pace: Pace | None = None  # how fast it speaks, as shipped (``None``: its family's default)
 

@@ -2,7 +2,9 @@
 runs (said in English by the same voice: espeak-ng's IPA mapped into Kokoro's symbols) and runs of
 the voice's own language (read by its reader), the sentences of a frontend script (breaks, rates,
 IPA overrides) each cut to the graph's context. A language says how its sentences end (``split``,
-``ends``) and how a long run is fed to its reader (``pieces``): ``japanese``, ``mandarin``.
+``ends``) and how a long run is fed to its reader (``pieces``): ``japanese``, ``mandarin``; or,
+where espeak-ng reads the whole text in the voice's language, how a text part becomes sentences of
+symbols (``said``): ``espeak``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class KokoroPhonemizer:
         """A run of the voice's own language as its reader takes it."""
         yield run
 
+    def said(self, text: str) -> list[str]:
+        """Kokoro symbols of each sentence of a text part."""
+        return [self.sentence(sentence) for sentence in self.split(text)]
+
     def sentence(self, text: str) -> str:
         """Kokoro symbols of one sentence: the language's runs read, Latin runs said in English."""
         pieces: list[str] = []
@@ -85,10 +91,10 @@ class KokoroPhonemizer:
 
         for kind, value in script:
             if kind == TEXT:
-                found = self.split(value)
+                found = self.said(value)
                 ended = value.rstrip(_CLOSING).endswith(self.ends)
                 for index, sentence in enumerate(found):
-                    _extend(current, self.sentence(sentence))
+                    _extend(current, sentence)
                     if index < len(found) - 1 or ended:
                         close(None)
             elif kind == IPA:

@@ -22,6 +22,20 @@ _ESPEAK_TO_KOKORO: tuple[tuple[str, str], ...] = (
     ("ɬ", "l"), ("\u0361", ""), ("\u035c", ""),
 )
 _LANGUAGE_SWITCH = re.compile(r"\([a-z]{2,3}(?:-[a-z]+)?\)")
+# espeak-ng IPA -> Kokoro's symbols for the languages espeak-ng reads for it (``kokoro.espeak``):
+# diphthongs and affricates as the one symbol Kokoro learnt them as (espeak-ng ties them; piper's
+# build gives them untied, and within a word they are these), the rest as espeak-ng gives it.
+_ESPEAK_COMMON: tuple[tuple[str, str], ...] = (
+    ("eɪ", "A"), ("aɪ", "I"), ("aʊ", "W"), ("ɔɪ", "Y"), ("oʊ", "O"), ("əʊ", "Q"),
+    ("dʒ", "ʤ"), ("tʃ", "ʧ"), ("g", "ɡ"), ("\u0361", ""), ("\u035c", ""),
+)
+# Italian's z is an affricate (pizza pˈitsːa); elsewhere t+s are two sounds (French vingt-cinq).
+_ESPEAK_ITALIAN = (("ts", "ʦ"), ("dz", "ʣ"))
+# misaki's British English: əʊ is Q, the TRAP vowel a (American æ), r-less vowels as espeak gives.
+_BRITISH: tuple[tuple[str, str], ...] = (
+    ("eɪ", "A"), ("aɪ", "I"), ("aʊ", "W"), ("ɔɪ", "Y"), ("əʊ", "Q"), ("oʊ", "Q"),
+    ("dʒ", "ʤ"), ("tʃ", "ʧ"), ("æ", "a"), ("r", "ɹ"), ("g", "ɡ"), ("ɬ", "l"), ("\u0361", ""), ("\u035c", ""),
+)
 
 
 def english_to_kokoro(ipa: str | Sequence[str], vocab: Mapping[str, int]) -> str:
@@ -30,6 +44,22 @@ def english_to_kokoro(ipa: str | Sequence[str], vocab: Mapping[str, int]) -> str
     text = _LANGUAGE_SWITCH.sub("", text)
     for source, target in _ESPEAK_TO_KOKORO:
         text = text.replace(source, target)
+    return "".join(ch for ch in text if ch in vocab)
+
+
+def espeak_to_kokoro(ipa: str | Sequence[str], vocab: Mapping[str, int], language: str) -> str:
+    """espeak-ng's IPA of a sentence in ``language`` (``en_US``, ``en_GB``, ``es``, ``fr``, ``it``,
+    ``pt_BR``, ``hi``) as Kokoro symbols; symbols the vocabulary lacks are dropped. American English
+    is ``english_to_kokoro``; the others keep their nasal vowels' tilde as its own symbol (NFD)."""
+    if language == "en_US":
+        return english_to_kokoro(ipa, vocab)
+    text = _LANGUAGE_SWITCH.sub("", unicodedata.normalize("NFD", "".join(ipa)))
+    table = _BRITISH if language == "en_GB" else _ESPEAK_COMMON
+    if language == "it":
+        table += _ESPEAK_ITALIAN
+    for source, target in table:
+        text = text.replace(source, target)
+    text = text.replace("c\u0327", "ç")  # the one vocabulary symbol NFD takes apart
     return "".join(ch for ch in text if ch in vocab)
 
 

@@ -1,5 +1,6 @@
 """A Kokoro voice: the shared graph, this voice's style vectors and its language's frontend
-(``frontend_of``: Japanese, Mandarin).
+(``frontend_of``: Japanese, Mandarin, or espeak-ng's for English, Spanish, French, Italian,
+Portuguese and Hindi).
 
 The style table (510 x 1 x 256 per voice: one style per sentence length in tokens) is read when
 the voice is first loaded: this voice's array of the package's ``voices_ja.npz``, or its own file
@@ -23,6 +24,7 @@ import numpy.typing as npt
 from tts_queue.errors import ModelLoadError
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.inference import ItemAudio, Scales
+from tts_queue.synthesis.kokoro.espeak import ESPEAK_VOICES, EspeakKokoroPhonemizer
 from tts_queue.synthesis.kokoro.graph import HOP, SAMPLE_RATE, KokoroGraph
 from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
 from tts_queue.synthesis.kokoro.phonemizer import KokoroPhonemizer
@@ -105,7 +107,11 @@ def styles_of(spec: VoiceSpec) -> npt.NDArray[np.float32]:
 
 
 def frontend_of(spec: VoiceSpec, vocab: Mapping[str, int]) -> KokoroPhonemizer:
-    """The frontend of a Kokoro voice's language (its Latin runs said in English by it)."""
+    """The frontend of a Kokoro voice's language: Japanese and Mandarin with their Latin runs said
+    in English by the voice, or espeak-ng in the voice's language (``espeak.ESPEAK_VOICES``)."""
+    if spec.language in ESPEAK_VOICES:
+        espeak = Phonemizer(ESPEAK_VOICES[spec.language]).phonemize
+        return EspeakKokoroPhonemizer(vocab, spec.language, espeak)
     english = Phonemizer(ENGLISH).phonemize
     if spec.language == "zh":
         from tts_queue.synthesis.kokoro.mandarin import MandarinPhonemizer
