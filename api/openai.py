@@ -8,9 +8,10 @@ OpenAI's request fields, and errors as ``{"error": {"message", "type", "param", 
 the API's one error mapper (``api.errors.to_response``) with this body.
 
 Voices: an installed voice id or alias is used as is; OpenAI's voice names map to installed voices
-by ``TTS_OPENAI_VOICES`` (a name not listed speaks with the default voice); a ``model`` that is an
-installed voice id picks that voice for OpenAI's names. ``instructions`` is accepted and ignored
-(Piper voices take none).
+by ``TTS_OPENAI_VOICES``, else to the Kokoro voice of the same name where the voice pack has one
+(``alloy`` af_alloy, ``echo`` am_echo, ``fable`` bm_fable, ``onyx`` am_onyx, ``nova`` af_nova), else
+to the default voice; a ``model`` that is an installed voice id picks that voice for OpenAI's names.
+``instructions`` is accepted and ignored (the voices take none).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ bp = Blueprint("openai", __name__)
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+# OpenAI's names that Kokoro-82M's voice pack has a voice of (used when installed and not mapped).
+KOKORO_NAMESAKES = {"alloy": "af_alloy", "echo": "am_echo", "fable": "bm_fable", "onyx": "am_onyx",
+                    "nova": "af_nova"}
 ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
                429: "rate_limit_error"}
 
@@ -141,7 +145,15 @@ def voice_for(voice: str, model: str) -> str | None:
                              "(GET /v1/audio/voices)", UnknownVoice.code, {"param": "voice"})
     if model not in MODELS:
         return registry.get(model).id
-    return services().settings.api.openai_voices.get(name)
+    return mapped(name)
+
+
+def mapped(name: str) -> str | None:
+    """The installed voice an OpenAI voice name speaks with (``None``: the default voice)."""
+    chosen = services().settings.api.openai_voices.get(name)
+    if chosen is None and name in KOKORO_NAMESAKES:
+        chosen = _installed(KOKORO_NAMESAKES[name])
+    return chosen
 
 
 def check_model(model: str) -> None:
@@ -211,8 +223,7 @@ def voices() -> Response:
     """OpenAI's voice names with the installed voice each maps to, then the installed voices."""
     svc = services()
     default = svc.registry.get(None).id
-    mapping = svc.settings.api.openai_voices
-    names = [{"id": name, "name": name, **_described(_installed(mapping.get(name)) or default)}
+    names = [{"id": name, "name": name, **_described(_installed(mapped(name)) or default)}
              for name in VOICES]
     names += [{"id": spec.id, "name": spec.id, **_described(spec.id)} for spec in svc.registry.specs()]
     return jsonify(voices=names)

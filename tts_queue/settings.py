@@ -210,7 +210,9 @@ class ApiSettings:
                               env="TTS_RATE_LIMIT", shown="empty")
     openai_voices: Mapping[str, str] = setting(
         None, "OpenAI voice names for `POST /v1/audio/speech` mapped to installed voices, e.g. "
-        "`alloy=en_US-joe-medium,nova=other` (a name not listed speaks with the default voice)",
+        "`alloy=en_US-joe-medium,nova=other` (a name not listed speaks with the Kokoro voice of that name "
+        "where the voice pack is installed, af_alloy, am_echo, bm_fable, am_onyx, af_nova; else with the "
+        "default voice)",
         env="TTS_OPENAI_VOICES", factory=dict, shown="empty")
 
 

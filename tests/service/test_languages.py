@@ -275,4 +275,7 @@ def test_voice_lists_carry_family_and_languages(client: FlaskClient) -> None:
     assert "jf_alpha (ja, Kokoro-82M, 24000 Hz), grade C+" in page and 'value="" selected' in page
     assert '<optgroup label="Japanese">' in page and '<optgroup label="Mandarin">' in page
     assert voices["jf_alpha"]["grade"] == "C+" and voices["en_US-joe-medium"]["grade"] is None
+    # And OpenAI's names that the voice pack has a voice of speak with it (the rest: the default)
+    assert named["alloy"]["voice"] == "af_alloy" and named["fable"]["voice"] == "bm_fable"
+    assert named["shimmer"]["voice"] == "en_US-joe-medium"
     assert voices["zm_yunxi"]["languages"] == ["zh"] and "zm_yunxi" in named
