@@ -67,8 +67,8 @@ class Library:
     core: Wiring
 
     def assembler(self, **options: Any) -> ChapterAssembler:
-        return ChapterAssembler(self.core.book_ends, self.cache, self.storage, id_map=lambda voice: ID_MAP,
-                                **options)
+        return ChapterAssembler(self.core.book_rows, self.core.book_ends, self.cache, self.storage,
+                                id_map=lambda voice: ID_MAP, **options)
 
     def add_book(self, chapters: list[list[Sentence]], fmt: str = "wav", salt: str = "") -> str:
         """A running book whose sentences are all done and cached (same ``salt``, same keys)."""

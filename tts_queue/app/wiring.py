@@ -102,7 +102,7 @@ class Wiring:
         tasks = TaskService(settings, db, cache, registry, dispatcher, ends, callbacks, board, streams,
                             watch)
         books = BookService(tasks, book_rows, book_ends, window, storage.child("books"))
-        assembler = ChapterAssembler(book_ends, cache, books.storage,
+        assembler = ChapterAssembler(book_rows, book_ends, cache, books.storage,
                                      id_map=lambda voice: _id_map(registry, voice), m4b_writer=m4b_writer,
                                      finish_lock=finish_lock)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,

@@ -119,20 +119,20 @@ class Scan:
 class ChapterAssembler:
     """Assembles chapters of books from the cached sentence audio."""
 
-    def __init__(self, ends: BookEnds, cache: AudioCache, storage: Storage,
+    def __init__(self, rows: BookRows, ends: BookEnds, cache: AudioCache, storage: Storage,
                  id_map: Callable[[str | None], Mapping[str, Sequence[int]]] | None,
                  stitching: StitchSettings | None = None, page_rows: int = PAGE_ROWS,
                  m4b_writer: M4BWriter = write_m4b, finish_lock: FinishLock | None = None) -> None:
-        self.ends = ends
-        self.rows: BookRows = ends.rows
-        self.db: Database = ends.rows.db
+        self.ends = ends  # a book's failure
+        self.rows = rows
+        self.db: Database = rows.db
         self.id_map = id_map  # a voice's phoneme ids (word captions); ``None``: sentence captions
         self.cache = cache
         self.storage = storage
         self.stitching = stitching or StitchSettings()
         self.page_rows = page_rows
         # the book's M4B and end, once its chapters are done (``books.audiobook``)
-        self.audiobook = Audiobook(ends, storage, self.audio_of, m4b_writer, finish_lock)
+        self.audiobook = Audiobook(rows, ends, storage, self.audio_of, m4b_writer, finish_lock)
 
     def audio_of(self, chapter: ChapterRow, fmt: str) -> str:
         """The stored audio file of a chapter that is done."""

@@ -44,10 +44,11 @@ def _unlocked(book_id: str) -> AbstractContextManager[bool]:
 class Audiobook:
     """Builds a book's M4B (early beside its last chapter, or when it finishes) and ends the book."""
 
-    def __init__(self, ends: BookEnds, storage: Storage, audio_of: Callable[[ChapterRow, str], str],
-                 m4b_writer: M4BWriter, finish_lock: FinishLock | None = None) -> None:
-        self.ends = ends
-        self.rows: BookRows = ends.rows
+    def __init__(self, rows: BookRows, ends: BookEnds, storage: Storage,
+                 audio_of: Callable[[ChapterRow, str], str], m4b_writer: M4BWriter,
+                 finish_lock: FinishLock | None = None) -> None:
+        self.ends = ends  # the book's end
+        self.rows = rows
         self.storage = storage  # the books storage: chapter files in, the M4B out
         self.audio_of = audio_of  # a done chapter's stored audio file
         self.m4b_writer = m4b_writer  # in process, or a worker's child process (``workers.m4b``)
