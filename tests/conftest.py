@@ -36,6 +36,7 @@ CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 LONGEST_FIRST = (
     "tests/service/test_webhook_trickle.py", "tests/test_real_kokoro.py", "tests/service/test_fair_time.py",
     "tests/service/test_up.py", "tests/service/test_languages.py", "tests/test_real_estimate.py",
+    "tests/test_real_kokoro_languages.py",
     "tests/service/test_faults_services.py",
     "tests/service/test_faults_workers.py", "tests/service/test_bounds.py",
     "tests/service/test_webhooks.py", "tests/service/test_observability.py", "tests/service/test_books.py",
