@@ -30,7 +30,7 @@ RUN pip install --no-cache-dir ".[${EXTRAS}]" \
 assert 'CUDAExecutionProvider' in p, p" ;; \
        esac
 COPY --from=voice-pack /pack/kokoro-js-1.2.1.tgz /tmp/
-RUN case ",${EXTRAS}," in *,zh,*) tts-queue voices --install kokoro --from /tmp/kokoro-js-1.2.1.tgz ;; esac \
+RUN case ",${EXTRAS}," in *,zh,*|*,kokoro,*) tts-queue voices --install kokoro --from /tmp/kokoro-js-1.2.1.tgz ;; esac \
     && rm /tmp/kokoro-js-1.2.1.tgz
 RUN useradd --create-home --uid 1000 tts && mkdir -p /data && chown -R tts /data
 USER tts
