@@ -270,15 +270,20 @@ def rounded(values: dict[str, float]) -> dict[str, float]:
     return {k: float(f"{v:.4g}") for k, v in values.items()}
 
 
+def scan_figures(scan: dict[str, Any]) -> dict[str, Any]:
+    """The pace's fields a scan gives (the bound's worst cases per character)."""
+    symbols = scan["char_symbols"]
+    return {"latin_symbols": symbols["latin"], "japanese_symbols": symbols["japanese"],
+            "other_symbols": symbols["other"], "marks": scan["marks"], "char_marks": scan["char_marks"],
+            "ends": scan["ends"]}
+
+
 def calibrated_pace(rows: Sequence[Row], scan: dict[str, Any]) -> tuple[Pace, dict[str, Any]]:
     """The pace fitted to ``rows`` (margin applied) with the scan's figures, and how it fitted."""
     fitted = fit(rows)
     margin = statistics.median(real_over_estimate(rows, Pace.from_figures(fitted))) / TARGET
-    symbols = scan["char_symbols"]
-    pace = Pace.from_figures(rounded({k: v * margin for k, v in fitted.items()}),
-                             latin_symbols=symbols["latin"], japanese_symbols=symbols["japanese"],
-                             other_symbols=symbols["other"], marks=scan["marks"],
-                             char_marks=scan["char_marks"], ends=scan["ends"], rtf=rtf_of(rows))
+    pace = Pace.from_figures(rounded({k: v * margin for k, v in fitted.items()}), **scan_figures(scan),
+                             rtf=rtf_of(rows))
     return pace, {"fit_before_margin": rounded(fitted), "margin": round(margin, 4)}
 
 
@@ -348,9 +353,11 @@ class Calibration:
     """The voices' paces, one voice after another (see the module docstring)."""
 
     def __init__(self, registry: VoiceRegistry, corpus: list[dict[str, Any]],
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], scaled_items: int = 0) -> None:
         self.registry, self.corpus, self.log = registry, corpus, log
+        self.scaled_items = scaled_items  # a scaled voice reads this many of its items (0: all)
         self.references: dict[tuple[str, str], Pace] = {}  # (family, language) -> its calibrated pace
+        self.scans: dict[tuple[str, str], dict[str, Any]] = {}  # (family, voice language) -> scan figures
         self.paces: dict[str, Pace] = {}
         self.loaded: dict[str, LoadedVoice] = {}
         self.report: dict[str, Any] = {}
@@ -367,9 +374,19 @@ class Calibration:
             pace, how = calibrated_pace(rows, found)
             how["scan"] = {k: v for k, v in found.items() if k not in ("ends", "marks")}
             self.references[spec.family, language_of(spec)] = pace
+            self.scans[spec.family, spec.language] = scan_figures(found)
         else:
-            rows = measure(voice, items, (1.0,))
+            step = max(1, len(items) // self.scaled_items) if self.scaled_items else 1
+            rows = measure(voice, items[::step][:self.scaled_items or None], (1.0,))  # every kind
             pace, how = scaled_pace(reference, rows)
+            if (spec.family, spec.language) not in self.scans:
+                # another frontend than the reference's (British English after American): its own
+                # characters' worst cases for the bound
+                self.log(f"{spec.id}: scanning its frontend's characters ({spec.language})")
+                found = Scan(frontend_for(spec), max_symbols(spec, 400)).run()
+                self.scans[spec.family, spec.language] = scan_figures(found)
+                how["scan"] = {k: v for k, v in found.items() if k not in ("ends", "marks")}
+            pace = dataclasses.replace(pace, **self.scans[spec.family, spec.language])
         self.paces[spec.id] = pace
         self.loaded[spec.id] = voice
         voice.spec = dataclasses.replace(spec, pace=pace)  # the held-in check and the cost with it
@@ -386,7 +403,8 @@ def calibrate(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str,
                                   "TTS_MAX_LOADED_VOICES": "8", "TTS_MAX_AUDIO_S": "1e9",
                                   **({"TTS_VOICES_DIR": args.voices_dir} if args.voices_dir else {})})
     registry = VoiceRegistry.from_settings(settings)
-    run = Calibration(registry, json.loads(CORPUS.read_text(encoding="utf-8"))["items"], log)
+    run = Calibration(registry, json.loads(CORPUS.read_text(encoding="utf-8"))["items"], log,
+                      args.scaled_items)
     for voice_id in args.voices.split(",") if args.voices else [s.id for s in registry.specs() if s.present]:
         run.voice(voice_id)
     if not args.no_write:
@@ -411,6 +429,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--check", default=str(HELD_IN), help="the held-in corpus ('' to skip)")
     parser.add_argument("--no-write", action="store_true", help="leave the manifest as it is")
+    parser.add_argument("--scaled-items", type=int, default=0,
+                        help="a voice scaled from its language's first reads only this many items (0: all)")
     args = parser.parse_args()
     result = calibrate(args, lambda line: print(line, flush=True))
     result |= {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),

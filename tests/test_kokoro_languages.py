@@ -39,9 +39,13 @@ def test_diphthongs_and_affricates_become_kokoros_single_symbols(vocab: dict[str
     assert espeak_to_kokoro("vɛ̃tsˈɛ̃k", vocab, "fr") == nfd("vɛ̃tsˈɛ̃k")
     # Portuguese: a precomposed nasal vowel is taken apart (ĩ is not in the vocabulary, ̃ is)
     assert espeak_to_kokoro("vˈĩntʃɪ", vocab, "pt_BR") == nfd("vˈĩnʧɪ")
-    # British English: əʊ is misaki's Q and the TRAP vowel a; American English keeps O and æ
-    assert espeak_to_kokoro("ɡˈəʊ hˈæv", vocab, "en_GB") == "ɡˈQ hˈav"
-    assert espeak_to_kokoro("ɡˈoʊ hˈæv", vocab, "en_US") == "ɡˈO hˈæv"
+    # Italian's diphthongs are two vowels (espeak-ng does not tie them): auto stays ˈaʊto
+    assert espeak_to_kokoro("ˈaʊto", vocab, "it") == "ˈaʊto"
+    # American English as misaki writes it: no length marks, the flap T, O, ɜɹ, a final ᵊl
+    said = espeak_to_kokoro("wˈɔːɾɚ bˈɜːd ɡˈoʊ bˈɑːɾəl əlˈoʊn", vocab, "en_US")
+    assert said == "wˈɔTəɹ bˈɜɹd ɡˈO bˈɑTᵊl əlˈOn"
+    # British English keeps its length marks, and əʊ is misaki's Q
+    assert espeak_to_kokoro("wˈɔːtə ɡˈəʊ", vocab, "en_GB") == "wˈɔːtə ɡˈQ"
     # ç survives the decomposition (it is one symbol of the vocabulary); unknown symbols are dropped
     assert espeak_to_kokoro("çə-", vocab, "hi") == "çə"
 

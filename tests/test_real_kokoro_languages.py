@@ -31,12 +31,13 @@ from tts_queue.synthesis.synthesizer import Synthesizer
 
 pytestmark = pytest.mark.integration
 # (language asked, the voice it picks, a sentence, its symbols as reviewed: espeak-ng's reading in
-# Kokoro's alphabet; A = eɪ, I = aɪ, W = aʊ, O = American oʊ, Q = British əʊ, ʤ ʧ ʦ affricates)
+# Kokoro's alphabet as misaki writes it; A = eɪ, I = aɪ, W = aʊ, O = American oʊ, Q = British əʊ,
+# ʤ ʧ ʦ affricates)
 SENTENCES = [
     ("en-US", "af_heart", "The quick brown fox jumps over 25 lazy dogs.",
-     "ðə kwˈɪk bɹˈWn fˈɑːks ʤˈʌmps ˌOvəɹ twˈɛntifˈIv lˈAzi dˈɑːɡz."),  # 25 normalized in English
+     "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ twˈɛntifˈIv lˈAzi dˈɑɡz."),  # 25 normalized; no length marks
     ("en-GB", "bf_emma", "Good morning, shall we go to the park?",
-     "ɡˈʊd mˈɔːnɪŋ, ʃˌal wiː ɡˌQ tə ðə pˈɑːk?"),  # r-less, British a and Q
+     "ɡˈʊd mˈɔːnɪŋ, ʃˌal wiː ɡˌQ tə ðə pˈɑːk?"),  # r-less, its a, Q and length marks
     ("es", "ef_dora", "Tengo 25 años.", "tˈɛŋɡo βˌAntiθˈinko ˈaɲos."),  # veinticinco, said by espeak-ng
     ("fr", "ff_siwis", "Bonjour, je m'appelle Marie.", "bɔ̃ʒˈuʁ, ʒə mapˈɛl maʁˈi."),
     ("it", "if_sara", "Buongiorno, la pizza è buona.", "bʊonʤˈɔɾno, la pˈiʦːa e bʊˈɔna."),

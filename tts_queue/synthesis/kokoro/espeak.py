@@ -23,7 +23,7 @@ from tts_queue.synthesis.kokoro.symbols import espeak_to_kokoro
 VERSION = 1
 # A Kokoro voice's language (the manifest's ``language``) -> espeak-ng's voice for it.
 ESPEAK_VOICES: Mapping[str, str] = {
-    "en_US": "en-us", "en_GB": "en-gb-x-rp", "es": "es", "fr": "fr", "it": "it", "pt_BR": "pt-br", "hi": "hi",
+    "en_US": "en-us", "en_GB": "en", "es": "es", "fr": "fr", "it": "it", "pt_BR": "pt-br", "hi": "hi",
 }
 _NAMES = {"en_US": "American English", "en_GB": "British English", "es": "Spanish", "fr": "French",
           "it": "Italian", "pt_BR": "Brazilian Portuguese", "hi": "Hindi"}

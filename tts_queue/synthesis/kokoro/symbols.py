@@ -22,20 +22,29 @@ _ESPEAK_TO_KOKORO: tuple[tuple[str, str], ...] = (
     ("ɬ", "l"), ("\u0361", ""), ("\u035c", ""),
 )
 _LANGUAGE_SWITCH = re.compile(r"\([a-z]{2,3}(?:-[a-z]+)?\)")
-# espeak-ng IPA -> Kokoro's symbols for the languages espeak-ng reads for it (``kokoro.espeak``):
-# diphthongs and affricates as the one symbol Kokoro learnt them as (espeak-ng ties them; piper's
-# build gives them untied, and within a word they are these), the rest as espeak-ng gives it.
-_ESPEAK_COMMON: tuple[tuple[str, str], ...] = (
-    ("eɪ", "A"), ("aɪ", "I"), ("aʊ", "W"), ("ɔɪ", "Y"), ("oʊ", "O"), ("əʊ", "Q"),
-    ("dʒ", "ʤ"), ("tʃ", "ʧ"), ("g", "ɡ"), ("\u0361", ""), ("\u035c", ""),
-)
-# Italian's z is an affricate (pizza pˈitsːa); elsewhere t+s are two sounds (French vingt-cinq).
-_ESPEAK_ITALIAN = (("ts", "ʦ"), ("dz", "ʣ"))
-# misaki's British English: əʊ is Q, the TRAP vowel a (American æ), r-less vowels as espeak gives.
-_BRITISH: tuple[tuple[str, str], ...] = (
-    ("eɪ", "A"), ("aɪ", "I"), ("aʊ", "W"), ("ɔɪ", "Y"), ("əʊ", "Q"), ("oʊ", "Q"),
-    ("dʒ", "ʤ"), ("tʃ", "ʧ"), ("æ", "a"), ("r", "ɹ"), ("g", "ɡ"), ("ɬ", "l"), ("\u0361", ""), ("\u035c", ""),
-)
+# espeak-ng IPA -> Kokoro's symbols for the languages espeak-ng reads for it (``kokoro.espeak``),
+# as Kokoro's upstream (misaki's espeak G2P) maps them: the diphthongs and affricates espeak-ng ties
+# become the one symbol Kokoro learnt (piper's build prints no ties, and within a word these pairs
+# are those), the rest stays as espeak-ng gives it. Italian's diphthongs are not tied (auto ˈaʊto),
+# its z is (pizza pˈiʦːa); French t+s is two sounds (vingt-cinq).
+_DIPHTHONGS = (("eɪ", "A"), ("aɪ", "I"), ("aʊ", "W"), ("ɔɪ", "Y"), ("oʊ", "O"), ("əʊ", "Q"))
+_AFFRICATES = (("dʒ", "ʤ"), ("tʃ", "ʧ"))
+_TIES = (("g", "ɡ"), ("\u0361", ""), ("\u035c", ""), ("-", ""))
+_BY_LANGUAGE: dict[str, tuple[tuple[str, str], ...]] = {
+    "it": _AFFRICATES + (("ts", "ʦ"), ("dz", "ʣ")) + _TIES,
+    **{code: _DIPHTHONGS + _AFFRICATES + _TIES for code in ("es", "fr", "pt_BR", "hi")},
+}
+# English as misaki writes it for Kokoro's English voices (its espeak fallback's table): American
+# drops the length mark and has the flap T, O for oʊ and ɜɹ; British keeps length, has Q for əʊ.
+_ENGLISH_BOTH = (("aɪ", "I"), ("aʊ", "W"), ("eɪ", "A"), ("ɔɪ", "Y"), ("dʒ", "ʤ"), ("tʃ", "ʧ"))
+_ENGLISH_AFTER = (("ɚ", "əɹ"), ("r", "ɹ"), ("x", "k"), ("ç", "k"), ("ɐ", "ə"), ("ɬ", "l"), ("ʲ", ""),
+                  ("\u0303", ""), ("ɾ", "T"), ("ʔ", "t"), ("e", "A"), ("o", "ɔ"), ("g", "ɡ"),
+                  ("\u0361", ""), ("\u035c", ""), ("-", ""))
+_AMERICAN = (_ENGLISH_BOTH + (("oʊ", "O"), ("əʊ", "O"), ("ɜːɹ", "ɜɹ"), ("ɜː", "ɜɹ"), ("ɪə", "iə"),
+                              ("ː", "")) + _ENGLISH_AFTER)
+_BRITISH = _ENGLISH_BOTH + (("əʊ", "Q"), ("oʊ", "Q")) + _ENGLISH_AFTER
+_SYLLABIC = re.compile("(\\S)\u0329")  # a syllabic consonant: misaki writes ᵊ before it
+_FINAL_L = re.compile(r"əl\b")  # a word's last syllable "-tle", "-el": espeak-ng's tied ə͡l, misaki's ᵊl
 
 
 def english_to_kokoro(ipa: str | Sequence[str], vocab: Mapping[str, int]) -> str:
@@ -49,15 +58,14 @@ def english_to_kokoro(ipa: str | Sequence[str], vocab: Mapping[str, int]) -> str
 
 def espeak_to_kokoro(ipa: str | Sequence[str], vocab: Mapping[str, int], language: str) -> str:
     """espeak-ng's IPA of a sentence in ``language`` (``en_US``, ``en_GB``, ``es``, ``fr``, ``it``,
-    ``pt_BR``, ``hi``) as Kokoro symbols; symbols the vocabulary lacks are dropped. American English
-    is ``english_to_kokoro``; the others keep their nasal vowels' tilde as its own symbol (NFD)."""
-    if language == "en_US":
-        return english_to_kokoro(ipa, vocab)
+    ``pt_BR``, ``hi``) as the Kokoro symbols of a voice of that language; symbols the vocabulary
+    lacks are dropped. Nasal vowels keep their tilde as a symbol of its own (NFD)."""
     text = _LANGUAGE_SWITCH.sub("", unicodedata.normalize("NFD", "".join(ipa)))
-    table = _BRITISH if language == "en_GB" else _ESPEAK_COMMON
-    if language == "it":
-        table += _ESPEAK_ITALIAN
-    for source, target in table:
+    english = {"en_US": _AMERICAN, "en_GB": _BRITISH}.get(language)
+    if english is not None:
+        text = text.replace("ʔˌn\u0329", "tn").replace("ʔn\u0329", "tn")  # button: bˈʌtn
+        text = _FINAL_L.sub("ᵊl", _SYLLABIC.sub(lambda m: "ᵊ" + m.group(1), text))
+    for source, target in english or _BY_LANGUAGE[language]:
         text = text.replace(source, target)
     text = text.replace("c\u0327", "ç")  # the one vocabulary symbol NFD takes apart
     return "".join(ch for ch in text if ch in vocab)
