@@ -1,4 +1,5 @@
-"""HTTP views of audiobooks: upload, progress, chapter audio and captions, manifest, M4B, cancel."""
+"""HTTP views of audiobooks: upload, progress, chapter audio and captions, manifest, M4B, read-along
+EPUB, cancel."""
 
 from __future__ import annotations
 
@@ -277,3 +278,33 @@ def audiobook(book_id: str) -> BaseResponse:
         path = Path(book.m4b_path)
         return _send(path.name, "audio/mp4", f"{safe}.m4b", LocalStorage(path.parent))
     return _send(book.m4b_path, "audio/mp4", f"{safe}.m4b")
+
+
+@bp.get("/v1/books/<book_id>/readalong.epub")
+@contract.operation("GET", "/v1/books/{book_id}/readalong.epub", "The book as a read-along EPUB 3 "
+                    "(Media Overlays): 202 while it is built on its first request, then the file", KEY,
+                    params=BOOK_PARAMS, responses={
+                        **FILE_RESPONSES,
+                        200: ("The EPUB", None, ("application/epub+zip",)),
+                        202: ("Being built: ask again after Retry-After", contract.EpubBuilding, JSON),
+                        413: ("Over TTS_MAX_EPUB_BYTES", contract.Error, JSON),
+                        422: ("The build failed (asked again later, it is tried again)", contract.Error,
+                              JSON)})
+def readalong(book_id: str) -> BaseResponse:
+    """The whole book as an EPUB 3 whose text is highlighted as it is read: stored once built;
+    before that, its build is queued on the bulk lane (once, however often this is asked) and the
+    answer is 202 with ``Retry-After``."""
+    svc = services()
+    book = svc.books.touch(book_id, owner())
+    if book.status is not BookStatus.DONE:
+        raise AudioNotReady(f"book {book_id} is {book.status.value}; its EPUB is made once it is done")
+    name = svc.readalongs.stored(book)
+    if name is not None:
+        safe = _UNSAFE.sub(" ", book.title).strip(" .") or "readalong"
+        return _send(name, "application/epub+zip", f"{safe}.epub")
+    svc.readalongs.request(book)
+    status_url = api_root() + url_for("books.readalong", book_id=book_id).lstrip("/")
+    response = jsonify(book_id=book_id, status="building", epub_url=status_url)
+    response.status_code = 202
+    response.headers["Retry-After"] = "2"
+    return response

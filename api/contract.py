@@ -231,6 +231,15 @@ class BookSummary(BaseModel):
     status_url: str
     manifest_url: str
     m4b_url: str | None = None
+    epub_url: str | None = None
+
+
+class EpubBuilding(BaseModel):
+    """A read-along EPUB being built: ask ``epub_url`` again after ``Retry-After``."""
+
+    book_id: str
+    status: Literal["building"]
+    epub_url: str
 
 
 class Book(BookSummary):

@@ -371,6 +371,13 @@ class BookTooLarge(BookError):
     http_status = 413
 
 
+class EpubTooLarge(ClientError):
+    """A book's read-along EPUB would be larger than ``TTS_MAX_EPUB_BYTES`` (refused before it is built)."""
+
+    code = "epub_too_large"
+    http_status = 413
+
+
 class UnknownChapters(BookError):
     """The chapter range names chapters the book does not have, or does not parse."""
 
@@ -413,6 +420,13 @@ class SentenceFailed(WorkFailed):
     """A book failed because one of its sentences could not be synthesized."""
 
     code = "sentence_failed"
+
+
+class EpubFailed(WorkFailed):
+    """A book's read-along EPUB could not be built (the log says why); asked for again after a
+    few minutes, it is built again."""
+
+    code = "epub_failed"
 
 
 class AssemblyFailed(WorkFailed):

@@ -347,6 +347,9 @@ class BookSettings:
                              "Peace has about 3.2 million)", env="TTS_MAX_BOOK_CHARS")
     max_sentences: int = setting(100_000, "most sentences in one book (War and Peace has about "
                                  "35,000)", env="TTS_MAX_BOOK_SENTENCES")
+    max_epub_bytes: int = setting(1024 * 1024 * 1024, "largest read-along EPUB built for a book, in bytes "
+                                  "(1 GiB; a larger one is refused before it is built)",
+                                  env="TTS_MAX_EPUB_BYTES")
     ttl_days: float = setting(30.0, "books not read for this long (status, downloads) are deleted by "
                               "the cleanup unless kept", env="TTS_BOOK_TTL_DAYS")
 

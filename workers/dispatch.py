@@ -13,7 +13,7 @@ from celery import Celery
 from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
 from tts_queue.tasks.connection import kombu_url
-from tts_queue.tasks.names import ASSEMBLE, DELIVER, INGEST, SYNTHESIZE, queue_name, webhook_queue
+from tts_queue.tasks.names import ASSEMBLE, DELIVER, INGEST, READALONG, SYNTHESIZE, queue_name, webhook_queue
 from workers import transport
 
 
@@ -80,6 +80,10 @@ class CeleryDispatcher:
     def assemble(self, book_id: str, chapter: int, queue: str) -> None:
         """Send ``tts.assemble_chapter(book_id, chapter)`` to ``queue``."""
         self.app.send_task(ASSEMBLE, args=[book_id, chapter], queue=queue)
+
+    def readalong(self, book_id: str, queue: str) -> None:
+        """Send ``tts.build_readalong(book_id)`` to ``queue``."""
+        self.app.send_task(READALONG, args=[book_id], queue=queue)
 
     def ping_workers(self, timeout: float = 1.0) -> list[str]:
         """Names of workers that answered a broadcast ping."""

@@ -6,6 +6,7 @@
   ends, ``TaskEnds`` does); a task over its key's share of the threads goes back to the broker
   unclaimed (``tts_queue.tasks.shares``);
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
+- ``tts.build_readalong(book_id)``: ``ReadAlongs.run``: a done book's read-along EPUB, asked for once;
 - ``tts.deliver_callback(subject_id)``: hands one delivery of a finished task's or book's webhook
   to the worker's own delivery threads (``workers.webhooks``);
 - ``tts.requeue_lost()``: the recovery sweep (``workers.recovery``);
@@ -31,7 +32,7 @@ from tts_queue.backoff import backoff_s
 from tts_queue.books.lock import AssemblyLock
 from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
 from tts_queue.tables import CleanupReportJSON
-from tts_queue.tasks.names import ASSEMBLE, CLEANUP, DELIVER, INGEST, REQUEUE, SYNTHESIZE
+from tts_queue.tasks.names import ASSEMBLE, CLEANUP, DELIVER, INGEST, READALONG, REQUEUE, SYNTHESIZE
 from tts_queue.tasks.shares import OverShare
 from workers.markers import RedisBrokerMarker
 from workers.recovery import sweep
@@ -139,7 +140,7 @@ def fail_book(holder: RuntimeHolder, book_id: str, number: int, exc: Exception) 
 
 def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker, lock: AssemblyLock,
                    deliveries: Deliveries) -> None:
-    """Register the six tasks of the module docstring on ``app`` (``shared=False``: Celery would
+    """Register the seven tasks of the module docstring on ``app`` (``shared=False``: Celery would
     otherwise put these closures on every app created later in the process, and a second app
     would run this one's runtime)."""
     settings = holder.settings
@@ -158,6 +159,12 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
     def ingest_book(self: Task[[str], str | None], book_id: str) -> str | None:
         """Parse an accepted upload into chapters, sentences and tasks, and dispatch them."""
         return ingestion(self, holder, book_id)
+
+    @app.task(name=READALONG, shared=False)
+    def build_readalong(book_id: str) -> str | None:
+        """Build a done book's read-along EPUB into the storage; a failure is kept for the API to
+        answer (``ReadAlongs.run``), and a crash leaves its lock to expire, so asking again builds it."""
+        return holder.get().core.readalongs.run(book_id)
 
     @app.task(name=DELIVER, shared=False)
     def deliver_callback(subject_id: str, busy: int = 0) -> str:

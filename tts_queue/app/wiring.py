@@ -21,10 +21,12 @@ from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
 from tts_queue.books.ingest import Ingester
 from tts_queue.books.lock import AssemblyLock
 from tts_queue.books.m4b import M4BWriter
+from tts_queue.books.readalong import ReadAlongBuilder, ReadAlongs
 from tts_queue.books.rows import BookRows
 from tts_queue.books.service import BookService
 from tts_queue.books.window import BulkWindow
 from tts_queue.db import Database
+from tts_queue.errors import TTSQueueError
 from tts_queue.settings import Settings
 from tts_queue.storage import open_storage
 from tts_queue.storage.backend import Storage
@@ -67,6 +69,7 @@ class Wiring:
     book_ends: BookEnds
     books: BookService
     assembler: ChapterAssembler
+    readalongs: ReadAlongs  # books' read-along EPUBs: built on request, on the bulk lane
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch,
@@ -79,10 +82,10 @@ class Wiring:
         storage = open_storage(settings.storage_url)
         cache = AudioCache(db, AudioStore.from_settings(settings, storage), settings.cache.hot_size)
         registry = VoiceRegistry.from_settings(settings, wrapped_loader(plugins))
-        board, streams, finish_lock = None, None, None
+        board, streams, finish_lock, client = None, None, None, None
+        keys = RedisKeys(settings.services.queue_prefix)
         if settings.services.redis_url:
             client = redis or redis_client(settings.services.redis_url)
-            keys = RedisKeys(settings.services.queue_prefix)
             board = StatusBoard(client, keys)
             streams = AudioStreams(client, keys, settings.api.stream_max_bytes)
             finish_lock = AssemblyLock(client, keys).finishing
@@ -105,8 +108,11 @@ class Wiring:
         assembler = ChapterAssembler(book_rows, book_ends, cache, books.storage,
                                      id_map=lambda voice: _id_map(registry, voice), m4b_writer=m4b_writer,
                                      finish_lock=finish_lock)
+        builder = ReadAlongBuilder(book_rows, assembler, books.storage,
+                                   lambda voice: _language(registry, voice), settings.books.max_epub_bytes)
+        readalongs = ReadAlongs(builder, dispatcher, client, keys)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
-                   book_rows, callbacks, ends, tasks, window, book_ends, books, assembler)
+                   book_rows, callbacks, ends, tasks, window, book_ends, books, assembler, readalongs)
 
     def ingester(self, lease: timedelta = timedelta(seconds=30), max_attempts: int = 3) -> Ingester:
         """The books' parser over this wiring's rows, ends, task service, window and storage."""
@@ -122,6 +128,14 @@ def _duration(cache: AudioCache, key: str) -> float | None:
     """The audio's duration of a cache key (the hot map; a row read on a miss)."""
     entry = cache.peek(key)
     return entry.duration_s if entry is not None else None
+
+
+def _language(registry: VoiceRegistry, voice: str | None) -> str:
+    """A voice's language as BCP 47 (``en_US`` -> ``en-US``); ``und`` for a voice no longer known."""
+    try:
+        return registry.get(voice).language.replace("_", "-")
+    except TTSQueueError:
+        return "und"
 
 
 def _id_map(registry: VoiceRegistry, voice: str | None) -> Mapping[str, Sequence[int]]:

@@ -67,6 +67,7 @@ class BookProgress(_BookCounts, total=False):
     status_url: str
     manifest_url: str
     m4b_url: str
+    epub_url: str  # the read-along EPUB (built on its first request)
 
 
 def book_progress(row: BookRow, chapters: Sequence[ChapterRow], now: datetime) -> BookProgress:
@@ -118,4 +119,5 @@ def book_document(progress: BookProgress, base_url: str) -> dict[str, object]:
     progress["manifest_url"] = f"{book}/manifest"
     if progress["status"] == BookStatus.DONE.value:
         progress["m4b_url"] = f"{book}/audiobook.m4b"
+        progress["epub_url"] = f"{book}/readalong.epub"
     return dict(progress)

@@ -26,6 +26,7 @@ from sqlalchemy import func, select
 
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.progress import BookProgress, book_progress
+from tts_queue.books.readalong import epub_name
 from tts_queue.books.rows import BookRows
 from tts_queue.books.upload import (
     MAX_TITLE_CHARS,
@@ -176,7 +177,7 @@ class BookService:
 
     def delete(self, book_id: str, owner: str | None = None) -> bool:
         """Delete a finished book: its chapter files (unless another book has the same chapter),
-        captions, manifests, M4B and upload, then its rows (its sentences' audio is no longer
+        captions, manifests, M4B, read-along EPUB and upload, then its rows (its sentences' audio is no longer
         pinned). An unfinished book is cancelled instead; whether it was deleted."""
         row = self.book(book_id, owner)
         if not row.status.finished:
@@ -203,6 +204,7 @@ class BookService:
                 names += [files.manifest, files.audio, files.srt, files.vtt]
         if row.m4b_path and not row.m4b_path.startswith("/"):
             names.append(row.m4b_path)
+        names.append(epub_name(row.id))  # its read-along EPUB, if one was built
         if row.source and row.source.get("upload"):
             names.append(str(row.source["upload"]))
         self.storage.delete(names)

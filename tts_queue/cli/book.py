@@ -2,8 +2,9 @@
 
 ``book chapters BOOK`` lists the chapters locally (numbers for ``--chapters``); ``book render``
 uploads, shows progress (``parsing`` while a worker reads the book) and downloads chapter audio,
-captions, ``manifest.json`` and (``--m4b``) the M4B into ``--out``, only ever inside it; ``book
-status``, ``book fetch``, ``book cancel`` and ``book delete`` work on a book later.
+captions, ``manifest.json``, (``--m4b``) the M4B and (``--epub``) the read-along EPUB into
+``--out``, only ever inside it; ``book status``, ``book fetch``, ``book cancel`` and ``book
+delete`` work on a book later.
 """
 
 from __future__ import annotations
@@ -54,16 +55,16 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
         print(book_id)
         return 0
     print(f"book {book_id}", file=sys.stderr)
-    return follow_and_download(client, book_id, Path(args.out), args.m4b)
+    return follow_and_download(client, book_id, Path(args.out), args.m4b, args.epub)
 
 
-def follow_and_download(client: Client, book_id: str, out: Path, m4b: bool) -> int:
+def follow_and_download(client: Client, book_id: str, out: Path, m4b: bool, epub: bool = False) -> int:
     """Wait for a book with the progress bar, then download it; exit code 1 unless it is done."""
     book = follow(client, book_id)
     if book["status"] != "done":
         print(json.dumps(book, indent=2))
         return 1
-    download(client, book, out, m4b)
+    download(client, book, out, m4b, epub)
     return 0
 
 
@@ -77,7 +78,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
     """Wait for a book to finish, then download it."""
     return follow_and_download(Client.of(settings, timeout=600), args.book_id,
-                               Path(args.out), args.m4b)
+                               Path(args.out), args.m4b, args.epub)
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
@@ -134,9 +135,10 @@ def inside(out: Path, name: object, fallback: str) -> Path:
     return target
 
 
-def download(client: Client, book: BookProgress, out: Path, m4b: bool) -> None:
-    """Chapter audio (``NN - Title.ext``), SRT and WebVTT captions, manifest.json and the M4B, all
-    written inside ``out`` whatever names the server gives."""
+def download(client: Client, book: BookProgress, out: Path, m4b: bool, epub: bool = False) -> None:
+    """Chapter audio (``NN - Title.ext``), SRT and WebVTT captions, manifest.json, the M4B and the
+    read-along EPUB (waiting while the server builds it), all written inside ``out`` whatever
+    names the server gives."""
     out.mkdir(parents=True, exist_ok=True)
     manifest = client.get_json(f"/v1/books/{book['book_id']}/manifest")
     for chapter in manifest["chapters"]:
@@ -150,6 +152,10 @@ def download(client: Client, book: BookProgress, out: Path, m4b: bool) -> None:
     if m4b:
         title = manifest.get("title") if isinstance(manifest.get("title"), str) else ""
         client.download(f"/v1/books/{book['book_id']}/audiobook.m4b", inside(out, f"{title}.m4b", "book.m4b"))
+    if epub:
+        title = manifest.get("title") if isinstance(manifest.get("title"), str) else ""
+        client.download_when_built(f"/v1/books/{book['book_id']}/readalong.epub",
+                                   inside(out, f"{title}.epub", "book.epub"))
     print(f"wrote {len(manifest['chapters'])} chapter(s) to {out}", file=sys.stderr)
 
 
@@ -173,12 +179,16 @@ def add_book_commands(sub: Subcommands, add_api_flag: Callable[[argparse.Argumen
     render.add_argument("--format", choices=["mp3", "opus", "wav", "flac", "aac"], help="default: mp3")
     render.add_argument("--chapters", help="e.g. 2-5 or 1,3 (numbers from `book chapters`)")
     render.add_argument("--m4b", action="store_true", help="also download one M4B with chapter marks")
+    render.add_argument("--epub", action="store_true",
+                        help="also download the read-along EPUB 3 (text highlighted as it is read)")
     render.add_argument("--detach", action="store_true", help="print the book id and return")
     render.set_defaults(func=cmd_render)
     status = books.add_parser("status", help="show a book's progress")
     fetch = books.add_parser("fetch", help="wait for a book and download it")
     fetch.add_argument("--out", required=True)
-    fetch.add_argument("--m4b", action="store_true")
+    fetch.add_argument("--m4b", action="store_true", help="also download one M4B with chapter marks")
+    fetch.add_argument("--epub", action="store_true",
+                       help="also download the read-along EPUB 3 (text highlighted as it is read)")
     cancel = books.add_parser("cancel", help="cancel a book that is still rendering")
     delete = books.add_parser("delete", help="delete a book and its files (an unfinished one is cancelled)")
     commands = ((status, cmd_status), (fetch, cmd_fetch), (cancel, cmd_cancel), (delete, cmd_delete))

@@ -143,6 +143,21 @@ class Client:
         write_atomic(output, response.content)
         return len(response.content)
 
+    def download_when_built(self, path: str, output: Path, timeout: float = 600.0) -> int:
+        """GET ``path`` into ``output`` once the server has built it: a 202 (being built) is
+        asked again after its ``Retry-After`` until ``timeout``; the bytes written."""
+        from tts_queue.storage.local import write_atomic
+
+        deadline = time.monotonic() + timeout
+        while True:
+            response = self._call("GET", path)
+            if response.status_code != 202:
+                write_atomic(output, response.content)
+                return len(response.content)
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable(f"{path} was still being built after {timeout:.0f} s")
+            time.sleep(_seconds(response.headers.get("Retry-After")) or 1.0)
+
 
 def _seconds(value: str | None) -> float | None:
     """A ``Retry-After`` in seconds (``None`` if absent or a date), at most a minute."""

@@ -29,6 +29,9 @@ class Dispatcher(Protocol):
     def assemble(self, book_id: str, chapter: int, queue: str) -> None:
         """Enqueue the assembly of one chapter of a book."""
 
+    def readalong(self, book_id: str, queue: str) -> None:
+        """Enqueue the build of a done book's read-along EPUB."""
+
 
 class NoQueue:
     """The dispatcher of commands that must not queue work (``tts-queue cleanup``, ``book rm``):
@@ -47,3 +50,7 @@ class NoQueue:
 
     def assemble(self, book_id: str, chapter: int, queue: str) -> None:
         """Left to the recovery sweep (it assembles complete chapters)."""
+
+    def readalong(self, book_id: str, queue: str) -> None:
+        """Refused: this command does not queue work."""
+        raise ConfigError("this command does not queue work")

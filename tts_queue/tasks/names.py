@@ -17,6 +17,7 @@ REQUEUE = "tts.requeue_lost"
 ASSEMBLE = "tts.assemble_chapter"
 INGEST = "tts.ingest_book"
 DELIVER = "tts.deliver_callback"
+READALONG = "tts.build_readalong"
 
 
 def queue_name(pool: str, lane: Lane = Lane.INTERACTIVE, prefix: str = "tts") -> str:
@@ -111,6 +112,14 @@ class RedisKeys:
     def finishing(self, book_id: str) -> str:
         """A lock with expiry: one worker finishes a book (its M4B, its end) at a time."""
         return f"{self.prefix}:finishing:{book_id}"
+
+    def readalong_lock(self, book_id: str) -> str:
+        """A lock with expiry: a book's read-along EPUB is queued once while it is built (``ReadAlongs``)."""
+        return f"{self.prefix}:readalong-lock:{book_id}"
+
+    def readalong_failed(self, book_id: str) -> str:
+        """Why a book's read-along EPUB failed, kept a few minutes for the API to answer (``ReadAlongs``)."""
+        return f"{self.prefix}:readalong-failed:{book_id}"
 
     @property
     def consumed(self) -> str:
