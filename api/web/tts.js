@@ -101,7 +101,157 @@ async function speak(event) {
   }
 }
 
-function chapterItem(chapter) {
+// --- the reader view: a chapter's text highlighted as its audio plays --------------------------
+
+function vttCues(text) {
+  // The cues of a WebVTT file as the service writes it: a timing line, then one text line.
+  const seconds = (stamp) => {
+    const [h, m, s] = stamp.trim().split(":");
+    return Number(h) * 3600 + Number(m) * 60 + Number(s);
+  };
+  const lines = text.split("\n");
+  const cues = [];
+  lines.forEach((line, n) => {
+    if (line.includes("-->")) {
+      const [start, end] = line.split("-->");
+      const area = document.createElement("textarea");
+      area.innerHTML = lines[n + 1] || ""; // &amp; &lt; &gt; back to text
+      cues.push({ start: seconds(start), end: seconds(end), text: area.value });
+    }
+  });
+  return cues;
+}
+
+function readerSentences(sentences, cues) {
+  // Each sentence with the cues that start in its tile (its start to the next one's), as the
+  // EPUB's overlays group them: several cues found in its text in order are its words.
+  const groups = [];
+  let at = 0;
+  sentences.forEach((sentence, index) => {
+    const lower = index === 0 ? 0 : Math.round(sentence.start_s * 1000);
+    const next = sentences[index + 1];
+    const upper = next ? Math.round(next.start_s * 1000) : Infinity;
+    const own = [];
+    while (at < cues.length && Math.round(cues[at].start * 1000) < upper) {
+      if (Math.round(cues[at].start * 1000) >= lower) {
+        own.push(cues[at]);
+      }
+      at += 1;
+    }
+    if (own.length === 0) {
+      return;
+    }
+    const text = sentence.text.split(/\s+/).filter(Boolean).join(" ");
+    let words = [];
+    if (own.length > 1) {
+      let from = 0;
+      for (const cue of own) {
+        const word = cue.text.split(/\s+/).filter(Boolean).join(" ");
+        const found = word ? text.indexOf(word, from) : -1;
+        if (found < 0) {
+          words = [];
+          break;
+        }
+        words.push({ from: found, to: found + word.length, start: cue.start, end: cue.end });
+        from = found + word.length;
+      }
+    }
+    groups.push({ index, text, start: own[0].start, end: own[own.length - 1].end, words });
+  });
+  return groups;
+}
+
+const reader = { clips: [], sentence: null, word: null };
+
+function readerHighlight() {
+  const time = $("reader-audio").currentTime;
+  // the last clip that starts at or before the playhead (clips are in order and tile the audio)
+  let low = 0;
+  let high = reader.clips.length - 1;
+  let found = -1;
+  while (low <= high) {
+    const mid = (low + high) >> 1;
+    if (reader.clips[mid].start <= time) {
+      found = mid;
+      low = mid + 1;
+    } else {
+      high = mid - 1;
+    }
+  }
+  const clip = found >= 0 ? reader.clips[found] : null;
+  const sentence = clip ? clip.sentence : null;
+  const word = clip ? clip.word : null;
+  if (word !== reader.word) {
+    if (reader.word) reader.word.classList.remove("active");
+    if (word) word.classList.add("active");
+    reader.word = word;
+  }
+  if (sentence !== reader.sentence) {
+    if (reader.sentence) reader.sentence.classList.remove("active");
+    if (sentence) {
+      sentence.classList.add("active");
+      sentence.scrollIntoView({ block: "center", behavior: "smooth" });
+    }
+    reader.sentence = sentence;
+  }
+}
+
+function readerFollow() {
+  readerHighlight();
+  if (!$("reader-audio").paused) {
+    requestAnimationFrame(readerFollow);
+  }
+}
+
+async function openReader(book, chapter) {
+  const manifest = await api("/v1/books/" + book.book_id + "/manifest");
+  const entry = manifest.chapters.find((c) => c.number === chapter.number);
+  const response = await fetch(chapter.vtt_url, { headers: headers() });
+  if (!entry || !entry.sentences || !response.ok) {
+    throw new Error("the chapter's text or captions could not be read");
+  }
+  const groups = readerSentences(entry.sentences, vttCues(await response.text()));
+  const text = $("reader-text");
+  const paragraph = document.createElement("p");
+  reader.clips = [];
+  for (const group of groups) {
+    const span = document.createElement("span");
+    span.className = "sentence";
+    span.id = "reader-s" + (group.index + 1);
+    span.dataset.start = String(group.start);
+    let at = 0;
+    group.words.forEach((word, n) => {
+      span.append(group.text.slice(at, word.from));
+      const inner = document.createElement("span");
+      inner.className = "word";
+      inner.id = span.id + "w" + (n + 1);
+      inner.textContent = group.text.slice(word.from, word.to);
+      span.append(inner);
+      reader.clips.push({ start: word.start, end: word.end, sentence: span, word: inner });
+      at = word.to;
+    });
+    span.append(group.text.slice(at));
+    if (group.words.length === 0) {
+      reader.clips.push({ start: group.start, end: group.end, sentence: span, word: null });
+    }
+    span.addEventListener("click", () => {
+      const audio = $("reader-audio");
+      audio.currentTime = group.start;
+      audio.play().catch(() => {});
+    });
+    paragraph.append(span, " ");
+  }
+  text.replaceChildren(paragraph);
+  reader.sentence = null;
+  reader.word = null;
+  $("reader-heading").textContent = "Read along: " + chapter.title;
+  const audio = $("reader-audio");
+  audio.src = await audioBlobUrl(chapter.audio_url);
+  $("reader").hidden = false;
+  $("reader").scrollIntoView();
+}
+
+function chapterItem(chapter, book) {
   const item = document.createElement("li");
   const label = document.createElement("span");
   label.textContent = chapter.title + " — " + chapter.status + " (" + chapter.sentences_done + "/" +
@@ -125,8 +275,37 @@ function chapterItem(chapter) {
       }
     });
     item.appendChild(button);
+    const read = document.createElement("button");
+    read.type = "button";
+    read.textContent = "Read along chapter " + chapter.number;
+    read.addEventListener("click", () => openReader(book, chapter).catch((e) => say($("book-status"), e.message, true)));
+    item.appendChild(read);
   }
   return item;
+}
+
+async function downloadEpub(book) {
+  // 202 while the service builds it (asked again after Retry-After), then the file
+  const status = $("epub-status");
+  for (;;) {
+    const response = await fetch(book.epub_url, { headers: headers() });
+    if (response.status === 202) {
+      say(status, "building the EPUB…");
+      await new Promise((resolve) => setTimeout(resolve, 1000 * Number(response.headers.get("Retry-After") || 2)));
+      continue;
+    }
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      say(status, ((body.error && body.error.message) || response.statusText), true);
+      return;
+    }
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(await response.blob());
+    link.download = (book.title || "book") + ".epub";
+    link.click();
+    say(status, "EPUB downloaded.");
+    return;
+  }
 }
 
 function showBook(book) {
@@ -138,7 +317,12 @@ function showBook(book) {
   say($("book-status"), (book.title || "Book") + ": " + book.status + ", " + book.sentences_done + " of " +
     book.sentences_total + " sentences" + eta, book.status === "failed");
   const list = $("chapters");
-  list.replaceChildren(...book.chapters.map(chapterItem));
+  list.replaceChildren(...book.chapters.map((chapter) => chapterItem(chapter, book)));
+  $("epub-link").hidden = !book.epub_url;
+  $("epub-download").onclick = (event) => {
+    event.preventDefault();
+    downloadEpub(book).catch((e) => say($("epub-status"), e.message, true));
+  };
 }
 
 async function watchBook(url) {
@@ -214,4 +398,7 @@ $("api-key").addEventListener("change", () => {
 $("speak-form").addEventListener("submit", speak);
 $("book-form").addEventListener("submit", upload);
 $("refresh").addEventListener("click", loadRecent);
+$("reader-audio").addEventListener("play", readerFollow);
+$("reader-audio").addEventListener("timeupdate", readerHighlight);
+$("reader-audio").addEventListener("seeked", readerHighlight);
 loadRecent();

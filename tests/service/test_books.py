@@ -1,14 +1,18 @@
 """Audiobooks on real parts: the real voice, a real worker process, real Redis and SQLite.
 
-The book is built by the test from the real EPUB's text (two chapters of a few paragraphs).
+The book is built by the test from the real EPUB's text (two chapters of a few paragraphs); its
+read-along EPUB is checked by EPUBCheck and, sentence by sentence, against the audio.
 """
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import uuid
+import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -18,7 +22,8 @@ from sqlalchemy import func, select
 
 from api import create_app
 from tests.conftest import sherlock_epub
-from tests.support import QUEUE_PREFIX, served, wait_until
+from tests.support import QUEUE_PREFIX, core_of, epubcheck, served, wait_until
+from tts_queue.app.wiring import Wiring
 from tts_queue.books.assembler import decode
 from tts_queue.books.source import parse_book
 from tts_queue.db import Database
@@ -286,3 +291,115 @@ def test_a_book_is_finished_by_one_worker_at_a_time_and_the_second_waits(redis_u
 def _finish_after(lock: Any, book: str, order: list[str]) -> None:
     with lock.finishing(book) as got:
         order.append("second got it" if got else "second gave up")
+
+
+def small_epub() -> bytes:
+    """An EPUB 3 (ebooklib) of two short chapters from the real EPUB's first story, each sentence
+    unique."""
+    from ebooklib import epub
+
+    story = parse_book(sherlock_epub().read_bytes()).chapters[0]
+    paragraphs = [p for p in story.paragraphs[1:] if 40 < len(p) < 200][:4]
+    book = epub.EpubBook()
+    book.set_identifier(f"holmes-{uuid.uuid4().hex[:6]}")
+    book.set_title("Holmes Read Along")
+    book.set_language("en")
+    book.add_author("Arthur Conan Doyle")
+    items = []
+    for n, pair in enumerate((paragraphs[:2], paragraphs[2:]), start=1):
+        item = epub.EpubHtml(title=f"Part {n}", file_name=f"part{n}.xhtml", lang="en")
+        body = "".join(f"<p>{html.escape(p)}</p>" for p in pair)
+        item.content = f"<html><body><h1>Part {n}</h1>{body}</body></html>"
+        book.add_item(item)
+        items.append(item)
+    book.toc = tuple(epub.Link(item.file_name, item.title, f"id{n}") for n, item in enumerate(items))
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = ["nav", *items]
+    buffer = io.BytesIO()
+    epub.write_epub(buffer, book)
+    return buffer.getvalue()
+
+
+def best_match(clip: np.ndarray, wav: np.ndarray) -> float:
+    """The largest normalized cross-correlation of ``wav`` against ``clip`` at any lag (scale-free:
+    the chapter's loudness gain does not count)."""
+    size = 1 << int(np.ceil(np.log2(len(clip) + len(wav))))
+    correlation = np.fft.irfft(np.fft.rfft(clip, size) * np.conj(np.fft.rfft(wav, size)), size)
+    return float(np.max(np.abs(correlation)) / (np.linalg.norm(clip) * np.linalg.norm(wav) + 1e-12))
+
+
+def test_a_book_becomes_a_valid_readalong_epub_whose_clips_are_where_each_sentence_is_heard(
+    service: dict[str, Any], tmp_path: Path,
+) -> None:
+    client: FlaskClient = service["client"]
+    # Given an EPUB of two short chapters rendered by the real voice as MP3
+    created = client.post("/v1/books", content_type="multipart/form-data",
+                          data={"file": (io.BytesIO(small_epub()), "holmes.epub"), "format": "mp3"})
+    assert created.status_code == 202, created.get_json()
+    book_id = created.get_json()["book_id"]
+    book = wait_book(client, book_id)
+    assert book["status"] == "done", book
+    assert book["epub_url"].endswith(f"/v1/books/{book_id}/readalong.epub")
+    # When its read-along EPUB is asked for: 202 while it is built (asked again: still one build)
+    first = client.get(f"/v1/books/{book_id}/readalong.epub")
+    assert first.status_code == 202 and first.get_json()["status"] == "building"
+    assert int(first.headers["Retry-After"]) > 0
+    answer = wait_until(lambda: (r := client.get(f"/v1/books/{book_id}/readalong.epub")).status_code == 200
+                        and r, timeout=120, interval=0.5)
+    # Then it is the EPUB, and EPUBCheck finds nothing to report
+    assert answer.mimetype == "application/epub+zip"
+    path = tmp_path / "holmes.epub"
+    path.write_bytes(answer.data)
+    assert epubcheck(path) == []
+    # And each chapter's clips are where each sentence is heard: the chapter's audio between a
+    # sentence's first clip begin and last clip end matches that sentence's own cached WAV better
+    # than it matches its neighbours'
+    core = core_of(service["settings"])
+    manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
+    with zipfile.ZipFile(path) as epub_file:
+        for number, chapter in enumerate(manifest["chapters"], start=1):
+            stem = f"chapter-{number:03d}"
+            audio = decode(epub_file.read(f"OEBPS/audio/{stem}.mp3"))
+            spans = sentence_spans(epub_file.read(f"OEBPS/{stem}.smil"))
+            sentences = chapter["sentences"]
+            assert len(spans) == len(sentences) >= 3
+            wavs = [cached_wav(core, s["cache_key"]) for s in sentences]
+            for index, (begin, end) in enumerate(spans):
+                clip = audio.samples[int(begin * audio.sample_rate): int(end * audio.sample_rate)]
+                own = best_match(clip, wavs[index])
+                others = [best_match(clip, wavs[i]) for i in (index - 1, index + 1) if 0 <= i < len(wavs)]
+                assert own > 0.5 and all(own > other + 0.2 for other in others), (index, own, others)
+            # and the clips tile the chapter's audio: contiguous, from 0 to its end
+            assert spans[0][0] == 0.0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+            assert abs(spans[-1][1] - chapter["duration_s"]) < 0.002
+
+
+def sentence_spans(smil: bytes) -> list[tuple[float, float]]:
+    """Each sentence's (first clip begin, last clip end) in seconds, from an overlay's top level:
+    a ``<par>`` is one sentence, a ``<seq>`` one sentence of word ``<par>``s."""
+    from xml.etree import ElementTree
+
+    ns = "{http://www.w3.org/ns/SMIL}"
+
+    def seconds(value: str) -> float:
+        hours, minutes, rest = value.split(":")
+        return int(hours) * 3600 + int(minutes) * 60 + float(rest)
+
+    chapter = ElementTree.fromstring(smil).find(f"{ns}body/{ns}seq")
+    assert chapter is not None
+    spans = []
+    for node in chapter:
+        audios = list(node.iter(f"{ns}audio"))
+        spans.append((seconds(audios[0].get("clipBegin", "")), seconds(audios[-1].get("clipEnd", ""))))
+    return spans
+
+
+def cached_wav(core: Wiring, key: str) -> np.ndarray:
+    """A sentence's audio as the cache holds it (float32)."""
+    import soundfile
+
+    entry = core.cache.peek(key)
+    assert entry is not None
+    samples, _ = soundfile.read(io.BytesIO(core.cache.store.read(entry.path)), dtype="float32")
+    return np.asarray(samples, dtype=np.float32)

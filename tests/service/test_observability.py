@@ -6,7 +6,9 @@ sharing one ``PROMETHEUS_MULTIPROC_DIR`` as ``tts-queue up`` makes them.
   only the API makes and figures only a worker makes are both there;
 - every metric the alert rules and the dashboard name is exported (``deploy/``);
 - ``GET /v1/tasks/<id>`` has ``timings``; ``GET /v1/tasks`` and ``/v1/books`` list newest first;
-- headless Chromium loads ``/``, submits a sentence and the page's player holds playable audio.
+- headless Chromium loads ``/``, submits a sentence and the page's player holds playable audio;
+  a rendered book's reader view highlights the sentence being heard and follows playback, and the
+  CLI fetches its read-along EPUB, which EPUBCheck passes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +28,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import ROOT, served, wait_until
+from tests.support import ROOT, epubcheck, served, wait_until
 from tts_queue.access.keys import ApiKeys
 from tts_queue.db import Database
 
@@ -322,3 +327,80 @@ def test_the_web_page_renders_a_book_and_plays_its_chapter(service: dict[str, An
                                    " return a !== null && a.duration > 0; }", timeout=15_000)
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (apt-get install chromium; .ci/run does)")
+def test_the_reader_view_follows_the_audio_and_the_cli_fetches_the_epub(service: dict[str, Any],
+                                                                        tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    # Given a book of eight sentences rendered through the API
+    tag = uuid.uuid4().hex[:6]
+    text = (f"Reading Along {tag}\n\n" + " ".join(
+        f"Sentence number {n} tells of the fox and the {word}." for n, word in enumerate(
+            ["hill", "woods", "river", "moon", "trees", "stars", "road", "house"], start=1)) + "\n")
+    created = requests.post(f"{service['url']}/v1/books", timeout=20,
+                            json={"text": text, "title": f"Along {tag}", "format": "mp3"}).json()
+    book_id = created["book_id"]
+    book = wait_until(lambda: (b := requests.get(created["status_url"], timeout=10).json())["status"] in (
+        "done", "failed") and b, timeout=120)
+    assert book["status"] == "done" and book["epub_url"].endswith(f"/v1/books/{book_id}/readalong.epub")
+    manifest = requests.get(f"{service['url']}/v1/books/{book_id}/manifest", timeout=10).json()
+    sentences = manifest["chapters"][0]["sentences"]
+    assert len(sentences) >= 8
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(service["url"] + "/")
+            # When the book is opened from the recent list and chapter 1 is read along
+            page.get_by_role("button", name="Refresh").click()
+            page.get_by_role("button", name=re.compile(f"Along {tag}")).click()
+            page.get_by_role("button", name="Read along chapter 1").click()
+            page.wait_for_function("() => document.getElementById('reader-audio').duration > 0",
+                                   timeout=15_000)
+            # Then seeking into the middle of sampled sentences highlights each of them
+            for index in (1, 4, len(sentences) - 2):
+                middle = (sentences[index]["start_s"] + sentences[index]["end_s"]) / 2
+                active = page.evaluate("""async (time) => {
+                    const audio = document.getElementById('reader-audio');
+                    audio.currentTime = time;
+                    await new Promise((resolve) => audio.addEventListener('seeked', resolve, {once: true}));
+                    await new Promise((resolve) => setTimeout(resolve, 50));
+                    const active = document.querySelector('#reader-text .sentence.active');
+                    return active ? active.id : null;
+                }""", middle)
+                assert active == f"reader-s{index + 1}", (index, active)
+            # And playing for 2 s from the first sentence moves the highlight forward
+            start = page.evaluate("""async (time) => {
+                const audio = document.getElementById('reader-audio');
+                audio.currentTime = time;
+                await new Promise((resolve) => audio.addEventListener('seeked', resolve, {once: true}));
+                await audio.play();
+                const first = document.querySelector('#reader-text .sentence.active').id;
+                await new Promise((resolve) => setTimeout(resolve, 2000));
+                audio.pause();
+                return [first, document.querySelector('#reader-text .sentence.active').id, audio.currentTime];
+            }""", sentences[0]["start_s"] + 0.01)
+            first, later, played = start
+            assert first == "reader-s1" and played > 1.0, start
+            assert int(later.removeprefix("reader-s")) > 1, start
+            # And clicking a sentence plays from its start, highlighted
+            page.locator("#reader-s6").click()
+            page.wait_for_function("() => document.querySelector('#reader-text .sentence.active')?.id === "
+                                   "'reader-s6'", timeout=5_000)
+            page.screenshot(path=str(ARTIFACTS / "reader-view.png"), full_page=True)
+            assert errors == []
+        finally:
+            browser.close()
+    # When the CLI fetches the book with --epub (202 while it is built, then the file)
+    run = subprocess.run([sys.executable, "-m", "tts_queue.cli", "book", "fetch", book_id, "--out",
+                          str(tmp_path / "out"), "--epub", "--api", service["url"]],
+                         capture_output=True, text=True, timeout=180, check=False)
+    assert run.returncode == 0, run.stderr
+    # Then the EPUB is there beside the chapter files, and EPUBCheck finds nothing to report
+    (path,) = (tmp_path / "out").glob("*.epub")
+    assert zipfile.ZipFile(path).read("mimetype") == b"application/epub+zip"
+    assert epubcheck(path) == []
