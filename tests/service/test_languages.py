@@ -6,7 +6,8 @@ Mandarin ones), Redis and SQLite, the app in process.
   task says so; ``language`` picks a voice; a repeat is a cache hit;
 - ``/v1/tts`` in every format, ``/tts`` (synchronous and streamed) and ``/v1/audio/speech`` give
   24 kHz Japanese speech as long as its morae take;
-- a Japanese text book of two chapters renders chapter files, captions per sentence and an M4B;
+- a Japanese text book of two chapters renders chapter files, captions per sentence, an M4B and
+  a read-along EPUB (every sentence in its overlay) that EPUBCheck passes;
 - the voice lists carry family and languages;
 - Mandarin text (with an English word in it) goes to the default Mandarin voice, a repeat is a
   cache hit, and a Mandarin text book of two 第N章 chapters renders with captions per sentence;
@@ -17,8 +18,11 @@ Mandarin ones), Redis and SQLite, the app in process.
 from __future__ import annotations
 
 import io
+import re
 import uuid
+import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import av
@@ -27,7 +31,7 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from tests.conftest import voice_packs
-from tests.support import WorkerProcess, flush_queues, service_settings, wait_until
+from tests.support import WorkerProcess, epubcheck, flush_queues, service_settings, wait_until
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -138,7 +142,8 @@ def test_openai_speech_speaks_japanese_with_an_installed_voice(client: FlaskClie
     assert rate == 24000 and plausible(seconds, text)
 
 
-def test_a_japanese_text_book_renders_two_chapters_with_captions(client: FlaskClient) -> None:
+def test_a_japanese_text_book_renders_two_chapters_with_captions_and_a_readalong_epub(
+        client: FlaskClient, tmp_path: Path) -> None:
     # Given a text book in Japanese with two 第N章 chapters and no voice named
     created = client.post("/v1/books", json={"text": BOOK, "input_format": "text", "format": "mp3"})
     assert created.status_code == 202, created.get_json()
@@ -171,6 +176,19 @@ def test_a_japanese_text_book_renders_two_chapters_with_captions(client: FlaskCl
     assert m4b.status_code == 200
     with av.open(io.BytesIO(m4b.data), "r") as container:
         assert len(container.chapters()) == 2
+    # And its read-along EPUB is Japanese, every sentence in the overlay, and EPUBCheck finds
+    # nothing to report
+    assert client.get(f"/v1/books/{book_id}/readalong.epub").status_code in (200, 202)
+    epub = wait_until(lambda: (r := client.get(f"/v1/books/{book_id}/readalong.epub")).status_code == 200
+                      and r.data, timeout=120, interval=0.5)
+    path = tmp_path / "japanese.epub"
+    path.write_bytes(epub)
+    with zipfile.ZipFile(path) as archive:
+        assert "<dc:language>ja</dc:language>" in archive.read("OEBPS/package.opf").decode()
+        smil = archive.read("OEBPS/chapter-001.smil").decode()
+    overlaid = set(re.findall(r'src="chapter-001.xhtml#(s\d+)', smil))
+    assert len(overlaid) == len(manifest["chapters"][0]["sentences"])
+    assert epubcheck(path) == []
 
 
 ZH_BOOK = """第一章 雨
