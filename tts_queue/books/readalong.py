@@ -12,15 +12,18 @@ put one), the chapter title on top.
 
 Audio in one of EPUB's core media types: an MP3 book's chapter files go in as they are; any other
 format is transcoded to AAC in MP4 (``m4a``) on the way in. The EPUB is written into a scratch
-file entry by entry (audio copied in blocks, overlays and text a chapter at a time), so memory
-follows the longest chapter, not the book; ``estimated_bytes`` refuses a book whose EPUB would be
-larger than ``TTS_MAX_EPUB_BYTES`` before anything is built. ``ReadAlongs`` is what the API and
-the worker share: the stored EPUB's name, the build's queue and lock, a failed build's reason.
+file entry by entry: audio copied in blocks, XHTML and overlay written sentence by sentence as the
+captions are read (twice: once for the text, once for the overlay), so what is held is one
+chapter's sentence texts and starts, not its audio, its cues or the book; ``estimated_bytes``
+refuses a book whose EPUB would be larger than ``TTS_MAX_EPUB_BYTES`` before anything is built.
+``ReadAlongs`` is what the API and the worker share: the stored EPUB's name, the build's queue
+and lock, a failed build's reason.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import json
 import logging
 import re
@@ -28,6 +31,7 @@ import shutil
 import uuid
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -102,17 +106,19 @@ def clock(ms: int) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}.{ms:03d}"
 
 
-def parse_vtt(text: str) -> list[Cue]:
-    """The cues of a WebVTT file as ``CaptionWriter`` writes it (one text line per cue)."""
-    cues: list[Cue] = []
-    lines = text.splitlines()
-    for n, line in enumerate(lines):
-        if "-->" not in line:
-            continue
-        start, end = (_seconds(part.strip()) for part in line.split("-->", 1))
-        body = html.unescape(lines[n + 1]) if n + 1 < len(lines) else ""
-        cues.append(Cue(start, end, body))
-    return cues
+def parse_vtt(lines: Iterable[str]) -> Iterator[Cue]:
+    """The cues of a WebVTT file as ``CaptionWriter`` writes it (a timing line, then one text
+    line), one at a time as its lines are read."""
+    timing: tuple[float, float] | None = None
+    for line in lines:
+        if timing is not None:
+            yield Cue(timing[0], timing[1], html.unescape(line.rstrip("\r\n")))
+            timing = None
+        elif "-->" in line:
+            start, end = (_seconds(part.strip()) for part in line.split("-->", 1))
+            timing = (start, end)
+    if timing is not None:
+        yield Cue(timing[0], timing[1], "")
 
 
 def _seconds(stamp: str) -> float:
@@ -127,30 +133,29 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-def sentence_clips(texts: Sequence[str], starts_s: Sequence[float], cues: Sequence[Cue],
-                   pauses: Sequence[str] | None = None) -> list[SentenceClip]:
+def sentence_clips(texts: Sequence[str], starts_s: Sequence[float], cues: Iterable[Cue],
+                   pauses: Sequence[str] | None = None) -> Iterator[SentenceClip]:
     """Each sentence with the cues that start in its tile (from its start, the first's from 0, to
-    the next sentence's start): one cue, or cues that are not its words in order, make one clip
-    from the first cue's start to the last's end; several that are make a clip per word. A
-    sentence with no cue of its own (shorter than a millisecond: its text joined the next cue)
-    is left out."""
-    bounds = [0, *(_ms(s) for s in starts_s[1:])]
-    clips: list[SentenceClip] = []
-    position = 0
+    the next sentence's start), one sentence at a time as the cues are read: one cue, or cues that
+    are not its words in order, make one clip from the first cue's start to the last's end;
+    several that are make a clip per word. A sentence with no cue of its own (shorter than a
+    millisecond: its text joined the next cue) is left out."""
+    upcoming = iter(cues)
+    pending = next(upcoming, None)
     for index, text in enumerate(texts):
-        upper = bounds[index + 1] if index + 1 < len(bounds) else None
+        lower = 0 if index == 0 else _ms(starts_s[index])
+        upper = _ms(starts_s[index + 1]) if index + 1 < len(starts_s) else None
         own: list[Cue] = []
-        while position < len(cues) and (upper is None or _ms(cues[position].start_s) < upper):
-            if _ms(cues[position].start_s) >= bounds[index]:
-                own.append(cues[position])
-            position += 1
+        while pending is not None and (upper is None or _ms(pending.start_s) < upper):
+            if _ms(pending.start_s) >= lower:
+                own.append(pending)
+            pending = next(upcoming, None)
         if not own:
             continue
         shown = " ".join(text.split())
         clip = Clip(_ms(own[0].start_s), _ms(own[-1].end_s))
         pause = pauses[index] if pauses is not None else "sentence"
-        clips.append(SentenceClip(index, shown, clip, _word_spans(shown, own) if len(own) > 1 else (), pause))
-    return clips
+        yield SentenceClip(index, shown, clip, _word_spans(shown, own) if len(own) > 1 else (), pause)
 
 
 def _word_spans(text: str, cues: Sequence[Cue]) -> tuple[tuple[int, int, Clip], ...]:
@@ -402,12 +407,17 @@ class ReadAlongBuilder:
                  fmt: str, language: str) -> PackedChapter:
         """One chapter's audio, XHTML and overlay into the EPUB."""
         manifest = self.assembler.manifest(files)
-        sentences = manifest["sentences"]
-        cues = parse_vtt(self.storage.read(files.vtt).decode("utf-8"))
-        pauses = [line.pause for line in self.assembler.lines(book.id, chapter.number)]
-        clips = sentence_clips([s["text"] for s in sentences], [s["start_s"] for s in sentences], cues,
-                               pauses if len(pauses) == len(sentences) else None)
-        duration_ms = _ms(cues[-1].end_s) if cues else _ms(manifest["duration_s"])
+        texts = [s["text"] for s in manifest["sentences"]]
+        starts = [s["start_s"] for s in manifest["sentences"]]
+        duration_ms = _ms(manifest["duration_s"])  # where the captions' last cue ends
+        del manifest  # its sentences' keys and ends are not needed
+        read = [line.pause for line in self.assembler.lines(book.id, chapter.number)]
+        pauses = read if len(read) == len(texts) else None
+
+        def clips() -> Iterator[SentenceClip]:  # read from the captions as they are written out
+            with self.storage.open(files.vtt) as raw:
+                yield from sentence_clips(texts, starts, parse_vtt(io.TextIOWrapper(raw, "utf-8")), pauses)
+
         audio_type, suffix = (AS_IS[fmt], audio_format(fmt).suffix) if fmt in AS_IS else (
             audio_format(TRANSCODED).mime_type, audio_format(TRANSCODED).suffix)
         entry = PackedChapter(chapter.number, chapter.title, audio_type, suffix, duration_ms)
@@ -418,23 +428,26 @@ class ReadAlongBuilder:
                 with self.storage.open(files.audio) as source:
                     shutil.copyfileobj(source, out, COPY_BYTES)
             else:
-                self._transcode(files.audio, out, manifest["sample_rate"])
+                self._transcode(files.audio, out)
         with epub.open(f"OEBPS/{entry.stem}.xhtml", "w") as out:
-            for piece in chapter_xhtml(chapter.title, language, clips):
+            for piece in chapter_xhtml(chapter.title, language, clips()):
                 out.write(piece.encode("utf-8"))
         with epub.open(f"OEBPS/{entry.stem}.smil", "w") as out:
-            for piece in chapter_smil(f"{entry.stem}.xhtml", f"audio/{entry.stem}{suffix}", clips):
+            for piece in chapter_smil(f"{entry.stem}.xhtml", f"audio/{entry.stem}{suffix}", clips()):
                 out.write(piece.encode("utf-8"))
         return entry
 
-    def _transcode(self, name: str, out: IO[bytes], rate: int) -> None:
+    def _transcode(self, name: str, out: IO[bytes]) -> None:
         """A stored chapter file decoded block by block and encoded as AAC in MP4 into ``out``
         (through a scratch file: MP4's index is written at the end)."""
         suffix = audio_format(TRANSCODED).suffix
         scratch = self.storage.scratch() / f"transcode-{uuid.uuid4().hex[:8]}{suffix}"
         try:
-            with self.storage.open(name) as source, open_writer(scratch, TRANSCODED, rate) as writer:
-                for block in decode_blocks(source):
+            with self.storage.open(name) as source, ExitStack() as stack:
+                writer = None
+                for block in decode_blocks(source):  # opened at the decoded rate (Opus: 48 kHz)
+                    rate = block.sample_rate
+                    writer = writer or stack.enter_context(open_writer(scratch, TRANSCODED, rate))
                     writer.write(block.samples)
             with open(scratch, "rb") as encoded:
                 shutil.copyfileobj(encoded, out, COPY_BYTES)
