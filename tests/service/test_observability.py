@@ -334,11 +334,13 @@ def test_the_reader_view_follows_the_audio_and_the_cli_fetches_the_epub(service:
                                                                         tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    # Given a book of eight sentences rendered through the API
+    # Given a text book of eight sentences, then markup, entities and characters XML forbids,
+    # rendered through the API
     tag = uuid.uuid4().hex[:6]
     text = (f"Reading Along {tag}\n\n" + " ".join(
         f"Sentence number {n} tells of the fox and the {word}." for n, word in enumerate(
-            ["hill", "woods", "river", "moon", "trees", "stars", "road", "house"], start=1)) + "\n")
+            ["hill", "woods", "river", "moon", "trees", "stars", "road", "house"], start=1))
+        + '\n\nThen <script>alert("x")</script> & <img src=x onerror=y> ]]> and a bell\x07 rang.\n')
     created = requests.post(f"{service['url']}/v1/books", timeout=20,
                             json={"text": text, "title": f"Along {tag}", "format": "mp3"}).json()
     book_id = created["book_id"]
@@ -400,7 +402,12 @@ def test_the_reader_view_follows_the_audio_and_the_cli_fetches_the_epub(service:
                           str(tmp_path / "out"), "--epub", "--api", service["url"]],
                          capture_output=True, text=True, timeout=180, check=False)
     assert run.returncode == 0, run.stderr
-    # Then the EPUB is there beside the chapter files, and EPUBCheck finds nothing to report
+    # Then the EPUB is there beside the chapter files, the hostile text in it as text, and
+    # EPUBCheck finds nothing to report
     (path,) = (tmp_path / "out").glob("*.epub")
-    assert zipfile.ZipFile(path).read("mimetype") == b"application/epub+zip"
+    with zipfile.ZipFile(path) as epub:
+        assert epub.read("mimetype") == b"application/epub+zip"
+        xhtml = epub.read("OEBPS/chapter-001.xhtml").decode()
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;img" in xhtml
+    assert "<script" not in xhtml and "\x07" not in xhtml
     assert epubcheck(path) == []
