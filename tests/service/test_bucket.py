@@ -147,6 +147,12 @@ def test_a_book_renders_into_the_bucket(service: dict[str, Any]) -> None:
     assert m4b.status_code == 200
     with av.open(io.BytesIO(m4b.data)) as container:
         assert [m["metadata"].get("title") for m in container.chapters()] == ["One", "Two"]
+    # And its read-along EPUB is built from the bucket's files into the bucket, and served
+    assert client.get(f"/v1/books/{book_id}/readalong.epub").status_code in (200, 202)
+    epub = wait_until(lambda: (r := client.get(f"/v1/books/{book_id}/readalong.epub")).status_code == 200
+                      and r, timeout=120, interval=0.5)
+    assert epub.mimetype == "application/epub+zip" and epub.data.startswith(b"PK")
+    assert f"tts/books/readalong/{book_id}.epub" in keys(service, "tts/books/")
 
 
 def test_cleanup_deletes_the_objects_and_the_api_answers_410(service: dict[str, Any]) -> None:
