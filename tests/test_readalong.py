@@ -122,12 +122,12 @@ def test_a_books_epub_is_valid_and_its_clips_are_its_captions(library: Library, 
         assert durations[None] == clock(total)
     # And hostile text in the second chapter is shown as written, as text: no element came from it
     with zipfile.ZipFile(path) as epub:
-        xhtml = epub.read("OEBPS/chapter-002.xhtml").decode()
-    root = ElementTree.fromstring(xhtml)
+        hostile_xhtml = epub.read("OEBPS/chapter-002.xhtml").decode()
+    root = ElementTree.fromstring(hostile_xhtml)
     tags = {element.tag.split("}")[1] for element in root.iter()}
     assert tags <= {"html", "head", "meta", "title", "link", "body", "section", "h1", "h2", "p", "span"}
     assert '<script>alert("x")</script>' in "".join(root.itertext())
-    assert "\x07" not in xhtml and "\x1b" not in xhtml
+    assert "\x07" not in hostile_xhtml and "\x1b" not in hostile_xhtml
     # (EPUBCheck runs on the service's EPUBs: an EPUB source, a text source with this same
     # hostile text, a Japanese book; tests/service/)
 
@@ -149,7 +149,7 @@ def test_other_formats_go_in_as_aac_of_the_chapters_length(library: Library, tmp
     with zipfile.ZipFile(path) as epub:
         assert "OEBPS/audio/chapter-001.m4a" in epub.namelist()
         assert 'media-type="audio/mp4"' in epub.read("OEBPS/package.opf").decode()
-        with av.open(io.BytesIO(epub.read("OEBPS/audio/chapter-001.m4a"))) as container:
+        with av.open(io.BytesIO(epub.read("OEBPS/audio/chapter-001.m4a")), "r") as container:
             stream = container.streams.audio[0]
             assert stream.codec_context.name == "aac"
             samples = sum(frame.samples for frame in container.decode(audio=0))
