@@ -186,6 +186,22 @@ class CacheStats(BaseModel):
     last_cleanup: dict[str, object] | None
 
 
+class BacklogPlace(BaseModel):
+    """One pool and lane's work waiting and running."""
+
+    tasks: int
+    queued: int
+    running: int
+    audio_seconds: float
+
+
+class Backlog(BaseModel):
+    """The work waiting and running per pool and lane, counted from the rows (cached a few seconds)."""
+
+    pools: dict[str, dict[str, BacklogPlace]]
+    counted_at: str
+
+
 class BookAccepted(BaseModel):
     """A book accepted for parsing."""
 

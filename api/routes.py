@@ -236,6 +236,17 @@ def cache_statistics() -> Response:
     return jsonify(cache_stats(services().db))
 
 
+@bp.get("/v1/backlog")
+@contract.operation("GET", "/v1/backlog", "The work waiting and running per pool and lane, from the "
+                    "rows (admin keys only)", ADMIN,
+                    responses={200: ("The backlog", contract.Backlog, ("application/json",))})
+def backlog() -> Response:
+    """Tasks queued and running and their estimated audio seconds, per pool and lane: what
+    ``tts_backlog_tasks`` and ``tts_backlog_audio_seconds`` export, as JSON."""
+    require_admin()
+    return jsonify(services().backlog.as_json())
+
+
 @bp.get("/v1/tasks/<task_id>/audio")
 @contract.operation("GET", "/v1/tasks/{task_id}/audio", "The finished audio (Range, ETag)", KEY,
                     params=(contract.task_id_param(),), responses=AUDIO_RESPONSES)

@@ -136,6 +136,11 @@ STATE_GAUGES: dict[str, tuple[str, list[str]]] = {
     "tts_live_workers": ("Workers with a live heartbeat, by pool", ["pool"]),
     "tts_tasks_queued": ("Task rows waiting for a worker (book sentences included), by pool and lane",
                          ["pool", "lane"]),
+    "tts_backlog_tasks": ("Tasks waiting or running, by pool and lane, from the rows (prefetched, "
+                          "reserved and undispatched book sentences included): what to autoscale on",
+                          ["pool", "lane"]),
+    "tts_backlog_audio_seconds": ("Estimated audio seconds of the tasks waiting or running, by pool "
+                                  "and lane", ["pool", "lane"]),
     "tts_cache_entries": ("Live cache entries", []),
     "tts_cache_bytes": ("Bytes of live cached audio", []),
     "tts_cache_budget_bytes": ("The audio store's disk budget (TTS_AUDIO_MAX_BYTES; 0: none)", []),

@@ -167,12 +167,17 @@ class TaskRow(Base):
     # A pinned (``keep``) task's estimated audio bytes while it is queued or running: the pin cap
     # counts what it will store (``None``: not pinned, or a cache hit, whose bytes are stored).
     pin_bytes: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Its estimated audio seconds at admission (``synthesis.work.check_work``): the backlog sums
+    # them per pool and lane (``tasks.backlog``); ``None`` on rows admitted before it was kept.
+    estimate_s: Mapped[float | None] = mapped_column(Float, default=None)
 
     __table_args__ = (Index("ix_tasks_owner_status", "owner", "status"),
                       Index("ix_tasks_owner_created", "owner", "created_at"),  # a caller's recent tasks
                       # the bulk window: sentences in flight per queue, the next unsent ones in order
                       Index("ix_tasks_queue_status_dispatched", "queue", "status", "dispatched_at",
-                            "created_at"))
+                            "created_at"),
+                      # the backlog (``tasks.backlog``): counted and summed from this index alone
+                      Index("ix_tasks_status_queue_estimate", "status", "queue", "estimate_s"))
 
 
 class Callback(Base):

@@ -13,7 +13,8 @@ from tts_queue.tasks.names import lane_of, pool_of, worker_queues
 
 
 def shared_state(core: Wiring) -> metrics.State:
-    """Each state gauge's rows, read now (a few Redis commands and three queries)."""
+    """Each state gauge's rows, read now (a few Redis commands and four queries: the backlog's is
+    cached by ``Backlog`` itself)."""
     prefix = core.settings.services.queue_prefix
     # each queue once: the maintenance and webhooks queues are every pool's
     queues = list(dict.fromkeys(queue for pool in POOLS for queue in worker_queues(pool, prefix)))
@@ -40,6 +41,9 @@ def shared_state(core: Wiring) -> metrics.State:
             continue
         rows[place] = rows.get(place, 0.0) + n
     found["tts_tasks_queued"] = sorted(rows.items())
+    places = sorted(core.backlog.places()[0].items())
+    found["tts_backlog_tasks"] = [(place, float(counted.tasks)) for place, counted in places]
+    found["tts_backlog_audio_seconds"] = [(place, counted.audio_s) for place, counted in places]
     found["tts_cache_entries"] = [((), float(entries))]
     found["tts_cache_bytes"] = [((), float(size))]
     found["tts_cache_budget_bytes"] = [((), float(core.settings.cache.audio_max_bytes))]

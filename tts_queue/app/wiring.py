@@ -35,6 +35,7 @@ from tts_queue.storage.retention import Cleaner
 from tts_queue.storage.store import AudioStore
 from tts_queue.synthesis.encoder import write_m4b
 from tts_queue.synthesis.registry import VoiceRegistry
+from tts_queue.tasks.backlog import Backlog
 from tts_queue.tasks.board import StatusBoard
 from tts_queue.tasks.callbacks import CallbackRows, UrlPolicy
 from tts_queue.tasks.connection import redis_client
@@ -70,6 +71,7 @@ class Wiring:
     books: BookService
     assembler: ChapterAssembler
     readalongs: ReadAlongs  # books' read-along EPUBs: built on request, on the bulk lane
+    backlog: Backlog  # the work waiting and running per pool and lane, from the rows (autoscaling)
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch,
@@ -112,7 +114,8 @@ class Wiring:
                                    lambda voice: _language(registry, voice), settings.books.max_epub_bytes)
         readalongs = ReadAlongs(builder, dispatcher, client, keys)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
-                   book_rows, callbacks, ends, tasks, window, book_ends, books, assembler, readalongs)
+                   book_rows, callbacks, ends, tasks, window, book_ends, books, assembler, readalongs,
+                   Backlog(db))
 
     def ingester(self, lease: timedelta = timedelta(seconds=30), max_attempts: int = 3) -> Ingester:
         """The books' parser over this wiring's rows, ends, task service, window and storage."""

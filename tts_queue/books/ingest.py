@@ -44,9 +44,9 @@ from tts_queue.errors import (
     NothingToSpeak,
 )
 from tts_queue.storage.backend import Storage
-from tts_queue.synthesis.request import build_request, routed_voice
-from tts_queue.synthesis.work import check_work
-from tts_queue.tables import ApiKey, BookRow, BookSource, CacheEntry, RequestJSON
+from tts_queue.synthesis.request import SynthesisRequest, build_request, routed_voice
+from tts_queue.synthesis.work import check_work, estimate_of
+from tts_queue.tables import ApiKey, BookRow, BookSource, CacheEntry
 from tts_queue.tasks.rows import NewTask
 from tts_queue.tasks.service import TaskService
 
@@ -145,7 +145,7 @@ class Ingester:
         queue = self.window.queue(row.pool)
         index = 0
         for batch in batched(self._sentences(chapters), BATCH_ROWS):
-            planned: list[tuple[Segment, RequestJSON, str]] = []
+            planned: list[tuple[Segment, SynthesisRequest, str]] = []
             for segment in batch:
                 try:
                     request = build_request({**payload, "text": segment.text, "format": SENTENCE_FORMAT},
@@ -153,7 +153,7 @@ class Ingester:
                 except NothingToSpeak:  # "* * *" scene breaks and the like
                     continue
                 check_work(request, self.registry.get(request.voice), row.pool, self.settings)
-                planned.append((segment, request.to_dict(), self.tasks.key_of(request, row.owner)))
+                planned.append((segment, request, self.tasks.key_of(request, row.owner)))
             if index + len(planned) > limit:
                 raise BookTooLarge(f"the book has more than {limit} sentences (TTS_MAX_BOOK_SENTENCES)")
             if room is not None and index + len(planned) > room:
@@ -162,11 +162,13 @@ class Ingester:
             cached = self._cached({key for _, _, key in planned})
             now = self.clock()
             sentences = []
-            for segment, request_dict, key in planned:
-                task = NewTask(str(uuid.uuid4()), key, request_dict, row.pool, queue,
+            for segment, request, key in planned:
+                # a sentence to synthesize keeps its audio estimate for the backlog (phonemized)
+                estimate = None if key in cached else estimate_of(request, self.registry.get(request.voice))
+                task = NewTask(str(uuid.uuid4()), key, request.to_dict(), row.pool, queue,
                                # a microsecond apart: fed to the broker in reading order
                                now + timedelta(microseconds=index), cache_hit=key in cached,
-                               book_id=row.id, owner=row.owner)
+                               book_id=row.id, owner=row.owner, estimate_s=estimate)
                 sentences.append(NewSentence(task, index, segment.chapter, segment.paragraph, segment.text,
                                              segment.pause_after, cached.get(key, 0.0)))
                 index += 1

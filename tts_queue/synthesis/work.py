@@ -37,15 +37,24 @@ def longest_task_s(settings: Settings, specs: Iterable[VoiceSpec]) -> float:
     return settings.request.max_audio_s * max((pace_of(spec).rtf for spec in specs), default=0.0)
 
 
-def pinned_estimate(request: SynthesisRequest, spec: VoiceSpec) -> int:
-    """Bytes a pinned (``keep``) request will store, estimated before it runs: its exact audio
-    estimate (phonemized: about a millisecond per 400 characters of English) at its format's bit
-    rate, or 16-bit PCM at the format's (else the voice's) rate for the lossless formats."""
+def estimate_of(request: SynthesisRequest, spec: VoiceSpec) -> float | None:
+    """A request's exact audio estimate in seconds (phonemized: about a millisecond per sentence
+    of English on two cores), or ``None`` when the frontend cannot read it (it fails before any
+    audio is made). What a task row keeps for the backlog (``tasks.backlog``)."""
     script = request.script or (("text", request.text),)
     try:
-        seconds = estimated_seconds(script, spec, request.speed, request.sentence_silence_ms,
-                                    request.max_sentence_phonemes)
-    except TTSQueueError:  # the frontend cannot read it: it fails before storing anything
+        return estimated_seconds(script, spec, request.speed, request.sentence_silence_ms,
+                                 request.max_sentence_phonemes)
+    except TTSQueueError:
+        return None
+
+
+def pinned_estimate(request: SynthesisRequest, spec: VoiceSpec) -> int:
+    """Bytes a pinned (``keep``) request will store, estimated before it runs: its exact audio
+    estimate at its format's bit rate, or 16-bit PCM at the format's (else the voice's) rate for
+    the lossless formats."""
+    seconds = estimate_of(request, spec)
+    if seconds is None:  # the frontend cannot read it: it fails before storing anything
         return 0
     fmt = audio_format(request.format)
     per_s = fmt.bit_rate / 8 if fmt.bit_rate else 2 * (fmt.sample_rate or spec.sample_rate)

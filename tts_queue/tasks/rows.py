@@ -94,6 +94,7 @@ class NewTask:
     callback: bool = False
     dispatched: bool = False  # its message is sent right after the commit (``dispatched_at`` now)
     pin_bytes: int | None = None  # a pinned miss's estimated bytes (the pin cap counts them in flight)
+    estimate_s: float | None = None  # its estimated audio seconds (the backlog sums them)
 
     def values(self) -> dict[str, object]:
         """The row's columns."""
@@ -101,7 +102,7 @@ class NewTask:
         return {"id": self.id, "cache_key": self.cache_key, "request": self.request, "pool": self.pool,
                 "queue": self.queue, "created_at": now, "book_id": self.book_id, "owner": self.owner,
                 "keep": self.keep, "callback": self.callback, "attempts": 0, "cache_hit": self.cache_hit,
-                "pin_bytes": self.pin_bytes,
+                "pin_bytes": self.pin_bytes, "estimate_s": self.estimate_s,
                 "status": TaskStatus.DONE if self.cache_hit else TaskStatus.QUEUED,
                 "started_at": now if self.cache_hit else None,
                 "finished_at": now if self.cache_hit else None,

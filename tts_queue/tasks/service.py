@@ -33,7 +33,7 @@ from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
-from tts_queue.synthesis.work import check_work, pinned_estimate
+from tts_queue.synthesis.work import check_work, estimate_of, pinned_estimate
 from tts_queue.tables import CacheEntry, TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.callbacks import CallbackRows
@@ -125,16 +125,18 @@ class TaskService:
         queue = queue_name(chosen_pool, Lane.INTERACTIVE, self.settings.services.queue_prefix)
         with self.db.write_connection() as session:
             hit = self.cache.lookup(key, session)
-            pin_bytes = None
+            pin_bytes, estimate_s = None, None
             if hit is None:
                 self.require_worker(chosen_pool)  # nothing is written when no worker would run it
                 self.require_storage()
+                spec = self.registry.get(request.voice)
+                estimate_s = estimate_of(request, spec)  # the backlog's audio seconds
                 if keep:
-                    pin_bytes = pinned_estimate(request, self.registry.get(request.voice))
+                    pin_bytes = pinned_estimate(request, spec)
             row = self.rows.add(session, NewTask(
                 str(uuid.uuid4()), key, request.to_dict(), chosen_pool, queue, self.clock(),
                 cache_hit=hit is not None, owner=owner, keep=keep, callback=callback_url is not None,
-                dispatched=True, pin_bytes=pin_bytes))  # sent after this commit (a failed send fails it)
+                dispatched=True, pin_bytes=pin_bytes, estimate_s=estimate_s))  # sent after this commit
             if callback_url is not None:
                 self.callbacks.register(session, row.id, "task", callback_url, base_url,
                                         finished=hit is not None, owner=owner)
