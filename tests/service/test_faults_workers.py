@@ -9,6 +9,8 @@
 - **A message held but not started** (an ETA, as a retry's) is recorded in its row by the worker's
   next heartbeat, so its lease is the worker's, and it finishes elsewhere when that worker dies.
 - **The outbox**: a row whose API died between commit and dispatch is sent by the sweep.
+- **Scale-in**: a worker SIGTERMed under load finishes what it runs, hands back what it had taken
+  and not started, and exits; every task runs and ends once.
 
 Workers run the tiny voice with a model-call delay (``tests/hooks``), so tasks take time without
 loading the CPU. Each test has its own redis-server (embedded, unix socket, nothing on disk). The
@@ -22,6 +24,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -321,3 +324,45 @@ def test_a_row_whose_api_died_before_dispatch_is_sent_by_the_sweep(make_fleet: C
     # Then the task is sent once and completes
     assert settle(done, timeout=60, interval=SWEEP_EVERY_S)
     assert create_app(fleet.settings).test_client().get(f"/v1/tasks/{task_id}/audio").status_code == 200
+
+
+# --- scale-in: SIGTERM under load ---------------------------------------------------------------
+
+
+def test_a_worker_terminated_under_load_finishes_what_it_runs_and_every_task_ends_once(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    # Given two workers and a backlog of tasks that take time (300 ms a model call)
+    fleet = make_fleet(delay_ms=300)
+    workers = [fleet.start(ready=False) for _ in range(2)]
+    for worker in workers:
+        worker.wait_ready(fleet.app)
+    api = create_app(fleet.settings).test_client()
+    ids = [submit(api, sentence(n, "scale-in ")) for n in range(TASKS)]
+    victim = workers[0]
+
+    def holding() -> int:
+        return sum(1 for r in fleet.rows(ids).values() if r.status in UNFINISHED and r.worker == victim.name)
+
+    # When one of them, holding several tasks, gets SIGTERM (as a scale-in or a rolling upgrade
+    # sends it) and no replacement is started
+    wait_for(lambda: holding() >= 2, timeout=30, interval=0.05)
+    held = holding()
+    sent = time.monotonic()
+    victim.process.terminate()
+    victim.process.wait(timeout=120)
+    exit_s = time.monotonic() - sent
+    # Then every task ends done on the workers left, the sweep running as the scheduler would
+    finished = settle(lambda: fleet.sweep() >= 0 and all(r.status.finished for r in fleet.rows(ids).values()),
+                      timeout=90, interval=SWEEP_EVERY_S)
+    drained_s = time.monotonic() - sent
+    rows = fleet.rows(ids)
+    print(f"\nSIGTERM to a worker holding {held}: it exited after {exit_s:.1f} s, everything done "
+          f"{drained_s:.1f} s after the signal (lease {LEASE_S} s); executions per task "
+          f"{attempts_report(rows)}")
+    assert finished and all(r.status is TaskStatus.DONE for r in rows.values())
+    # And each ran once: what the worker ran it finished before it exited, what it had taken
+    # and not started went back to the broker (no task ran twice, so none ended twice)
+    assert all(r.attempts == 1 for r in rows.values()), attempts_report(rows)
+    # And it exited within the chart's grace period (deploy/helm: terminationGracePeriodSeconds)
+    assert exit_s < 90
