@@ -78,8 +78,9 @@ class OutboxRows:
         picked = list(session.scalars(pick))
         if not picked:
             return []
-        return list(session.scalars(update(TaskRow).where(TaskRow.id.in_(picked), *unsent)
+        taken = set(session.scalars(update(TaskRow).where(TaskRow.id.in_(picked), *unsent)
                                     .values(dispatched_at=self.clock()).returning(TaskRow.id)))
+        return [task_id for task_id in picked if task_id in taken]  # RETURNING has no order: the pick's
 
     def in_flight(self, session: Session, queue: str) -> int:
         """Rows of ``queue`` sent to the broker and not finished (queued there, or running)."""
