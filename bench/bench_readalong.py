@@ -68,6 +68,7 @@ def epubcheck(path: Path) -> dict[str, Any]:
 def book_run(chapters: str, work: Path) -> dict[str, Any]:
     """Render ``chapters`` of the sample EPUB through ``up``, then fetch and check its EPUB."""
     port = free_port()
+    work.mkdir(parents=True, exist_ok=True)
     service = start_service(work, port, {})
     url = f"http://127.0.0.1:{port}"
     try:
