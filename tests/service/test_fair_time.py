@@ -97,10 +97,15 @@ def idle(service: Served, key: str) -> dict[str, float]:
             "queue_s": one["timings"]["queue_ms"] / 1000}
 
 
+NOISE_S = 0.5  # CI runs four test processes on two cores: a scheduling hiccup, not a request waited for
+
+
 def within(latency: float, idle: dict[str, float], calls_s: float) -> bool:
     """Whether ``latency`` is within the idle latency plus ``calls_s`` (the calls it may wait for),
-    with half the idle latency again for the noise of a shared machine."""
-    return latency <= 1.5 * idle["latency_s"] + calls_s
+    with the idle latency again and ``NOISE_S`` for the noise of a shared machine: far under what
+    waiting for another key's long request takes (seconds: ten sentences at a quarter of the
+    speed, or thirty at a tenth), so the test still fails on the unfair order."""
+    return latency <= 2 * idle["latency_s"] + calls_s + NOISE_S
 
 
 def test_a_stalled_request_leaves_nothing_queued_and_its_retry_completes(service: dict[str, Any]) -> None:
