@@ -7,14 +7,14 @@ from sqlalchemy import func, select
 
 from tts_queue import metrics
 from tts_queue.app.wiring import Wiring
-from tts_queue.enums import POOLS, TaskStatus
-from tts_queue.tables import BookRow, CacheEntry, TaskRow
-from tts_queue.tasks.names import lane_of, pool_of, worker_queues
+from tts_queue.enums import POOLS
+from tts_queue.tables import BookRow, CacheEntry
+from tts_queue.tasks.names import worker_queues
 
 
 def shared_state(core: Wiring) -> metrics.State:
-    """Each state gauge's rows, read now (a few Redis commands and four queries: the backlog's is
-    cached by ``Backlog`` itself)."""
+    """Each state gauge's rows, read now (a few Redis commands and three queries: the rows waiting
+    and running come from the backlog's, cached by ``Backlog`` itself)."""
     prefix = core.settings.services.queue_prefix
     # each queue once: the maintenance and webhooks queues are every pool's
     queues = list(dict.fromkeys(queue for pool in POOLS for queue in worker_queues(pool, prefix)))
@@ -27,21 +27,12 @@ def shared_state(core: Wiring) -> metrics.State:
             live[worker.pool] = live.get(worker.pool, 0.0) + 1
         found["tts_live_workers"] = [((pool,), n) for pool, n in live.items()]
     with core.db.read() as session:
-        queued = session.execute(select(TaskRow.queue, func.count())
-                                 .where(TaskRow.status == TaskStatus.QUEUED).group_by(TaskRow.queue)).all()
         entries, size = session.execute(
             select(func.count(), func.coalesce(func.sum(CacheEntry.size_bytes), 0))
             .where(CacheEntry.expired_at.is_(None))).one()
         books = session.execute(select(BookRow.status, func.count()).group_by(BookRow.status)).all()
-    rows: dict[tuple[str, str], float] = {}
-    for queue, n in queued:
-        try:
-            place = (pool_of(queue), lane_of(queue).value)
-        except ValueError:
-            continue
-        rows[place] = rows.get(place, 0.0) + n
-    found["tts_tasks_queued"] = sorted(rows.items())
-    places = sorted(core.backlog.places()[0].items())
+    places = sorted(core.backlog.places()[0].items())  # one grouped query, cached (``tasks.backlog``)
+    found["tts_tasks_queued"] = [(place, float(c.queued)) for place, c in places if c.queued]
     found["tts_backlog_tasks"] = [(place, float(counted.tasks)) for place, counted in places]
     found["tts_backlog_audio_seconds"] = [(place, counted.audio_s) for place, counted in places]
     found["tts_cache_entries"] = [((), float(entries))]

@@ -477,17 +477,30 @@ class ReadAlongs:
     def request(self, book: BookRow) -> None:
         """Queue the EPUB's build on the book's pool's bulk lane unless one is queued or running;
         ``AudioNotReady`` before the book is done, ``EpubTooLarge`` over the limit, the failed
-        build's error while its reason is kept."""
+        build's error while its reason is kept. While a build is queued or running, a poll costs
+        two Redis reads: the size estimate (a storage lookup per chapter) is made only by the
+        request that queues the build."""
+        if self.redis is None:
+            self._queue(book)
+            return
+        failed = self.redis.get(self.keys.readalong_failed(book.id))
+        if isinstance(failed, (bytes, str)):
+            error = json.loads(failed)
+            if error.get("code") == AudioExpired.code:
+                raise AudioExpired(str(error.get("message")))
+            raise EpubFailed(str(error.get("message")))
+        lock = self.keys.readalong_lock(book.id)
+        if not self.redis.set(lock, "1", nx=True, ex=self.LOCK_S):
+            return
+        try:
+            self._queue(book)
+        except BaseException:  # too large, or the broker refused: the next request tries again
+            self.redis.delete(lock)
+            raise
+
+    def _queue(self, book: BookRow) -> None:
+        """Check the size estimate, then send the build to the book's pool's bulk lane."""
         self.builder.check(book)
-        if self.redis is not None:
-            failed = self.redis.get(self.keys.readalong_failed(book.id))
-            if isinstance(failed, (bytes, str)):
-                error = json.loads(failed)
-                if error.get("code") == AudioExpired.code:
-                    raise AudioExpired(str(error.get("message")))
-                raise EpubFailed(str(error.get("message")))
-            if not self.redis.set(self.keys.readalong_lock(book.id), "1", nx=True, ex=self.LOCK_S):
-                return
         self.dispatcher.readalong(book.id, queue_name(book.pool, Lane.BULK, self.keys.prefix))
 
     def run(self, book_id: str) -> str | None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tts_queue.errors import SynthesisError
-from tts_queue.synthesis.kokoro.phonemizer import English, KokoroPhonemizer
+from tts_queue.synthesis.kokoro.phonemizer import English, KokoroPhonemizer, cut_pieces, sentences_at
 
 VERSION = 1
 READ_CHARS = 64
@@ -38,25 +38,13 @@ _LONG_NUMBER = re.compile(r"\d{17,}")  # past cn2an's 16 digits: read digit by d
 def sentences(text: str) -> list[str]:
     """The sentences of a text part: cut after 。！？；!?; (with the closing brackets after them)
     and after a period before a space."""
-    found, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        found.append(text[start:match.end()])
-        start = match.end()
-    found.append(text[start:])
-    return [piece.strip() for piece in found if piece.strip()]
+    return sentences_at(_SENTENCE_END, text)
 
 
 def read_pieces(run: str, size: int = READ_CHARS) -> Iterator[str]:
     """``run`` in pieces of at most ``size`` characters, each cut after its last clause mark or
     space (anywhere if it has none)."""
-    start = 0
-    while len(run) - start > size:
-        window = run[start:start + size]
-        cut = max((i + 1 for i, ch in enumerate(window) if ch in _READ_CUT), default=size)
-        yield run[start:start + cut]
-        start += cut
-    if start < len(run):
-        yield run[start:]
+    return cut_pieces(run, size, _READ_CUT)
 
 
 class Reader:

@@ -39,6 +39,31 @@ def runs(sentence: str, own: str) -> Iterator[tuple[str, str]]:
         yield own, sentence[position:]
 
 
+def sentences_at(ends: re.Pattern[str], text: str) -> list[str]:
+    """The sentences of a text part, cut after each match of ``ends`` (a language's sentence
+    ends), stripped, empty ones dropped."""
+    found, start = [], 0
+    for match in ends.finditer(text):
+        found.append(text[start:match.end()])
+        start = match.end()
+    found.append(text[start:])
+    return [piece.strip() for piece in found if piece.strip()]
+
+
+def cut_pieces(run: str, size: int, cuts: frozenset[str]) -> Iterator[str]:
+    """``run`` in pieces of at most ``size`` characters, each cut after its last character in
+    ``cuts`` (a language's clause marks and the space; anywhere if it has none): what a reader that
+    is slow on long runs is fed, linear in the text."""
+    start = 0
+    while len(run) - start > size:
+        window = run[start:start + size]
+        cut = max((i + 1 for i, ch in enumerate(window) if ch in cuts), default=size)
+        yield run[start:start + cut]
+        start += cut
+    if start < len(run):
+        yield run[start:]
+
+
 class KokoroPhonemizer:
     """A frontend script to Kokoro sentences (symbols), thread-safe; a language's subclass says
     how its sentences end and feeds its reader."""
