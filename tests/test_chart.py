@@ -90,9 +90,11 @@ def test_the_objects_are_the_documented_ones() -> None:
     assert container(gpu)["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert gpu["spec"]["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert env_of(gpu)["TTS_WORKER_POOL"] == "gpu" and env_of(gpu)["TTS_PROVIDERS"] == "auto"
-    # workers have a grace period to finish what they run
-    assert all(d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 60
-               for n, d in deployments.items() if "worker" in n)
+    # workers have a grace period longer than the shutdown budget they are given
+    for name, worker in deployments.items():
+        if "worker" in name:
+            budget = float(env_of(worker)["TTS_SHUTDOWN_BUDGET_S"])
+            assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > budget > 0
     # the migrations run before the pods, as a hook
     (job,) = by_name(objects, "Job").values()
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
@@ -139,3 +141,9 @@ def test_compose_and_the_chart_agree_on_images_commands_and_settings() -> None:
     assert container(redis)["image"] == services["redis"]["image"]
     assert container(redis)["command"] == services["redis"]["command"]
     assert services["migrate"]["command"] == ["tts-queue", "migrate"]
+
+
+def test_a_grace_period_not_longer_than_the_shutdown_budget_is_refused() -> None:
+    # past the grace Kubernetes kills the worker before it could hand back what still runs
+    with pytest.raises(Exception, match="longer than shutdownBudgetSeconds"):
+        render({"shutdownBudgetSeconds": 60, "terminationGracePeriodSeconds": 60})

@@ -157,3 +157,32 @@ def test_a_second_claim_keeps_the_first_start_and_counts_again(any_rows: TaskRow
     # Then it keeps its first start, counts the second attempt and holds the new worker's lease
     assert again is not None and again.attempts == 2 and again.worker == "w2@h"
     assert again.started_at == NOW - timedelta(minutes=5) and again.claimed_at == NOW
+
+
+def test_a_stopping_worker_hands_back_only_what_it_still_holds_without_counting_the_attempt(
+    any_rows: TaskRows,
+) -> None:
+    rows = any_rows
+    # Given rows this worker runs (claimed once) and holds received, one it ran that ended, and
+    # one another worker runs
+    running = add(rows, TaskStatus.QUEUED)
+    assert rows.claim(running, "w@h") is not None
+    received = add(rows, TaskStatus.QUEUED, "w@h", NOW - timedelta(seconds=5))
+    ended = add(rows, TaskStatus.QUEUED)
+    assert rows.claim(ended, "w@h") is not None and rows.finish(ended, 1) is not None
+    elsewhere = add(rows, TaskStatus.QUEUED)
+    assert rows.claim(elsewhere, "other@h") is not None
+    # When the worker hands back every id it knows
+    handed = rows.hand_back([running, received, ended, elsewhere, str(uuid.uuid4())], "w@h")
+    # Then the two it still holds are queued again, held by nobody, their attempt not counted,
+    # and returned with their queue to send again
+    assert sorted(handed) == sorted([(running, "tts.cpu"), (received, "tts.cpu")])
+    with rows.db.read() as session:
+        for task_id in (running, received):
+            row = session.get(TaskRow, task_id)
+            assert row is not None and row.status is TaskStatus.QUEUED and row.worker is None
+            assert row.attempts == 0 and row.dispatched_at == NOW
+    # And the ended row and the other worker's are untouched; a finish that comes too late does
+    # not end the handed-back row (it ends once, where it runs next)
+    assert status(rows, ended) is TaskStatus.DONE and status(rows, elsewhere) is TaskStatus.RUNNING
+    assert rows.finish(running, 1) is None and status(rows, running) is TaskStatus.QUEUED

@@ -285,6 +285,12 @@ class WorkerSettings:
     lease_s: float = setting(30.0, "a worker renews the lease of the tasks it holds every few "
                              "seconds; the sweep re-dispatches tasks whose lease is older than this")
     sweep_interval_s: float = setting(15.0, "how often the scheduler's recovery sweep runs")
+    shutdown_budget_s: float = setting(45.0, "a worker told to stop (SIGTERM) takes no new task and "
+                                       "lets the running ones finish for at most this long; then "
+                                       "it hands what still runs back to the queue and exits "
+                                       "(give the process manager's grace period more: compose "
+                                       "and the chart give 60 s). 0: wait for every task",
+                                       env="TTS_SHUTDOWN_BUDGET_S")
     outbox_grace_s: float = setting(10.0, "a queued task never handed to the broker is sent by the "
                                     "sweep after this")
     consumed_window_s: float = setting(90.0, "`/readyz` fails when no worker took a task off a queue "

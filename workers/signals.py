@@ -20,6 +20,8 @@ neither adds handlers that fire for the first nor keeps it alive.
   the heartbeat thread starts (it also renews the leases of every task held and of every webhook
   delivery in flight), and the consumed marker is set (its consumer is up);
 - a task starts (``task_prerun``): the consumed marker is set (``/readyz``);
+- the worker is told to stop (``worker_shutting_down``, SIGTERM): the shutdown budget starts
+  (``workers.shutdown``: what still runs when it is spent is handed back);
 - the worker shuts down (``worker_shutdown``): the heartbeat stops; no new webhook delivery starts.
 """
 
@@ -42,6 +44,7 @@ from tts_queue.tasks.names import SYNTHESIZE
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import requeue
 from workers.runtime import RuntimeHolder, WorkerRuntime
+from workers.shutdown import ShutdownBudget
 from workers.webhooks import Deliveries
 
 if TYPE_CHECKING:
@@ -191,6 +194,8 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
     and the handlers, which the caller keeps alive as long as the app (``WorkerServices``)."""
     stop = threading.Event()
     leases = Leases()
+    budget = ShutdownBudget(holder, lambda: sorted(set(leases.held()) | running_task_ids()), deliveries)
+    names: list[str] = []  # this app's worker, once ready (``worker_shutting_down`` names only it)
 
     def received(sender: object = None, request: Request | None = None, **_: object) -> None:
         # Held in memory only: a thread free at once claims the task within milliseconds (the
@@ -209,7 +214,15 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
             leases.drop(task_id)
 
     def ready(sender: object = None, **_: object) -> None:
+        hostname = getattr(sender, "hostname", None)
+        if hostname:
+            names.append(str(hostname))
         start_worker(sender, holder, heartbeats, marker, consumed, deliveries, leases, stop)
+
+    def shutting_down(sender: object = None, **_: object) -> None:
+        # sent from the signal handler with the worker's hostname (not an object of an app)
+        if isinstance(sender, str) and sender in names:
+            budget.start(sender)
 
     def shutdown(sender: object = None, **_: object) -> None:
         stop.set()
@@ -226,6 +239,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
             (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
             (signals.worker_shutdown, shutdown), (signals.task_prerun, started))]
     app.steps["consumer"].add(leases_on_reconnect(leases))
+    handlers.append((signals.worker_shutting_down, shutting_down))
     for signal, handler in handlers:
         signal.connect(handler, weak=True)
     return leases, [handler for _, handler in handlers]

@@ -10,7 +10,9 @@
   next heartbeat, so its lease is the worker's, and it finishes elsewhere when that worker dies.
 - **The outbox**: a row whose API died between commit and dispatch is sent by the sweep.
 - **Scale-in**: a worker SIGTERMed under load finishes what it runs, hands back what it had taken
-  and not started, and exits; every task runs and ends once.
+  and not started, and exits; every task runs and ends once. One whose tasks run past its
+  shutdown budget hands them back at once (not after their lease) and exits; each still ends once,
+  with one webhook.
 
 Workers run the tiny voice with a model-call delay (``tests/hooks``), so tasks take time without
 loading the CPU. Each test has its own redis-server (embedded, unix socket, nothing on disk). The
@@ -36,7 +38,17 @@ import pytest
 
 from api import create_app
 from api.services import Services
-from tests.support import ROOT, Fleet, hooked, private_redis, service_settings, settings_env, settle, submit
+from tests.support import (
+    ROOT,
+    Fleet,
+    Receiver,
+    hooked,
+    private_redis,
+    service_settings,
+    settings_env,
+    settle,
+    submit,
+)
 from tests.support import wait_until as wait_for
 from tts_queue.db import utcnow
 from tts_queue.enums import TaskStatus
@@ -366,3 +378,41 @@ def test_a_worker_terminated_under_load_finishes_what_it_runs_and_every_task_end
     assert all(r.attempts == 1 for r in rows.values()), attempts_report(rows)
     # And it exited within the chart's grace period (deploy/helm: terminationGracePeriodSeconds)
     assert exit_s < 90
+
+
+def test_a_worker_past_its_shutdown_budget_hands_back_what_runs_and_every_task_ends_once(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    # Given one worker running tasks that take longer than its shutdown budget (3 s a model call,
+    # a budget of 1 s), each task with a webhook, and leases far longer than the test
+    receiver = Receiver()
+    fleet = make_fleet(delay_ms=3000, TTS_SHUTDOWN_BUDGET_S="1", TTS_LEASE_S="300",
+                       TTS_WEBHOOK_ALLOW_PRIVATE="true", TTS_WEBHOOK_PORTS=str(receiver.port))
+    victim = fleet.start()
+    api = create_app(fleet.settings).test_client()
+    ids = [submit(api, sentence(n, "budget "), callback_url=f"{receiver.url}/t{n}") for n in range(6)]
+    wait_for(lambda: all(r.status is TaskStatus.RUNNING for r in fleet.rows(ids).values()), timeout=30,
+             interval=0.05)
+    # When it gets SIGTERM
+    sent = time.monotonic()
+    victim.process.terminate()
+    victim.process.wait(timeout=60)
+    exit_s = time.monotonic() - sent
+    # Then it exits once the budget is spent, having handed its tasks back: they are queued again,
+    # held by nobody, their attempt not counted
+    rows = fleet.rows(ids)
+    print(f"\nSIGTERM to a worker running 6 tasks of 3+ s, budget 1 s: exited after {exit_s:.1f} s; "
+          f"statuses then {Counter(r.status.value for r in rows.values())}")
+    assert exit_s < 6, exit_s
+    assert all(not r.status.finished and r.worker is None and r.attempts == 0 for r in rows.values()
+               if r.status is not TaskStatus.DONE)
+    assert "handed back" in fleet.log_text()
+    # And a worker started after it finishes them all, with no sweep run and no lease expired
+    fleet.start()
+    assert settle(lambda: all(r.status is TaskStatus.DONE for r in fleet.rows(ids).values()), timeout=90)
+    # And each ended once: one attempt counted, one webhook delivered
+    rows = fleet.rows(ids)
+    assert all(r.attempts == 1 for r in rows.values()), attempts_report(rows)
+    assert settle(lambda: len(receiver.calls) >= len(ids), timeout=30)
+    time.sleep(1.0)
+    assert sorted(c["path"] for c in receiver.calls) == sorted(f"/t{n}" for n in range(6))
