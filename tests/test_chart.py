@@ -111,6 +111,10 @@ def test_the_objects_are_the_documented_ones() -> None:
         assert trigger["type"] == "prometheus" and "tts_backlog_audio_seconds" in trigger["metadata"]["query"]
         assert "max by (lane)" in trigger["metadata"]["query"]  # each API replica reports the same count
     assert scaled["tts-worker-cpu"]["spec"]["minReplicaCount"] >= 1
+    # the GPU pool goes to zero, woken by its backlog: the API accepts its work with no worker
+    assert scaled["tts-worker-gpu"]["spec"]["minReplicaCount"] == 0
+    assert scaled["tts-worker-gpu"]["spec"]["triggers"][0]["metadata"]["activationThreshold"] == "1"
+    assert env_of(api)["TTS_SCALE_FROM_ZERO"] == "gpu"
     assert scaled["tts-worker-cpu"]["spec"]["triggers"][0]["metadata"]["threshold"] == "1050"
     # and without KEDA there is none; with the chart's Redis, its Deployment and Service
     defaults = render()
@@ -147,3 +151,9 @@ def test_a_grace_period_not_longer_than_the_shutdown_budget_is_refused() -> None
     # past the grace Kubernetes kills the worker before it could hand back what still runs
     with pytest.raises(Exception, match="longer than shutdownBudgetSeconds"):
         render({"shutdownBudgetSeconds": 60, "terminationGracePeriodSeconds": 60})
+
+
+def test_the_cpu_pool_cannot_scale_to_zero() -> None:
+    # webhooks and the sweeps' work need a worker: a CPU pool at zero would never deliver them
+    with pytest.raises(Exception, match="keda.cpu.minReplicas must be at least 1"):
+        render({"keda": {"enabled": True, "cpu": {"minReplicas": 0}}})

@@ -97,6 +97,11 @@ def test_voice_pools_map_voices_to_pools() -> None:
     assert settings.routing.voice_pools == {"joe": "gpu", "tiny": "cpu"}
 
 
+def test_pools_scaled_from_zero_are_a_list() -> None:
+    assert Settings.from_env({"TTS_SCALE_FROM_ZERO": " gpu, "}).routing.pools_from_zero == ("gpu",)
+    assert Settings().routing.pools_from_zero == ()
+
+
 @pytest.mark.parametrize(
     ("name", "raw"),
     [
@@ -119,6 +124,7 @@ def test_voice_pools_map_voices_to_pools() -> None:
         ("TTS_PROVIDERS", ","),
         ("TTS_GRAPH_OPTIMIZATION", "max"),
         ("TTS_WORKER_POOL", "tpu"),
+        ("TTS_SCALE_FROM_ZERO", "gpu,tpu"),
     ],
 )
 def test_bad_values_are_config_errors(name: str, raw: str) -> None:

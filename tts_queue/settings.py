@@ -233,6 +233,15 @@ class RoutingSettings:
     default_pool: str = setting("cpu", "pool for requests with no routing", choices=POOLS)
     voice_pools: Mapping[str, str] = setting(
         None, "routing per voice, e.g. `en_US-joe-medium=gpu,other=cpu`", factory=dict, shown="empty")
+    from_zero: str = setting("", "pools (comma-separated, e.g. `gpu`) that an autoscaler starts "
+                             "from zero workers on their backlog: the API accepts their work while "
+                             "none of their workers is alive (it waits, counted in the backlog) "
+                             "instead of answering 503 `no_worker`", env="TTS_SCALE_FROM_ZERO")
+    @property
+    def pools_from_zero(self) -> tuple[str, ...]:
+        """``TTS_SCALE_FROM_ZERO`` as a list of pools."""
+        return tuple(name.strip() for name in self.from_zero.split(",") if name.strip())
+
     # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
     # throughput of one sentence per call, so the CPU pool batches nothing by default.
     # Two runners whose calls take the cores the load leaves them (BatchEngine.side_by_side): a
@@ -490,6 +499,9 @@ class Settings:
         for voice, pool in self.routing.voice_pools.items():
             yield (pool not in POOLS,
                    f"TTS_VOICE_POOLS item {voice}={pool!r}: the pool must be one of {', '.join(POOLS)}")
+        for name in self.routing.pools_from_zero:
+            yield (name not in POOLS,
+                   f"TTS_SCALE_FROM_ZERO item {name!r}: the pool must be one of {', '.join(POOLS)}")
         for name in POOLS:
             yield self.pool(name).max_batch < 1, f"TTS_{name.upper()}_MAX_BATCH must be at least 1"
             yield not 1 <= self.pool(name).runners <= 16, f"TTS_{name.upper()}_RUNNERS must be from 1 to 16"

@@ -50,7 +50,7 @@ class ShutdownBudget:
         if self._started.is_set() or budget_s <= 0:
             return None
         self._started.set()
-        log.warning("stopping: the tasks running have %.0f s to finish (TTS_SHUTDOWN_BUDGET_S); "
+        log.warning("stopping: the tasks running have %g s to finish (TTS_SHUTDOWN_BUDGET_S); "
                     "then what still runs is handed back", budget_s)
         thread = threading.Thread(target=self._watch, args=(worker, time.monotonic() + budget_s),
                                   name="shutdown-budget", daemon=True)

@@ -118,8 +118,13 @@ def leases_on_reconnect(leases: Leases) -> type[bootsteps.StartStopStep]:
         """Lets go of received-but-unstarted tasks' leases when the consumer stops."""
 
         def stop(self, parent: object) -> None:
+            from celery.worker import state
+
             gone = leases.keep_only(running_task_ids())
-            if gone:
+            stopping = state.should_stop is not None and state.should_stop is not False
+            if gone and stopping:  # the worker stops: its channel's close gives them back at once
+                log.warning("stopping: %d received task(s) not started go back to the broker", gone)
+            elif gone:
                 log.warning("the broker connection was lost: %d received task(s) not started were "
                             "dropped by Celery; their leases lapse and the sweep sends them again", gone)
 

@@ -104,3 +104,29 @@ def test_a_gpu_pool_worker_on_cpu_says_so_and_a_slow_load_keeps_its_leases(
     finally:
         worker.stop()
         db.engine.dispose()
+
+
+@pytest.mark.integration
+def test_a_pool_scaled_from_zero_takes_work_with_no_worker_and_its_first_worker_runs_it(
+    tmp_path: Path, redis_url: str, voices_dir: Path,
+) -> None:
+    flush_queues(redis_url)
+    settings = service_settings(tmp_path, redis_url, voices_dir, TTS_SCALE_FROM_ZERO="gpu")
+    client = create_app(settings).test_client()
+    # Given no worker serves the gpu pool: an API not told it scales from zero refuses its work
+    plain = create_app(settings.replace(**{"routing.from_zero": ""})).test_client()
+    refused = plain.post("/v1/tts", json={"text": "Wake the pool.", "pool": "gpu"})
+    assert refused.status_code == 503 and refused.get_json()["error"]["code"] == "no_worker"
+    # When the pool is one an autoscaler starts from zero (TTS_SCALE_FROM_ZERO=gpu)
+    task_id = submit(client, "Wake the pool.", pool="gpu")
+    # Then the request waits, counted in the pool's backlog: what the autoscaler wakes on
+    view = client.get("/v1/backlog").get_json()
+    assert view["pools"]["gpu"]["interactive"]["tasks"] == 1
+    assert view["pools"]["gpu"]["interactive"]["audio_seconds"] > 0
+    # And the first worker of the pool that starts runs it
+    worker = WorkerProcess(settings, f"gpu-{uuid.uuid4().hex[:6]}@localhost", tmp_path / "worker.log",
+                           TTS_WORKER_POOL="gpu")
+    try:
+        assert client.get(f"/v1/tasks/{task_id}?wait=60").get_json()["status"] == "done"
+    finally:
+        worker.stop()

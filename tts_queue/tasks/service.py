@@ -94,8 +94,9 @@ class TaskService:
         return preferred or routing.voice_pools.get(request.voice, routing.default_pool)
 
     def require_worker(self, pool: str) -> None:
-        """Raise ``NoWorker`` when no live worker serves ``pool`` (cache hits never need one)."""
-        if not self.watch.pool_alive(pool):
+        """Raise ``NoWorker`` when no live worker serves ``pool`` (cache hits never need one), unless
+        an autoscaler starts its workers from zero on its backlog (``TTS_SCALE_FROM_ZERO``)."""
+        if pool not in self.settings.routing.pools_from_zero and not self.watch.pool_alive(pool):
             raise NoWorker(f"no live worker serves the {pool!r} pool; start one with "
                            f"`tts-queue worker --pool {pool}` or retry later")
 
