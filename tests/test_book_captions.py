@@ -11,6 +11,7 @@ from tts_queue.books.words import (
     IdMarks,
     SpokenWord,
     sentence_word_starts,
+    spoken_syllables,
     spoken_words,
     word_starts,
     written_words,
@@ -101,6 +102,44 @@ def test_real_espeak_words_match_the_text() -> None:
     # Then every written word gets a start, strictly increasing
     assert starts is not None and len(starts) == len(written_words(sentence)) == 17
     assert all(b > a for a, b in zip(starts, starts[1:], strict=False))
+
+
+# A Kokoro-like vocabulary for Mandarin: pads, a space, a comma, tone marks, codas, vowels, consonants
+ZH = {"$": [0], "^": [0], " ": [16], ",": [3], "→": [171], "↗": [172], "↓": [173], "↘": [174],
+      "n": [56], "ŋ": [57], "a": [43], "i": [51], "ɛ": [86], "o": [57 + 100], "ə": [83],
+      "t": [62], "ʰ": [162], "j": [52], "ʨ": [21], "m": [55], "x": [50], "u": [63]}
+ZH_MARKS = IdMarks.from_id_map(ZH)
+
+
+def zh_ids(symbols: str) -> list[int]:
+    return [0, *(ZH[ch][0] for ch in symbols), 0]
+
+
+def test_chinese_text_is_written_per_character_and_other_text_per_word() -> None:
+    # Han characters one by one, a Latin word or a number whole, marks with the unit before them
+    assert written_words("Hello，今天天气真不错！") == ["Hello，", "今", "天", "天", "气", "真", "不", "错！"]
+    assert written_words("我有3个苹果，价格是12.5元。") == [
+        "我", "有", "3", "个", "苹", "果，", "价", "格", "是", "12.5", "元。"]
+    assert written_words("「你好」他说。") == ["「你", "好」", "他", "说。"]
+    # while Latin-majority text (with Han inside) and Japanese keep their words
+    assert written_words("I love 寿司 very much") == ["I", "love", "寿司", "very", "much"]
+    assert written_words("今日はいい天気") == ["今日はいい天気"]
+
+
+def test_mandarin_syllables_end_at_their_tone_mark_and_coda() -> None:
+    # jīn tiān (ʨi→n tʰjɛ→n, one word), then "ma" (a neutral syllable: no tone) after a space
+    ids = zh_ids("ʨi→ntʰjɛ→n ma")
+    samples = [10] * len(ids)
+    units = spoken_syllables(ids, samples, ZH_MARKS)
+    # Then three units: ʨi→n (its n a coda: a consonant follows), tʰjɛ→n, ma
+    assert [(u.start, u.end) for u in units] == [(10, 50), (50, 110), (120, 140)]
+    # And an n after a tone mark that a vowel follows starts the next syllable (ni↗ na→n)
+    units = spoken_syllables(zh_ids("ni↗na→n"), [10] * 9, ZH_MARKS)
+    assert [(u.start, u.end) for u in units] == [(10, 40), (40, 80)]
+    # And the characters get a syllable each; a sentence that does not line up keeps no word cues
+    starts = sentence_word_starts("今天吗", [(ids, samples)], 0, ZH_MARKS)
+    assert starts == [10, 50, 120]
+    assert sentence_word_starts("今", [(ids, samples)], 0, ZH_MARKS) is None
 
 
 def test_chapter_cues_tile_the_audio_with_word_and_sentence_cues() -> None:

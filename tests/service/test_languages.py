@@ -201,7 +201,8 @@ ZH_BOOK = """第一章 雨
 """
 
 
-def test_mandarin_text_goes_to_the_mandarin_voice_and_a_book_renders(client: FlaskClient) -> None:
+def test_mandarin_text_goes_to_the_mandarin_voice_and_a_book_renders_with_a_cue_per_character(
+        client: FlaskClient) -> None:
     text = f"Hello，今天天气真不错！我有{uuid.uuid4().int % 1000}本书。"
     # When Mandarin text with an English word, naming neither voice nor language, is submitted
     submitted = client.post("/v1/tts", json={"text": text})
@@ -236,6 +237,11 @@ def test_mandarin_text_goes_to_the_mandarin_voice_and_a_book_renders(client: Fla
         srt = captions.get_data(as_text=True)
         shown = "".join(srt.splitlines()[2::4])  # a title's cue is cut at its space
         assert all(s["text"].replace(" ", "") in shown for s in chapter["sentences"]), srt
+    # And its cues are per character: each Han character is a syllable, timed from the model's
+    # durations (the marks after a character shown with it)
+    srt = client.get(f"/v1/books/{book_id}/chapters/1/captions.srt").get_data(as_text=True)
+    assert srt.splitlines()[2::4] == ["第", "一", "章", "雨", "下", "雨", "了。", "很", "安", "静；",
+                                      "我", "们", "回", "家", "吧。"], srt
 
 
 LANGUAGES = [("en-GB", "bf_emma", "Good morning."), ("es", "ef_dora", "Buenos días."),

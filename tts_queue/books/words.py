@@ -9,6 +9,13 @@ counts the letters it is said with: the normalizer's expansion ("1885": "eightee
 mapped back to the written word it came from, so sentences with numbers, abbreviations and
 symbols get word cues that show the words as written. When no plausible alignment exists the
 caller keeps a sentence cue.
+
+Chinese text (``language.written_in``: Han characters outnumber Latin words, no kana) is timed per
+character: each Han character is a syllable, and a Mandarin voice's phonemes mark each syllable's
+tone (misaki's →↗↓↘ after its vowel, then its coda n or ŋ), so the spoken units are syllables,
+matched to the characters one to one, or by the same dynamic program where a number or a Latin
+word is said in several. Japanese stays per sentence: its readings give no boundary between the
+characters of a word.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tts_queue.errors import InvalidRequest
+from tts_queue.synthesis.language import MANDARIN, written_in
 
 _PUNCTUATION_PHONEMES = ",.;:!?¡¿—…\"«»“”()-"
 PHONEMES_PER_LETTER = 1.09  # measured on the Sherlock Holmes EPUB with espeak-ng en-us
@@ -27,20 +35,35 @@ MERGE_PENALTY = 0.6
 MAX_MEAN_COST = 0.5
 _WORD_SPLIT = re.compile(r"(\s+|(?<=[—–])(?=\S))")
 _MOVES = ((1, 1), (2, 1), (3, 1), (1, 2), (1, 3))  # (written words, spoken words) per step
+# a character is one syllable; a number or a Latin word may take up to six ("2024": 二零二四)
+_SYLLABLE_MOVES = ((1, 1), (2, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6))
+_TONES = "→↗↓↘"  # misaki's Mandarin tone marks, after a syllable's vowel
+_CODAS = "nŋ"  # a syllable's final consonant, after its tone mark
+_VOWELS = "aeiouyɑɐɒæɔəɘɚɛɜɤɨɪɯɵʊʌʏøœ"
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_LATIN = "A-Za-z0-9\u00c0-\u024f"
+_UNIT = re.compile(f"[{_HAN}]|[{_LATIN}]+(?:[.,:'’][{_LATIN}]+)*|[^\\s{_HAN}{_LATIN}]")
 
 
 @dataclass(frozen=True)
 class IdMarks:
-    """Which phoneme ids separate words (space) and which carry no word (PAD, BOS, EOS, marks)."""
+    """Which phoneme ids separate words (space) and which carry no word (PAD, BOS, EOS, marks);
+    for Mandarin syllables, which are tone marks, codas and vowels."""
 
     space: frozenset[int]
     silent: frozenset[int]
+    tones: frozenset[int] = frozenset()
+    codas: frozenset[int] = frozenset()
+    vowels: frozenset[int] = frozenset()
 
     @classmethod
     def from_id_map(cls, id_map: Mapping[str, Sequence[int]]) -> IdMarks:
-        """Marks from a piper voice's ``phoneme_id_map``."""
-        silent = [i for key in ("_", "^", "$", *_PUNCTUATION_PHONEMES) for i in id_map.get(key, ())]
-        return cls(space=frozenset(id_map.get(" ", ())), silent=frozenset(silent))
+        """Marks from a voice's ``phoneme_id_map`` (Piper's, or a Kokoro vocabulary in its shape)."""
+        def ids(symbols: Sequence[str]) -> frozenset[int]:
+            return frozenset(i for key in symbols for i in id_map.get(key, ()))
+
+        return cls(space=ids([" "]), silent=ids(["_", "^", "$", *_PUNCTUATION_PHONEMES]), tones=ids(_TONES),
+                   codas=ids(_CODAS), vowels=ids(_VOWELS))
 
 
 @dataclass(frozen=True)
@@ -75,8 +98,79 @@ def spoken_words(
     return words
 
 
+def spoken_syllables(
+    ids: Sequence[int], samples: Sequence[int], marks: IdMarks, offset: int = 0
+) -> list[SpokenWord]:
+    """The syllables of one sentence said by a Mandarin voice, in samples from ``offset``: a tone
+    mark closes its syllable, with an n or ŋ after it unless a vowel follows that (then it starts
+    the next); a space or a mark closes one too, so a run with no tone (a neutral syllable, an
+    English word) is one unit. Each counts one phoneme (``_align`` then weighs syllables)."""
+    if len(ids) != len(samples):
+        raise InvalidRequest(f"{len(ids)} phoneme ids but {len(samples)} sample counts")
+    units: list[SpokenWord] = []
+    start: int | None = None
+    toned = False
+    position = offset
+    for index, (phoneme_id, count) in enumerate(zip(ids, samples, strict=True)):
+        end = position + int(count)
+        if phoneme_id in marks.space or phoneme_id in marks.silent:
+            if start is not None:
+                units.append(SpokenWord(start, position, 1))
+            start, toned = None, False
+        elif toned and not (phoneme_id in marks.codas and
+                            (index + 1 >= len(ids) or ids[index + 1] not in marks.vowels)):
+            assert start is not None
+            units.append(SpokenWord(start, position, 1))  # the next syllable starts here
+            start, toned = position, phoneme_id in marks.tones
+        else:
+            start = position if start is None else start
+            toned = toned or phoneme_id in marks.tones
+        position = end
+    if start is not None:
+        units.append(SpokenWord(start, position, 1))
+    return units
+
+
+def per_character(text: str) -> bool:
+    """Whether ``text`` is Chinese, timed per character (``written_in``)."""
+    return written_in(text) == MANDARIN
+
+
+def _syllables(unit: str) -> int:
+    """Syllables a written unit of Chinese text is expected to take: a character one, a number
+    one per digit or point, an acronym one per letter, another Latin word one."""
+    core = [ch for ch in unit if ch.isalnum() or ch == "."]
+    if len(core) <= 1:
+        return 1
+    if all(ch.isdigit() or ch == "." for ch in core):
+        return len(core)
+    return len(core) if "".join(core).isupper() and len(core) <= 5 else 1
+
+
+def _characters(text: str) -> list[str]:
+    """Chinese text's units as written: each Han character, each Latin word or number; marks
+    join the unit before them (or the first one)."""
+    units: list[str] = []
+    prefix = ""
+    for match in _UNIT.finditer(text):
+        token = match.group()
+        if any(ch.isalnum() for ch in token):
+            units.append(prefix + token)
+            prefix = ""
+        elif units:
+            units[-1] += token
+        else:
+            prefix += token
+    if prefix and units:
+        units[-1] += prefix
+    return units
+
+
 def written_words(text: str) -> list[str]:
-    """Words exactly as written, split at spaces and after dashes; bare marks join a neighbour."""
+    """Words exactly as written, split at spaces and after dashes; bare marks join a neighbour.
+    Chinese text: its characters (``per_character``), Latin words and numbers whole."""
+    if per_character(text):
+        return _characters(text)
     parts = _WORD_SPLIT.split(text.strip())
     words: list[str] = []
     prefix = ""
@@ -121,7 +215,8 @@ def spoken_letters(text: str, words: Sequence[str]) -> list[int]:
 
 
 def word_starts(words: Sequence[str], spoken: Sequence[SpokenWord],
-                letters: Sequence[int] | None = None) -> list[int] | None:
+                letters: Sequence[int] | None = None,
+                moves: Sequence[tuple[int, int]] = _MOVES) -> list[int] | None:
     """Start sample of each written word, or ``None`` when the two lists do not align;
     ``letters``: how many letters each word is said with (default: its own)."""
     if not words or not spoken:
@@ -129,7 +224,7 @@ def word_starts(words: Sequence[str], spoken: Sequence[SpokenWord],
     if len(words) == len(spoken):
         return [word.start for word in spoken]
     said = list(letters) if letters is not None else [_letters(w) for w in words]
-    path = _align(said, spoken)
+    path = _align(said, spoken, moves)
     if path is None:
         return None
     starts: list[int] = []
@@ -150,18 +245,19 @@ def _letters(word: str) -> int:
     return sum(ch.isalnum() for ch in word)
 
 
-def _align(words: Sequence[int], spoken: Sequence[SpokenWord]) -> list[tuple[int, int]] | None:
+def _align(words: Sequence[int], spoken: Sequence[SpokenWord],
+           moves: Sequence[tuple[int, int]] = _MOVES) -> list[tuple[int, int]] | None:
     """The cheapest monotone grouping of written words (their letter counts) to spoken words
     (banded dynamic program)."""
     n, m = len(words), len(spoken)
-    band = abs(n - m) + 3
+    band = abs(n - m) + max(b for _, b in moves)
     best: dict[tuple[int, int], tuple[float, tuple[int, int] | None]] = {(0, 0): (0.0, None)}
     for i in range(n + 1):
         for j in range(max(0, i - band), min(m, i + band) + 1):
             if (i, j) not in best:
                 continue
             cost = best[(i, j)][0]
-            for a, b in _MOVES:
+            for a, b in moves:
                 if i + a > n or j + b > m:
                     continue
                 letters = sum(words[i:i + a])
@@ -194,10 +290,13 @@ def sentence_word_starts(
     ``pieces`` are the (ids, samples per id) of each phonemizer sentence, joined in order with
     ``gap_samples`` of silence between them, as ``Audio.join`` does.
     """
+    chinese = per_character(text) and bool(marks.tones)
     spoken: list[SpokenWord] = []
     offset = 0
     for ids, samples in pieces:
-        spoken.extend(spoken_words(ids, samples, marks, offset))
+        spoken.extend((spoken_syllables if chinese else spoken_words)(ids, samples, marks, offset))
         offset += sum(int(s) for s in samples) + gap_samples
     words = written_words(text)
+    if chinese:
+        return word_starts(words, spoken, [_syllables(w) for w in words], _SYLLABLE_MOVES)
     return word_starts(words, spoken, spoken_letters(text, words))
