@@ -29,7 +29,7 @@ from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_k
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.ending import TaskEnds, count_metrics
-from tts_queue.tasks.executor import TaskExecutor
+from tts_queue.tasks.executor import TaskExecutor, WorkerStopping
 from tts_queue.tasks.rows import TaskRows
 
 
@@ -99,6 +99,18 @@ def test_a_cancelled_task_is_never_started(world: dict[str, Any]) -> None:
     task_id = add_task(world, "Never mind.", status=TaskStatus.CANCELLED)
     assert world["executor"].execute(task_id) is None
     assert world["synth"].calls == 0 and row(world, task_id).status is TaskStatus.CANCELLED
+
+
+def test_a_stopping_worker_claims_nothing_more(world: dict[str, Any]) -> None:
+    # Given a worker that has handed back what it held (its shutdown budget spent)
+    task_id = add_task(world, "Not here.")
+    world["executor"].stopping.set()
+    # When a task starts on it, it is refused unclaimed (the task body sends it back)
+    with pytest.raises(WorkerStopping):
+        world["executor"].execute(task_id)
+    shown = row(world, task_id)
+    assert shown.status is TaskStatus.QUEUED and shown.attempts == 0 and shown.worker is None
+    assert world["synth"].calls == 0
 
 
 def test_an_unknown_task_id_is_dropped(world: dict[str, Any]) -> None:

@@ -172,8 +172,8 @@ def test_a_stopping_worker_hands_back_only_what_it_still_holds_without_counting_
     assert rows.claim(ended, "w@h") is not None and rows.finish(ended, 1) is not None
     elsewhere = add(rows, TaskStatus.QUEUED)
     assert rows.claim(elsewhere, "other@h") is not None
-    # When the worker hands back every id it knows
-    handed = rows.hand_back([running, received, ended, elsewhere, str(uuid.uuid4())], "w@h")
+    # When the worker hands back what it holds
+    handed = rows.hand_back("w@h")
     # Then the two it still holds are queued again, held by nobody, their attempt not counted,
     # and returned with their queue to send again
     assert sorted(handed) == sorted([(running, "tts.cpu"), (received, "tts.cpu")])

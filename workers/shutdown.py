@@ -4,9 +4,10 @@ what it runs for at most ``TTS_SHUTDOWN_BUDGET_S``, then hands the rest back and
 Celery's warm shutdown stops consuming at once (the messages received and not started go back to
 the broker when its channel closes) and then waits for the running tasks, however long they take;
 Kubernetes kills the pod at its grace period, and what it ran was found only when the leases
-lapsed. So when the budget runs out with tasks still running, the worker gives their rows back
-itself (``TaskRows.hand_back``: queued again, the attempt not counted) and sends them again, gives
-back the leases of its webhook deliveries in flight, and exits. A row that ends meanwhile stays
+lapsed. So when the budget runs out with tasks still running, the worker gives back every row it
+holds itself (``TaskRows.hand_back``: queued again, the attempt not counted) and sends them again,
+gives back the leases of its webhook deliveries in flight, and exits; a task that starts here after
+that goes back to the broker unclaimed (``WorkerStopping``). A row that ends meanwhile stays
 ended (a running row moves to ``done`` only from ``running``), so every task ends once; only its
 synthesis may run again elsewhere. A worker that cannot even do this (the database down, a hang)
 is recovered by the liveness sweep when its leases lapse, as after a crash.
@@ -30,6 +31,7 @@ from workers.webhooks import Deliveries
 
 log = logging.getLogger(__name__)
 POLL_S = 0.1
+SETTLE_S = 0.3  # how long a claim under way when claiming stops may take to commit
 
 
 class ShutdownBudget:
@@ -70,12 +72,17 @@ class ShutdownBudget:
     def hand_back(self, worker: str) -> int:
         """Give back the rows ``worker`` still holds and send them again, and the leases of its
         webhook deliveries in flight; how many tasks were sent."""
-        core = self.holder.get().core
+        runtime = self.holder.get()
+        core = runtime.core
+        runtime.executor.stopping.set()  # from now on a task starting here goes back unclaimed
         sent = 0
         try:
-            for task_id, queue in core.task_rows.hand_back(self.held(), worker):
-                core.dispatcher.dispatch(task_id, queue)
-                sent += 1
+            # twice: a claim already under way when claiming stopped may commit after the first
+            for wait_s in (0.0, SETTLE_S):
+                time.sleep(wait_s)
+                for task_id, queue in core.task_rows.hand_back(worker):
+                    core.dispatcher.dispatch(task_id, queue)
+                    sent += 1
             for subject_id in self.deliveries.held() if self.deliveries else []:
                 core.callbacks.release(subject_id)
         except Exception as exc:  # noqa: BLE001 - the database or broker is down: the leases lapse

@@ -32,6 +32,7 @@ from tts_queue.backoff import backoff_s
 from tts_queue.books.lock import AssemblyLock
 from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
 from tts_queue.tables import CleanupReportJSON
+from tts_queue.tasks.executor import WorkerStopping
 from tts_queue.tasks.names import ASSEMBLE, CLEANUP, DELIVER, INGEST, READALONG, REQUEUE, SYNTHESIZE
 from tts_queue.tasks.shares import OverShare
 from workers.markers import RedisBrokerMarker
@@ -89,6 +90,9 @@ def synthesis(task: Task[..., object], holder: RuntimeHolder, task_id: str, stre
     try:
         try:
             status = holder.get().executor.execute(task_id, task.request.hostname, stream=stream)
+        except WorkerStopping:  # the worker handed back what it held: back to the broker, unclaimed
+            task.signature_from_request(countdown=0).apply_async()
+            return None
         except OverShare as exc:  # its key holds its share of the threads: back to the broker
             if send_back(task, task_id, exc):
                 return None

@@ -107,6 +107,10 @@ class Leaders:
             event.set()
 
 
+class WorkerStopping(Exception):  # noqa: N818 - a signal to send the task back, not an error
+    """The worker has handed back what it held and is exiting: the task is not claimed here."""
+
+
 class TaskExecutor:
     """Runs task ids through the synthesizer and ends their rows through ``TaskEnds``."""
 
@@ -132,6 +136,8 @@ class TaskExecutor:
         # kills the worker again, only it is charged another attempt, not the innocent tasks that
         # happened to be running beside it the first time.
         self._suspects = threading.Lock()
+        # set once the worker's shutdown budget is spent: nothing more is claimed here
+        self.stopping = threading.Event()
 
     def execute(self, task_id: str, worker_name: str | None = None,
                 stream: bool = False, shared: bool = True) -> TaskStatus | None:
@@ -139,7 +145,10 @@ class TaskExecutor:
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``).
         An interactive task whose key holds its share of this worker's threads raises
         ``OverShare`` unclaimed (its claim rolled back, no attempt counted): send it back
-        (``shared=False``: it runs whatever its key holds, counted all the same)."""
+        (``shared=False``: it runs whatever its key holds, counted all the same). Once the
+        worker is stopping (``stopping``), ``WorkerStopping`` is raised unclaimed: send it back."""
+        if self.stopping.is_set():
+            raise WorkerStopping(f"task {task_id}: the worker is stopping")
         worker = worker_name or self.worker_name
         # the cache is looked up in the claim's transaction (an identical request may have stored
         # the audio since submission): one read transaction fewer for a first attempt

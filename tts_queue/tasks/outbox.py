@@ -107,25 +107,22 @@ class OutboxRows:
             ).all()
         return [(task_id, queue) for task_id, queue in rows]
 
-    def hand_back(self, task_ids: Collection[str], worker: str) -> list[tuple[str, str]]:
-        """A worker stopping past its shutdown budget gives back the rows it still holds (received
-        or running) at once, instead of letting their leases lapse: released to ``queued`` as the
+    def hand_back(self, worker: str) -> list[tuple[str, str]]:
+        """A worker stopping past its shutdown budget gives back every row it holds (received or
+        running) at once, instead of letting their leases lapse: released to ``queued`` as the
         sweep releases them, their attempt taken back when they were running (a scale-in is not
         the task's fault, so it does not count towards the cap), and returned as ``(id, queue)``
         to dispatch again. A row that ended meanwhile, or that another worker holds, is left."""
-        ids = list(task_ids)
         now = self.clock()
         handed: list[tuple[str, str]] = []
-        for start in range(0, len(ids), BATCH_IDS):
-            with self.db.write() as session:
-                held = (TaskRow.id.in_(ids[start:start + BATCH_IDS]), TaskRow.worker == worker)
-                for status, attempts in ((TaskStatus.RUNNING, TaskRow.attempts - 1),
-                                         (TaskStatus.QUEUED, TaskRow.attempts)):
-                    handed += [(task_id, queue) for task_id, queue in session.execute(
-                        update(TaskRow).where(*held, TaskRow.status == status)
-                        .values(status=TaskStatus.QUEUED, worker=None, claimed_at=now, dispatched_at=now,
-                                attempts=attempts)
-                        .returning(TaskRow.id, TaskRow.queue))]
+        with self.db.write() as session:
+            for status, attempts in ((TaskStatus.RUNNING, TaskRow.attempts - 1),
+                                     (TaskStatus.QUEUED, TaskRow.attempts)):
+                handed += [(task_id, queue) for task_id, queue in session.execute(
+                    update(TaskRow).where(TaskRow.status == status, TaskRow.worker == worker)
+                    .values(status=TaskStatus.QUEUED, worker=None, claimed_at=now, dispatched_at=now,
+                            attempts=attempts)
+                    .returning(TaskRow.id, TaskRow.queue))]
         return handed
 
     def stranded(self, messages: Mapping[str, float | None]) -> list[tuple[str, str]]:
