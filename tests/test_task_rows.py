@@ -174,14 +174,16 @@ def test_a_stopping_worker_hands_back_only_what_it_still_holds_without_counting_
     assert rows.claim(elsewhere, "other@h") is not None
     # When the worker hands back what it holds
     handed = rows.hand_back("w@h")
-    # Then the two it still holds are queued again, held by nobody, their attempt not counted,
-    # and returned with their queue to send again
-    assert sorted(handed) == sorted([(running, "tts.cpu"), (received, "tts.cpu")])
+    # Then the one it runs is queued again, held by nobody, its attempt not counted, and returned
+    # with its queue to send again; the one it received is let go, not sent again (its message
+    # went back to the broker with the worker's channel)
+    assert handed == [(running, "tts.cpu")]
     with rows.db.read() as session:
         for task_id in (running, received):
             row = session.get(TaskRow, task_id)
             assert row is not None and row.status is TaskStatus.QUEUED and row.worker is None
-            assert row.attempts == 0 and row.dispatched_at == NOW
+            assert row.attempts == 0
+            assert (row.dispatched_at == NOW) is (task_id == running)
     # And the ended row and the other worker's are untouched; a finish that comes too late does
     # not end the handed-back row (it ends once, where it runs next)
     assert status(rows, ended) is TaskStatus.DONE and status(rows, elsewhere) is TaskStatus.RUNNING

@@ -108,21 +108,22 @@ class OutboxRows:
         return [(task_id, queue) for task_id, queue in rows]
 
     def hand_back(self, worker: str) -> list[tuple[str, str]]:
-        """A worker stopping past its shutdown budget gives back every row it holds (received or
-        running) at once, instead of letting their leases lapse: released to ``queued`` as the
-        sweep releases them, their attempt taken back when they were running (a scale-in is not
-        the task's fault, so it does not count towards the cap), and returned as ``(id, queue)``
-        to dispatch again. A row that ended meanwhile, or that another worker holds, is left."""
+        """A worker stopping past its shutdown budget gives back the rows it holds at once,
+        instead of letting their leases lapse: those it runs go back to ``queued`` as the sweep
+        releases them, their attempt taken back (a scale-in is not the task's fault, so it does not
+        count towards the cap), and are returned as ``(id, queue)`` to dispatch again; those it
+        received and did not start are only let go (their messages went back to the broker when
+        its channel closed; sending them again would deliver each twice). A row that ended
+        meanwhile, or that another worker holds, is left."""
         now = self.clock()
-        handed: list[tuple[str, str]] = []
         with self.db.write() as session:
-            for status, attempts in ((TaskStatus.RUNNING, TaskRow.attempts - 1),
-                                     (TaskStatus.QUEUED, TaskRow.attempts)):
-                handed += [(task_id, queue) for task_id, queue in session.execute(
-                    update(TaskRow).where(TaskRow.status == status, TaskRow.worker == worker)
-                    .values(status=TaskStatus.QUEUED, worker=None, claimed_at=now, dispatched_at=now,
-                            attempts=attempts)
-                    .returning(TaskRow.id, TaskRow.queue))]
+            handed = [(task_id, queue) for task_id, queue in session.execute(
+                update(TaskRow).where(TaskRow.status == TaskStatus.RUNNING, TaskRow.worker == worker)
+                .values(status=TaskStatus.QUEUED, worker=None, claimed_at=now, dispatched_at=now,
+                        attempts=TaskRow.attempts - 1)
+                .returning(TaskRow.id, TaskRow.queue))]
+            session.execute(update(TaskRow).values(worker=None)
+                            .where(TaskRow.status == TaskStatus.QUEUED, TaskRow.worker == worker))
         return handed
 
     def stranded(self, messages: Mapping[str, float | None]) -> list[tuple[str, str]]:
