@@ -74,6 +74,7 @@ def test_a_zero_interval_starts_no_trimmer() -> None:
 def test_freezing_the_start_up_heap_moves_the_live_objects_out_of_the_collectors_walks() -> None:
     try:
         frozen = heap.freeze_start_up()
-        assert frozen > 1000 and frozen == gc.get_freeze_count()
+        # (another thread of this test process, an in-process worker's start, may freeze more)
+        assert frozen > 1000 and gc.get_freeze_count() >= frozen
     finally:
         gc.unfreeze()
