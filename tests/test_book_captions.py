@@ -11,6 +11,7 @@ from tts_queue.books.words import (
     IdMarks,
     SpokenWord,
     sentence_word_starts,
+    spoken_morae,
     spoken_syllables,
     spoken_words,
     word_starts,
@@ -121,9 +122,10 @@ def test_chinese_text_is_written_per_character_and_other_text_per_word() -> None
     assert written_words("我有3个苹果，价格是12.5元。") == [
         "我", "有", "3", "个", "苹", "果，", "价", "格", "是", "12.5", "元。"]
     assert written_words("「你好」他说。") == ["「你", "好」", "他", "说。"]
-    # while Latin-majority text (with Han inside) and Japanese keep their words
+    # and Japanese too, a small kana with the one before it
+    assert written_words("ちょっと待って。") == ["ちょ", "っ", "と", "待", "っ", "て。"]
+    # while Latin-majority text (with Han inside) keeps its words
     assert written_words("I love 寿司 very much") == ["I", "love", "寿司", "very", "much"]
-    assert written_words("今日はいい天気") == ["今日はいい天気"]
 
 
 def test_mandarin_syllables_end_at_their_tone_mark_and_coda() -> None:
@@ -140,6 +142,30 @@ def test_mandarin_syllables_end_at_their_tone_mark_and_coda() -> None:
     starts = sentence_word_starts("今天吗", [(ids, samples)], 0, ZH_MARKS)
     assert starts == [10, 50, 120]
     assert sentence_word_starts("今", [(ids, samples)], 0, ZH_MARKS) is None
+
+
+JA = {"$": [0], "^": [0], " ": [16], "ː": [158], "ʔ": [115], "ʲ": [125], "a": [43], "e": [47],
+      "i": [51], "o": [57], "ɯ": [60], "k": [53], "t": [62], "ɴ": [70], "ŋ": [112], "m": [55], "n": [56],
+      "ɕ": [120], "d": [46], "s": [61], "→": [171]}
+JA_MARKS = IdMarks.from_id_map(JA)
+
+
+def test_japanese_morae_and_the_characters_they_time() -> None:
+    pytest.importorskip("pyopenjtalk")
+    # "teŋkʲi desɨ" (天気です, written 天気です): te ŋ kʲi, de sɯ: five morae; ŋ before a
+    # consonant is a mora of its own, kʲ before a vowel is not
+    ids = [0, *(JA[ch][0] for ch in "teŋkʲi desɯ"), 0]
+    morae = spoken_morae(ids, [10] * len(ids), JA_MARKS)
+    assert [(m.start, m.end) for m in morae] == [(10, 30), (30, 40), (40, 70), (80, 100), (100, 120)]
+    # And the characters take their words' morae: 天 two (the compound's three shared, the first
+    # kanji the larger part), 気 one, で and す one each
+    pieces = [(ids, [10] * len(ids))]
+    assert sentence_word_starts("天気です", pieces, 0, JA_MARKS) == [10, 40, 80, 100]
+    # And a number read as kanji (the words no longer spell the text) keeps one cue
+    assert sentence_word_starts("3です", pieces, 0, JA_MARKS) is None
+    # And a sentence with tone marks is Mandarin, whatever its script
+    toned = [0, *(JA[ch][0] for ch in "ti→n"), 0]
+    assert sentence_word_starts("天", [(toned, [10] * len(toned))], 0, JA_MARKS) == [10]
 
 
 def test_chapter_cues_tile_the_audio_with_word_and_sentence_cues() -> None:

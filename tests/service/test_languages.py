@@ -142,7 +142,7 @@ def test_openai_speech_speaks_japanese_with_an_installed_voice(client: FlaskClie
     assert rate == 24000 and plausible(seconds, text)
 
 
-def test_a_japanese_text_book_renders_two_chapters_with_captions_and_a_readalong_epub(
+def test_a_japanese_text_book_renders_two_chapters_with_character_cues_and_a_readalong_epub(
         client: FlaskClient, tmp_path: Path) -> None:
     # Given a text book in Japanese with two 第N章 chapters and no voice named
     created = client.post("/v1/books", json={"text": BOOK, "input_format": "text", "format": "mp3"})
@@ -172,6 +172,10 @@ def test_a_japanese_text_book_renders_two_chapters_with_captions_and_a_readalong
         shown = "".join(srt.splitlines()[2::4]).replace(" ", "")
         assert len(cues) >= len(chapter["sentences"])
         assert all(s["text"].replace(" ", "") in shown for s in chapter["sentences"]), srt  # cut at spaces
+    # And its cues are per character, timed by morae (the kanji of a word sharing its reading's)
+    srt = client.get(f"/v1/books/{book_id}/chapters/1/captions.srt").get_data(as_text=True)
+    assert srt.splitlines()[2::4] == ["第", "一", "章", "雨", "雨", "が", "降", "っ", "た。", "静",
+                                      "か。"], srt
     m4b = client.get(f"/v1/books/{book_id}/audiobook.m4b")
     assert m4b.status_code == 200
     with av.open(io.BytesIO(m4b.data), "r") as container:

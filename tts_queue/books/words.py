@@ -14,8 +14,12 @@ Chinese text (``language.written_in``: Han characters outnumber Latin words, no 
 character: each Han character is a syllable, and a Mandarin voice's phonemes mark each syllable's
 tone (misaki's →↗↓↘ after its vowel, then its coda n or ŋ), so the spoken units are syllables,
 matched to the characters one to one, or by the same dynamic program where a number or a Latin
-word is said in several. Japanese stays per sentence: its readings give no boundary between the
-characters of a word.
+word is said in several. Japanese (a sentence said with no tone mark: kanji-only text may be
+either) is timed per character too, by morae: the spoken phonemes cut into morae (a vowel with
+the consonants before it; a nasal with no vowel after it; ʔ; ː), and pyopenjtalk's words give
+each character its morae (a kana its own, a small kana none, a word's kanji sharing the rest
+evenly: an estimate inside a kanji compound); where the counts differ (a number read as kanji,
+a Latin word) the sentence keeps one cue.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tts_queue.errors import InvalidRequest
-from tts_queue.synthesis.language import MANDARIN, written_in
+from tts_queue.synthesis.language import JAPANESE, MANDARIN, written_in
 
 _PUNCTUATION_PHONEMES = ",.;:!?¡¿—…\"«»“”()-"
 PHONEMES_PER_LETTER = 1.09  # measured on the Sherlock Holmes EPUB with espeak-ng en-us
@@ -40,9 +44,16 @@ _SYLLABLE_MOVES = ((1, 1), (2, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6))
 _TONES = "→↗↓↘"  # misaki's Mandarin tone marks, after a syllable's vowel
 _CODAS = "nŋ"  # a syllable's final consonant, after its tone mark
 _VOWELS = "aeiouyɑɐɒæɔəɘɚɛɜɤɨɪɯɵʊʌʏøœ"
+_NASALS = "nmŋɲɴ"  # a mora of its own with no vowel after it (Japanese ん)
+_MORAIC = "ʔː"  # Japanese っ and a long vowel's second mora
+_PALATAL = "ʲ"
+_SMALL_KANA = "ぁぃぅぇぉゃゅょゎゕゖァィゥェォャュョヮヵヶ"
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _LATIN = "A-Za-z0-9\u00c0-\u024f"
-_UNIT = re.compile(f"[{_HAN}]|[{_LATIN}]+(?:[.,:'’][{_LATIN}]+)*|[^\\s{_HAN}{_LATIN}]")
+_KANA = "\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff"
+_UNIT = re.compile(f"[{_HAN}{_KANA}][{_SMALL_KANA}]*"  # a character (a small kana with the one before)
+                   f"|[{_LATIN}]+(?:[.,:'’][{_LATIN}]+)*"  # a Latin word or a number
+                   f"|[^\\s{_HAN}{_KANA}{_LATIN}]")  # a mark
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,9 @@ class IdMarks:
     tones: frozenset[int] = frozenset()
     codas: frozenset[int] = frozenset()
     vowels: frozenset[int] = frozenset()
+    nasals: frozenset[int] = frozenset()
+    moraic: frozenset[int] = frozenset()
+    palatal: frozenset[int] = frozenset()
 
     @classmethod
     def from_id_map(cls, id_map: Mapping[str, Sequence[int]]) -> IdMarks:
@@ -63,7 +77,8 @@ class IdMarks:
             return frozenset(i for key in symbols for i in id_map.get(key, ()))
 
         return cls(space=ids([" "]), silent=ids(["_", "^", "$", *_PUNCTUATION_PHONEMES]), tones=ids(_TONES),
-                   codas=ids(_CODAS), vowels=ids(_VOWELS))
+                   codas=ids(_CODAS), vowels=ids(_VOWELS), nasals=ids(_NASALS), moraic=ids(_MORAIC),
+                   palatal=ids(_PALATAL))
 
 
 @dataclass(frozen=True)
@@ -131,9 +146,60 @@ def spoken_syllables(
     return units
 
 
+def spoken_morae(
+    ids: Sequence[int], samples: Sequence[int], marks: IdMarks, offset: int = 0
+) -> list[SpokenWord]:
+    """The morae of one sentence said by a Japanese voice, in samples from ``offset``: a vowel
+    with the consonants before it, a nasal that no vowel (or ʲ) follows, ʔ, ː; a space or a mark
+    drops consonants left without a vowel."""
+    if len(ids) != len(samples):
+        raise InvalidRequest(f"{len(ids)} phoneme ids but {len(samples)} sample counts")
+    units: list[SpokenWord] = []
+    start: int | None = None
+    position = offset
+    for index, (phoneme_id, count) in enumerate(zip(ids, samples, strict=True)):
+        end = position + int(count)
+        after = ids[index + 1] if index + 1 < len(ids) else None
+        if phoneme_id in marks.space or phoneme_id in marks.silent:
+            start = None
+        elif phoneme_id in marks.vowels or phoneme_id in marks.moraic or (
+                phoneme_id in marks.nasals and start is None
+                and after not in marks.vowels and after not in marks.palatal):
+            units.append(SpokenWord(position if start is None else start, end, 1))
+            start = None
+        elif start is None:
+            start = position
+        position = end
+    return units
+
+
 def per_character(text: str) -> bool:
-    """Whether ``text`` is Chinese, timed per character (``written_in``)."""
-    return written_in(text) == MANDARIN
+    """Whether ``text`` is Chinese or Japanese, timed per character (``written_in``)."""
+    return written_in(text) in (MANDARIN, JAPANESE)
+
+
+def japanese_starts(text: str, units: Sequence[str], morae: Sequence[SpokenWord]) -> list[int] | None:
+    """Where each written unit of Japanese ``text`` starts, from the spoken ``morae``: the units
+    take the morae pyopenjtalk's words give their characters, in order; ``None`` when a unit
+    gets none or the counts differ."""
+    from tts_queue.synthesis.kokoro.japanese import char_morae
+
+    per_char = char_morae(text)
+    if per_char is None:
+        return None
+    starts: list[int] = []
+    position = taken = 0
+    for unit in units:
+        found = text.find(unit, position)
+        if found < 0:
+            return None
+        count = sum(per_char[found:found + len(unit)])
+        if count == 0 or taken + count > len(morae):
+            return None
+        starts.append(morae[taken].start)
+        taken += count
+        position = found + len(unit)
+    return starts if taken == len(morae) else None
 
 
 def _syllables(unit: str) -> int:
@@ -148,8 +214,9 @@ def _syllables(unit: str) -> int:
 
 
 def _characters(text: str) -> list[str]:
-    """Chinese text's units as written: each Han character, each Latin word or number; marks
-    join the unit before them (or the first one)."""
+    """Chinese or Japanese text's units as written: each Han character or kana (a small kana
+    with the one before it), each Latin word or number; marks join the unit before them (or
+    the first one)."""
     units: list[str] = []
     prefix = ""
     for match in _UNIT.finditer(text):
@@ -168,7 +235,8 @@ def _characters(text: str) -> list[str]:
 
 def written_words(text: str) -> list[str]:
     """Words exactly as written, split at spaces and after dashes; bare marks join a neighbour.
-    Chinese text: its characters (``per_character``), Latin words and numbers whole."""
+    Chinese and Japanese text: its characters (``per_character``; a small kana with the one
+    before it), Latin words and numbers whole."""
     if per_character(text):
         return _characters(text)
     parts = _WORD_SPLIT.split(text.strip())
@@ -290,13 +358,20 @@ def sentence_word_starts(
     ``pieces`` are the (ids, samples per id) of each phonemizer sentence, joined in order with
     ``gap_samples`` of silence between them, as ``Audio.join`` does.
     """
-    chinese = per_character(text) and bool(marks.tones)
+    # Chinese or Japanese by what was said: a Mandarin voice marks tones, a Japanese one never
+    # does (kanji-only text, such as a chapter title, may be either)
+    toned = any(i in marks.tones for ids, _ in pieces for i in ids)
+    chinese = per_character(text) and toned
+    japanese = per_character(text) and not toned and bool(marks.moraic)
+    units = spoken_syllables if chinese else spoken_morae if japanese else spoken_words
     spoken: list[SpokenWord] = []
     offset = 0
     for ids, samples in pieces:
-        spoken.extend((spoken_syllables if chinese else spoken_words)(ids, samples, marks, offset))
+        spoken.extend(units(ids, samples, marks, offset))
         offset += sum(int(s) for s in samples) + gap_samples
     words = written_words(text)
     if chinese:
         return word_starts(words, spoken, [_syllables(w) for w in words], _SYLLABLE_MOVES)
+    if japanese:
+        return japanese_starts(text, words, spoken)
     return word_starts(words, spoken, spoken_letters(text, words))

@@ -106,6 +106,46 @@ def _without_digit_words(base: type[Any]) -> type[Any]:
     return Tagger
 
 
+_SMALL_KANA = frozenset("ぁぃぅぇぉゃゅょゎゕゖァィゥェォャュョヮヵヶ")
+_KANA = re.compile("[\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff]")
+
+
+def char_morae(text: str) -> list[int] | None:
+    """How many morae each character of ``text`` is read with, from pyopenjtalk's words (their
+    readings' mora counts): a kana its own (a small one none: it joins the one before), the kanji
+    of a word sharing what its kana leave; ``None`` when the words do not spell the text as
+    written (a number read as kanji, Latin letters) or a kanji would get none."""
+    try:
+        import pyopenjtalk
+    except ImportError:  # no Japanese frontend here: no character timings
+        return None
+    with _READING_LOCK:
+        nodes = pyopenjtalk.run_frontend(text, use_sudachi_kanji_yomi=False)
+    morae = [0] * len(text)
+    position = 0
+    for node in nodes:
+        surface, size = str(node["string"]), int(node["mora_size"])
+        found = text.find(surface, position)
+        if found < 0 or any(not ch.isspace() and not unicodedata.category(ch).startswith("P")
+                            for ch in text[position:found]):
+            if size == 0:
+                continue  # a mark the frontend wrote in its own form
+            return None
+        chars = range(found, found + len(surface))
+        kana = [i for i in chars if _KANA.match(text[i])]
+        for i in kana:
+            morae[i] = 0 if text[i] in _SMALL_KANA else 1
+        kanji = [i for i in chars if i not in kana and text[i].isalnum()]
+        rest = size - sum(morae[i] for i in kana)
+        if kanji and rest >= len(kanji):
+            for n, i in enumerate(kanji):
+                morae[i] = rest // len(kanji) + (1 if n < rest % len(kanji) else 0)
+        elif kanji or rest != 0:
+            return None
+        position = found + len(surface)
+    return morae
+
+
 class JapanesePhonemizer(KokoroPhonemizer):
     """Japanese text (and the Latin runs inside it) to Kokoro sentences, thread-safe."""
 
