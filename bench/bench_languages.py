@@ -13,8 +13,7 @@ real-time factor (compute seconds / audio seconds, median of rounds), and each v
 Japanese voice's in the same round (median: the comparison that decides; every Kokoro voice runs the
 same graph, so this shows what the language's frontend and its sentence lengths add). Writes
 ``--out`` (default ``bench/results/languages.json``). Intelligibility per language (a recognizer
-hearing the speech back) is not measured here: no multilingual recognizer ships on the package
-index these machines reach.
+hearing the speech back): ``bench_hearing.py``.
 """
 
 from __future__ import annotations
