@@ -223,6 +223,21 @@ def test_a_build_is_queued_once_and_a_failure_is_answered(library: Library, redi
     redis.delete(keys.readalong_failed(other))
 
 
+def test_a_pool_kept_at_zero_has_its_builds_run_by_the_cpu_pool(library: Library, redis_url: str) -> None:
+    # Given a done book of the GPU pool, which an autoscaler keeps at zero (its backlog counts
+    # synthesis only, so a build queued there would wait for the next request to wake it)
+    book_id = rendered(library, [chapter(2)], "mp3")
+    book = library.books.book(book_id)
+    book.pool = "gpu"
+    awake = Settings.from_env({"TTS_SCALE_FROM_ZERO": "gpu"}).routing.awake
+    queue, keys = FakeQueue(), RedisKeys(f"test-{uuid.uuid4().hex[:8]}")
+    # When its EPUB is asked for, the build goes to the CPU pool's bulk lane
+    ReadAlongs(builder(library), queue, Redis.from_url(redis_url), keys, awake).request(book)
+    assert queue.readalongs == [(book_id, f"{keys.prefix}.cpu.bulk")]
+    # while a pool that is not kept at zero builds its own
+    assert Settings().routing.awake("gpu") == "gpu" and awake("cpu") == "cpu"
+
+
 def test_captions_parse_back_to_their_cues_and_clock_values_are_full() -> None:
     # The captions' own writer's output parses back to its cues (escaped text included)
     vtt = ("WEBVTT\n\n00:00:00.000 --> 00:00:01.250\nA &amp; B &lt;c&gt;\n\n"

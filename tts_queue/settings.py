@@ -242,6 +242,11 @@ class RoutingSettings:
         """``TTS_SCALE_FROM_ZERO`` as a list of pools."""
         return tuple(name.strip() for name in self.from_zero.split(",") if name.strip())
 
+    def awake(self, pool: str) -> str:
+        """Where work of ``pool`` that no task row counts (a read-along build) runs: the pool, or
+        the CPU pool for one an autoscaler keeps at zero (its backlog would not wake it)."""
+        return "cpu" if pool in self.pools_from_zero and "cpu" not in self.pools_from_zero else pool
+
     # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
     # throughput of one sentence per call, so the CPU pool batches nothing by default.
     # Two runners whose calls take the cores the load leaves them (BatchEngine.side_by_side): a

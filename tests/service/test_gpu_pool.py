@@ -117,16 +117,23 @@ def test_a_pool_scaled_from_zero_takes_work_with_no_worker_and_its_first_worker_
     plain = create_app(settings.replace(**{"routing.from_zero": ""})).test_client()
     refused = plain.post("/v1/tts", json={"text": "Wake the pool.", "pool": "gpu"})
     assert refused.status_code == 503 and refused.get_json()["error"]["code"] == "no_worker"
-    # When the pool is one an autoscaler starts from zero (TTS_SCALE_FROM_ZERO=gpu)
+    # When the pool is one an autoscaler starts from zero (TTS_SCALE_FROM_ZERO=gpu), a request
+    # and a book are sent to it
     task_id = submit(client, "Wake the pool.", pool="gpu")
-    # Then the request waits, counted in the pool's backlog: what the autoscaler wakes on
+    book = client.post("/v1/books", json={"text": "Chapter 1\n\nA short book.", "input_format": "text",
+                                          "pool": "gpu"})
+    assert book.status_code == 202, book.get_json()
+    # Then both wait, counted in the pool's backlog (the book, not parsed yet, as a minute of
+    # audio): what the autoscaler wakes on
     view = client.get("/v1/backlog").get_json()
-    assert view["pools"]["gpu"]["interactive"]["tasks"] == 1
-    assert view["pools"]["gpu"]["interactive"]["audio_seconds"] > 0
-    # And the first worker of the pool that starts runs it
+    assert view["pools"]["gpu"]["interactive"]["tasks"] == 2
+    assert view["pools"]["gpu"]["interactive"]["audio_seconds"] > 60
+    # And the first worker of the pool that starts runs them
     worker = WorkerProcess(settings, f"gpu-{uuid.uuid4().hex[:6]}@localhost", tmp_path / "worker.log",
                            TTS_WORKER_POOL="gpu")
     try:
         assert client.get(f"/v1/tasks/{task_id}?wait=60").get_json()["status"] == "done"
+        status_url = book.get_json()["status_url"]
+        assert wait_until(lambda: client.get(status_url).get_json()["status"] == "done", timeout=60)
     finally:
         worker.stop()

@@ -112,7 +112,7 @@ class Wiring:
                                      finish_lock=finish_lock)
         builder = ReadAlongBuilder(book_rows, assembler, books.storage,
                                    lambda voice: _language(registry, voice), settings.books.max_epub_bytes)
-        readalongs = ReadAlongs(builder, dispatcher, client, keys)
+        readalongs = ReadAlongs(builder, dispatcher, client, keys, settings.routing.awake)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
                    book_rows, callbacks, ends, tasks, window, book_ends, books, assembler, readalongs,
                    Backlog(db))

@@ -463,11 +463,12 @@ class ReadAlongs:
     FAILED_S = 600  # how long a failed build's reason is answered before a request tries again
 
     def __init__(self, builder: ReadAlongBuilder, dispatcher: Dispatcher, redis: Redis | None,
-                 keys: RedisKeys) -> None:
+                 keys: RedisKeys, awake: Callable[[str], str] = str) -> None:
         self.builder = builder
         self.dispatcher = dispatcher
         self.redis = redis  # none: every request queues a build (one process, tests)
         self.keys = keys
+        self.awake = awake  # the pool that builds a pool's EPUBs (``RoutingSettings.awake``)
 
     def stored(self, book: BookRow) -> str | None:
         """The EPUB's name in the books storage once it is built, else ``None``."""
@@ -499,9 +500,10 @@ class ReadAlongs:
             raise
 
     def _queue(self, book: BookRow) -> None:
-        """Check the size estimate, then send the build to the book's pool's bulk lane."""
+        """Check the size estimate, then send the build to the book's pool's bulk lane (the CPU
+        pool's when the book's pool may be at zero)."""
         self.builder.check(book)
-        self.dispatcher.readalong(book.id, queue_name(book.pool, Lane.BULK, self.keys.prefix))
+        self.dispatcher.readalong(book.id, queue_name(self.awake(book.pool), Lane.BULK, self.keys.prefix))
 
     def run(self, book_id: str) -> str | None:
         """The worker's side: build the EPUB; a failure is kept (``FAILED_S``) for the API to answer."""

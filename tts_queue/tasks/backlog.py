@@ -6,7 +6,9 @@ the bulk window sends them (``books.window``), so with every worker saturated th
 zero. The rows are the truth: every admitted task is a row ``queued`` until it is claimed and
 ``running`` until it ends, whatever the broker holds. Each row keeps its estimated audio seconds
 from admission (``synthesis.work.estimate_of``; ``None`` on rows admitted before it was kept,
-counted as tasks only).
+counted as tasks only). A book being parsed has no task rows yet: it counts as one task of
+``PARSING_AUDIO_S`` on its pool's interactive lane (its ingestion runs there), so a pool an
+autoscaler keeps at zero wakes for an upload too.
 
 One query, grouped by queue and status over ``ix_tasks_status``; ``Backlog`` caches it a few
 seconds per process, so every API replica reports the same figures whatever the scrape rate (an
@@ -26,12 +28,13 @@ from typing import TypedDict
 from sqlalchemy import func, select
 
 from tts_queue.db import Database
-from tts_queue.enums import POOLS, Lane, TaskStatus
-from tts_queue.tables import TaskRow
+from tts_queue.enums import POOLS, BookStatus, Lane, TaskStatus
+from tts_queue.tables import BookRow, TaskRow
 from tts_queue.tasks.names import lane_of, pool_of
 
 LANES = (Lane.INTERACTIVE, Lane.BULK)  # the lanes that carry synthesis tasks
 TTL_S = 5.0  # how long a process answers from one count (the metrics' own cache is as long)
+PARSING_AUDIO_S = 60.0  # what a book being parsed counts for: over any activation threshold
 
 
 @dataclass
@@ -73,6 +76,12 @@ def count(db: Database) -> dict[tuple[str, str], Place]:
                    func.coalesce(func.sum(TaskRow.estimate_s), 0.0))
             .where(TaskRow.status.in_((TaskStatus.QUEUED, TaskStatus.RUNNING)))
             .group_by(TaskRow.queue, TaskRow.status)).all()
+        parsing = session.execute(select(BookRow.pool, func.count())
+                                  .where(BookRow.status == BookStatus.PARSING).group_by(BookRow.pool)).all()
+    for pool, books in parsing:
+        place = places.setdefault((str(pool), Lane.INTERACTIVE.value), Place())
+        place.queued += int(books)
+        place.audio_s += PARSING_AUDIO_S * int(books)
     for queue, status, tasks, seconds in rows:
         try:
             place = places.setdefault((pool_of(queue), lane_of(queue).value), Place())
