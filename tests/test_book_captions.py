@@ -163,6 +163,10 @@ def test_japanese_morae_and_the_characters_they_time() -> None:
     assert sentence_word_starts("天気です", pieces, 0, JA_MARKS) == [10, 40, 80, 100]
     # And a number read as kanji (the words no longer spell the text) keeps one cue
     assert sentence_word_starts("3です", pieces, 0, JA_MARKS) is None
+    # And a kana in a sentence an English voice says keeps the English word cues
+    english = piper_ids([[10, 11, 12, 13], [14], [17, 18, 19, 20, 21]])
+    assert sentence_word_starts("Hello ね world.", [(english, [100] * len(english))], 0, MARKS) == [
+        200, 1200, 1600]
     # And a sentence with tone marks is Mandarin, whatever its script
     toned = [0, *(JA[ch][0] for ch in "ti→n"), 0]
     assert sentence_word_starts("天", [(toned, [10] * len(toned))], 0, JA_MARKS) == [10]

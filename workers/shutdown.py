@@ -1,8 +1,8 @@
 """The shutdown budget: a worker told to stop (SIGTERM: a scale-in, a rolling upgrade) finishes
 what it runs for at most ``TTS_SHUTDOWN_BUDGET_S``, then hands the rest back and exits.
 
-Celery's warm shutdown stops consuming at once (the messages received and not started go back to
-the broker when its channel closes) and then waits for the running tasks, however long they take;
+Celery's warm shutdown stops consuming (at its next poll of the broker) and then runs what it
+received, however long that takes;
 Kubernetes kills the pod at its grace period, and what it ran was found only when the leases
 lapsed. So when the budget runs out with tasks still running, the worker gives back every row it
 holds itself (``TaskRows.hand_back``: queued again, the attempt not counted) and sends them again,

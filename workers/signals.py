@@ -123,7 +123,7 @@ def leases_on_reconnect(leases: Leases) -> type[bootsteps.StartStopStep]:
             gone = leases.keep_only(running_task_ids())
             stopping = state.should_stop is not None and state.should_stop is not False
             if gone and stopping:  # the worker stops: its channel's close gives them back at once
-                log.warning("stopping: %d received task(s) not started go back to the broker", gone)
+                log.warning("stopping: %d received task(s) not started yet", gone)
             elif gone:
                 log.warning("the broker connection was lost: %d received task(s) not started were "
                             "dropped by Celery; their leases lapse and the sweep sends them again", gone)

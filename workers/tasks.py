@@ -90,15 +90,19 @@ def synthesis(task: Task[..., object], holder: RuntimeHolder, task_id: str, stre
     try:
         try:
             status = holder.get().executor.execute(task_id, task.request.hostname, stream=stream)
-        except WorkerStopping:  # the worker handed back what it held: back to the broker, unclaimed
-            task.signature_from_request(countdown=0).apply_async()
-            return None
         except OverShare as exc:  # its key holds its share of the threads: back to the broker
             if send_back(task, task_id, exc):
                 return None
             # the broker cannot take it back: it runs here, over the share, rather than be lost
             status = holder.get().executor.execute(task_id, task.request.hostname, stream=stream,
                                                    shared=False)
+    except WorkerStopping:  # the worker handed back what it held: back to the broker, unclaimed
+        try:
+            task.signature_from_request(countdown=0).apply_async()
+        except Exception as exc:  # noqa: BLE001 - the broker is down: the sweep finds the row
+            log.warning("task %s: the worker is stopping and the broker could not take it back (%s)",
+                        task_id, exc)
+        return None
     except Exception as exc:
         if resend_when_storage_blocked(task, exc, f"task {task_id}", holder.settings.cache.storage_retry_s):
             return None

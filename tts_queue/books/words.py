@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tts_queue.errors import InvalidRequest
@@ -364,14 +364,30 @@ def sentence_word_starts(
     chinese = per_character(text) and toned
     japanese = per_character(text) and not toned and bool(marks.moraic)
     units = spoken_syllables if chinese else spoken_morae if japanese else spoken_words
+    spoken = _spoken(pieces, gap_samples, marks, units)
+    words = written_words(text)
+    if chinese:
+        starts = word_starts(words, spoken, [_syllables(w) for w in words], _SYLLABLE_MOVES)
+    elif japanese:
+        starts = japanese_starts(text, words, spoken)
+    else:
+        return word_starts(words, spoken, spoken_letters(text, words))
+    if starts is not None:
+        return starts
+    # readings that do not line up (or a voice of another language reading the text): its spoken
+    # words, matched to the same written units
+    return word_starts(words, _spoken(pieces, gap_samples, marks, spoken_words), spoken_letters(text, words))
+
+
+Splitter = Callable[[Sequence[int], Sequence[int], IdMarks, int], list[SpokenWord]]
+
+
+def _spoken(pieces: Sequence[tuple[Sequence[int], Sequence[int]]], gap_samples: int, marks: IdMarks,
+            units: Splitter) -> list[SpokenWord]:
+    """The spoken units (words, syllables or morae) of a sentence's pieces, in samples from its start."""
     spoken: list[SpokenWord] = []
     offset = 0
     for ids, samples in pieces:
         spoken.extend(units(ids, samples, marks, offset))
         offset += sum(int(s) for s in samples) + gap_samples
-    words = written_words(text)
-    if chinese:
-        return word_starts(words, spoken, [_syllables(w) for w in words], _SYLLABLE_MOVES)
-    if japanese:
-        return japanese_starts(text, words, spoken)
-    return word_starts(words, spoken, spoken_letters(text, words))
+    return spoken

@@ -165,6 +165,8 @@ class TaskExecutor:
             claimed = self.rows.claim_first(task_id, worker, also=look)
             if claimed is Suspect.SUSPECT:  # attempted before: claimed (and run) under the lock
                 with self._suspects:
+                    if self.stopping.is_set():  # handed back while it waited for the lock
+                        raise WorkerStopping(f"task {task_id}: the worker is stopping")
                     return self._execute(task_id, self.rows.claim(task_id, worker), stream)
             return self._execute(task_id, claimed, stream, cached)
         finally:

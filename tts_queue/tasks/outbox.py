@@ -112,9 +112,10 @@ class OutboxRows:
         instead of letting their leases lapse: those it runs go back to ``queued`` as the sweep
         releases them, their attempt taken back (a scale-in is not the task's fault, so it does not
         count towards the cap), and are returned as ``(id, queue)`` to dispatch again; those it
-        received and did not start are only let go (their messages went back to the broker when
-        its channel closed; sending them again would deliver each twice). A row that ended
-        meanwhile, or that another worker holds, is left."""
+        received and did not start are only let go: one that starts before the worker exits goes
+        back to the broker unclaimed (``WorkerStopping``), one that does not is sent again by the
+        sweep once its lease lapses (sending it now as well would deliver it twice). A row that
+        ended meanwhile, or that another worker holds, is left."""
         now = self.clock()
         with self.db.write() as session:
             handed = [(task_id, queue) for task_id, queue in session.execute(
