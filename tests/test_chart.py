@@ -115,6 +115,8 @@ def test_the_objects_are_the_documented_ones() -> None:
     assert scaled["tts-worker-gpu"]["spec"]["minReplicaCount"] == 0
     assert scaled["tts-worker-gpu"]["spec"]["triggers"][0]["metadata"]["activationThreshold"] == "1"
     assert env_of(api)["TTS_SCALE_FROM_ZERO"] == "gpu"
+    # and the autoscaler owns the workers' count: an upgrade does not reset it
+    assert all("replicas" not in deployments[name]["spec"] for name in scaled)
     assert scaled["tts-worker-cpu"]["spec"]["triggers"][0]["metadata"]["threshold"] == "1050"
     # and without KEDA there is none; with the chart's Redis, its Deployment and Service
     defaults = render()

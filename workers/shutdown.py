@@ -2,12 +2,13 @@
 what it runs for at most ``TTS_SHUTDOWN_BUDGET_S``, then hands the rest back and exits.
 
 Celery's warm shutdown stops consuming (at its next poll of the broker) and then runs what it
-received, however long that takes;
-Kubernetes kills the pod at its grace period, and what it ran was found only when the leases
-lapsed. So when the budget runs out with tasks still running, the worker gives back every row it
-holds itself (``TaskRows.hand_back``: queued again, the attempt not counted) and sends them again,
-gives back the leases of its webhook deliveries in flight, and exits; a task that starts here after
-that goes back to the broker unclaimed (``WorkerStopping``). A row that ends meanwhile stays
+received, however long that takes; Kubernetes kills the pod at its grace period, and what it held
+was found only when the leases lapsed. So when the budget runs out the worker stops claiming,
+gives back the rows it runs (``TaskRows.hand_back``: queued again, the attempt not counted) and
+sends them again, lets go of the rows it received and has not started (one that starts before the
+exit goes back to the broker unclaimed, ``WorkerStopping``; one that does not is sent again by the
+sweep once its lease lapses), gives back the leases of its webhook deliveries in flight, and
+exits. A row that ends meanwhile stays
 ended (a running row moves to ``done`` only from ``running``), so every task ends once; only its
 synthesis may run again elsewhere. A worker that cannot even do this (the database down, a hang)
 is recovered by the liveness sweep when its leases lapse, as after a crash.
