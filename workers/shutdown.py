@@ -38,10 +38,10 @@ SETTLE_S = 0.3  # how long a claim under way when claiming stops may take to com
 class ShutdownBudget:
     """Started once when the worker is told to stop; hands back what still runs at the budget."""
 
-    def __init__(self, holder: RuntimeHolder, held: Callable[[], list[str]], deliveries: Deliveries | None,
+    def __init__(self, holder: RuntimeHolder, busy: Callable[[], bool], deliveries: Deliveries | None,
                  exit_process: Callable[[int], None] = os._exit) -> None:
         self.holder = holder
-        self.held = held  # the task ids the worker holds or runs (``Leases.held``, Celery's active)
+        self.busy = busy  # whether the worker holds or runs a task (``Leases.held``, Celery's active)
         self.deliveries = deliveries
         self.exit_process = exit_process
         self._started = threading.Event()
@@ -62,7 +62,7 @@ class ShutdownBudget:
 
     def _watch(self, worker: str, deadline: float) -> None:
         while time.monotonic() < deadline:
-            if not self.held() and not (self.deliveries and self.deliveries.held()):
+            if not self.busy() and not (self.deliveries and self.deliveries.held()):
                 return  # nothing left to run: Celery's shutdown ends the process
             time.sleep(POLL_S)
         self.hand_back(worker)

@@ -122,7 +122,7 @@ def leases_on_reconnect(leases: Leases) -> type[bootsteps.StartStopStep]:
 
             gone = leases.keep_only(running_task_ids())
             stopping = state.should_stop is not None and state.should_stop is not False
-            if gone and stopping:  # the worker stops: its channel's close gives them back at once
+            if gone and stopping:  # the worker still runs them, or hands them back at its budget
                 log.warning("stopping: %d received task(s) not started yet", gone)
             elif gone:
                 log.warning("the broker connection was lost: %d received task(s) not started were "
@@ -199,7 +199,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
     and the handlers, which the caller keeps alive as long as the app (``WorkerServices``)."""
     stop = threading.Event()
     leases = Leases()
-    budget = ShutdownBudget(holder, lambda: sorted(set(leases.held()) | running_task_ids()), deliveries)
+    budget = ShutdownBudget(holder, lambda: bool(leases.held() or running_task_ids()), deliveries)
     names: list[str] = []  # this app's worker, once ready (``worker_shutting_down`` names only it)
 
     def received(sender: object = None, request: Request | None = None, **_: object) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tts_queue.errors import InvalidRequest
-from tts_queue.synthesis.language import JAPANESE, MANDARIN, written_in
+from tts_queue.synthesis.language import HAN, JAPANESE, KANA, MANDARIN, SMALL_KANA, written_in
 
 _PUNCTUATION_PHONEMES = ",.;:!?¡¿—…\"«»“”()-"
 PHONEMES_PER_LETTER = 1.09  # measured on the Sherlock Holmes EPUB with espeak-ng en-us
@@ -47,13 +47,10 @@ _VOWELS = "aeiouyɑɐɒæɔəɘɚɛɜɤɨɪɯɵʊʌʏøœ"
 _NASALS = "nmŋɲɴ"  # a mora of its own with no vowel after it (Japanese ん)
 _MORAIC = "ʔː"  # Japanese っ and a long vowel's second mora
 _PALATAL = "ʲ"
-_SMALL_KANA = "ぁぃぅぇぉゃゅょゎゕゖァィゥェォャュョヮヵヶ"
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _LATIN = "A-Za-z0-9\u00c0-\u024f"
-_KANA = "\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff"
-_UNIT = re.compile(f"[{_HAN}{_KANA}][{_SMALL_KANA}]*"  # a character (a small kana with the one before)
+_UNIT = re.compile(f"[{HAN}{KANA}][{SMALL_KANA}]*"  # a character (a small kana with the one before)
                    f"|[{_LATIN}]+(?:[.,:'’][{_LATIN}]+)*"  # a Latin word or a number
-                   f"|[^\\s{_HAN}{_KANA}{_LATIN}]")  # a mark
+                   f"|[^\\s{HAN}{KANA}{_LATIN}]")  # a mark
 
 
 @dataclass(frozen=True)
@@ -360,9 +357,9 @@ def sentence_word_starts(
     """
     # Chinese or Japanese by what was said: a Mandarin voice marks tones, a Japanese one never
     # does (kanji-only text, such as a chapter title, may be either)
-    toned = any(i in marks.tones for ids, _ in pieces for i in ids)
-    chinese = per_character(text) and toned
-    japanese = per_character(text) and not toned and bool(marks.moraic)
+    cjk = per_character(text)
+    chinese = cjk and any(i in marks.tones for ids, _ in pieces for i in ids)
+    japanese = cjk and not chinese and bool(marks.moraic)
     units = spoken_syllables if chinese else spoken_morae if japanese else spoken_words
     spoken = _spoken(pieces, gap_samples, marks, units)
     words = written_words(text)

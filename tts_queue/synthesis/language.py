@@ -19,8 +19,11 @@ MANDARIN = "zh"
 HINDI = "hi"
 LANGUAGES = {ENGLISH: "English", JAPANESE: "Japanese", MANDARIN: "Mandarin", "es": "Spanish", "fr": "French",
              "it": "Italian", "pt": "Portuguese", HINDI: "Hindi"}
-_KANA = re.compile("[\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9d]")
-_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # Han characters, as a character class's ranges
+KANA = "\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff"  # hiragana and katakana (full width)
+SMALL_KANA = "ぁぃぅぇぉゃゅょゎゕゖァィゥェォャュョヮヵヶ"  # said with the kana before them
+_KANA = re.compile(f"[{KANA}\u31f0-\u31ff\uff66-\uff9d]")  # and katakana extensions, half width
+_HAN = re.compile(f"[{HAN}]")
 _LATIN_WORD = re.compile("[A-Za-z\u00c0-\u024f]+")
 _DEVANAGARI_WORD = re.compile("[\u0900-\u0963\u0966-\u097f]+")  # not the danda (।) and double danda
 

@@ -32,6 +32,7 @@ from typing import Any
 from tts_queue.errors import SynthesisError
 from tts_queue.synthesis.kokoro.phonemizer import English, KokoroPhonemizer, cut_pieces, sentences_at
 from tts_queue.synthesis.kokoro.phonemizer import runs as kokoro_runs
+from tts_queue.synthesis.language import KANA, SMALL_KANA
 
 VERSION = 2
 READ_CHARS = 64
@@ -106,8 +107,9 @@ def _without_digit_words(base: type[Any]) -> type[Any]:
     return Tagger
 
 
-_SMALL_KANA = frozenset("ぁぃぅぇぉゃゅょゎゕゖァィゥェォャュョヮヵヶ")
-_KANA = re.compile("[\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff]")
+
+
+_KANA_CHAR = re.compile(f"[{KANA}]")
 
 
 def char_morae(text: str) -> list[int] | None:
@@ -132,9 +134,9 @@ def char_morae(text: str) -> list[int] | None:
                 continue  # a mark the frontend wrote in its own form
             return None
         chars = range(found, found + len(surface))
-        kana = [i for i in chars if _KANA.match(text[i])]
+        kana = [i for i in chars if _KANA_CHAR.match(text[i])]
         for i in kana:
-            morae[i] = 0 if text[i] in _SMALL_KANA else 1
+            morae[i] = 0 if text[i] in SMALL_KANA else 1
         kanji = [i for i in chars if i not in kana and text[i].isalnum()]
         rest = size - sum(morae[i] for i in kana)
         if kanji and rest >= len(kanji):
