@@ -29,7 +29,8 @@ from redis import Redis
 from tests.support import FakeQueue, core_of, migrate
 from tests.test_book_assembly import Library, Sentence, chapter
 from tts_queue.books.captions import Cue
-from tts_queue.books.readalong import ReadAlongBuilder, ReadAlongs, clock, parse_vtt, sentence_clips
+from tts_queue.books.overlay import clock, parse_vtt, sentence_clips
+from tts_queue.books.readalong import ReadAlongBuilder, ReadAlongs
 from tts_queue.enums import BookStatus
 from tts_queue.errors import AudioNotReady, EpubFailed, EpubTooLarge
 from tts_queue.settings import Settings

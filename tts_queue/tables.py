@@ -73,8 +73,8 @@ class BookOptions(TypedDict, total=False):
 
 
 class BookSource(TypedDict, total=False):
-    """``books.source``: the upload while it is parsed (``BookService.accept`` writes every key;
-    ``BookSource()`` is the empty one a reader falls back on)."""
+    """``books.source``: the upload while it is parsed, and for an EPUB as long as the book lives
+    (``BookService.accept`` writes every key; ``BookSource()`` is the empty one a reader falls back on)."""
 
     upload: str  # its storage name
     filename: str | None

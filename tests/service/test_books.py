@@ -358,10 +358,12 @@ def test_a_book_becomes_a_valid_readalong_epub_whose_clips_are_where_each_senten
     core = core_of(service["settings"])
     manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
     with zipfile.ZipFile(path) as epub_file:
+        # (made of the source's own documents, one per chapter here, each with its overlay)
+        overlays = spine_overlays(epub_file)
+        assert [document for document, _ in overlays] == ["part1.xhtml", "part2.xhtml"]
         for number, chapter in enumerate(manifest["chapters"], start=1):
-            stem = f"chapter-{number:03d}"
-            audio = decode(epub_file.read(f"OEBPS/audio/{stem}.mp3"))
-            spans = sentence_spans(epub_file.read(f"OEBPS/{stem}.smil"))
+            audio = decode(epub_file.read(f"OEBPS/readalong/audio/chapter-{number:03d}.mp3"))
+            spans = sentence_spans(overlays[number - 1][1])
             sentences = chapter["sentences"]
             assert len(spans) == len(sentences) >= 3
             wavs = [cached_wav(core, s["cache_key"]) for s in sentences]
@@ -373,6 +375,22 @@ def test_a_book_becomes_a_valid_readalong_epub_whose_clips_are_where_each_senten
             # and the clips tile the chapter's audio: contiguous, from 0 to its end
             assert spans[0][0] == 0.0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
             assert abs(spans[-1][1] - chapter["duration_s"]) < 0.002
+
+
+def spine_overlays(epub_file: zipfile.ZipFile) -> list[tuple[str, bytes]]:
+    """The spine's documents that have a Media Overlay, in reading order, each with its overlay."""
+    from xml.etree import ElementTree
+
+    ns = "{http://www.idpf.org/2007/opf}"
+    package = ElementTree.fromstring(epub_file.read("OEBPS/package.opf"))
+    items = {item.get("id"): item for item in package.iter(f"{ns}item")}
+    found = []
+    for ref in package.iter(f"{ns}itemref"):
+        item = items[ref.get("idref")]
+        if item.get("media-overlay"):
+            smil = items[item.get("media-overlay")].get("href", "")
+            found.append((item.get("href", ""), epub_file.read(f"OEBPS/{smil}")))
+    return found
 
 
 def sentence_spans(smil: bytes) -> list[tuple[float, float]]:

@@ -17,6 +17,7 @@ from redis import Redis
 
 from tts_queue.app.plugins import WorkerPlugin, wrapped_loader
 from tts_queue.books.assembler import ChapterAssembler
+from tts_queue.books.chapter import BookLimits
 from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
 from tts_queue.books.ingest import Ingester
 from tts_queue.books.lock import AssemblyLock
@@ -111,7 +112,9 @@ class Wiring:
                                      id_map=lambda voice: _id_map(registry, voice), m4b_writer=m4b_writer,
                                      finish_lock=finish_lock)
         builder = ReadAlongBuilder(book_rows, assembler, books.storage,
-                                   lambda voice: _language(registry, voice), settings.books.max_epub_bytes)
+                                   lambda voice: _language(registry, voice), settings.books.max_epub_bytes,
+                                   limits=BookLimits(unpacked_bytes=settings.books.max_unpacked_bytes,
+                                                     chars=settings.books.max_chars))
         readalongs = ReadAlongs(builder, dispatcher, client, keys, settings.routing.awake)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
                    book_rows, callbacks, ends, tasks, window, book_ends, books, assembler, readalongs,

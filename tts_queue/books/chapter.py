@@ -4,6 +4,7 @@ the limits on what reading one book may cost (``BookLimits``, counted by ``TextB
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tts_queue.errors import BookTooLarge, UnknownChapters
@@ -58,13 +59,15 @@ class Chapter:
     """One chapter: its number (from 1), title, and the paragraphs to speak, headings included.
 
     ``headings`` holds the indexes of paragraphs that are headings; when the chapter has a
-    heading it is paragraph 0, so it is the first thing spoken.
+    heading it is paragraph 0, so it is the first thing spoken. ``documents``: an EPUB's content
+    documents the chapter's text came from, in order (package-relative paths; empty for text).
     """
 
     number: int
     title: str
     paragraphs: tuple[str, ...]
     headings: tuple[int, ...] = ()
+    documents: tuple[str, ...] = ()
 
     @property
     def word_count(self) -> int:
@@ -90,14 +93,16 @@ class Book:
         return sum(c.word_count for c in self.chapters)
 
 
-def number_chapters(drafts: list[tuple[str, list[str], list[int]]]) -> tuple[Chapter, ...]:
-    """Chapters numbered from 1 out of ``(title, paragraphs, heading indexes)`` drafts.
+def number_chapters(drafts: Sequence[tuple[str, list[str], list[int]]],
+                    documents: Sequence[Sequence[str]] = ()) -> tuple[Chapter, ...]:
+    """Chapters numbered from 1 out of ``(title, paragraphs, heading indexes)`` drafts, with the
+    documents each came from where given.
 
     A draft without a title is called "Chapter N".
     """
     return tuple(
         Chapter(number=i, title=title or f"Chapter {i}", paragraphs=tuple(paragraphs),
-                headings=tuple(headings))
+                headings=tuple(headings), documents=tuple(documents[i - 1]) if documents else ())
         for i, (title, paragraphs, headings) in enumerate(drafts, start=1)
     )
 

@@ -82,6 +82,13 @@ class UnpackBudget:
 def read_epub(data: bytes, title: str | None = None, limits: BookLimits | None = None) -> Book:
     """Parse an EPUB file's bytes; ``InvalidBook`` if unreadable, ``EmptyBook`` if no prose,
     ``BookTooLarge`` past ``limits`` (without them, past ``MAX_UNCOMPRESSED_BYTES`` unpacked)."""
+    return open_epub(data, title, limits)[0]
+
+
+def open_epub(data: bytes, title: str | None = None,
+              limits: BookLimits | None = None) -> tuple[Book, EpubBook]:
+    """``read_epub``'s book (each chapter naming the documents its text came from) and the
+    ebooklib package it was read from (the read-along EPUB reuses its documents)."""
     budget = UnpackBudget(limits.unpacked_bytes if limits else MAX_UNCOMPRESSED_BYTES)
     text = TextBudget(limits.chars if limits else None)
     check_archive(data, budget)
@@ -91,6 +98,7 @@ def read_epub(data: bytes, title: str | None = None, limits: BookLimits | None =
         entries.setdefault(entry.path, []).append(entry)
     skipped = landmark_paths(package)
     drafts: list[Draft] = []
+    documents: list[list[str]] = []  # per draft
     parsed: set[str] = set()
     for item in _spine_documents(package):
         name = item.get_name()
@@ -107,15 +115,19 @@ def read_epub(data: bytes, title: str | None = None, limits: BookLimits | None =
         mine = entries.get(name, [])
         if entries and not mine and drafts and not document.blocks[0].heading:
             _continue_draft(drafts[-1], document.blocks)  # a file split off the previous one
+            if documents[-1][-1] != name:
+                documents[-1].append(name)
             continue
         for chapter_title, blocks in split_document(document, mine):
             draft = make_draft(chapter_title, blocks, document.types)
             if draft is not None:
                 drafts.append(draft)
+                documents.append([name])
     if not drafts:
         raise EmptyBook("the EPUB has no chapters with prose to read (only images or front matter?)")
-    return Book(title=title or _metadata(package, "title") or "Untitled",
-                chapters=number_chapters(drafts), author=_metadata(package, "creator"))
+    book = Book(title=title or _metadata(package, "title") or "Untitled",
+                chapters=number_chapters(drafts, documents), author=_metadata(package, "creator"))
+    return book, package
 
 
 def check_archive(data: bytes, budget: UnpackBudget | None = None) -> None:

@@ -6,7 +6,8 @@ selects the chapters, and walks the sentences a batch at a time: each batch is v
 in the cache with one query, and written as task and sentence rows, with the counters they add, in
 one transaction (``BookRows.add_sentences``). Past ``TTS_MAX_BOOK_SENTENCES`` the book fails
 ``book_too_large``. Once every row is written the book is ``queued`` and its sentences are fed to
-the broker a few at a time (``BulkWindow.feed``). A book that
+the broker a few at a time (``BulkWindow.feed``). A text upload is deleted then; an EPUB is kept
+with the book (deleted and expired with it), as its read-along EPUB is made of its documents. A book that
 breaks a limit or does not parse ends ``failed`` with the error's stable code and keeps no rows but
 its own. A retry (the worker died, the broker was down) starts over: the rows of an earlier
 attempt are removed first.
@@ -129,7 +130,8 @@ class Ingester:
             self.window.feed(row.pool)
             for number in self.rows.complete_chapters(row.id):  # every sentence was cached or done
                 self.window.assemble(row.id, number, row.pool)
-        self.storage.delete([str(source["upload"])])
+        if source.get("input_format") != "epub":  # an EPUB is kept: its read-along reuses its documents
+            self.storage.delete([str(source["upload"])])
         log.info("book %s queued: %d sentences", row.id, written)
 
     def _sentences(self, chapters: list[Chapter]) -> Iterator[Segment]:

@@ -7,8 +7,11 @@ Each sentence gets the captions' cues that start inside its tile (from its start
 sentence's start): one cue is a ``<par>`` for the sentence; several are its words, a ``<seq>`` for
 the sentence holding a ``<par>`` per word, each word wrapped in the XHTML where it is written. So
 every clip is a caption cue, to the millisecond, and the clips tile the chapter's audio as the cues
-do. The XHTML is generated from the sentences (a heading or paragraph break where the segmenter
-put one), the chapter title on top.
+do (the clips and the package's parts are ``overlay``'s). A book uploaded as an EPUB, whose upload
+is kept with it, gets the source's own documents with ids put around what was spoken
+(``readalong_source``); any other book, or a source that no longer reads as the rendered
+chapters, gets XHTML generated from the sentences (a heading or paragraph break where the
+segmenter put one), the chapter title on top.
 
 Audio in one of EPUB's core media types: an MP3 book's chapter files go in as they are; any other
 format is transcoded to AAC in MP4 (``m4a``) on the way in. The EPUB is written into a scratch
@@ -22,24 +25,35 @@ and lock, a failed build's reason.
 
 from __future__ import annotations
 
-import html
 import io
 import json
 import logging
-import re
 import shutil
 import uuid
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from sqlalchemy import select
 
-from tts_queue.books.captions import Cue
+from tts_queue.books.chapter import BookLimits
+from tts_queue.books.overlay import (
+    CONTAINER_XML,
+    OWN_FOLDER,
+    STYLESHEET,
+    PackedChapter,
+    SentenceClip,
+    nav_xhtml,
+    opf_document,
+    opf_metadata,
+    parse_vtt,
+    sentence_clips,
+    to_ms,
+    xml_text,
+)
 from tts_queue.enums import BookStatus, Lane
 from tts_queue.errors import AudioExpired, AudioNotReady, EpubFailed, EpubTooLarge
 from tts_queue.storage.backend import Storage
@@ -51,130 +65,23 @@ if TYPE_CHECKING:
     from redis import Redis
 
     from tts_queue.books.assembler import ChapterAssembler, ChapterFiles
+    from tts_queue.books.readalong_source import SourceBook
     from tts_queue.books.rows import BookRows
     from tts_queue.tasks.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
-ACTIVE_CLASS = "-epub-media-overlay-active"
-PLAYING_CLASS = "-epub-media-overlay-playing"
 AS_IS = {"mp3": "audio/mpeg"}  # chapter formats that are EPUB core media types, copied as they are
 TRANSCODED = "m4a"  # what every other chapter format becomes (AAC in MP4, ``audio/mp4``)
 TRANSCODED_BYTES_PER_S = 64_000 / 8 * 1.03  # its bit rate, plus the container's index
 TEXT_BYTES_PER_S = 200  # XHTML and SMIL per second of speech, generously (about 60 are measured)
 COPY_BYTES = 1 << 20
 NO_SPACE_LANGUAGES = ("ja", "zh")  # sentences run on without a space between them
-_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-_TIMESTAMP = re.compile(r"(\d+):(\d{2}):(\d{2})\.(\d{3})")
-
-
-@dataclass(frozen=True)
-class Clip:
-    """A span of a chapter's audio, in whole milliseconds (the captions' resolution)."""
-
-    begin_ms: int
-    end_ms: int
-
-    @property
-    def clock(self) -> tuple[str, str]:
-        """Begin and end as SMIL clock values."""
-        return clock(self.begin_ms), clock(self.end_ms)
-
-
-@dataclass(frozen=True)
-class SentenceClip:
-    """One sentence of a chapter: its text, where it is heard, and its words' clips (empty: the
-    sentence is one cue), each word as (start, end) character offsets into ``text`` and a clip."""
-
-    index: int
-    text: str
-    clip: Clip
-    words: tuple[tuple[int, int, Clip], ...] = ()
-    block_end: str = "sentence"  # the pause after it: "sentence", "paragraph" or "heading"
 
 
 def epub_name(book_id: str) -> str:
     """Where a book's read-along EPUB is stored in the books storage (deleted with the book)."""
     return f"readalong/{book_id}.epub"
-
-
-def clock(ms: int) -> str:
-    """A full SMIL clock value, ``H:MM:SS.mmm``."""
-    hours, ms = divmod(ms, 3_600_000)
-    minutes, ms = divmod(ms, 60_000)
-    seconds, ms = divmod(ms, 1000)
-    return f"{hours}:{minutes:02d}:{seconds:02d}.{ms:03d}"
-
-
-def parse_vtt(lines: Iterable[str]) -> Iterator[Cue]:
-    """The cues of a WebVTT file as ``CaptionWriter`` writes it (a timing line, then one text
-    line), one at a time as its lines are read."""
-    timing: tuple[float, float] | None = None
-    for line in lines:
-        if timing is not None:
-            yield Cue(timing[0], timing[1], html.unescape(line.rstrip("\r\n")))
-            timing = None
-        elif "-->" in line:
-            start, end = (_seconds(part.strip()) for part in line.split("-->", 1))
-            timing = (start, end)
-    if timing is not None:
-        yield Cue(timing[0], timing[1], "")
-
-
-def _seconds(stamp: str) -> float:
-    match = _TIMESTAMP.fullmatch(stamp)
-    if match is None:
-        raise ValueError(f"not a WebVTT timestamp: {stamp!r}")
-    hours, minutes, seconds, ms = (int(g) for g in match.groups())
-    return hours * 3600 + minutes * 60 + seconds + ms / 1000
-
-
-def _ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
-
-
-def sentence_clips(texts: Sequence[str], starts_s: Sequence[float], cues: Iterable[Cue],
-                   pauses: Sequence[str] | None = None) -> Iterator[SentenceClip]:
-    """Each sentence with the cues that start in its tile (from its start, the first's from 0, to
-    the next sentence's start), one sentence at a time as the cues are read: one cue, or cues that
-    are not its words in order, make one clip from the first cue's start to the last's end;
-    several that are make a clip per word. A sentence with no cue of its own (shorter than a
-    millisecond: its text joined the next cue) is left out."""
-    upcoming = iter(cues)
-    pending = next(upcoming, None)
-    for index, text in enumerate(texts):
-        lower = 0 if index == 0 else _ms(starts_s[index])
-        upper = _ms(starts_s[index + 1]) if index + 1 < len(starts_s) else None
-        own: list[Cue] = []
-        while pending is not None and (upper is None or _ms(pending.start_s) < upper):
-            if _ms(pending.start_s) >= lower:
-                own.append(pending)
-            pending = next(upcoming, None)
-        if not own:
-            continue
-        shown = " ".join(text.split())
-        clip = Clip(_ms(own[0].start_s), _ms(own[-1].end_s))
-        pause = pauses[index] if pauses is not None else "sentence"
-        yield SentenceClip(index, shown, clip, _word_spans(shown, own) if len(own) > 1 else (), pause)
-
-
-def _word_spans(text: str, cues: Sequence[Cue]) -> tuple[tuple[int, int, Clip], ...]:
-    """Each cue's text found in ``text`` in order, with its clip; empty if one is not there."""
-    spans: list[tuple[int, int, Clip]] = []
-    at = 0
-    for cue in cues:
-        word = " ".join(cue.text.split())
-        found = text.find(word, at)
-        if not word or found < 0:
-            return ()
-        spans.append((found, found + len(word), Clip(_ms(cue.start_s), _ms(cue.end_s))))
-        at = found + len(word)
-    return tuple(spans)
-
-
-def _x(text: str) -> str:
-    """Text escaped for XHTML, without the characters XML forbids."""
-    return html.escape(_XML_ILLEGAL.sub("", text), quote=True)
 
 
 def _sentence_id(clip: SentenceClip) -> str:
@@ -185,13 +92,13 @@ def sentence_xhtml(clip: SentenceClip) -> str:
     """One sentence as a ``<span>`` with its id, its words as ``<span>`` with theirs."""
     sid = _sentence_id(clip)
     if not clip.words:
-        return f'<span id="{sid}">{_x(clip.text)}</span>'
+        return f'<span id="{sid}">{xml_text(clip.text)}</span>'
     parts, at = [], 0
     for n, (start, end, _) in enumerate(clip.words, start=1):
-        parts.append(_x(clip.text[at:start]))
-        parts.append(f'<span id="{sid}w{n}">{_x(clip.text[start:end])}</span>')
+        parts.append(xml_text(clip.text[at:start]))
+        parts.append(f'<span id="{sid}w{n}">{xml_text(clip.text[start:end])}</span>')
         at = end
-    parts.append(_x(clip.text[at:]))
+    parts.append(xml_text(clip.text[at:]))
     return f'<span id="{sid}">{"".join(parts)}</span>'
 
 
@@ -201,10 +108,11 @@ def chapter_xhtml(title: str, language: str, clips: Iterable[SentenceClip]) -> I
     joiner = "" if language.split("-")[0] in NO_SPACE_LANGUAGES else " "
     yield ('<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html>\n'
            f'<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops" '
-           f'lang="{_x(language)}" xml:lang="{_x(language)}">\n<head>\n<meta charset="UTF-8"/>\n'
-           f'<title>{_x(title)}</title>\n<link rel="stylesheet" type="text/css" href="readalong.css"/>\n'
+           f'lang="{xml_text(language)}" xml:lang="{xml_text(language)}">\n<head>\n<meta charset="UTF-8"/>\n'
+           f"<title>{xml_text(title)}</title>\n"
+           '<link rel="stylesheet" type="text/css" href="readalong.css"/>\n'
            '</head>\n<body>\n<section epub:type="chapter">\n')
-    yield f"<h1>{_x(title)}</h1>\n"
+    yield f"<h1>{xml_text(title)}</h1>\n"
     block: list[str] = []
     for clip in clips:
         block.append(sentence_xhtml(clip))
@@ -239,37 +147,12 @@ def chapter_smil(xhtml: str, audio: str, clips: Iterable[SentenceClip]) -> Itera
     yield "</seq>\n</body>\n</smil>\n"
 
 
-@dataclass(frozen=True)
-class PackedChapter:
-    """What the package document needs of one chapter once it is in the EPUB."""
-
-    number: int
-    title: str
-    audio_type: str
-    audio_suffix: str
-    duration_ms: int
-
-    @property
-    def stem(self) -> str:
-        return f"chapter-{self.number:03d}"
-
-
 def package_opf(book: BookRow, language: str, narrator: str, chapters: Sequence[PackedChapter],
                 modified: datetime) -> str:
-    """The package document: metadata (with every overlay's duration and the total), manifest
-    and spine."""
-    total = sum(c.duration_ms for c in chapters)
-    meta = [f'<dc:identifier id="book-id">urn:uuid:{book.id}</dc:identifier>',
-            f"<dc:title>{_x(book.title)}</dc:title>", f"<dc:language>{_x(language)}</dc:language>"]
-    if book.author:
-        meta.append(f"<dc:creator>{_x(book.author)}</dc:creator>")
-    meta += [f'<meta property="dcterms:modified">{modified.strftime("%Y-%m-%dT%H:%M:%SZ")}</meta>',
-             f'<meta property="media:duration">{clock(total)}</meta>',
-             *(f'<meta property="media:duration" refines="#{c.stem}-overlay">{clock(c.duration_ms)}</meta>'
-               for c in chapters),
-             f'<meta property="media:narrator">{_x(narrator)}</meta>',
-             f'<meta property="media:active-class">{ACTIVE_CLASS}</meta>',
-             f'<meta property="media:playback-active-class">{PLAYING_CLASS}</meta>']
+    """The package document of an EPUB generated from the sentences: metadata (with every
+    overlay's duration and the total), manifest and spine."""
+    meta = opf_metadata(book, language, narrator, [(f"{c.stem}-overlay", c.duration_ms) for c in chapters],
+                        modified)
     items = ['<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>',
              '<item id="css" href="readalong.css" media-type="text/css"/>']
     for c in chapters:
@@ -278,32 +161,7 @@ def package_opf(book: BookRow, language: str, narrator: str, chapters: Sequence[
                   f'<item id="{c.stem}-overlay" href="{c.stem}.smil" media-type="application/smil+xml"/>',
                   f'<item id="{c.stem}-audio" href="audio/{c.stem}{c.audio_suffix}" '
                   f'media-type="{c.audio_type}"/>']
-    spine = "".join(f'<itemref idref="{c.stem}"/>' for c in chapters)
-    nl = "\n"
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="book-id" '
-            f'xml:lang="{_x(language)}">\n<metadata xmlns:dc="http://purl.org/dc/elements/1.1/">\n'
-            f"{nl.join(meta)}\n</metadata>\n<manifest>\n{nl.join(items)}\n</manifest>\n"
-            f"<spine>{spine}</spine>\n</package>\n")
-
-
-def nav_xhtml(title: str, language: str, chapters: Sequence[PackedChapter]) -> str:
-    """The navigation document: a table of contents with a link per chapter."""
-    links = "\n".join(f'<li><a href="{c.stem}.xhtml">{_x(c.title)}</a></li>' for c in chapters)
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html>\n'
-            '<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops" '
-            f'lang="{_x(language)}" xml:lang="{_x(language)}">\n<head>\n<meta charset="UTF-8"/>\n'
-            f"<title>{_x(title)}</title>\n</head>\n<body>\n"
-            f'<nav epub:type="toc" id="toc">\n<h1>{_x(title)}</h1>\n<ol>\n{links}\n</ol>\n</nav>\n'
-            "</body>\n</html>\n")
-
-
-CONTAINER_XML = ('<?xml version="1.0" encoding="UTF-8"?>\n'
-                 '<container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">\n'
-                 '<rootfiles><rootfile full-path="OEBPS/package.opf" '
-                 'media-type="application/oebps-package+xml"/></rootfiles>\n</container>\n')
-STYLESHEET = (f"body {{ line-height: 1.5; }}\n.{ACTIVE_CLASS} {{ background-color: #ffe680; }}\n"
-              f"html.{PLAYING_CLASS} span {{ color: inherit; }}\n")
+    return opf_document(language, meta, items, [f'<itemref idref="{c.stem}"/>' for c in chapters])
 
 
 class ReadAlongBuilder:
@@ -311,13 +169,15 @@ class ReadAlongBuilder:
 
     def __init__(self, rows: BookRows, assembler: ChapterAssembler, storage: Storage,
                  voice_language: Callable[[str | None], str], max_bytes: int,
-                 clock_now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 clock_now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 limits: BookLimits | None = None) -> None:
         self.rows = rows
         self.assembler = assembler
         self.storage = storage  # the books storage
         self.voice_language = voice_language  # BCP 47 language of a voice ("en-US")
         self.max_bytes = max_bytes
         self.now = clock_now
+        self.limits = limits  # what reading a kept source again may cost (``None``: the built-in bound)
 
     @staticmethod
     def name(book_id: str) -> str:
@@ -353,7 +213,9 @@ class ReadAlongBuilder:
         """An upper estimate of the EPUB's size: the chapter files (or their AAC at its bit rate)
         and text generously per second of speech."""
         fmt = str(book.options.get("format", "mp3"))
-        total = 64 * 1024
+        source = book.source or {}
+        upload = source.get("upload") if source.get("input_format") == "epub" else None
+        total = 64 * 1024 + ((self.storage.size(str(upload)) or 0) if upload else 0)
         for chapter, files in self._done_files(book):
             seconds = chapter.duration_s or 0.0
             stored = self.storage.size(files.audio) if fmt in AS_IS else None
@@ -386,30 +248,74 @@ class ReadAlongBuilder:
             local.unlink(missing_ok=True)
         return name
 
+    def kept_source(self, book: BookRow, chapters: Sequence[ChapterRow]) -> SourceBook | None:
+        """The book's EPUB upload, kept with it and read again, when it still gives its chapters
+        (books rendered earlier, and text sources, have none: their XHTML is generated)."""
+        from tts_queue.books.readalong_source import SourceBook, SourceMismatch
+
+        source = book.source or {}
+        if source.get("input_format") != "epub" or not source.get("upload"):
+            return None
+        try:
+            data = self.storage.read(str(source["upload"]))
+        except FileNotFoundError:
+            return None
+        try:
+            return SourceBook(data, self.limits, chapters)
+        except SourceMismatch as exc:
+            log.warning("book %s: read-along EPUB generated from its sentences: %s", book.id, exc)
+            return None
+
     def write(self, book: BookRow, path: Path) -> None:
         """The EPUB of a done ``book`` at ``path``, entry after entry."""
         fmt = str(book.options.get("format", "mp3"))
         voice = self.voice_of(book)
         language = self.voice_language(voice)
+        done = self._done_files(book)
+        source = self.kept_source(book, [chapter for chapter, _ in done])
         packed: list[PackedChapter] = []
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as epub:
             epub.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip",
                           compress_type=zipfile.ZIP_STORED)  # first and as it is, as EPUB requires
             epub.writestr("META-INF/container.xml", CONTAINER_XML)
+            if source is not None:
+                heard = []
+                for chapter, files in done:
+                    clips, duration_ms = self.clips(book, chapter, files)
+                    entry = self.audio(epub, chapter, files, fmt, duration_ms, f"OEBPS/{OWN_FOLDER}audio/")
+                    heard.append((entry, list(clips())))
+                source.write(epub, book, language, voice or "the default voice", heard, self.now())
+                return
             epub.writestr("OEBPS/readalong.css", STYLESHEET)
-            for chapter, files in self._done_files(book):
+            for chapter, files in done:
                 packed.append(self._chapter(epub, book, chapter, files, fmt, language))
-            epub.writestr("OEBPS/nav.xhtml", nav_xhtml(book.title, language, packed))
+            links = [(f"{c.stem}.xhtml", c.title) for c in packed]
+            epub.writestr("OEBPS/nav.xhtml", nav_xhtml(book.title, language, links))
             epub.writestr("OEBPS/package.opf",
                           package_opf(book, language, voice or "the default voice", packed, self.now()))
 
     def _chapter(self, epub: zipfile.ZipFile, book: BookRow, chapter: ChapterRow, files: ChapterFiles,
                  fmt: str, language: str) -> PackedChapter:
         """One chapter's audio, XHTML and overlay into the EPUB."""
+        clips, duration_ms = self.clips(book, chapter, files)
+        entry = self.audio(epub, chapter, files, fmt, duration_ms, "OEBPS/audio/")
+        with epub.open(f"OEBPS/{entry.stem}.xhtml", "w") as out:
+            for piece in chapter_xhtml(chapter.title, language, clips()):
+                out.write(piece.encode("utf-8"))
+        with epub.open(f"OEBPS/{entry.stem}.smil", "w") as out:
+            audio = f"audio/{entry.stem}{entry.audio_suffix}"
+            for piece in chapter_smil(f"{entry.stem}.xhtml", audio, clips()):
+                out.write(piece.encode("utf-8"))
+        return entry
+
+    def clips(self, book: BookRow, chapter: ChapterRow,
+              files: ChapterFiles) -> tuple[Callable[[], Iterator[SentenceClip]], int]:
+        """A chapter's sentence clips, read from its captions each time they are asked for, and
+        its duration in milliseconds (where the captions' last cue ends)."""
         manifest = self.assembler.manifest(files)
         texts = [s["text"] for s in manifest["sentences"]]
         starts = [s["start_s"] for s in manifest["sentences"]]
-        duration_ms = _ms(manifest["duration_s"])  # where the captions' last cue ends
+        duration_ms = to_ms(manifest["duration_s"])
         del manifest  # its sentences' keys and ends are not needed
         read = [line.pause for line in self.assembler.lines(book.id, chapter.number)]
         pauses = read if len(read) == len(texts) else None
@@ -418,10 +324,16 @@ class ReadAlongBuilder:
             with self.storage.open(files.vtt) as raw:
                 yield from sentence_clips(texts, starts, parse_vtt(io.TextIOWrapper(raw, "utf-8")), pauses)
 
+        return clips, duration_ms
+
+    def audio(self, epub: zipfile.ZipFile, chapter: ChapterRow, files: ChapterFiles, fmt: str,
+              duration_ms: int, folder: str) -> PackedChapter:
+        """A chapter's audio into ``folder`` of the EPUB: the chapter file itself when its format
+        is a core media type, else transcoded."""
         audio_type, suffix = (AS_IS[fmt], audio_format(fmt).suffix) if fmt in AS_IS else (
             audio_format(TRANSCODED).mime_type, audio_format(TRANSCODED).suffix)
         entry = PackedChapter(chapter.number, chapter.title, audio_type, suffix, duration_ms)
-        info = zipfile.ZipInfo(f"OEBPS/audio/{entry.stem}{suffix}", date_time=(2000, 1, 1, 0, 0, 0))
+        info = zipfile.ZipInfo(f"{folder}{entry.stem}{suffix}", date_time=(2000, 1, 1, 0, 0, 0))
         info.compress_type = zipfile.ZIP_STORED  # compressed audio does not shrink
         with epub.open(info, "w", force_zip64=True) as out:
             if fmt in AS_IS:
@@ -429,12 +341,6 @@ class ReadAlongBuilder:
                     shutil.copyfileobj(source, out, COPY_BYTES)
             else:
                 self._transcode(files.audio, out)
-        with epub.open(f"OEBPS/{entry.stem}.xhtml", "w") as out:
-            for piece in chapter_xhtml(chapter.title, language, clips()):
-                out.write(piece.encode("utf-8"))
-        with epub.open(f"OEBPS/{entry.stem}.smil", "w") as out:
-            for piece in chapter_smil(f"{entry.stem}.xhtml", f"audio/{entry.stem}{suffix}", clips()):
-                out.write(piece.encode("utf-8"))
         return entry
 
     def _transcode(self, name: str, out: IO[bytes]) -> None:

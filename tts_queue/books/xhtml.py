@@ -32,7 +32,7 @@ BLOCKS = HEADINGS | frozenset({
     "dt", "figcaption", "figure", "footer", "header", "hr", "li", "main", "ol", "p", "pre",
     "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul",
 })
-_DROPPED_TAGS = frozenset({"script", "style", "img", "svg", "math", "audio", "video", "object", "iframe",
+DROPPED_TAGS = frozenset({"script", "style", "img", "svg", "math", "audio", "video", "object", "iframe",
                            "embed", "canvas", "template", "noscript", "nav", "rt", "rp", "head"})
 _TEXT_TYPES = (NavigableString, CData)  # what get_text() reads: no comments, doctypes, scripts
 _SHORT = 64  # a footnote marker's text is shorter than this
@@ -147,7 +147,7 @@ class _Survey:
         for child in tag.contents:
             text: str | None
             if isinstance(child, Tag):
-                if child.name in _DROPPED_TAGS:
+                if child.name in DROPPED_TAGS:
                     continue
                 key = id(child)
                 text = " " if child.name == "br" else self.short[key]
@@ -172,7 +172,7 @@ class _Survey:
 
 def _kept(node: PageElement) -> TypeGuard[Tag]:
     """An element that is looked into (not dropped outright, not a line break)."""
-    return isinstance(node, Tag) and node.name not in _DROPPED_TAGS and node.name != "br"
+    return isinstance(node, Tag) and node.name not in DROPPED_TAGS and node.name != "br"
 
 
 def _is_skipped(tag: Tag, text: str | None, has_link: bool) -> bool:
@@ -247,7 +247,7 @@ class _Walker:
 
     def _read(self, tag: Tag) -> bool:
         """Read one element; whether its children are to be walked (it holds blocks)."""
-        if tag.name in _DROPPED_TAGS or id(tag) in self.skipped:
+        if tag.name in DROPPED_TAGS or id(tag) in self.skipped:
             return False
         if tag.get("id"):
             self.anchors.append(str(tag["id"]))
@@ -307,7 +307,7 @@ class _Walker:
                     bare_letters = bare_letters or (not in_link and any(ch.isalnum() for ch in texts[-1]))
             elif child.name == "br":
                 texts.append(" ")
-            elif child.name not in _DROPPED_TAGS and id(child) not in self.skipped:
+            elif child.name not in DROPPED_TAGS and id(child) not in self.skipped:
                 if child.get("id") is not None:
                     ids.append(str(child["id"]))
                 href = child.get("href")

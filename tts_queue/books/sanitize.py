@@ -1,0 +1,493 @@
+"""The allowlist a source EPUB's content passes before it goes into a read-along EPUB: its XHTML
+content documents (with inline SVG and MathML), its SVG images and its style sheets.
+
+What is kept is what EPUB 3 allows and nothing that runs or fetches:
+
+- XHTML: the HTML5 elements EPUB 3 allows, with their own attributes and the global ones;
+  scripts, frames, plug-ins, forms, media and the like are removed with their content, other
+  elements (EPUB 2's ``center``, ``font``) unwrapped, their text kept in place;
+- SVG: shapes, text, gradients, patterns, masks and simple filters; no script, no
+  ``foreignObject``, no animation; MathML without ``annotation-xml``; any other namespace's
+  elements are removed;
+- CSS (tinycss2): no ``behavior``, ``-moz-binding`` or ``expression()``; ``@import``,
+  ``@media``, ``@supports``, ``@font-face``, ``@page`` and ``@namespace`` the only at-rules;
+- every URL (an attribute, a ``url()``, an ``@import``) resolves (``resolve``) to a file that is
+  shipped (``Shipped``) or to a fragment of its own document; a URL that is remote, has a scheme
+  (``javascript:``, ``data:``...), is absolute or climbs out of the package goes, and with it an
+  image, a stylesheet link, a declaration or an ``@import``; a link keeps its text. The one URL
+  with a scheme kept is an image's raster ``data:`` URL (PNG, JPEG, GIF, WebP in base64: nothing
+  fetched, nothing run), as covers often embed their picture so;
+- an entity reference (left unresolved by the parser) becomes its character where HTML names it
+  (``&nbsp;`` in an EPUB 2 document), else goes; a document whose root is not XHTML's ``html``
+  (SVG's ``svg``) is refused with ``InvalidBook``.
+
+Bounds: ``parse_xml`` loads no DTD, resolves no entity and reads nothing from the network
+(libxml2 refuses entity amplification and elements nested over 256 deep); the tree is walked once
+with an explicit stack, each node judged once. CSS is parsed by tinycss2 without recursion; its
+serializer recurses into nested blocks, so a value or prelude nested deeper than
+``MAX_CSS_NESTING`` is dropped, and nested rules are written with an explicit stack.
+"""
+
+from __future__ import annotations
+
+import html.entities
+import posixpath
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from urllib.parse import unquote
+
+import tinycss2
+from lxml import etree
+from tinycss2.ast import (
+    AtRule,
+    CurlyBracketsBlock,
+    Declaration,
+    FunctionBlock,
+    ParenthesesBlock,
+    QualifiedRule,
+    SquareBracketsBlock,
+    StringToken,
+    URLToken,
+)
+
+from tts_queue.errors import InvalidBook
+
+Shipped = Callable[[str], bool]
+_RASTER_DATA = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s]*", re.IGNORECASE)
+
+XHTML_NS = "http://www.w3.org/1999/xhtml"
+SVG_NS = "http://www.w3.org/2000/svg"
+MATHML_NS = "http://www.w3.org/1998/Math/MathML"
+XLINK_NS = "http://www.w3.org/1999/xlink"
+XML_NS = "http://www.w3.org/XML/1998/namespace"
+OPS_NS = "http://www.idpf.org/2007/ops"
+MAX_CSS_NESTING = 32  # blocks and functions inside each other in one CSS value or prelude
+
+# XHTML elements removed with their content, and those kept; any other is unwrapped.
+REMOVED = frozenset({
+    "script", "iframe", "frame", "frameset", "object", "embed", "applet", "form", "input", "button",
+    "select", "textarea", "option", "noscript", "template", "canvas", "audio", "video", "source",
+    "track", "base",
+})
+ALLOWED = frozenset({
+    "html", "head", "title", "body", "section", "article", "aside", "nav", "header", "footer", "main",
+    "h1", "h2", "h3", "h4", "h5", "h6", "hgroup", "p", "div", "span", "a", "em", "strong", "i", "b",
+    "u", "s", "small", "sub", "sup", "abbr", "cite", "q", "dfn", "code", "kbd", "samp", "var", "mark",
+    "time", "br", "hr", "wbr", "pre", "blockquote", "ol", "ul", "li", "dl", "dt", "dd", "figure",
+    "figcaption", "img", "table", "caption", "thead", "tbody", "tfoot", "tr", "th", "td", "col",
+    "colgroup", "ruby", "rt", "rp", "bdi", "bdo", "del", "ins", "address", "details", "summary",
+    "data", "style", "link", "meta",
+})
+GLOBAL_ATTRIBUTES = frozenset({"id", "class", "title", "lang", "dir", "role", "style"})
+NS_ATTRIBUTES = frozenset({f"{{{XML_NS}}}lang", f"{{{OPS_NS}}}type"})
+_EPUB_PREFIX = f"{{{OPS_NS}}}prefix"  # on the root html only
+ELEMENT_ATTRIBUTES: dict[str, frozenset[str]] = {
+    "a": frozenset({"href"}),
+    "img": frozenset({"src", "alt", "width", "height"}),
+    "td": frozenset({"colspan", "rowspan", "headers", "scope"}),
+    "th": frozenset({"colspan", "rowspan", "headers", "scope"}),
+    "ol": frozenset({"start", "reversed", "type"}),
+    "li": frozenset({"value"}),
+    "col": frozenset({"span"}),
+    "colgroup": frozenset({"span"}),
+    "blockquote": frozenset({"cite"}),
+    "q": frozenset({"cite"}),
+    "del": frozenset({"cite", "datetime"}),
+    "ins": frozenset({"cite", "datetime"}),
+    "time": frozenset({"datetime"}),
+    "data": frozenset({"value"}),
+    "link": frozenset({"rel", "href", "type", "media"}),
+    "meta": frozenset({"charset", "name", "content"}),
+    "style": frozenset({"type", "media"}),
+}
+_URL_ATTRIBUTES = frozenset({"href", "src", "cite"})
+_REQUIRED_URL = {"img": "src", "link": "href"}  # an element that goes when this URL does
+
+SVG_ELEMENTS = frozenset({
+    "svg", "g", "defs", "symbol", "use", "title", "desc", "a", "path", "rect", "circle", "ellipse",
+    "line", "polyline", "polygon", "text", "tspan", "textPath", "image", "linearGradient",
+    "radialGradient", "stop", "clipPath", "mask", "pattern", "marker", "style", "filter",
+    "feGaussianBlur", "feOffset", "feBlend", "feColorMatrix", "feFlood", "feComposite", "feMerge",
+    "feMergeNode",
+})
+SVG_NS_ATTRIBUTES = frozenset({f"{{{XLINK_NS}}}href", f"{{{XLINK_NS}}}title", f"{{{XML_NS}}}lang",
+                               f"{{{XML_NS}}}space"})
+
+# CSS: properties that run code, and functions whose string arguments are URLs.
+BANNED_PROPERTIES = frozenset({"behavior", "-ms-behavior", "-moz-binding"})
+_URL_FUNCTIONS = frozenset({"url", "src", "image", "image-set", "-webkit-image-set"})
+_NESTED = (FunctionBlock, ParenthesesBlock, SquareBracketsBlock, CurlyBracketsBlock)
+_RULES, _BLOCK, _DECLARATIONS = "rules", "block", "declarations"  # what a CSS block may hold
+_KEEP, _REMOVE, _UNWRAP = "keep", "remove", "unwrap"  # what becomes of an element
+
+_EDGES = "".join(chr(n) for n in range(0x21))  # C0 controls and space: stripped from a URL's ends
+_INSIDE = str.maketrans("", "", "\t\n\r")  # removed anywhere in a URL, as browsers do
+_FIRST_SEGMENT = re.compile(r"[/?#]")
+
+
+def parse_xml(data: bytes) -> etree._Element:
+    """Root element of an XML document (XHTML or SVG) parsed safely: no DTD loaded, no entities
+    resolved, no network, comments and processing instructions removed, huge_tree off;
+    ``InvalidBook`` when it is not well-formed XML."""
+    parser = etree.XMLParser(resolve_entities=False, load_dtd=False, no_network=True, huge_tree=False,
+                             remove_comments=True, remove_pis=True, attribute_defaults=False)
+    try:
+        return etree.fromstring(data, parser)
+    except (etree.XMLSyntaxError, ValueError) as exc:
+        raise InvalidBook(f"a document is not well-formed XML: {exc}") from exc
+
+
+def resolve(base: str, url: str) -> str | None:
+    """A URL found in the package-relative document ``base`` as a package-relative path plus an
+    optional ``#fragment``; ``None`` when it is empty, has a scheme, is a network-path or absolute
+    reference, has a query, or climbs above the package root. A fragment alone is ``base``'s."""
+    text = url.strip(_EDGES).translate(_INSIDE).replace("\\", "/")  # "\" is "/" to browsers
+    if not text or text.startswith("/") or ":" in _FIRST_SEGMENT.split(text, maxsplit=1)[0]:
+        return None
+    path, _, fragment = text.partition("#")
+    if "?" in path:
+        return None
+    suffix = f"#{fragment}" if fragment else ""
+    if not path:
+        return base + suffix
+    decoded = unquote(path)
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(base), decoded))
+    if "#" in decoded or joined in (".", "..") or joined.startswith(("/", "../")):
+        return None
+    return joined + suffix
+
+
+def clean_document(root: etree._Element, path: str, shipped: Shipped) -> None:
+    """Sanitize an XHTML content document tree in place (``path``: its package-relative path);
+    ``InvalidBook`` when its root is not XHTML's ``html``."""
+    if root.tag != f"{{{XHTML_NS}}}html":
+        raise InvalidBook(f"{path} is not an XHTML document")
+    _Tree(_Policy(path, shipped)).clean(root)
+
+
+def clean_svg(root: etree._Element, path: str, shipped: Shipped) -> None:
+    """Sanitize a standalone SVG image document in place (the rules of inline SVG);
+    ``InvalidBook`` when its root is not SVG's ``svg``."""
+    if root.tag != f"{{{SVG_NS}}}svg":
+        raise InvalidBook(f"{path} is not an SVG document")
+    _Tree(_Policy(path, shipped)).clean(root)
+
+
+def clean_css(text: str, path: str, shipped: Shipped) -> str:
+    """A stylesheet's text (``path``: the CSS file's package-relative path, which ``url()``
+    resolves against) with what is not allowed removed."""
+    return _Policy(path, shipped).stylesheet(text)
+
+
+def clean_style(text: str, path: str, shipped: Shipped) -> str:
+    """A style attribute's declarations (resolved against the document's ``path``), cleaned;
+    ``""`` if nothing is left."""
+    return _Policy(path, shipped).declarations(text)
+
+
+def _split(name: str) -> tuple[str, str]:
+    """A Clark name's namespace ("" for none) and local name."""
+    if name.startswith("{"):
+        namespace, _, local = name[1:].partition("}")
+        return namespace, local
+    return "", name
+
+
+def _drop(node: etree._Element, text: str = "") -> None:
+    """Remove ``node`` from its parent, ``text`` and its tail left in its place."""
+    parent = node.getparent()
+    if parent is None:
+        return
+    kept = text + (node.tail or "")
+    previous = node.getprevious()
+    if kept and previous is not None:
+        previous.tail = (previous.tail or "") + kept
+    elif kept:
+        parent.text = (parent.text or "") + kept
+    parent.remove(node)
+
+
+def _unwrap(node: etree._Element) -> list[etree._Element]:
+    """Replace ``node`` with its text and children (returned), its tail kept after them."""
+    parent = node.getparent()
+    children = list(node)
+    at = parent.index(node)
+    previous = node.getprevious()
+    if node.text and previous is not None:
+        previous.tail = (previous.tail or "") + node.text
+    elif node.text:
+        parent.text = (parent.text or "") + node.text
+    for offset, child in enumerate(children):
+        parent.insert(at + offset, child)  # lxml moves the child's tail with it
+    _drop(node)
+    return children
+
+
+class _Policy:
+    """What a URL may point at and what CSS may say, for one file (``path``) of the package."""
+
+    def __init__(self, path: str, shipped: Shipped) -> None:
+        self.path = path
+        self.shipped = shipped
+
+    def allows(self, url: str) -> bool:
+        """Whether ``url`` points at a shipped file or at a fragment of this file."""
+        target = resolve(self.path, url)
+        if target is None:
+            return False
+        file, _, fragment = target.partition("#")
+        return self.shipped(file) or (file == self.path and bool(fragment))
+
+    def ships(self, url: str, suffix: str = "") -> bool:
+        """Whether ``url`` points at a shipped file other than this one (whose name ends with
+        ``suffix``): what an image or a style sheet must be."""
+        target = resolve(self.path, url)
+        file = "" if target is None else target.partition("#")[0]
+        return file != self.path and file.lower().endswith(suffix) and self.shipped(file)
+
+    def image(self, url: str) -> bool:
+        """Whether ``url`` is what an image may show: a shipped file other than this one, or a
+        raster image written out in the URL itself (``data:image/jpeg;base64,...``: nothing is
+        fetched, and a raster image runs nothing)."""
+        return self.ships(url) or _RASTER_DATA.fullmatch(url.strip()) is not None
+
+    def stylesheet(self, text: str) -> str:
+        """A style sheet's rules that are allowed, with what is allowed inside them."""
+        out: list[str] = []
+        rules = tinycss2.parse_stylesheet(text, skip_comments=True, skip_whitespace=True)
+        stack: list[tuple[Iterator[Any], str]] = [(iter(rules), _RULES)]
+        while stack:
+            node = next(stack[-1][0], None)
+            if node is None:
+                stack.pop()
+                if stack:
+                    out.append("}")
+                continue
+            opened = self._node(node, stack[-1][1], out)
+            if opened is not None:
+                stack.append(opened)
+        return "\n".join(out)
+
+    def declarations(self, text: str) -> str:
+        """A style attribute's allowed declarations."""
+        nodes = tinycss2.parse_blocks_contents(text, skip_comments=True, skip_whitespace=True)
+        return " ".join(_declaration_text(node) for node in nodes
+                        if isinstance(node, Declaration) and self._declaration(node))
+
+    def css_value(self, text: str) -> bool:
+        """Whether an SVG or MathML attribute's value is allowed, read as a CSS value: every
+        ``url()`` in it allowed."""
+        return "(" not in text or self._tokens(tinycss2.parse_component_value_list(text), urls=True)
+
+    def _node(self, node: Any, context: str, out: list[str]) -> tuple[Iterator[Any], str] | None:
+        """Write ``node`` (a rule or declaration in a block holding ``context``) when allowed;
+        the contents of the block it opens, and what they may hold."""
+        if isinstance(node, Declaration):
+            if context != _RULES and self._declaration(node):
+                out.append(_declaration_text(node))
+        elif isinstance(node, QualifiedRule):
+            if context != _DECLARATIONS and self._tokens(node.prelude, urls=False):
+                out.append(f"{str(tinycss2.serialize(node.prelude)).strip()} {{")
+                return iter(self._contents(node.content)), _BLOCK
+        elif isinstance(node, AtRule):
+            return self._at_rule(node, context, out)
+        return None  # a parse error
+
+    def _at_rule(self, rule: Any, context: str, out: list[str]) -> tuple[Iterator[Any], str] | None:
+        """``_node`` for an at-rule: the allowed ones written whole or opened."""
+        name = str(rule.lower_at_keyword)
+        if not self._tokens(rule.prelude, urls=False):
+            return None
+        if context == _RULES and (name == "namespace" or (name == "import" and self._import(rule))):
+            out.append(str(tinycss2.serialize([rule])))
+            return None
+        if rule.content is None:
+            return None
+        head = " ".join(filter(None, (f"@{name}", str(tinycss2.serialize(rule.prelude)).strip())))
+        if name in ("media", "supports") and context != _DECLARATIONS:
+            out.append(f"{head} {{")
+            if context == _RULES:
+                rules = tinycss2.parse_rule_list(rule.content, skip_comments=True, skip_whitespace=True)
+                return iter(rules), _RULES
+            return iter(self._contents(rule.content)), _BLOCK
+        if name in ("font-face", "page") and context == _RULES:
+            out.append(f"{head} {{")
+            return iter(self._contents(rule.content)), _DECLARATIONS
+        return None  # @charset, and every other at-rule
+
+    def _import(self, rule: Any) -> bool:
+        """Whether an ``@import`` points at a shipped style sheet."""
+        tokens = [t for t in rule.prelude if t.type not in ("whitespace", "comment")]
+        first = tokens[0] if tokens else None
+        if isinstance(first, FunctionBlock) and first.lower_name == "url":
+            first = next((a for a in first.arguments if isinstance(a, StringToken)), None)
+        if not isinstance(first, (StringToken, URLToken)):
+            return False
+        return self.ships(str(first.value), ".css")
+
+    @staticmethod
+    def _contents(tokens: Iterable[Any]) -> list[Any]:
+        """A block's declarations and nested rules."""
+        return list(tinycss2.parse_blocks_contents(tokens, skip_comments=True, skip_whitespace=True))
+
+    def _declaration(self, declaration: Any) -> bool:
+        """Whether a declaration is allowed: its property, and what its value says."""
+        return declaration.lower_name not in BANNED_PROPERTIES and self._tokens(declaration.value, urls=True)
+
+    def _tokens(self, tokens: Iterable[Any], urls: bool) -> bool:
+        """Whether component values are allowed: no parse error, no ``expression()``, nothing
+        nested deeper than ``MAX_CSS_NESTING``, and (``urls``) every URL inside allowed."""
+        stack: list[tuple[Iterator[Any], str]] = [(iter(tokens), "")]
+        while stack:
+            token = next(stack[-1][0], None)
+            if token is None:
+                stack.pop()
+            elif isinstance(token, _NESTED):
+                function = str(token.lower_name) if isinstance(token, FunctionBlock) else ""
+                inside = token.arguments if function else token.content
+                if function == "expression" or len(stack) >= MAX_CSS_NESTING or (
+                        urls and function in ("url", "src")
+                        and not any(isinstance(a, StringToken) for a in inside)):
+                    return False
+                stack.append((iter(inside), function))
+            elif token.type == "error" or (urls and not self._token(token, stack[-1][1])):
+                return False  # a bad URL or string, an unmatched bracket, or a URL not allowed
+        return True
+
+    def _token(self, token: Any, function: str) -> bool:
+        """Whether a token inside ``function`` ("" for none) is a URL that is allowed, or no URL."""
+        if isinstance(token, URLToken) or (isinstance(token, StringToken) and function in _URL_FUNCTIONS):
+            return self.allows(str(token.value))
+        return True
+
+
+class _Tree:
+    """One document's walk: each node judged once, parents before children, with a stack."""
+
+    def __init__(self, policy: _Policy) -> None:
+        self.policy = policy
+
+    def clean(self, root: etree._Element) -> None:
+        """Sanitize ``root`` (XHTML's ``html`` or SVG's ``svg``, which stays) and what is under it."""
+        self._judge(root, _split(root.tag)[0])
+        stack = list(root)
+        while stack:
+            node = stack.pop()
+            if not isinstance(node.tag, str):  # an entity reference, a comment, a PI
+                name = node.name if isinstance(node, etree._Entity) else ""
+                _drop(node, html.entities.html5.get(f"{name};", "") if name else "")
+                continue
+            verdict = self._judge(node, _split(node.getparent().tag)[0])
+            if verdict == _REMOVE:
+                _drop(node)
+            elif verdict == _UNWRAP:
+                stack.extend(_unwrap(node))
+            else:
+                stack.extend(node)
+
+    def _judge(self, node: etree._Element, parent: str) -> str:
+        """What becomes of an element under a parent of namespace ``parent``; a kept element's
+        attributes are cleaned."""
+        namespace, name = _split(node.tag)
+        if namespace == XHTML_NS and parent == XHTML_NS:
+            return self._html(node, name)
+        if namespace == SVG_NS and (parent == SVG_NS or (parent == XHTML_NS and name == "svg")):
+            return self._svg(node, name)
+        if namespace == MATHML_NS and (parent == MATHML_NS or (parent == XHTML_NS and name == "math")):
+            return self._mathml(node, name)
+        return _REMOVE
+
+    def _html(self, node: etree._Element, name: str) -> str:
+        """The verdict on an XHTML element; when kept, its attributes cleaned."""
+        if name in REMOVED:
+            return _REMOVE
+        if name not in ALLOWED:
+            return _UNWRAP
+        if name == "meta" and node.get("charset") is None and None in (node.get("name"), node.get("content")):
+            return _REMOVE
+        if name == "link" and "stylesheet" not in (node.get("rel") or "").lower().split():
+            return _REMOVE
+        if name == "style":
+            self._stylesheet(node)
+        allowed = ELEMENT_ATTRIBUTES.get(name, frozenset())
+        points = (self.policy.image if name == "img" else
+                  self.policy.ships if name in _REQUIRED_URL else self.policy.allows)
+        for key in list(node.attrib):
+            value = node.attrib[key]
+            if not _html_attribute(key, allowed, name == "html"):
+                del node.attrib[key]
+            elif key == "style":
+                self._style(node, value)
+            elif key in _URL_ATTRIBUTES and not points(value):
+                del node.attrib[key]
+        required = _REQUIRED_URL.get(name)
+        return _REMOVE if required is not None and node.get(required) is None else _KEEP
+
+    def _svg(self, node: etree._Element, name: str) -> str:
+        """The verdict on an SVG element; when kept, its attributes cleaned."""
+        if name not in SVG_ELEMENTS:
+            return _REMOVE
+        if name == "style":
+            self._stylesheet(node)
+        points = self.policy.image if name == "image" else self.policy.allows
+        for key in list(node.attrib):
+            value = node.attrib[key]
+            namespace, local = _split(key)
+            if local.lower().startswith("on") or (namespace and key not in SVG_NS_ATTRIBUTES):
+                del node.attrib[key]
+            elif key == "style":
+                self._style(node, value)
+            elif not (points(value) if local == "href" else self.policy.css_value(value)):
+                del node.attrib[key]
+        if name == "image" and node.get("href") is None and node.get(f"{{{XLINK_NS}}}href") is None:
+            return _REMOVE
+        return _KEEP
+
+    def _mathml(self, node: etree._Element, name: str) -> str:
+        """The verdict on a MathML element; when kept, its attributes cleaned."""
+        if name == "annotation-xml":
+            return _REMOVE
+        for key in list(node.attrib):
+            value = node.attrib[key]
+            namespace, local = _split(key)
+            if (local.lower().startswith("on") or local in ("href", "src")
+                    or (namespace and key != f"{{{XML_NS}}}lang")):
+                del node.attrib[key]
+            elif key == "style":
+                self._style(node, value)
+            elif not (self.policy.ships(value) if local == "altimg" else self.policy.css_value(value)):
+                del node.attrib[key]
+        return _KEEP
+
+    def _style(self, node: etree._Element, value: str) -> None:
+        """A style attribute cleaned, or removed when nothing is left of it."""
+        cleaned = self.policy.declarations(value)
+        if cleaned:
+            node.set("style", cleaned)
+        else:
+            del node.attrib["style"]
+
+    def _stylesheet(self, node: etree._Element) -> None:
+        """A style element's text cleaned (anything else inside it removed)."""
+        text = "".join(node.itertext())
+        for child in list(node):
+            node.remove(child)
+        node.text = self.policy.stylesheet(text)
+
+
+def _declaration_text(declaration: Any) -> str:
+    """A declaration as written, ended by ``;`` (the spaces before the ``;`` left out)."""
+    while declaration.value and declaration.value[-1].type == "whitespace":
+        declaration.value.pop()
+    return str(tinycss2.serialize([declaration]))
+
+
+def _html_attribute(key: str, allowed: frozenset[str], root: bool) -> bool:
+    """Whether an XHTML element keeps an attribute (``allowed``: its own; ``root``: it is ``html``)."""
+    namespace, local = _split(key)
+    if local.lower().startswith("on"):
+        return False
+    if namespace:
+        return key in NS_ATTRIBUTES or (root and key == _EPUB_PREFIX)
+    return local in GLOBAL_ATTRIBUTES or local.startswith("aria-") or local in allowed
