@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,25 @@ def epubcheck(path: Path) -> dict[str, Any]:
     return {"version": report["checker"]["checkerVersion"], "counts": counts,
             "first": [f"{m['severity']} {m['ID']}: {m['message']}" for m in report["messages"][:5]],
             "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def overlay_counts(path: Path) -> dict[str, Any]:
+    """What the EPUB's overlays mark: the spoken sentences and words that have a ``<par>``, and
+    the documents (the source's own, or generated ones) that hold them."""
+    from xml.etree import ElementTree
+
+    smil = "{http://www.w3.org/ns/SMIL}"
+    sentences = words = 0
+    with zipfile.ZipFile(path) as epub:
+        overlays = [n for n in epub.namelist() if n.endswith(".smil")]
+        documents = [n for n in epub.namelist() if n.endswith(".xhtml")]
+        for name in overlays:
+            body = ElementTree.fromstring(epub.read(name)).find(f"{smil}body/{smil}seq")
+            tops = list(body) if body is not None else []
+            sentences += len(tops)
+            words += sum(1 for top in tops if top.tag == f"{smil}seq" for _ in top.iter(f"{smil}par"))
+    return {"overlays": len(overlays), "documents": documents, "sentences_marked": sentences,
+            "word_pars": words}
 
 
 def book_run(chapters: str, work: Path) -> dict[str, Any]:
@@ -102,7 +122,7 @@ def book_run(chapters: str, work: Path) -> dict[str, Any]:
                 "build_over_render": round(build_s / render_s, 4),
                 "epub_bytes": len(answer.content), "chapter_audio_bytes": audio_bytes,
                 "epub_over_audio": round(len(answer.content) / audio_bytes, 4),
-                "epubcheck": epubcheck(path)}
+                "marked": overlay_counts(path), "epubcheck": epubcheck(path)}
     finally:
         service.terminate()
         service.wait(timeout=60)
@@ -161,7 +181,8 @@ def main() -> None:
     result.update(when=datetime.now(timezone.utc).isoformat(), machine=platform.platform())
     with tempfile.TemporaryDirectory(prefix="tts-bench-readalong-") as tmp:
         if args.book:
-            result["book"] = book_run(args.chapters, Path(tmp) / "up")
+            result["book"] = {"when": datetime.now(timezone.utc).isoformat(),
+                              **book_run(args.chapters, Path(tmp) / "up")}
             book = result["book"]
             print(f"chapters {args.chapters}: {book['audio_s']:.0f} s of audio rendered in "
                   f"{book['render_s']:.0f} s; "
