@@ -89,6 +89,8 @@ def test_a_small_book_renders_in_order_with_captions_and_an_m4b(service: dict[st
     assert book["status"] == "done", book
     assert book["chapters_total"] == book["chapters_done"] == 2
     assert book["sentences_done"] == book["sentences_total"] > 6
+    # (a text upload is deleted once it is parsed; an EPUB's is kept, below)
+    assert core_of(service["settings"]).books.storage.size(f"uploads/{book_id}") is None
     manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
     for chapter in manifest["chapters"]:
         sentences = chapter["sentences"]
@@ -375,6 +377,11 @@ def test_a_book_becomes_a_valid_readalong_epub_whose_clips_are_where_each_senten
             # and the clips tile the chapter's audio: contiguous, from 0 to its end
             assert spans[0][0] == 0.0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
             assert abs(spans[-1][1] - chapter["duration_s"]) < 0.002
+    # And the EPUB upload, its documents' source, is kept with the book until the book is deleted
+    storage = core.books.storage
+    assert storage.size(f"uploads/{book_id}") is not None
+    assert client.delete(f"/v1/books/{book_id}").get_json()["deleted"] is True
+    assert storage.size(f"uploads/{book_id}") is None and storage.size(f"readalong/{book_id}.epub") is None
 
 
 def spine_overlays(epub_file: zipfile.ZipFile) -> list[tuple[str, bytes]]:
