@@ -100,7 +100,7 @@ THREE = document("The Third Part", """
  words are here only to make it a chapter of its own.</p></section>""")
 
 
-def hostile_epub() -> bytes:
+def hostile_epub(two: str = TWO) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
@@ -111,7 +111,7 @@ def hostile_epub() -> bytes:
             "</rootfiles></container>"))
         for name, text in {"content.opf": OPF_TEXT, "nav.xhtml": NAV, "css/style.css": CSS,
                            "images/cover.svg": COVER, "js/evil.js": "alert(1)", "text/one.xhtml": ONE,
-                           "text/two.xhtml": TWO, "text/three.xhtml": THREE}.items():
+                           "text/two.xhtml": two, "text/three.xhtml": THREE}.items():
             archive.writestr(f"OEBPS/{name}", text)
         archive.writestr("OEBPS/images/pic.png", PNG)
     return buffer.getvalue()
@@ -213,18 +213,26 @@ def test_a_source_epubs_own_documents_carry_the_overlays_and_nothing_hostile(lib
     assert epubcheck(path) == []
 
 
-def test_a_source_that_no_longer_gives_the_chapters_falls_back_to_generated_text(library: Library,
-                                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize("change", ["title", "malformed"])
+def test_a_source_that_cannot_be_reused_falls_back_to_generated_text(library: Library, tmp_path: Path,
+                                                                      change: str) -> None:
     # Given a done book whose kept source's chapter titles differ from its rows (read by an
-    # earlier parser, say)
-    book_id = rendered_source(library, hostile_epub(), (1, 2))
-    with library.db.write() as session:
-        session.execute(update(ChapterRow).where(ChapterRow.book_id == book_id, ChapterRow.number == 1)
-                        .values(title="Another Title"))
+    # earlier parser, say), or one of whose documents is not well-formed XML (the lenient parser
+    # of the ingestion read it)
+    data = hostile_epub(TWO.replace("that day.</p>", "that day.<br>", 1) if change == "malformed" else TWO)
+    book_id = rendered_source(library, data, (1, 2))
+    if change == "title":
+        with library.db.write() as session:
+            session.execute(update(ChapterRow).where(ChapterRow.book_id == book_id, ChapterRow.number == 1)
+                            .values(title="Another Title"))
     # When its read-along EPUB is built
     path = tmp_path / "fallback.epub"
     path.write_bytes(library.storage.read(builder(library).build(book_id)))
-    # Then its text is generated from the sentences, as for a book without a source
+    # Then its text is generated from the sentences, as for a book without a source, and is whole
     with zipfile.ZipFile(path) as epub:
-        assert "OEBPS/chapter-001.xhtml" in epub.namelist()
+        assert epub.testzip() is None
+        names = set(epub.namelist())
+        assert {"OEBPS/chapter-001.xhtml", "OEBPS/chapter-002.xhtml", "OEBPS/package.opf"} <= names
         assert "OEBPS/text/one.xhtml" not in epub.namelist()
+        text = "".join(ElementTree.fromstring(epub.read("OEBPS/chapter-002.xhtml")).itertext())
+        assert "Nobody knocked at the door that day." in text

@@ -55,7 +55,7 @@ from tts_queue.books.overlay import (
     xml_text,
 )
 from tts_queue.enums import BookStatus, Lane
-from tts_queue.errors import AudioExpired, AudioNotReady, EpubFailed, EpubTooLarge
+from tts_queue.errors import AudioExpired, AudioNotReady, BookError, EpubFailed, EpubTooLarge
 from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
@@ -267,25 +267,23 @@ class ReadAlongBuilder:
             return None
 
     def write(self, book: BookRow, path: Path) -> None:
-        """The EPUB of a done ``book`` at ``path``, entry after entry."""
+        """The EPUB of a done ``book`` at ``path``, entry after entry: made of its kept source's
+        documents where it can be, else generated from its sentences."""
+        from tts_queue.books.readalong_source import SourceMismatch
+
+        done = self._done_files(book)
+        source = self.kept_source(book, [chapter for chapter, _ in done])
+        if source is not None:
+            try:
+                self._write_source(book, path, done, source)
+                return
+            except (SourceMismatch, BookError) as exc:  # a document that does not parse as XML...
+                log.warning("book %s: read-along EPUB generated from its sentences: %s", book.id, exc)
         fmt = str(book.options.get("format", "mp3"))
         voice = self.voice_of(book)
         language = self.voice_language(voice)
-        done = self._done_files(book)
-        source = self.kept_source(book, [chapter for chapter, _ in done])
         packed: list[PackedChapter] = []
-        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as epub:
-            epub.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip",
-                          compress_type=zipfile.ZIP_STORED)  # first and as it is, as EPUB requires
-            epub.writestr("META-INF/container.xml", CONTAINER_XML)
-            if source is not None:
-                heard = []
-                for chapter, files in done:
-                    clips, duration_ms = self.clips(book, chapter, files)
-                    entry = self.audio(epub, chapter, files, fmt, duration_ms, f"OEBPS/{OWN_FOLDER}audio/")
-                    heard.append((entry, list(clips())))
-                source.write(epub, book, language, voice or "the default voice", heard, self.now())
-                return
+        with self._open(path) as epub:
             epub.writestr("OEBPS/readalong.css", STYLESHEET)
             for chapter, files in done:
                 packed.append(self._chapter(epub, book, chapter, files, fmt, language))
@@ -293,6 +291,29 @@ class ReadAlongBuilder:
             epub.writestr("OEBPS/nav.xhtml", nav_xhtml(book.title, language, links))
             epub.writestr("OEBPS/package.opf",
                           package_opf(book, language, voice or "the default voice", packed, self.now()))
+
+    def _write_source(self, book: BookRow, path: Path, done: Sequence[tuple[ChapterRow, ChapterFiles]],
+                      source: SourceBook) -> None:
+        """The EPUB made of the source's documents: each chapter's audio, then ``source``'s
+        documents, overlays and package."""
+        fmt = str(book.options.get("format", "mp3"))
+        voice = self.voice_of(book)
+        heard = []
+        with self._open(path) as epub:
+            for chapter, files in done:
+                clips, duration_ms = self.clips(book, chapter, files)
+                entry = self.audio(epub, chapter, files, fmt, duration_ms, f"OEBPS/{OWN_FOLDER}audio/")
+                heard.append((entry, list(clips())))
+            narrator = voice or "the default voice"
+            source.write(epub, book, self.voice_language(voice), narrator, heard, self.now())
+
+    @staticmethod
+    def _open(path: Path) -> zipfile.ZipFile:
+        """An EPUB at ``path`` (emptied), with its media type first and stored, and its container."""
+        epub = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED)
+        epub.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        epub.writestr("META-INF/container.xml", CONTAINER_XML)
+        return epub
 
     def _chapter(self, epub: zipfile.ZipFile, book: BookRow, chapter: ChapterRow, files: ChapterFiles,
                  fmt: str, language: str) -> PackedChapter:
