@@ -46,7 +46,17 @@ from tts_queue.books.overlay import (
     opf_metadata,
 )
 from tts_queue.books.sanitize import clean_css, clean_document, clean_svg, parse_xml
-from tts_queue.books.textmarks import XHTML, Aligner, FlatText, Mark, letters, local, mark, word_letters
+from tts_queue.books.textmarks import (
+    XHTML,
+    Aligner,
+    FlatText,
+    Mark,
+    letters,
+    local,
+    mark,
+    roman,
+    word_letters,
+)
 from tts_queue.books.upload import MAX_TITLE_CHARS
 from tts_queue.errors import BookError
 
@@ -186,19 +196,23 @@ class SourceBook:
             audio = f"audio/{packed.stem}{packed.audio_suffix}"
             at = 0
             for clip in clips:
-                found = aligner.find(candidates[at:at + 2], clip.text)
+                written = clip.text
+                found = aligner.find(candidates[at:at + 2], written)
+                if found is None and written.strip(" .").isdigit() and 0 < int(written.strip(" .")) < 4000:
+                    written = roman(int(written.strip(" .")))  # a heading read as a number ("IV" as "4")
+                    found = aligner.find(candidates[at:at + 2], written)
                 if found is None:
                     continue
                 document, first = found
                 at = candidates.index(document, at)
                 sid = f"{prefix}c{packed.number}s{clip.index + 1}"
                 words, times = [], []
-                for n, (start, end, word) in enumerate(clip.words, start=1):
+                for n, (start, end, word) in enumerate(clip.words if written == clip.text else (), start=1):
                     before, after = word_letters(clip.text, start, end)
                     if after > before:
                         words.append((f"{sid}w{n}", first + before, first + after))
                         times.append(word)
-                span = Mark(document, sid, first, first + len(letters(clip.text)), tuple(words))
+                span = Mark(document, sid, first, first + len(letters(written)), tuple(words))
                 entry = (span, clip.clip, audio, tuple(times))
                 overlays.setdefault(document, _Overlay()).entries.append(entry)
         return overlays

@@ -6,8 +6,8 @@ never read, such as scripts, ruby readings and navigation, in document order) an
 its letters and digits only: what was spoken differs from what is written in spacing, quotes,
 dashes and invisible characters, never in its letters. ``Aligner`` finds a chapter's sentences one
 after another, each after the last, in the documents the chapter came from; a sentence that is not
-there (a title the navigation added, a heading read as a number) is left without a mark, and so is
-text that was never spoken (footnotes, front matter).
+there (a title the navigation added) is left without a mark, and so is text that was never spoken
+(footnotes, front matter); a heading read as a number is looked for as the Roman numeral it was.
 
 ``mark`` wraps the marked ranges in ``<span id>``: a boundary is placed as an empty marker element
 in the text where it falls (the last boundary first, so the positions of the earlier ones stay
@@ -167,6 +167,16 @@ class Aligner:
                 self.cursor[document] = at + len(wanted)
                 return document, at
         return None
+
+
+def roman(number: int) -> str:
+    """``number`` (1-3999) as a Roman numeral, as a heading may write what was read as a number."""
+    out = []
+    for value, numeral in ((1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
+                           (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")):
+        count, number = divmod(number, value)
+        out.append(numeral * count)
+    return "".join(out)
 
 
 def word_letters(text: str, start: int, end: int) -> tuple[int, int]:
