@@ -9,8 +9,7 @@ What is kept is what EPUB 3 allows and nothing that runs or fetches:
 - SVG: shapes, text, gradients, patterns, masks and simple filters; no script, no
   ``foreignObject``, no animation; MathML without ``annotation-xml``; any other namespace's
   elements are removed;
-- CSS (tinycss2): no ``behavior``, ``-moz-binding`` or ``expression()``; ``@import``,
-  ``@media``, ``@supports``, ``@font-face``, ``@page`` and ``@namespace`` the only at-rules;
+- CSS: ``sanitize_css``'s rules, with this module's URL policy;
 - every URL (an attribute, a ``url()``, an ``@import``) resolves (``resolve``) to a file that is
   shipped (``Shipped``) or to a fragment of its own document; a URL that is remote, has a scheme
   (``javascript:``, ``data:``...), is absolute or climbs out of the package goes, and with it an
@@ -23,9 +22,7 @@ What is kept is what EPUB 3 allows and nothing that runs or fetches:
 
 Bounds: ``parse_xml`` loads no DTD, resolves no entity and reads nothing from the network
 (libxml2 refuses entity amplification and elements nested over 256 deep); the tree is walked once
-with an explicit stack, each node judged once. CSS is parsed by tinycss2 without recursion; its
-serializer recurses into nested blocks, so a value or prelude nested deeper than
-``MAX_CSS_NESTING`` is dropped, and nested rules are written with an explicit stack.
+with an explicit stack, each node judged once.
 """
 
 from __future__ import annotations
@@ -33,24 +30,12 @@ from __future__ import annotations
 import html.entities
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable
 from urllib.parse import unquote
 
-import tinycss2
 from lxml import etree
-from tinycss2.ast import (
-    AtRule,
-    CurlyBracketsBlock,
-    Declaration,
-    FunctionBlock,
-    ParenthesesBlock,
-    QualifiedRule,
-    SquareBracketsBlock,
-    StringToken,
-    URLToken,
-)
 
+from tts_queue.books.sanitize_css import StyleRules
 from tts_queue.errors import InvalidBook
 
 Shipped = Callable[[str], bool]
@@ -62,7 +47,6 @@ MATHML_NS = "http://www.w3.org/1998/Math/MathML"
 XLINK_NS = "http://www.w3.org/1999/xlink"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
 OPS_NS = "http://www.idpf.org/2007/ops"
-MAX_CSS_NESTING = 32  # blocks and functions inside each other in one CSS value or prelude
 
 # XHTML elements removed with their content, and those kept; any other is unwrapped.
 REMOVED = frozenset({
@@ -114,11 +98,6 @@ SVG_ELEMENTS = frozenset({
 SVG_NS_ATTRIBUTES = frozenset({f"{{{XLINK_NS}}}href", f"{{{XLINK_NS}}}title", f"{{{XML_NS}}}lang",
                                f"{{{XML_NS}}}space"})
 
-# CSS: properties that run code, and functions whose string arguments are URLs.
-BANNED_PROPERTIES = frozenset({"behavior", "-ms-behavior", "-moz-binding"})
-_URL_FUNCTIONS = frozenset({"url", "src", "image", "image-set", "-webkit-image-set"})
-_NESTED = (FunctionBlock, ParenthesesBlock, SquareBracketsBlock, CurlyBracketsBlock)
-_RULES, _BLOCK, _DECLARATIONS = "rules", "block", "declarations"  # what a CSS block may hold
 _KEEP, _REMOVE, _UNWRAP = "keep", "remove", "unwrap"  # what becomes of an element
 
 _EDGES = "".join(chr(n) for n in range(0x21))  # C0 controls and space: stripped from a URL's ends
@@ -177,13 +156,13 @@ def clean_svg(root: etree._Element, path: str, shipped: Shipped) -> None:
 def clean_css(text: str, path: str, shipped: Shipped) -> str:
     """A stylesheet's text (``path``: the CSS file's package-relative path, which ``url()``
     resolves against) with what is not allowed removed."""
-    return _Policy(path, shipped).stylesheet(text)
+    return _Policy(path, shipped).css.stylesheet(text)
 
 
 def clean_style(text: str, path: str, shipped: Shipped) -> str:
     """A style attribute's declarations (resolved against the document's ``path``), cleaned;
     ``""`` if nothing is left."""
-    return _Policy(path, shipped).declarations(text)
+    return _Policy(path, shipped).css.declarations(text)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -225,11 +204,12 @@ def _unwrap(node: etree._Element) -> list[etree._Element]:
 
 
 class _Policy:
-    """What a URL may point at and what CSS may say, for one file (``path``) of the package."""
+    """What a URL may point at, and (``css``) what CSS may say, for one file (``path``) of the package."""
 
     def __init__(self, path: str, shipped: Shipped) -> None:
         self.path = path
         self.shipped = shipped
+        self.css = StyleRules(self.allows, self.ships)
 
     def allows(self, url: str) -> bool:
         """Whether ``url`` points at a shipped file or at a fragment of this file."""
@@ -251,115 +231,6 @@ class _Policy:
         raster image written out in the URL itself (``data:image/jpeg;base64,...``: nothing is
         fetched, and a raster image runs nothing)."""
         return self.ships(url) or _RASTER_DATA.fullmatch(url.strip()) is not None
-
-    def stylesheet(self, text: str) -> str:
-        """A style sheet's rules that are allowed, with what is allowed inside them."""
-        out: list[str] = []
-        rules = tinycss2.parse_stylesheet(text, skip_comments=True, skip_whitespace=True)
-        stack: list[tuple[Iterator[Any], str]] = [(iter(rules), _RULES)]
-        while stack:
-            node = next(stack[-1][0], None)
-            if node is None:
-                stack.pop()
-                if stack:
-                    out.append("}")
-                continue
-            opened = self._node(node, stack[-1][1], out)
-            if opened is not None:
-                stack.append(opened)
-        return "\n".join(out)
-
-    def declarations(self, text: str) -> str:
-        """A style attribute's allowed declarations."""
-        nodes = tinycss2.parse_blocks_contents(text, skip_comments=True, skip_whitespace=True)
-        return " ".join(_declaration_text(node) for node in nodes
-                        if isinstance(node, Declaration) and self._declaration(node))
-
-    def css_value(self, text: str) -> bool:
-        """Whether an SVG or MathML attribute's value is allowed, read as a CSS value: every
-        ``url()`` in it allowed."""
-        return "(" not in text or self._tokens(tinycss2.parse_component_value_list(text), urls=True)
-
-    def _node(self, node: Any, context: str, out: list[str]) -> tuple[Iterator[Any], str] | None:
-        """Write ``node`` (a rule or declaration in a block holding ``context``) when allowed;
-        the contents of the block it opens, and what they may hold."""
-        if isinstance(node, Declaration):
-            if context != _RULES and self._declaration(node):
-                out.append(_declaration_text(node))
-        elif isinstance(node, QualifiedRule):
-            if context != _DECLARATIONS and self._tokens(node.prelude, urls=False):
-                out.append(f"{str(tinycss2.serialize(node.prelude)).strip()} {{")
-                return iter(self._contents(node.content)), _BLOCK
-        elif isinstance(node, AtRule):
-            return self._at_rule(node, context, out)
-        return None  # a parse error
-
-    def _at_rule(self, rule: Any, context: str, out: list[str]) -> tuple[Iterator[Any], str] | None:
-        """``_node`` for an at-rule: the allowed ones written whole or opened."""
-        name = str(rule.lower_at_keyword)
-        if not self._tokens(rule.prelude, urls=False):
-            return None
-        if context == _RULES and (name == "namespace" or (name == "import" and self._import(rule))):
-            out.append(str(tinycss2.serialize([rule])))
-            return None
-        if rule.content is None:
-            return None
-        head = " ".join(filter(None, (f"@{name}", str(tinycss2.serialize(rule.prelude)).strip())))
-        if name in ("media", "supports") and context != _DECLARATIONS:
-            out.append(f"{head} {{")
-            if context == _RULES:
-                rules = tinycss2.parse_rule_list(rule.content, skip_comments=True, skip_whitespace=True)
-                return iter(rules), _RULES
-            return iter(self._contents(rule.content)), _BLOCK
-        if name in ("font-face", "page") and context == _RULES:
-            out.append(f"{head} {{")
-            return iter(self._contents(rule.content)), _DECLARATIONS
-        return None  # @charset, and every other at-rule
-
-    def _import(self, rule: Any) -> bool:
-        """Whether an ``@import`` points at a shipped style sheet."""
-        tokens = [t for t in rule.prelude if t.type not in ("whitespace", "comment")]
-        first = tokens[0] if tokens else None
-        if isinstance(first, FunctionBlock) and first.lower_name == "url":
-            first = next((a for a in first.arguments if isinstance(a, StringToken)), None)
-        if not isinstance(first, (StringToken, URLToken)):
-            return False
-        return self.ships(str(first.value), ".css")
-
-    @staticmethod
-    def _contents(tokens: Iterable[Any]) -> list[Any]:
-        """A block's declarations and nested rules."""
-        return list(tinycss2.parse_blocks_contents(tokens, skip_comments=True, skip_whitespace=True))
-
-    def _declaration(self, declaration: Any) -> bool:
-        """Whether a declaration is allowed: its property, and what its value says."""
-        return declaration.lower_name not in BANNED_PROPERTIES and self._tokens(declaration.value, urls=True)
-
-    def _tokens(self, tokens: Iterable[Any], urls: bool) -> bool:
-        """Whether component values are allowed: no parse error, no ``expression()``, nothing
-        nested deeper than ``MAX_CSS_NESTING``, and (``urls``) every URL inside allowed."""
-        stack: list[tuple[Iterator[Any], str]] = [(iter(tokens), "")]
-        while stack:
-            token = next(stack[-1][0], None)
-            if token is None:
-                stack.pop()
-            elif isinstance(token, _NESTED):
-                function = str(token.lower_name) if isinstance(token, FunctionBlock) else ""
-                inside = token.arguments if function else token.content
-                if function == "expression" or len(stack) >= MAX_CSS_NESTING or (
-                        urls and function in ("url", "src")
-                        and not any(isinstance(a, StringToken) for a in inside)):
-                    return False
-                stack.append((iter(inside), function))
-            elif token.type == "error" or (urls and not self._token(token, stack[-1][1])):
-                return False  # a bad URL or string, an unmatched bracket, or a URL not allowed
-        return True
-
-    def _token(self, token: Any, function: str) -> bool:
-        """Whether a token inside ``function`` ("" for none) is a URL that is allowed, or no URL."""
-        if isinstance(token, URLToken) or (isinstance(token, StringToken) and function in _URL_FUNCTIONS):
-            return self.allows(str(token.value))
-        return True
 
 
 class _Tree:
@@ -438,7 +309,7 @@ class _Tree:
                 del node.attrib[key]
             elif key == "style":
                 self._style(node, value)
-            elif not (points(value) if local == "href" else self.policy.css_value(value)):
+            elif not (points(value) if local == "href" else self.policy.css.value(value)):
                 del node.attrib[key]
         if name == "image" and node.get("href") is None and node.get(f"{{{XLINK_NS}}}href") is None:
             return _REMOVE
@@ -456,13 +327,13 @@ class _Tree:
                 del node.attrib[key]
             elif key == "style":
                 self._style(node, value)
-            elif not (self.policy.ships(value) if local == "altimg" else self.policy.css_value(value)):
+            elif not (self.policy.ships(value) if local == "altimg" else self.policy.css.value(value)):
                 del node.attrib[key]
         return _KEEP
 
     def _style(self, node: etree._Element, value: str) -> None:
         """A style attribute cleaned, or removed when nothing is left of it."""
-        cleaned = self.policy.declarations(value)
+        cleaned = self.policy.css.declarations(value)
         if cleaned:
             node.set("style", cleaned)
         else:
@@ -473,14 +344,7 @@ class _Tree:
         text = "".join(node.itertext())
         for child in list(node):
             node.remove(child)
-        node.text = self.policy.stylesheet(text)
-
-
-def _declaration_text(declaration: Any) -> str:
-    """A declaration as written, ended by ``;`` (the spaces before the ``;`` left out)."""
-    while declaration.value and declaration.value[-1].type == "whitespace":
-        declaration.value.pop()
-    return str(tinycss2.serialize([declaration]))
+        node.text = self.policy.css.stylesheet(text)
 
 
 def _html_attribute(key: str, allowed: frozenset[str], root: bool) -> bool:
