@@ -53,6 +53,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(Path(item.path).relative_to(root).as_posix(), len(rank)))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``TTS_TEST_TIMELINE`` naming a file, each test's start and end (setup and teardown
+    included) and its process are appended to it: where the suite's wall time goes."""
+    timeline = os.environ.get("TTS_TEST_TIMELINE")
+    started = time.time()
+    yield
+    if timeline:
+        with open(timeline, "a") as out:
+            out.write(f"{started:.3f} {time.time():.3f} {os.environ.get('PYTEST_XDIST_WORKER', 'main')} "
+                      f"{item.nodeid}\n")
+
+
 def load_voice(spec: VoiceSpec) -> Voice:
     """The registry loader the tests use: CPU only, one thread."""
     return Voice.load(spec, CPU_SESSION)
