@@ -238,3 +238,30 @@ def test_a_source_that_cannot_be_reused_falls_back_to_generated_text(library: Li
         assert "OEBPS/text/one.xhtml" not in epub.namelist()
         text = "".join(ElementTree.fromstring(epub.read("OEBPS/chapter-002.xhtml")).itertext())
         assert "Nobody knocked at the door that day." in text
+
+
+def test_marks_keep_the_text_and_split_an_inline_element_a_sentence_ends_in() -> None:
+    # Given a paragraph whose second sentence ends inside an <em> that the third goes on in, a
+    # footnote marker, and a line break
+    from lxml import etree
+
+    from tts_queue.books.textmarks import Aligner, FlatText, Mark, letters, mark
+
+    root = etree.fromstring(document("t", '<p>“I think, <em>Watson. That</em> you have.”<sup>2</sup> Yes.<br/>'
+                                          "<strong>Quite <em>so</em></strong>, he said.</p>").encode())
+    before = "".join(root.itertext())
+    sentences = ["“I think, Watson.", "That you have.”", "Yes.", "Quite so, he said."]
+    aligner = Aligner([FlatText(root).letters])
+    marks = []
+    for n, sentence in enumerate(sentences):
+        found = aligner.find([0], sentence)
+        assert found is not None
+        marks.append(Mark(0, f"s{n}", found[1], found[1] + len(letters(sentence))))
+    # When each sentence is marked
+    placed = mark(root, marks)
+    # Then the text is unchanged, each id is there once, and each span holds its whole sentence
+    assert "".join(root.itertext()) == before
+    spans = {e.get("id"): " ".join("".join(e.itertext()).split()) for e in root.iter(f"{X}span")}
+    assert placed == set(spans) == {"s0", "s1", "s2", "s3"}
+    assert [spans[f"s{n}"] for n in range(4)] == sentences
+    assert len(root.findall(f".//{X}em")) == 3  # the <em> split in two where the sentence ends

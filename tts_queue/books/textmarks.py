@@ -12,10 +12,11 @@ there (a title the navigation added) is left without a mark, and so is text that
 ``mark`` wraps the marked ranges in ``<span id>``: a boundary is placed as an empty marker element
 in the text where it falls (the last boundary first, so the positions of the earlier ones stay
 valid), markers at the edge of an inline element are moved out of it, and what lies between two
-markers with the same parent goes into the span. A range that crosses elements in another way (a
-sentence ending inside an ``<em>`` that goes on) is wrapped up to where its parent ends: the
+markers with the same parent goes into the span; a marker inside an inline element the other
+marker is not in (a sentence ending inside an ``<em>`` that goes on) splits that element in two
+there. A range that crosses a block or a ruby is wrapped up to where its parent ends: the
 highlight is shorter, never overlapping. Block elements and ruby readings are never moved into a
-span. Linear in the document, no recursion.
+span. No recursion.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tts_queue.books.xhtml import BLOCKS, DROPPED_TAGS
 
 XHTML = "{http://www.w3.org/1999/xhtml}"
 _MARKER = "{urn:x-tts-queue:marker}m"
+_OURS = "{urn:x-tts-queue:marker}span"  # on a span put in while marking: never split
 _NOT_MOVED = BLOCKS | {"rt", "rp", "rb", "rtc"}  # never put inside a span
 _INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "del", "dfn", "em", "i", "ins",
                      "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time",
@@ -37,6 +39,7 @@ _INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "de
 MAX_GAP = 5000  # letters a sentence may be found after the last one (skipped notes, page numbers)
 SHORT_GAP = 8  # ... when it has fewer letters than LONG_SENTENCE (a short one could be found anywhere)
 LONG_SENTENCE = 16
+OPENING = frozenset("“‘\"'«‹„‚「『（(【〔［[{¡¿")  # marks that belong to the sentence after them
 
 
 def local(element: etree._Element) -> str:
@@ -71,8 +74,8 @@ class FlatText:
         body = root.find(f"{XHTML}body")
         if body is not None:
             for element, tail in _text_nodes(body):
-                if local(element) in BLOCKS and tail is not True:  # its start, or its end
-                    self.breaks.add(size)
+                if (local(element) in BLOCKS or local(element) == "br") and tail is not True:
+                    self.breaks.add(size)  # a block's start or end, or a line break
                 if tail is None:
                     continue
                 text = element.tail if tail else element.text
@@ -87,14 +90,16 @@ class FlatText:
 
     def span(self, first: int, end: int, widen: bool) -> tuple[int, int]:
         """The text positions of letters ``first`` to ``end`` (exclusive); ``widen``: with the
-        marks around them that are not spaces (opening quotes before, stops and quotes after)."""
+        marks around them (opening quotes and brackets before; after, what is neither a space nor
+        an opening mark: stops, closing quotes), never across a block's edge or a line break."""
         start, stop = self.at[first], self.at[end - 1] + 1
         if widen:
             floor = self.at[first - 1] + 1 if first > 0 else 0
             ceiling = self.at[end] if end < len(self.at) else len(self.text)
-            while start > floor and start not in self.breaks and not self.text[start - 1].isspace():
+            while start > floor and start not in self.breaks and self.text[start - 1] in OPENING:
                 start -= 1
-            while stop < ceiling and stop not in self.breaks and not self.text[stop].isspace():
+            while (stop < ceiling and stop not in self.breaks and not self.text[stop].isspace()
+                   and self.text[stop] not in OPENING):
                 stop += 1
         return start, stop
 
@@ -210,6 +215,8 @@ def mark(root: etree._Element, marks: Sequence[Mark]) -> set[str]:
             placed.add(ranges[n][0])
     for marker in markers.values():
         _drop(marker)
+    for span in root.iter(f"{XHTML}span"):
+        span.attrib.pop(_OURS, None)
     return placed
 
 
@@ -228,7 +235,7 @@ def _wrap(opening: etree._Element, closing: etree._Element, span_id: str) -> boo
         moved.append(sibling)
     if not (opening.tail or "").strip() and not moved:
         return False
-    span = etree.Element(f"{XHTML}span", id=span_id)
+    span = etree.Element(f"{XHTML}span", {"id": span_id, _OURS: ""})
     span.text, opening.tail = opening.tail, None
     for element in moved:
         span.append(element)  # with its tail
@@ -237,14 +244,34 @@ def _wrap(opening: etree._Element, closing: etree._Element, span_id: str) -> boo
 
 
 def _lift(opening: etree._Element, closing: etree._Element) -> None:
-    """Move each marker out of inline elements it is at the edge of, until both have one parent
-    or neither can move."""
+    """Move each marker out of the inline elements the other is not in: out of one it is at the
+    edge of, else by splitting that element in two at the marker; until both have one parent or
+    neither can move (a block, ruby, or the body between them)."""
     while opening.getparent() is not closing.getparent():
-        if not _holds(opening.getparent(), closing) and _lift_opening(opening):
+        if not _holds(opening.getparent(), closing) and (_lift_opening(opening) or _split_at(opening)):
             continue
-        if not _holds(closing.getparent(), opening) and _lift_closing(closing):
+        if not _holds(closing.getparent(), opening) and (_lift_closing(closing) or _split_at(closing)):
             continue
         return
+
+
+def _split_at(marker: etree._Element) -> bool:
+    """Split the inline element holding ``marker`` in two there (the second a copy of the first
+    without its id), the marker left between them: ``<em>a[m]b</em>`` is ``<em>a</em>[m]<em>b</em>``."""
+    parent = marker.getparent()
+    if parent is None or local(parent) not in _INLINE or parent.get(_OURS) is not None:
+        return False
+    after = etree.Element(parent.tag, {k: v for k, v in parent.attrib.items() if k != "id"})
+    after.text, marker.tail = marker.tail, None
+    for sibling in list(marker.itersiblings()):
+        after.append(sibling)  # with its tail
+    after.tail, parent.tail = parent.tail, None
+    parent.addnext(marker)
+    marker.addnext(after)
+    if not after.text and not len(after):
+        marker.tail = after.tail
+        marker.getparent().remove(after)  # nothing was after the marker
+    return True
 
 
 def _lift_opening(marker: etree._Element) -> bool:
