@@ -247,8 +247,9 @@ def test_marks_keep_the_text_and_split_an_inline_element_a_sentence_ends_in() ->
 
     from tts_queue.books.textmarks import Aligner, FlatText, Mark, letters, mark
 
-    root = etree.fromstring(document("t", '<p>“I think, <em>Watson. That</em> you have.”<sup>2</sup> Yes.<br/>'
-                                          "<strong>Quite <em>so</em></strong>, he said.</p>").encode())
+    body = ('<p>“I think, <em>Watson. That</em> you have.”<sup>2</sup> Yes.<br/>'
+            "<strong>Quite <em>so</em></strong>, he said.</p>")
+    root = etree.fromstring(document("t", body).encode())
     before = "".join(root.itertext())
     sentences = ["“I think, Watson.", "That you have.”", "Yes.", "Quite so, he said."]
     aligner = Aligner([FlatText(root).letters])
