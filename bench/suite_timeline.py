@@ -22,26 +22,28 @@ from typing import Any
 
 def summary(lines: list[str], top: int) -> dict[str, Any]:
     """The figures of one timeline: wall time, per process, per module, per test."""
-    rows = []
+    rows: list[tuple[float, float, str, str]] = []
     for line in lines:
-        start, end, process, test = line.split(maxsplit=3)
-        rows.append((float(start), float(end), process, test.strip()))
+        began, ended, runner, nodeid = line.split(maxsplit=3)
+        rows.append((float(began), float(ended), runner, nodeid.strip()))
     origin = min(r[0] for r in rows)
     processes: dict[str, list[float]] = defaultdict(lambda: [float("inf"), 0.0, 0.0])
-    modules: dict[str, list[Any]] = defaultdict(lambda: [float("inf"), 0.0, 0.0, ""])
+    modules: dict[str, list[float]] = defaultdict(lambda: [float("inf"), 0.0, 0.0])
+    where: dict[str, str] = {}
     for start, end, process, test in rows:
         seen = processes[process]
         seen[0], seen[1], seen[2] = min(seen[0], start), max(seen[1], end), seen[2] + end - start
-        module = modules[test.split("::")[0]]
-        module[0], module[1], module[2], module[3] = min(module[0], start), max(module[1], end), \
-            module[2] + end - start, process
+        name = test.split("::")[0]
+        module = modules[name]
+        module[0], module[1], module[2] = min(module[0], start), max(module[1], end), module[2] + end - start
+        where[name] = process
     spans = sorted(modules.items(), key=lambda kv: kv[1][0] - kv[1][1])
     return {
         "wall_s": round(max(r[1] for r in rows) - origin, 1), "tests": len(rows),
         "processes": {p: {"busy_s": round(v[2], 1), "ends_s": round(v[1] - origin, 1)}
                       for p, v in sorted(processes.items())},
         "modules_by_span": [{"module": m, "span_s": round(v[1] - v[0], 1), "from_s": round(v[0] - origin, 1),
-                             "process": v[3]} for m, v in spans[:top]],
+                             "process": where[m]} for m, v in spans[:top]],
         "tests_by_time": [{"test": t, "s": round(e - s, 1)} for s, e, _, t in
                           sorted(rows, key=lambda r: r[0] - r[1])[:top]],
     }

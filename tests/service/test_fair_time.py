@@ -34,7 +34,7 @@ from tts_queue.db import Database
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 CALL_DELAY_MS = 150
-STALL_S = 8
+STALL_S = 12  # a Kokoro call on a loaded 2-core machine took 8 s once: over this, a request fails
 HANG = "Hold it right there."
 
 
@@ -120,7 +120,7 @@ def test_a_stalled_request_leaves_nothing_queued_and_its_retry_completes(service
     assert "SynthesisStalled) with 8 of its 9 sentences waiting: taken out of the engine (0 left" in text
     # And the retry completed: nothing of the stalled try was in its way
     assert view["status"] == "done", view
-    assert "no sentence of this request finished for 8 s (TTS_ENGINE_STALL_S)" in text
+    assert f"no sentence of this request finished for {STALL_S} s (TTS_ENGINE_STALL_S)" in text
 
 
 def test_a_long_japanese_request_of_one_key_leaves_another_keys_short_one_answered(
