@@ -262,7 +262,7 @@ class ReadAlongBuilder:
             return None
         try:
             return SourceBook(data, self.limits, chapters)
-        except SourceMismatch as exc:
+        except (SourceMismatch, BookError) as exc:  # a malformed encryption.xml...
             log.warning("book %s: read-along EPUB generated from its sentences: %s", book.id, exc)
             return None
 

@@ -198,7 +198,7 @@ class SourceBook:
             for clip in clips:
                 written = clip.text
                 found = aligner.find(candidates[at:at + 2], written)
-                if found is None and written.strip(" .").isdigit() and 0 < int(written.strip(" .")) < 4000:
+                if found is None and written.strip(" .").isdecimal() and 0 < int(written.strip(" .")) < 4000:
                     written = roman(int(written.strip(" .")))  # a heading read as a number ("IV" as "4")
                     found = aligner.find(candidates[at:at + 2], written)
                 if found is None:
@@ -341,6 +341,9 @@ def _prune_nav(root: etree._Element) -> None:
         holder.remove(listing)
         if local(holder) == "li" and holder.getparent() is not None:
             holder.getparent().remove(holder)
+    for nav in list(root.iter(f"{XHTML}nav")):  # a landmarks or page list left empty goes
+        if nav.find(f".//{XHTML}ol") is None and nav.getparent() is not None:
+            nav.getparent().remove(nav)
 
 
 def _link_stylesheet(root: etree._Element, href: str) -> None:

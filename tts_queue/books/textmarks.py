@@ -10,9 +10,9 @@ there (a title the navigation added) is left without a mark, and so is text that
 (footnotes, front matter); a heading read as a number is looked for as the Roman numeral it was.
 
 ``mark`` wraps the marked ranges in ``<span id>``: a boundary is placed as an empty marker element
-in the text where it falls (the last boundary first, so the positions of the earlier ones stay
-valid), markers at the edge of an inline element are moved out of it, and what lies between two
-markers with the same parent goes into the span; a marker inside an inline element the other
+in the text where it falls (each text node cut once for all its boundaries), markers at the edge
+of an inline element are moved out of it, and what lies between two markers with the same parent
+goes into the span; a marker inside an inline element the other
 marker is not in (a sentence ending inside an ``<em>`` that goes on) splits that element in two
 there. A range that crosses a block or a ruby is wrapped up to where its parent ends: the
 highlight is shorter, never overlapping. Block elements and ruby readings are never moved into a
@@ -103,23 +103,42 @@ class FlatText:
                 stop += 1
         return start, stop
 
-    def place(self, position: int, closing: bool) -> etree._Element:
-        """An empty marker element put into the text at ``position`` (at a boundary between two
-        text nodes: the end of the first for a ``closing`` marker, else the start of the second)."""
-        index = (bisect.bisect_left(self._starts, position) if closing
-                 else bisect.bisect_right(self._starts, position)) - 1
-        slot = self.slots[index]
-        offset = position - slot.start
-        marker = etree.Element(_MARKER)
+    def place(self, points: Sequence[tuple[int, bool]]) -> list[etree._Element]:
+        """An empty marker element put into the text at each of ``points``, ``(position,
+        closing)`` in text order (at a boundary between two text nodes: the end of the first for
+        a closing marker, else the start of the second); the markers, in that order. Each text
+        node is cut once, however many markers it gets."""
+        located = []
+        for position, closing in points:
+            index = (bisect.bisect_left(self._starts, position) if closing
+                     else bisect.bisect_right(self._starts, position)) - 1
+            located.append((index, position - self.slots[index].start))
+        markers = [etree.Element(_MARKER) for _ in points]
+        at = 0
+        while at < len(located):
+            index = located[at][0]
+            last = at
+            while last + 1 < len(located) and located[last + 1][0] == index:
+                last += 1
+            self._cut(self.slots[index], [offset for _, offset in located[at:last + 1]], markers[at:last + 1])
+            at = last + 1
+        return markers
+
+    @staticmethod
+    def _cut(slot: _Slot, offsets: Sequence[int], markers: Sequence[etree._Element]) -> None:
+        """One text node cut at ``offsets`` (in order), ``markers`` put in the cuts."""
+        text = (slot.element.tail if slot.tail else slot.element.text) or ""
+        bounds = [*offsets, len(text)]
+        for marker, begin, end in zip(markers, bounds, bounds[1:], strict=False):
+            marker.tail = text[begin:end]
         if slot.tail:
-            text = slot.element.tail or ""
-            slot.element.tail, marker.tail = text[:offset], text[offset:]
-            slot.element.addnext(marker)
+            slot.element.tail = text[:offsets[0]]
+            slot.element.addnext(markers[0])  # after the element's own tail
         else:
-            text = slot.element.text or ""
-            slot.element.text, marker.tail = text[:offset], text[offset:]
-            slot.element.insert(0, marker)
-        return marker
+            slot.element.text = text[:offsets[0]]
+            slot.element.insert(0, markers[0])
+        for previous, marker in zip(markers, markers[1:], strict=False):
+            previous.addnext(marker)  # after the marker's own tail (``insert`` at an index is linear)
 
 
 def _text_nodes(body: etree._Element) -> Iterable[tuple[etree._Element, bool | None]]:
@@ -203,12 +222,11 @@ def mark(root: etree._Element, marks: Sequence[Mark]) -> set[str]:
             word_start, word_end = flat.span(first, last, widen=False)
             ranges.append((word_id, word_start, word_end, 1))
     # Boundaries in text order: at one position ends first (inner before outer), then starts
-    # (outer before inner); placed from the last, each placed before those after it.
+    # (outer before inner).
     events = sorted([(start, 1, depth, n) for n, (_, start, _, depth) in enumerate(ranges)]
                     + [(end, 0, -depth, n) for n, (_, _, end, depth) in enumerate(ranges)])
-    markers: dict[tuple[int, int], etree._Element] = {}
-    for position, opening, _, n in reversed(events):
-        markers[(n, opening)] = flat.place(position, closing=not opening)
+    put = flat.place([(position, not opening) for position, opening, _, _ in events])
+    markers = {(n, opening): marker for (_, opening, _, n), marker in zip(events, put, strict=True)}
     placed: set[str] = set()
     for n in sorted(range(len(ranges)), key=lambda n: -ranges[n][3]):  # words, then sentences
         if _wrap(markers[(n, 1)], markers[(n, 0)], ranges[n][0]):
@@ -217,6 +235,7 @@ def mark(root: etree._Element, marks: Sequence[Mark]) -> set[str]:
         _drop(marker)
     for span in root.iter(f"{XHTML}span"):
         span.attrib.pop(_OURS, None)
+    etree.cleanup_namespaces(root)  # the markers' namespace, declared on the spans they made
     return placed
 
 
@@ -233,8 +252,9 @@ def _wrap(opening: etree._Element, closing: etree._Element, span_id: str) -> boo
         if local(sibling) in _NOT_MOVED or any(local(e) in _NOT_MOVED for e in sibling.iter()):
             break
         moved.append(sibling)
-    if not (opening.tail or "").strip() and not moved:
-        return False
+    inside = (opening.tail or "") + "".join("".join(e.itertext()) + (e.tail or "") for e in moved)
+    if not any(ch.isalnum() for ch in inside):
+        return False  # nothing to highlight
     span = etree.Element(f"{XHTML}span", {"id": span_id, _OURS: ""})
     span.text, opening.tail = opening.tail, None
     for element in moved:
@@ -259,8 +279,8 @@ def _split_at(marker: etree._Element) -> bool:
     """Split the inline element holding ``marker`` in two there (the second a copy of the first
     without its id), the marker left between them: ``<em>a[m]b</em>`` is ``<em>a</em>[m]<em>b</em>``."""
     parent = marker.getparent()
-    if parent is None or local(parent) not in _INLINE or parent.get(_OURS) is not None:
-        return False
+    if parent is None or local(parent) not in _INLINE - {"q"} or parent.get(_OURS) is not None:
+        return False  # (a <q> split in two would show two pairs of quotes)
     after = etree.Element(parent.tag, {k: v for k, v in parent.attrib.items() if k != "id"})
     after.text, marker.tail = marker.tail, None
     for sibling in list(marker.itersiblings()):
@@ -277,7 +297,8 @@ def _split_at(marker: etree._Element) -> bool:
 def _lift_opening(marker: etree._Element) -> bool:
     """Move a marker that is first in an inline element to just before it."""
     parent = marker.getparent()
-    if parent is None or local(parent) not in _INLINE or (parent.text or "").strip() or parent.index(marker):
+    if (parent is None or local(parent) not in _INLINE or (parent.text or "").strip()
+            or marker.getprevious() is not None):
         return False
     parent.text = (parent.text or "") + (marker.tail or "")
     marker.tail = None
