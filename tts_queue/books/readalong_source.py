@@ -130,6 +130,7 @@ class SourceBook:
         is there already, under ``readalong/audio/``)."""
         documents = [item for item in self.items if item.path in self.spine]
         overlays = self._align(documents, chapters)
+        position = {document.path: n for n, document in enumerate(documents)}  # paths are unique
         entries: list[str] = []
         spine_ids: dict[str, str] = {}
         durations: list[tuple[str, int]] = []
@@ -140,7 +141,7 @@ class SourceBook:
             if item.media_type != DOCUMENT:
                 epub.writestr(ROOT + item.path, self._resource(item))
             else:
-                index = next((i for i, d in enumerate(documents) if d is item), None)
+                index = position.get(item.path)
                 data, kinds, written = self._document(item, None if index is None else overlays.get(index))
                 epub.writestr(ROOT + item.path, data)
                 properties += kinds
