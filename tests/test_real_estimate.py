@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import voice_packs
+from tests.support import ONE_THREAD
 from tts_queue.settings import Settings
 from tts_queue.synthesis.duration import estimated_seconds
 from tts_queue.synthesis.engine import BatchEngine
@@ -37,7 +38,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, V
     """One registry and engine for the module: each voice loads once."""
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path_factory.mktemp("estimate")),
                                   "TTS_PROVIDERS": "cpu", "TTS_MAX_LOADED_VOICES": "2",
-                                  "TTS_VOICES_DIR": str(voice_packs())})
+                                  "TTS_VOICES_DIR": str(voice_packs()), **ONE_THREAD})
     registry = VoiceRegistry.from_settings(settings)
     engine = BatchEngine(registry, settings.pool("cpu")).start()
     yield settings, registry, Synthesizer(registry, engine)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from tests.support import ONE_THREAD
 from tts_queue.settings import SessionConfig, Settings
 from tts_queue.synthesis.encoder import encode
 from tts_queue.synthesis.engine import BatchEngine
@@ -47,7 +48,7 @@ def plausible(seconds: float, text: str) -> bool:
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return Settings.from_env({"TTS_DATA_DIR": str(tmp_path_factory.mktemp("kokoro")),
-                              "TTS_PROVIDERS": "cpu", "TTS_MAX_LOADED_VOICES": "3"})
+                              "TTS_PROVIDERS": "cpu", "TTS_MAX_LOADED_VOICES": "3", **ONE_THREAD})
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +180,7 @@ def test_the_float_graph_says_the_same_speech(core: tuple[VoiceRegistry, Synthes
     assert isinstance(voice, KokoroVoice)
     ids = voice.sentence_ids(GREETING, 400)[0]
     other = voice.sentence_ids("明日は雨が降るでしょう。", 400)[0]
-    config = SessionConfig(providers="cpu", intra_op_threads=2, kokoro_graph="float")
+    config = SessionConfig(providers="cpu", intra_op_threads=1, kokoro_graph="float")
     floated = KokoroGraph.load(spec.model_files, spec.sha256, config)
     assert floated.graph == "float"
     int8_audio, int8_per_id = voice.model.graph.run(ids, voice.model.style(len(ids) - 2), 1.0)
@@ -196,7 +197,7 @@ def test_cli_say_writes_japanese_speech(tmp_path: Path, settings: Settings) -> N
     from tts_queue.cli.main import main
 
     out = tmp_path / "ja.wav"
-    env = {"TTS_DATA_DIR": str(tmp_path), "TTS_PROVIDERS": "cpu"}
+    env = {"TTS_DATA_DIR": str(tmp_path), "TTS_PROVIDERS": "cpu", **ONE_THREAD}
     assert main(["say", GREETING, "-o", str(out)], env=env) == 0
     samples, rate = soundfile.read(out)
     assert rate == 24000 and plausible(len(samples) / rate, GREETING)
@@ -209,7 +210,7 @@ def test_the_graph_lives_while_a_japanese_voice_is_loaded_within_the_voice_limit
 
     # Given a registry that keeps one voice loaded
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_PROVIDERS": "cpu",
-                                  "TTS_MAX_LOADED_VOICES": "1"})
+                                  "TTS_MAX_LOADED_VOICES": "1", **ONE_THREAD})
     registry = VoiceRegistry.from_settings(settings)
     loader = registry._loader
     assert isinstance(loader, VoiceLoader)

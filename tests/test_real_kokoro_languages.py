@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import voice_packs
+from tests.support import ONE_THREAD
 from tts_queue.errors import DigestMismatch
 from tts_queue.settings import Settings
 from tts_queue.synthesis.duration import estimated_seconds
@@ -57,7 +58,7 @@ MIXED_IDS = [0, 50, 83, 54, 156, 31, 3, 16, 21, 51, 171, 56, 62, 162, 52, 86, 17
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return Settings.from_env({"TTS_DATA_DIR": str(tmp_path_factory.mktemp("kokoro-languages")),
                               "TTS_VOICES_DIR": str(voice_packs()), "TTS_PROVIDERS": "cpu",
-                              "TTS_MAX_LOADED_VOICES": "2"})
+                              "TTS_MAX_LOADED_VOICES": "2", **ONE_THREAD})
 
 
 @pytest.fixture(scope="module")

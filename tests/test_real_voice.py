@@ -18,7 +18,7 @@ import pytest
 import soundfile
 
 from tests.conftest import load_voice
-from tests.support import wait_until
+from tests.support import ONE_THREAD, wait_until
 from tts_queue.errors import DigestMismatch, ModelLoadError, NothingToSpeak
 from tts_queue.settings import Settings
 from tts_queue.synthesis.encoder import encode
@@ -66,8 +66,8 @@ ODD_WORDS = [
 
 @pytest.fixture(scope="module")
 def registry() -> VoiceRegistry:
-    """The registry exactly as a default installation builds it."""
-    return VoiceRegistry.from_settings(Settings.from_env({}))
+    """The registry as a default installation builds it (the model on one thread: ``ONE_THREAD``)."""
+    return VoiceRegistry.from_settings(Settings.from_env(dict(ONE_THREAD)))
 
 
 @pytest.fixture(scope="module")

@@ -43,13 +43,19 @@ def test_the_live_api_conforms_to_its_contract_under_fuzzing(tmp_path: Path, red
     report = tmp_path / "junit.xml"
     started = time.monotonic()
     try:
-        run = subprocess.run(
-            [sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json", "--checks", CHECKS,
-             "--max-examples", str(MAX_EXAMPLES), "--seed", "20261201",
-             "--phases", "examples,coverage,fuzzing",
-             "--header", f"Authorization: Bearer {key}", "--request-timeout", "20", "--workers", "2",
-             "--report", "junit", "--report-junit-path", str(report), "--suppress-health-check", "all"],
-            cwd=ROOT, capture_output=True, text=True, timeout=600)
+        for _ in range(2):
+            run = subprocess.run(
+                [sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json", "--checks", CHECKS,
+                 "--max-examples", str(MAX_EXAMPLES), "--seed", "20261201",
+                 "--phases", "examples,coverage,fuzzing",
+                 "--header", f"Authorization: Bearer {key}", "--request-timeout", "20", "--workers", "2",
+                 "--report", "junit", "--report-junit-path", str(report), "--suppress-health-check", "all"],
+                cwd=ROOT, capture_output=True, text=True, timeout=600)
+            # Python 3.11's ast.parse can fail inside hypothesis as it describes a lambda, at some
+            # recursion depths only ("SystemError: AST constructor recursion depth mismatch"): an
+            # interpreter fault in the fuzzer's own process, not an answer of the API, so once more.
+            if "AST constructor recursion depth mismatch" not in run.stdout + run.stderr:
+                break
     finally:
         server.terminate()
         server.wait(timeout=30)

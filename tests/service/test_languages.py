@@ -31,7 +31,7 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from tests.conftest import voice_packs
-from tests.support import WorkerProcess, epubcheck, flush_queues, service_settings, wait_until
+from tests.support import ONE_THREAD, WorkerProcess, epubcheck, flush_queues, service_settings, wait_until
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def client(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
     data_dir = tmp_path_factory.mktemp("japanese")
     flush_queues(redis_url)
     settings = service_settings(data_dir, redis_url, TTS_SYNC_WAIT_S="60",  # the real voices
-                                TTS_VOICES_DIR=str(voice_packs()))
+                                TTS_VOICES_DIR=str(voice_packs()), **ONE_THREAD)
     worker = WorkerProcess(settings, f"ja-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
     worker.wait_ready(make_celery(settings))
     yield create_app(settings).test_client()
