@@ -49,7 +49,7 @@ BOOK = """第一章 雨
 def client(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[FlaskClient]:
     data_dir = tmp_path_factory.mktemp("japanese")
     flush_queues(redis_url)
-    settings = service_settings(data_dir, redis_url, TTS_SYNC_WAIT_S="60",  # the real voices
+    settings = service_settings(data_dir, redis_url, None, TTS_SYNC_WAIT_S="60",  # the real voices
                                 TTS_VOICES_DIR=str(voice_packs()), **ONE_THREAD)
     worker = WorkerProcess(settings, f"ja-{uuid.uuid4().hex[:6]}@localhost", data_dir / "worker.log")
     worker.wait_ready(make_celery(settings))
