@@ -46,8 +46,8 @@ def summary(lines: list[str], top: int) -> dict[str, Any]:
     return {
         "wall_s": round(max(r[1] for r in rows) - origin, 1), "tests": len(rows),
         "cpu_s": round(sum(r[3] for r in rows), 1),
-        "processes": {p: {"busy_s": round(v[2], 1), "ends_s": round(v[1] - origin, 1), "cpu_s": round(v[3], 1)}
-                      for p, v in sorted(processes.items())},
+        "processes": {p: {"busy_s": round(v[2], 1), "ends_s": round(v[1] - origin, 1),
+                          "cpu_s": round(v[3], 1)} for p, v in sorted(processes.items())},
         "modules_by_span": [{"module": m, "span_s": round(v[1] - v[0], 1), "from_s": round(v[0] - origin, 1),
                              "cpu_s": round(v[3], 1), "process": where[m]} for m, v in spans[:top]],
         "modules_by_cpu": [{"module": m, "cpu_s": round(v[3], 1), "span_s": round(v[1] - v[0], 1)}
