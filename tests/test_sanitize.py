@@ -7,7 +7,8 @@
 - every URL (attribute, ``url()``, ``@import``) points at a shipped file or a fragment of its own
   document, or it goes: remote, ``javascript:`` in any spelling, ``data:``, missing files;
 - CSS: ``expression()``, ``behavior``, unknown at-rules and what tinycss2 cannot parse go;
-- ``parse_xml`` resolves no entity and refuses what is not well-formed.
+- ``parse_xml`` reads no external entity, writes HTML's named and the document's own entities
+  as characters (bounded) and refuses what is not well-formed.
 
 The whole read-along EPUB built from a hostile source is in ``tests/test_readalong_source.py``.
 """
@@ -459,11 +460,47 @@ def test_parse_xml_reads_no_external_entity(tmp_path: Path) -> None:
     root = parse_xml(data)
     text = etree.tostring(root, encoding="unicode")
     clean_document(root, PATH, shipped)
-    # Then nothing was read or expanded; the unknown entities are gone, HTML's named ones are
-    # characters
-    assert "SECRET" not in text and "LEAKED" not in text and "INTERNAL" not in text
+    # Then nothing was read; the unknown entities are gone, HTML's named ones are characters and
+    # the document's own is its text
+    assert "SECRET" not in text and "LEAKED" not in text
     assert "comment" not in text and "<?pi" not in text
-    assert body_of(root) == "<p>abc\u00a0d\u2014e</p>"
+    assert body_of(root) == "<p>abc\u00a0d\u2014eINTERNAL</p>"
+
+
+def test_entities_in_text_and_attributes_are_written_as_characters() -> None:
+    # Given an EPUB 2 document (its DTD not loaded) with HTML's named entities in text and in an
+    # attribute, one in a CDATA section, and a document with an internal subset used in both
+    epub2 = (f'<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" "http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd">'
+             f'<html xmlns="{XHTML}"><head><title>T</title></head><body><p title="caf&eacute; &amp; tea" '
+             f'hidden="hidden">caf&eacute;&nbsp;&lt;x&gt;</p><style><![CDATA[p::after{{content:"&eacute;"}}]]>'
+             f"</style></body></html>").encode()
+    own = (f'<!DOCTYPE html [<!ENTITY me "Watson"><!ENTITY eacute "E">]><html xmlns="{XHTML}"><head>'
+           f'<title>T</title></head><body><p title="Dr &me; &eacute;">Dr &me; &eacute;.</p>'
+           f"</body></html>").encode()
+    # When each is parsed and cleaned
+    first, second = parse_xml(epub2), parse_xml(own)
+    clean_document(first, PATH, shipped)
+    clean_document(second, PATH, shipped)
+    # Then the characters stand in text and attributes (the document's own declaration wins), the
+    # CDATA section is left as written, and hidden stays
+    assert body_of(first).startswith('<p title="caf\u00e9 &amp; tea" hidden="hidden">'
+                                     'caf\u00e9\u00a0&lt;x&gt;</p>')
+    assert 'content:"&amp;eacute;"' in body_of(first)  # the text "&eacute;", escaped
+    assert body_of(second) == '<p title="Dr Watson E">Dr Watson E.</p>'
+    # And written with the plain doctype that read-along documents carry, each reads again the same
+    for root in (first, second):
+        data = etree.tostring(root, encoding="utf-8", xml_declaration=True, doctype="<!DOCTYPE html>")
+        assert etree.tostring(parse_xml(data)) == etree.tostring(root)
+
+
+def test_entity_references_may_not_add_more_than_the_document_holds() -> None:
+    # Given an internal entity of 2,000 characters referenced 100 times (flat: no nesting for
+    # libxml2 to refuse)
+    data = (f'<!DOCTYPE html [<!ENTITY big "{"x" * 2000}">]><html xmlns="{XHTML}"><head><title>T</title>'
+            f'</head><body><p>{"&big;" * 100}</p></body></html>').encode()
+    # Then it is refused (the read-along falls back to its generated text)
+    with pytest.raises(InvalidBook, match="entity references"):
+        parse_xml(data)
 
 
 @pytest.mark.parametrize("data", [b"<html><body><p>unclosed</body></html>", b"", b"not xml",

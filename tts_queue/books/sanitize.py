@@ -3,7 +3,8 @@ content documents (with inline SVG and MathML), its SVG images and its style she
 
 What is kept is what EPUB 3 allows and nothing that runs or fetches:
 
-- XHTML: the HTML5 elements EPUB 3 allows, with their own attributes and the global ones;
+- XHTML: the HTML5 elements EPUB 3 allows, with their own attributes and the global ones
+  (``hidden`` among them: a hidden landmarks list stays hidden);
   scripts, frames, plug-ins, forms, media and the like are removed with their content, other
   elements (EPUB 2's ``center``, ``font``) unwrapped, their text kept in place;
 - SVG: shapes, text, gradients, patterns, masks and simple filters; no script, no
@@ -16,9 +17,10 @@ What is kept is what EPUB 3 allows and nothing that runs or fetches:
   image, a stylesheet link, a declaration or an ``@import``; a link keeps its text. The one URL
   with a scheme kept is an image's raster ``data:`` URL (PNG, JPEG, GIF, WebP in base64: nothing
   fetched, nothing run), as covers often embed their picture so;
-- an entity reference (left unresolved by the parser) becomes its character where HTML names it
-  (``&nbsp;`` in an EPUB 2 document), else goes; a document whose root is not XHTML's ``html``
-  (SVG's ``svg``) is refused with ``InvalidBook``.
+- an entity reference becomes its character where HTML names it (``&nbsp;`` in an EPUB 2
+  document), its text where the document's internal subset declares it (``parse_xml``), else
+  goes; a document whose root is not XHTML's ``html`` (SVG's ``svg``) is refused with
+  ``InvalidBook``.
 
 Bounds: ``parse_xml`` loads no DTD, resolves no entity and reads nothing from the network
 (libxml2 refuses entity amplification and elements nested over 256 deep); the tree is walked once
@@ -63,7 +65,7 @@ ALLOWED = frozenset({
     "colgroup", "ruby", "rt", "rp", "bdi", "bdo", "del", "ins", "address", "details", "summary",
     "data", "style", "link", "meta",
 })
-GLOBAL_ATTRIBUTES = frozenset({"id", "class", "title", "lang", "dir", "role", "style"})
+GLOBAL_ATTRIBUTES = frozenset({"id", "class", "title", "lang", "dir", "role", "style", "hidden"})
 NS_ATTRIBUTES = frozenset({f"{{{XML_NS}}}lang", f"{{{OPS_NS}}}type"})
 _EPUB_PREFIX = f"{{{OPS_NS}}}prefix"  # on the root html only
 ELEMENT_ATTRIBUTES: dict[str, frozenset[str]] = {
@@ -108,13 +110,62 @@ _FIRST_SEGMENT = re.compile(r"[/?#]")
 def parse_xml(data: bytes) -> etree._Element:
     """Root element of an XML document (XHTML or SVG) parsed safely: no DTD loaded, no entities
     resolved, no network, comments and processing instructions removed, huge_tree off;
-    ``InvalidBook`` when it is not well-formed XML."""
+    ``InvalidBook`` when it is not well-formed XML.
+
+    The tree holds no entity reference after it: an HTML name (``&eacute;`` in an EPUB 2
+    document, which names no DTD the parser loads) is read as its character, in text and in
+    attribute values alike; a reference to the document's own internal subset
+    (``<!ENTITY me "Watson">``) is replaced with its text as declared, where it stands (all of
+    them together adding at most the document's own size, else ``InvalidBook``: libxml2 already
+    refuses the amplification of nested ones); any other goes.
+    (The document is written again with the plain ``<!DOCTYPE html>``, which declares none.)"""
     parser = etree.XMLParser(resolve_entities=False, load_dtd=False, no_network=True, huge_tree=False,
                              remove_comments=True, remove_pis=True, attribute_defaults=False)
     try:
-        return etree.fromstring(data, parser)
+        root = etree.fromstring(_html_references(data), parser)
     except (etree.XMLSyntaxError, ValueError) as exc:
         raise InvalidBook(f"a document is not well-formed XML: {exc}") from exc
+    subset = root.getroottree().docinfo.internalDTD
+    declared = {entity.name: entity.content or "" for entity in subset.iterentities()} if subset else {}
+    budget = len(data)  # what references may add in all: no more than the document itself
+    for node in list(root.iter()):
+        if isinstance(node, etree._Entity):
+            text = declared.get(node.name or "", "")
+            budget -= len(text)
+            if budget < 0:
+                raise InvalidBook("a document's entity references add more text than the document holds")
+            _drop(node, text)
+        elif isinstance(node.tag, str) and node.attrib:
+            for key, value in node.attrib.items():  # as read: internal entities resolved once
+                node.set(key, value)
+    return root
+
+
+_REFERENCE = re.compile(rb"&([A-Za-z][A-Za-z0-9]{0,31});")
+_CDATA = re.compile(rb"(<!\[CDATA\[.*?\]\]>)", re.DOTALL)
+_DECLARED = re.compile(rb"<!ENTITY\s+([A-Za-z][A-Za-z0-9]*)")
+_XML_NAMES = frozenset({"amp", "lt", "gt", "quot", "apos"})
+
+
+def _html_references(data: bytes) -> bytes:
+    """``data`` with each reference to an HTML character name (not XML's own five) written as a
+    numeric character reference, outside CDATA sections; a name the document declares itself
+    wins (its internal subset is kept as it is)."""
+    if b"&" not in data:
+        return data
+    subset_end = data.find(b"]>") if b"<!ENTITY" in data else -1
+    declared = set(_DECLARED.findall(data[:subset_end])) if subset_end > 0 else set()
+
+    def numeric(match: re.Match[bytes]) -> bytes:
+        name = match.group(1)
+        text = name.decode("ascii")
+        character = html.entities.html5.get(f"{text};")
+        if text in _XML_NAMES or name in declared or character is None:
+            return match.group(0)
+        return b"".join(b"&#%d;" % ord(c) for c in character)
+
+    parts = _CDATA.split(data)
+    return b"".join(part if n % 2 else _REFERENCE.sub(numeric, part) for n, part in enumerate(parts))
 
 
 def resolve(base: str, url: str) -> str | None:
