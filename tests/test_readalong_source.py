@@ -240,6 +240,40 @@ def test_a_source_that_cannot_be_reused_falls_back_to_generated_text(library: Li
         assert "Nobody knocked at the door that day." in text
 
 
+def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path) -> None:
+    # Given an EPUB 2 whose cover picture is named only by <meta name="cover" content="ID"/>
+    from ebooklib import epub
+
+    from tts_queue.books.readalong_source import _plan
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        archive.writestr("META-INF/container.xml", (
+            '<?xml version="1.0"?><container version="1.0" '
+            'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile '
+            'full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
+            "</rootfiles></container>"))
+        archive.writestr("OEBPS/content.opf", (
+            '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="2.0" '
+            'unique-identifier="id"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/" '
+            'xmlns:opf="http://www.idpf.org/2007/opf"><dc:title>T</dc:title><dc:identifier id="id">x'
+            '</dc:identifier><dc:language>en</dc:language><meta name="cover" content="front"/></metadata>'
+            '<manifest><item id="front" href="front.png" media-type="image/png"/><item id="pic" '
+            'href="pic.png" media-type="image/png"/><item id="a" href="a.xhtml" '
+            'media-type="application/xhtml+xml"/></manifest><spine><itemref idref="a"/></spine></package>'))
+        archive.writestr("OEBPS/front.png", PNG)
+        archive.writestr("OEBPS/pic.png", PNG)
+        archive.writestr("OEBPS/a.xhtml", document("A", "<p>Hi.</p>"))
+    path = tmp_path / "two.epub"
+    path.write_bytes(buffer.getvalue())
+    # When its items are planned for the read-along EPUB
+    _, items, _ = _plan(epub.read_epub(str(path), options={"ignore_ncx": True}), set())
+    # Then that picture, and only it, is the cover image
+    assert {item.path: item.cover for item in items if item.media_type == "image/png"} == {
+        "front.png": True, "pic.png": False}
+
+
 def test_marks_keep_the_text_and_split_an_inline_element_a_sentence_ends_in() -> None:
     # Given a paragraph whose second sentence ends inside an <em> that the third goes on in, a
     # footnote marker, and a line break

@@ -272,7 +272,10 @@ def _plan(package: EpubBook, left_out: set[str]) -> tuple[str | None, list[Item]
     the spine (documents' paths, each with whether it is linear)."""
     from ebooklib import epub
 
-    cover_ids = {str(attrs.get("content")) for _, attrs in package.get_metadata("OPF", "cover")}
+    # EPUB 2 names its cover <meta name="cover" content="ID"/>: ebooklib files it under "cover" or
+    # under "meta", by how the package declares its namespaces
+    named = package.get_metadata("OPF", "cover") + package.get_metadata("OPF", "meta")
+    cover_ids = {str(attrs.get("content")) for _, attrs in named if attrs.get("name") == "cover"}
     by_id: dict[str, Item] = {}
     items: dict[str, Item] = {}
     nav: str | None = None
