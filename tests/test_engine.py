@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -330,8 +331,9 @@ class GatedModel:
     """Wraps a voice's ``run_batch``: records which sentences entered the model and when they
     left it; the sentence ``held`` waits for ``release`` inside the call."""
 
-    def __init__(self, voice: LoadedVoice, held: list[int]) -> None:
+    def __init__(self, voice: LoadedVoice, held: list[int], pace_s: float = 0.0) -> None:
         self.original = voice.model.run_batch
+        self.pace_s = pace_s  # each call sleeps this long first: a model time a loaded machine barely moves
         self.entered: list[tuple[str, int]] = []  # (thread, first id of the first slot)
         self.narrow: dict[int, bool] = {}  # first id -> whether its call ran on one core
         self.inside = 0
@@ -354,6 +356,8 @@ class GatedModel:
         try:
             if ids[0][2] in self.hold:
                 assert self.release.wait(TIMEOUT)
+            if self.pace_s:
+                time.sleep(self.pace_s)
             return self.original(ids, *args, **kwargs)
         finally:
             with self.lock:

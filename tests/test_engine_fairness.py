@@ -51,10 +51,12 @@ def test_another_keys_short_request_runs_at_the_next_call_not_after_a_long_one(
 def test_two_keys_long_requests_take_turns(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry,
 ) -> None:
-    # Given one runner, one sentence a call, and two keys' long requests, the first one held
+    # Given one runner, one sentence a call, and two keys' long requests, the first one held, each
+    # call 20 ms of model time (the tiny voice's millisecond alone is many times longer whenever a
+    # loaded machine preempts it, which moves the voice's measured price between turns)
     alice = [sentence(200 + n, 10) for n in range(6)]
     bob = [sentence(300 + n, 10) for n in range(6)]
-    model = GatedModel(registry.load("tiny"), alice[0])
+    model = GatedModel(registry.load("tiny"), alice[0], pace_s=0.02)
     engine = make_engine(max_batch=1)
     engine.run_sentences(KEY, [sentence(400 + n, 10) for n in range(5)])  # the voice's pace, known
     model.entered.clear()
