@@ -101,7 +101,7 @@ THREE = document("The Third Part", """
  words are here only to make it a chapter of its own.</p></section>""")
 
 
-def hostile_epub(two: str = TWO) -> bytes:
+def hostile_epub(two: str = TWO, opf: str = OPF_TEXT, two_name: str = "text/two.xhtml") -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
@@ -110,9 +110,9 @@ def hostile_epub(two: str = TWO) -> bytes:
             'xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
             '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
             "</rootfiles></container>"))
-        for name, text in {"content.opf": OPF_TEXT, "nav.xhtml": NAV, "css/style.css": CSS,
+        for name, text in {"content.opf": opf, "nav.xhtml": NAV, "css/style.css": CSS,
                            "images/cover.svg": COVER, "js/evil.js": "alert(1)", "text/one.xhtml": ONE,
-                           "text/two.xhtml": two, "text/three.xhtml": THREE}.items():
+                           two_name: two, "text/three.xhtml": THREE}.items():
             archive.writestr(f"OEBPS/{name}", text)
         archive.writestr("OEBPS/images/pic.png", PNG)
     return buffer.getvalue()
@@ -238,6 +238,32 @@ def test_a_source_that_cannot_be_reused_falls_back_to_generated_text(library: Li
         assert "OEBPS/text/one.xhtml" not in epub.namelist()
         text = "".join(ElementTree.fromstring(epub.read("OEBPS/chapter-002.xhtml")).itertext())
         assert "Nobody knocked at the door that day." in text
+
+
+def test_documents_named_by_an_escaped_href_or_a_second_manifest_entry_are_marked(library: Library,
+                                                                                   tmp_path: Path) -> None:
+    # Given a done book of an EPUB whose second document's href is percent-escaped (a space and a
+    # "%41" in its file name, which must not be read as "A") and whose spine names the first by a
+    # second manifest entry of the same file
+    opf = (OPF_TEXT.replace('href="text/two.xhtml"', 'href="text/part%2541%20two.xhtml"')
+           .replace('<item id="c2"', '<item id="c1again" href="text/one.xhtml" '
+                    'media-type="application/xhtml+xml" properties="scripted svg"/>\n<item id="c2"')
+           .replace('<itemref idref="c1"/>', '<itemref idref="c1again"/>'))
+    data = hostile_epub(opf=opf, two_name="text/part%41 two.xhtml")
+    book_id = rendered_source(library, data, (1, 2))
+    # When its read-along EPUB is built
+    path = tmp_path / "escaped.epub"
+    path.write_bytes(library.storage.read(builder(library).build(book_id)))
+    # Then both documents are its own (not the generated text), each with its sentences marked
+    # and an overlay
+    with zipfile.ZipFile(path) as epub:
+        opf_root = ElementTree.fromstring(epub.read("OEBPS/package.opf"))
+        items = {i.get("href"): i for i in opf_root.iter(f"{OPF}item")}
+        assert "chapter-001.xhtml" not in items
+        for href, name in (("text/one.xhtml", "text/one.xhtml"),
+                           ("text/part%2541%20two.xhtml", "text/part%41 two.xhtml")):
+            assert items[href].get("media-overlay"), href
+            assert re.search(r'id="ra-c\d+s1"', epub.read(f"OEBPS/{name}").decode()), href
 
 
 def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path) -> None:

@@ -112,9 +112,10 @@ class SourceBook:
         self.book = book
         self.package = package
         numbers = {row.number for row in rendered}
-        wanted = {d for c in book.chapters if c.number in numbers for d in c.documents}
-        unwanted = {d for c in book.chapters if c.number not in numbers for d in c.documents} - wanted
-        self.chapter_documents = {c.number: c.documents for c in book.chapters}
+        self.chapter_documents = {c.number: tuple(map(_package_path, c.documents)) for c in book.chapters}
+        documents = self.chapter_documents.items()
+        wanted = {d for n, paths in documents if n in numbers for d in paths}
+        unwanted = {d for n, paths in documents if n not in numbers for d in paths} - wanted
         self.nav, self.items, self.spine = _plan(package, unwanted | _obfuscated(data))
         self.shipped = {item.path for item in self.items}
         if any(path.startswith(OWN) for path in self.shipped):
@@ -267,6 +268,12 @@ def _check(book: Book, rendered: Sequence[ChapterRow]) -> None:
             raise SourceMismatch(f"chapter {row.number} of the kept source is not the rendered one")
 
 
+def _package_path(name: str) -> str:
+    """An item's package-relative path as the read-along EPUB names it: its manifest href as
+    ebooklib gives it (percent-escapes already decoded, so never decoded twice), normalized."""
+    return posixpath.normpath(name)
+
+
 def _plan(package: EpubBook, left_out: set[str]) -> tuple[str | None, list[Item], dict[str, bool]]:
     """The navigation document's path (``None``: there is none to keep), the items shipped, and
     the spine (documents' paths, each with whether it is linear)."""
@@ -280,10 +287,12 @@ def _plan(package: EpubBook, left_out: set[str]) -> tuple[str | None, list[Item]
     items: dict[str, Item] = {}
     nav: str | None = None
     for source in package.get_items():
-        path = posixpath.normpath(unquote(source.get_name()))
+        path = _package_path(source.get_name())
         media_type = str(source.media_type or "")
-        if (media_type not in SHIPPED_TYPES or path.startswith(("../", "/")) or path in left_out
-                or path in items):
+        if media_type not in SHIPPED_TYPES or path.startswith(("../", "/")) or path in left_out:
+            continue
+        if path in items:  # a second manifest entry of one file: the spine may name either
+            by_id.setdefault(source.get_id(), items[path])
             continue
         cover = isinstance(source, epub.EpubCover) or source.get_id() in cover_ids
         item = Item(path, media_type, source.content, cover and media_type.startswith("image/"))  # as stored
