@@ -266,6 +266,37 @@ def test_documents_named_by_an_escaped_href_or_a_second_manifest_entry_are_marke
             assert re.search(r'id="ra-c\d+s1"', epub.read(f"OEBPS/{name}").decode()), href
 
 
+@pytest.mark.parametrize("base", ["漢", "<rb>漢</rb>"])
+def test_a_sentence_that_starts_or_ends_with_a_ruby_is_marked_whole(base: str) -> None:
+    # Given Japanese sentences that begin and end with a word and its reading
+    from lxml import etree
+
+    from tts_queue.books.textmarks import Aligner, FlatText, Mark, letters, mark
+
+    body = (f"<p><ruby>{base}<rt>かん</rt></ruby>字を書く。<ruby>明日<rp>(</rp><rt>あした</rt><rp>)</rp>"
+            "</ruby>も書く。毎日書く<ruby>練習<rt>れんしゅう</rt></ruby></p>")
+    root = etree.fromstring(document("t", body).encode())
+    before = etree.tostring(root, method="text", encoding="unicode")
+    sentences = ["漢字を書く。", "明日も書く。", "毎日書く練習"]
+    aligner = Aligner([FlatText(root).letters])
+    marks = []
+    for n, sentence in enumerate(sentences):
+        found = aligner.find([0], sentence)
+        assert found is not None
+        marks.append(Mark(0, f"s{n}", found[1], found[1] + len(letters(sentence))))
+    # When each is marked
+    placed = mark(root, marks)
+    # Then each span holds its whole sentence with the rubies in it, whole and in place
+    assert etree.tostring(root, method="text", encoding="unicode") == before
+    assert placed == {"s0", "s1", "s2"}
+    for n, sentence in enumerate(sentences):
+        [span] = [e for e in root.iter(f"{X}span") if e.get("id") == f"s{n}"]
+        unread = "ancestor::*[local-name()='rt' or local-name()='rp']"
+        read = "".join(str(t) for t in span.xpath(f".//text()[not({unread})]"))
+        assert read == sentence
+    assert len(root.findall(f".//{X}ruby")) == 3 and len(root.findall(f".//{X}rt")) == 3
+
+
 def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path) -> None:
     # Given an EPUB 2 whose cover picture is named only by <meta name="cover" content="ID"/>
     from ebooklib import epub

@@ -14,8 +14,10 @@ in the text where it falls (each text node cut once for all its boundaries), mar
 of an inline element are moved out of it, and what lies between two markers with the same parent
 goes into the span; a marker inside an inline element the other
 marker is not in (a sentence ending inside an ``<em>`` that goes on) splits that element in two
-there. A range that crosses a block or a ruby is wrapped up to where its parent ends: the
-highlight is shorter, never overlapping. Block elements and ruby readings are never moved into a
+there. A marker at the edge of a ruby (or of its base) moves out of it, so a sentence that starts
+or ends with a word and its reading is wrapped whole; a ruby is never split. A range that crosses
+a block, or cuts through a ruby, is wrapped up to where its parent ends: the highlight is
+shorter, never overlapping. Block elements and ruby readings are never moved into a
 span. No recursion.
 """
 
@@ -36,6 +38,8 @@ _NOT_MOVED = BLOCKS | {"rt", "rp", "rb", "rtc"}  # never put inside a span
 _INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "del", "dfn", "em", "i", "ins",
                      "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time",
                      "u", "var"})
+_READINGS = frozenset({"rt", "rp", "rtc"})  # a ruby's readings: never read, never marked
+_EDGE_ONLY = frozenset({"ruby", "rb"})  # a marker at their edge moves out; they are never split
 MAX_GAP = 5000  # letters a sentence may be found after the last one (skipped notes, page numbers)
 SHORT_GAP = 8  # ... when it has fewer letters than LONG_SENTENCE (a short one could be found anywhere)
 LONG_SENTENCE = 16
@@ -249,8 +253,8 @@ def _wrap(opening: etree._Element, closing: etree._Element, span_id: str) -> boo
     for sibling in opening.itersiblings():
         if sibling is closing or any(sibling is a for a in around):
             break
-        if local(sibling) in _NOT_MOVED or any(local(e) in _NOT_MOVED for e in sibling.iter()):
-            break
+        if local(sibling) in _NOT_MOVED or any(local(e) in BLOCKS for e in sibling.iter()):
+            break  # (a whole ruby moves with its readings; a reading never leaves its ruby)
         moved.append(sibling)
     inside = (opening.tail or "") + "".join("".join(e.itertext()) + (e.tail or "") for e in moved)
     if not any(ch.isalnum() for ch in inside):
@@ -295,9 +299,9 @@ def _split_at(marker: etree._Element) -> bool:
 
 
 def _lift_opening(marker: etree._Element) -> bool:
-    """Move a marker that is first in an inline element to just before it."""
+    """Move a marker that is first in an inline element (or a ruby's base) to just before it."""
     parent = marker.getparent()
-    if (parent is None or local(parent) not in _INLINE or (parent.text or "").strip()
+    if (parent is None or local(parent) not in _INLINE | _EDGE_ONLY or (parent.text or "").strip()
             or marker.getprevious() is not None):
         return False
     parent.text = (parent.text or "") + (marker.tail or "")
@@ -307,10 +311,15 @@ def _lift_opening(marker: etree._Element) -> bool:
 
 
 def _lift_closing(marker: etree._Element) -> bool:
-    """Move a marker that is last in an inline element to just after it."""
+    """Move a marker that is last in an inline element to just after it; in a ruby, one that only
+    its last base's readings follow (``<ruby>漢<rt>かん</rt></ruby>``: the marker is read after 漢)."""
     parent = marker.getparent()
-    if (parent is None or local(parent) not in _INLINE or (marker.tail or "").strip()
-            or marker.getnext() is not None):
+    if parent is None or (marker.tail or "").strip():
+        return False
+    if local(parent) in _EDGE_ONLY:
+        if any(local(s) not in _READINGS or (s.tail or "").strip() for s in marker.itersiblings()):
+            return False
+    elif local(parent) not in _INLINE or marker.getnext() is not None:
         return False
     _keep_tail(marker)
     marker.tail, parent.tail = parent.tail, None
