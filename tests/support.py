@@ -153,7 +153,7 @@ def migrate(settings: Settings) -> Settings:
 # settings names its own (tests/test_warm_up.py).
 SHARED_CORES = {"TTS_ALLOW_SPINNING": "false", "TTS_WARM_LONGEST": "false"}
 # A real model runs on one thread in a test process, and in the worker of a module that makes much
-# speech: the four test processes share two cores, where a second thread per call mostly waits for
+# speech: the six test processes share two cores, where a second thread per call mostly waits for
 # its partner (about a tenth more CPU for the same speech). Other stacks keep production's default.
 ONE_THREAD = {"TTS_INTRA_OP_THREADS": "1"}
 

@@ -97,7 +97,7 @@ def idle(service: Served, key: str) -> dict[str, float]:
             "queue_s": one["timings"]["queue_ms"] / 1000}
 
 
-NOISE_S = 0.5  # CI runs four test processes on two cores: a scheduling hiccup, not a request waited for
+NOISE_S = 0.5  # CI runs six test processes on two cores: a scheduling hiccup, not a request waited for
 
 
 def within(latency: float, idle: dict[str, float], calls_s: float) -> bool:
