@@ -22,6 +22,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from lxml import etree
 from sqlalchemy import update
 
 from tests.support import core_of, epubcheck, migrate
@@ -30,7 +31,7 @@ from tests.test_readalong import builder
 from tts_queue.books.overlay import clock, parse_vtt
 from tts_queue.books.segment import segment_chapter
 from tts_queue.books.source import parse_book
-from tts_queue.books.textmarks import roman
+from tts_queue.books.textmarks import Aligner, FlatText, Mark, letters, mark, roman
 from tts_queue.enums import BookStatus
 from tts_queue.settings import Settings
 from tts_queue.tables import BookRow, ChapterRow
@@ -266,26 +267,27 @@ def test_documents_named_by_an_escaped_href_or_a_second_manifest_entry_are_marke
             assert re.search(r'id="ra-c\d+s1"', epub.read(f"OEBPS/{name}").decode()), href
 
 
+def found_marks(root: etree._Element, sentences: list[str]) -> list[Mark]:
+    """A mark ``s{n}`` for each sentence, found one after another in the document ``root``."""
+    aligner = Aligner([FlatText(root).letters])
+    marks = []
+    for n, sentence in enumerate(sentences):
+        found = aligner.find([0], sentence)
+        assert found is not None, sentence
+        marks.append(Mark(0, f"s{n}", found[1], found[1] + len(letters(sentence))))
+    return marks
+
+
 @pytest.mark.parametrize("base", ["漢", "<rb>漢</rb>"])
 def test_a_sentence_that_starts_or_ends_with_a_ruby_is_marked_whole(base: str) -> None:
     # Given Japanese sentences that begin and end with a word and its reading
-    from lxml import etree
-
-    from tts_queue.books.textmarks import Aligner, FlatText, Mark, letters, mark
-
     body = (f"<p><ruby>{base}<rt>かん</rt></ruby>字を書く。<ruby>明日<rp>(</rp><rt>あした</rt><rp>)</rp>"
             "</ruby>も書く。毎日書く<ruby>練習<rt>れんしゅう</rt></ruby></p>")
     root = etree.fromstring(document("t", body).encode())
     before = etree.tostring(root, method="text", encoding="unicode")
     sentences = ["漢字を書く。", "明日も書く。", "毎日書く練習"]
-    aligner = Aligner([FlatText(root).letters])
-    marks = []
-    for n, sentence in enumerate(sentences):
-        found = aligner.find([0], sentence)
-        assert found is not None
-        marks.append(Mark(0, f"s{n}", found[1], found[1] + len(letters(sentence))))
     # When each is marked
-    placed = mark(root, marks)
+    placed = mark(root, found_marks(root, sentences))
     # Then each span holds its whole sentence with the rubies in it, whole and in place
     assert etree.tostring(root, method="text", encoding="unicode") == before
     assert placed == {"s0", "s1", "s2"}
@@ -334,23 +336,13 @@ def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path)
 def test_marks_keep_the_text_and_split_an_inline_element_a_sentence_ends_in() -> None:
     # Given a paragraph whose second sentence ends inside an <em> that the third goes on in, a
     # footnote marker, and a line break
-    from lxml import etree
-
-    from tts_queue.books.textmarks import Aligner, FlatText, Mark, letters, mark
-
     body = ('<p>“I think, <em>Watson. That</em> you have.”<sup>2</sup> Yes.<br/>'
             "<strong>Quite <em>so</em></strong>, he said.</p>")
     root = etree.fromstring(document("t", body).encode())
     before = "".join(root.itertext())
     sentences = ["“I think, Watson.", "That you have.”", "Yes.", "Quite so, he said."]
-    aligner = Aligner([FlatText(root).letters])
-    marks = []
-    for n, sentence in enumerate(sentences):
-        found = aligner.find([0], sentence)
-        assert found is not None
-        marks.append(Mark(0, f"s{n}", found[1], found[1] + len(letters(sentence))))
     # When each sentence is marked
-    placed = mark(root, marks)
+    placed = mark(root, found_marks(root, sentences))
     # Then the text is unchanged, each id is there once, and each span holds its whole sentence
     assert "".join(root.itertext()) == before
     spans = {e.get("id"): " ".join("".join(e.itertext()).split()) for e in root.iter(f"{X}span")}
