@@ -296,9 +296,8 @@ class _Tree:
         stack = list(root)
         while stack:
             node = stack.pop()
-            if not isinstance(node.tag, str):  # an entity reference, a comment, a PI
-                name = node.name if isinstance(node, etree._Entity) else ""
-                _drop(node, html.entities.html5.get(f"{name};", "") if name else "")
+            if not isinstance(node.tag, str):  # (parse_xml leaves no entity, comment or PI)
+                _drop(node)
                 continue
             verdict = self._judge(node, _split(node.getparent().tag)[0])
             if verdict == _REMOVE:
