@@ -102,7 +102,8 @@ THREE = document("The Third Part", """
  words are here only to make it a chapter of its own.</p></section>""")
 
 
-def hostile_epub(two: str = TWO, opf: str = OPF_TEXT, two_name: str = "text/two.xhtml") -> bytes:
+def packed(files: dict[str, str | bytes]) -> bytes:
+    """An EPUB of ``files`` (their paths under ``OEBPS/``, ``content.opf`` among them)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
@@ -111,12 +112,15 @@ def hostile_epub(two: str = TWO, opf: str = OPF_TEXT, two_name: str = "text/two.
             'xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
             '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
             "</rootfiles></container>"))
-        for name, text in {"content.opf": opf, "nav.xhtml": NAV, "css/style.css": CSS,
-                           "images/cover.svg": COVER, "js/evil.js": "alert(1)", "text/one.xhtml": ONE,
-                           two_name: two, "text/three.xhtml": THREE}.items():
-            archive.writestr(f"OEBPS/{name}", text)
-        archive.writestr("OEBPS/images/pic.png", PNG)
+        for name, content in files.items():
+            archive.writestr(f"OEBPS/{name}", content)
     return buffer.getvalue()
+
+
+def hostile_epub(two: str = TWO, opf: str = OPF_TEXT, two_name: str = "text/two.xhtml") -> bytes:
+    return packed({"content.opf": opf, "nav.xhtml": NAV, "css/style.css": CSS, "images/cover.svg": COVER,
+                   "js/evil.js": "alert(1)", "text/one.xhtml": ONE, two_name: two, "text/three.xhtml": THREE,
+                   "images/pic.png": PNG})
 
 
 @pytest.fixture
@@ -305,27 +309,18 @@ def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path)
 
     from tts_queue.books.readalong_source import _plan
 
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
-        archive.writestr("META-INF/container.xml", (
-            '<?xml version="1.0"?><container version="1.0" '
-            'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile '
-            'full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
-            "</rootfiles></container>"))
-        archive.writestr("OEBPS/content.opf", (
+    data = packed({
+        "content.opf": (
             '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="2.0" '
             'unique-identifier="id"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/" '
             'xmlns:opf="http://www.idpf.org/2007/opf"><dc:title>T</dc:title><dc:identifier id="id">x'
             '</dc:identifier><dc:language>en</dc:language><meta name="cover" content="front"/></metadata>'
             '<manifest><item id="front" href="front.png" media-type="image/png"/><item id="pic" '
             'href="pic.png" media-type="image/png"/><item id="a" href="a.xhtml" '
-            'media-type="application/xhtml+xml"/></manifest><spine><itemref idref="a"/></spine></package>'))
-        archive.writestr("OEBPS/front.png", PNG)
-        archive.writestr("OEBPS/pic.png", PNG)
-        archive.writestr("OEBPS/a.xhtml", document("A", "<p>Hi.</p>"))
+            'media-type="application/xhtml+xml"/></manifest><spine><itemref idref="a"/></spine></package>'),
+        "front.png": PNG, "pic.png": PNG, "a.xhtml": document("A", "<p>Hi.</p>")})
     path = tmp_path / "two.epub"
-    path.write_bytes(buffer.getvalue())
+    path.write_bytes(data)
     # When its items are planned for the read-along EPUB
     _, items, _ = _plan(epub.read_epub(str(path), options={"ignore_ncx": True}), set())
     # Then that picture, and only it, is the cover image
