@@ -24,7 +24,7 @@ from tts_queue.synthesis.kokoro.graph import HOP, KokoroGraph
 from tts_queue.synthesis.kokoro.voice import KokoroVoice
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import build_request
-from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.synthesis.synthesizer import Synthesizer, measured_seconds
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,6 +73,8 @@ def test_japanese_text_goes_to_the_japanese_voice_and_lasts_as_long_as_its_morae
     assert request.voice == "jf_alpha" and request.normalizer == 0
     assert result.audio.sample_rate == 24000 and result.sentences == 2
     assert plausible(result.audio.duration_s, TWO), result.audio.duration_s
+    # And the length measured from the graph's durations alone is the synthesized one, exactly
+    assert measured_seconds(core[0].load(request.voice), request) == result.duration_s
     # And it is speech, not silence or noise: loud enough, with quiet gaps around the pause
     assert 0.02 < float(np.sqrt(np.mean(result.audio.samples ** 2))) < 0.5
     # And each sentence's samples per token add up exactly to its audio (the graph's durations)
@@ -96,8 +98,9 @@ def test_language_picks_the_voice_and_speed_shortens_it(core: tuple[VoiceRegistr
     # Kokoro has no noise inputs: they are dropped, so they never split the cache
     assert build_request({"text": GREETING, "noise_scale": 0.3}, registry, settings).noise_scale is None
     _, normal = say(core, settings, text=GREETING, voice="jm_kumo")
-    _, fast = say(core, settings, text=GREETING, voice="jm_kumo", speed=2.0)
+    request, fast = say(core, settings, text=GREETING, voice="jm_kumo", speed=2.0)
     assert 0.35 < fast.audio.duration_s / normal.audio.duration_s < 0.65
+    assert measured_seconds(registry.load("jm_kumo"), request) == fast.duration_s  # at speed 2 too
 
 
 def test_every_format_and_the_streamed_pieces_are_the_same_speech(

@@ -26,7 +26,7 @@ from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.inference import Scales
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs, manifest_specs
 from tts_queue.synthesis.request import build_request
-from tts_queue.synthesis.synthesizer import Synthesizer
+from tts_queue.synthesis.synthesizer import Synthesizer, measured_seconds
 from tts_queue.synthesis.text import clean_text
 from tts_queue.synthesis.voice import Voice
 
@@ -189,6 +189,22 @@ def engine(registry: VoiceRegistry) -> Iterator[BatchEngine]:
     engine = BatchEngine(registry, Settings().pool("cpu"))
     yield engine
     engine.stop()
+
+
+def test_the_measured_length_is_the_synthesized_one_without_the_audio(
+        registry: VoiceRegistry, engine: BatchEngine, tmp_path: Path) -> None:
+    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path)})
+    synthesizer = Synthesizer(registry, engine)
+    # Given requests without the duration predictor's noise: two sentences, and SSML with a break
+    # and a slower run at half the speed
+    ssml = ('<speak>Yes.<break time="700ms"/><prosody rate="50%">No, thank you.</prosody> '
+            "Fine, then.</speak>")
+    for payload in ({"text": "He rose from his chair. It cost 25 dollars!", "noise_w": 0.0},
+                    {"text": ssml, "text_type": "ssml", "noise_w": 0.0, "speed": 0.5}):
+        request = build_request(payload, registry, settings)
+        # Then the length measured from the durations alone is the synthesized audio's, exactly
+        assert measured_seconds(registry.load(request.voice), request) == synthesizer.synthesize(
+            request).duration_s, payload
 
 
 def test_synthesizer_end_to_end(registry: VoiceRegistry, engine: BatchEngine,

@@ -5,6 +5,10 @@ turned into a frontend script), phonemizes the script into sentences, runs them 
 ``BatchEngine`` (so sentences of concurrent requests share ONNX calls; SSML rate changes make one
 call per run of equal rate), and joins the exact per-sentence audio with short silences (an SSML
 break's length where it set one).
+
+``measured_seconds`` is the length of that audio without making it, from the model's durations
+alone: the tests of the estimate measure a corpus with it. Both follow one ``Plan`` of the
+request.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ import numpy as np
 from tts_queue.synthesis.audio import Audio
 from tts_queue.synthesis.duration import effective_speed
 from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult
+from tts_queue.synthesis.inference import Scales
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest
+from tts_queue.synthesis.text import SpokenSentence
+from tts_queue.synthesis.voice import LoadedVoice
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,38 @@ def _runs(rates: list[float]) -> list[tuple[int, int, float]]:
     return runs
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How a request is said: each sentence's spoken form and ids, the silence after each (in
+    samples; the last one's is not said), and each run of sentences at one speed with its scales."""
+
+    spoken: list[tuple[list[int], SpokenSentence]]
+    gaps: list[int]
+    runs: list[tuple[int, int, Scales]]
+
+    @classmethod
+    def of(cls, voice: LoadedVoice, request: SynthesisRequest) -> Plan:
+        script = request.script or (("text", request.text),)
+        spoken = voice.script_sentences(script, request.max_sentence_phonemes)
+        gaps = [int(voice.sample_rate * (request.sentence_silence_ms if s.pause_ms is None else s.pause_ms)
+                    / 1000) for _, s in spoken]
+        runs = [(start, end, voice.scales(effective_speed(request.speed, rate), request.noise_scale,
+                                          request.noise_w))
+                for start, end, rate in _runs([s.rate for _, s in spoken])]  # one rate per engine call
+        return cls(spoken, gaps, runs)
+
+
+def measured_seconds(voice: LoadedVoice, request: SynthesisRequest) -> float:
+    """Seconds of the audio ``Synthesizer.synthesize`` makes of ``request``, from the model's
+    durations alone (``sentence_samples``: Kokoro's in about 1/60 of the synthesis' CPU, exactly;
+    Piper's in about 1/6, exactly with ``noise_w`` 0, else drawn as each synthesis draws them)."""
+    plan = Plan.of(voice, request)
+    sentences = [ids for ids, _ in plan.spoken]
+    lengths = [n for start, end, scales in plan.runs
+               for n in voice.model.sentence_samples(sentences[start:end], scales, request.speaker)]
+    return (sum(lengths) + sum(plan.gaps[:len(lengths) - 1])) / voice.sample_rate
+
+
 class Synthesizer:
     """Turns validated requests into audio with a registry and a batch engine."""
 
@@ -94,12 +133,9 @@ class Synthesizer:
         it, the result holds the audio joined."""
         voice = self.registry.load(request.voice)
         started = time.perf_counter()
-        script = request.script or (("text", request.text),)
-        spoken = voice.script_sentences(script, request.max_sentence_phonemes)
+        plan = Plan.of(voice, request)
         phonemized = time.perf_counter()
-        sentences = [ids for ids, _ in spoken]
-        gaps = [int(voice.sample_rate * (request.sentence_silence_ms if s.pause_ms is None else s.pause_ms)
-                    / 1000) for _, s in spoken]
+        sentences, gaps = [ids for ids, _ in plan.spoken], plan.gaps
         joined: list[np.ndarray[Any, Any]] = []
 
         def keep(samples: np.ndarray[Any, Any], rate: int) -> None:
@@ -121,9 +157,7 @@ class Synthesizer:
             position += len(result.audio.samples)
             batch_size = max(batch_size, result.batch_size)
 
-        for start, end, rate in _runs([s.rate for _, s in spoken]):  # one rate per engine call
-            speed = effective_speed(request.speed, rate)
-            scales = voice.scales(speed, request.noise_scale, request.noise_w)
+        for start, end, scales in plan.runs:
             key = BatchKey(voice=voice.spec.id, scales=scales, speaker=request.speaker,
                            max_batch=voice.model.max_batch, alone=not voice.model.has_narrow)
             self.engine.run_sentences(key, sentences[start:end], priority=priority,

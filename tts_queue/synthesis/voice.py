@@ -101,6 +101,11 @@ class SpeechModel(Protocol):
         """Synthesize every id sequence; exact per-item audio and samples per id (``narrow``: a
         call beside others, on one core where the model can)."""
 
+    def sentence_samples(self, ids: Sequence[Sequence[int]], scales: Scales,
+                         speaker_id: int | None = None) -> list[int]:
+        """The length in samples ``run_batch`` gives each id sequence, from the model's durations
+        alone (without its audio: a fraction of the CPU)."""
+
 
 class LoadedVoice(Protocol):
     """A loaded voice of any family, as the registry, engine and synthesizer use it."""

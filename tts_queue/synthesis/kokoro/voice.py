@@ -87,6 +87,18 @@ class KokoroModel:
             items.append(trimmed(samples, per_id))
         return items
 
+    def sentence_samples(self, ids: Sequence[Sequence[int]], scales: Scales,
+                         speaker_id: int | None = None) -> list[int]:
+        """Each sentence's length in samples as ``run_batch`` makes it, from the graph's durations
+        alone (``KokoroGraph.frames``)."""
+        speed = 1.0 / scales.length_scale
+        lengths = []
+        for sentence in ids:
+            per_id = self.graph.frames(sentence, self.style(len(sentence) - 2), speed)
+            lead, tail = _silence_cut(per_id)
+            lengths.append(int(per_id.sum()) - lead - tail)
+        return lengths
+
 
 def styles_of(spec: VoiceSpec) -> npt.NDArray[np.float32]:
     """A voice's style vectors, [510, 256]: its array in a style table (``.npz``), or its own raw
@@ -120,11 +132,16 @@ def frontend_of(spec: VoiceSpec, vocab: Mapping[str, int]) -> KokoroPhonemizer:
     return JapanesePhonemizer(vocab, english)
 
 
+def _silence_cut(per_id: npt.NDArray[np.int64]) -> tuple[int, int]:
+    """Samples cut before and after a sentence: its pads' beyond ``EDGE`` each."""
+    return max(0, int(per_id[0]) - EDGE), max(0, int(per_id[-1]) - EDGE) if len(per_id) > 1 else 0
+
+
 def trimmed(samples: npt.NDArray[np.float32], per_id: npt.NDArray[np.int64]) -> ItemAudio:
     """The sentence without most of the silence its two pads are given (about 0.3 s before it):
     each pad keeps ``EDGE`` samples, so the samples per id still add up exactly."""
     per_id = per_id.copy()
-    lead, tail = max(0, int(per_id[0]) - EDGE), max(0, int(per_id[-1]) - EDGE) if len(per_id) > 1 else 0
+    lead, tail = _silence_cut(per_id)
     per_id[0] -= lead
     if len(per_id) > 1:
         per_id[-1] -= tail
