@@ -131,17 +131,20 @@ def test_an_abandoned_stream_is_dropped_and_its_worker_stops_appending(service: 
     url, alice = service["url"], service["keys"]["alice"]
     text = " ".join(f"Sentence {n} is said slowly here." for n in range(60))
     worker_log = service["settings"].data_dir / "worker.log"
-    # A client stalled for a while (a loaded machine) finds the stream gone before it hangs up:
-    # either it was all sent (5.8 MB can fit the socket buffers), or the API, blocked on the full
-    # socket, fell more than the cap behind, or read nothing for the reader's 10 s, and the worker
-    # dropped it. Any of these spoils the try.
+    # The client reads on until it sees the stream live in Redis, so that the API is never blocked
+    # on a full socket meanwhile (it would fall more than the cap behind within a second, and the
+    # worker drop the stream). A client stalled for long all the same (a loaded machine) finds the
+    # stream gone before it hangs up: all sent, or dropped by the worker. Either spoils the try.
     for _ in range(5):
         response = requests.post(f"{url}/tts?stream=1", json={"text": text, "format": "pcm"}, headers=alice,
                                  stream=True, timeout=30)
         assert response.status_code == 200
         task_id = response.headers["X-Task-ID"]
-        next(response.iter_content(1024))
-        streaming = stream_keys(service, task_id)  # streaming now, the reader's mark set
+        streaming: list[str] = []
+        for _chunk in response.iter_content(64 * 1024):
+            streaming = stream_keys(service, task_id)  # streaming now, the reader's mark set
+            if streaming:
+                break
         if streaming:
             break
         response.close()
