@@ -7,7 +7,8 @@ longer than promised), and the ordinary prose kinds at speed 1 never over by mor
 (nothing ordinary is refused without cause). The real audio's length is ``measured_seconds``:
 Kokoro's from its graph's durations alone, exactly the synthesized length
 (``tests/test_real_kokoro.py`` and ``tests/test_real_kokoro_languages.py`` check that it is), in
-about a sixtieth of the time; Piper's synthesized.
+1/45-1/70 of the synthesis' CPU; Piper's the same way, drawn with its noise as each synthesis
+draws it, in 1/7 (``bench/bench_measure.py``).
 """
 
 from __future__ import annotations

@@ -287,9 +287,9 @@ class VoiceModel:
                          speaker_id: int | None = None) -> list[int]:
         """Each id sequence's length in samples as ``run_batch`` gives it, from the part of the
         graph that computes the frames per phoneme (the encoder and the duration predictor), cut
-        out of it on the first call: about a sixth of a call's CPU. The predictor draws its noise
-        (``noise_w``) anew on every call, as ``run_batch`` does: the lengths are exact with
-        ``noise_w`` 0, and otherwise drawn as a synthesis draws them."""
+        out of it on the first call: a seventh of the synthesis' CPU (``bench/bench_measure.py``).
+        The predictor draws its noise (``noise_w``) anew on every call, as ``run_batch`` does: the
+        lengths are exact with ``noise_w`` 0, and otherwise drawn as a synthesis draws them."""
         if not ids:
             return []
         with self._durations_lock:

@@ -104,8 +104,9 @@ class Plan:
 
 def measured_seconds(voice: LoadedVoice, request: SynthesisRequest) -> float:
     """Seconds of the audio ``Synthesizer.synthesize`` makes of ``request``, from the model's
-    durations alone (``sentence_samples``: Kokoro's in about 1/60 of the synthesis' CPU, exactly;
-    Piper's in about 1/6, exactly with ``noise_w`` 0, else drawn as each synthesis draws them)."""
+    durations alone (``sentence_samples``: Kokoro's in 1/45-1/70 of the synthesis' CPU, exactly;
+    Piper's in 1/7, exactly with ``noise_w`` 0, else drawn as each synthesis draws them;
+    ``bench/bench_measure.py``)."""
     plan = Plan.of(voice, request)
     sentences = [ids for ids, _ in plan.spoken]
     lengths = [n for start, end, scales in plan.runs

@@ -10,9 +10,9 @@ Piper's ``Ceil`` output: checked, ``len(audio) == sum(frames) * HOP`` on every c
 
 ``frames`` gives those samples per token without the audio: the part of the graph that computes
 them (the text encoder and the duration predictor, a third of its nodes) is cut out of it once, on
-the first call, into a session of its own, and runs in about 1/60 of a sentence's synthesis (a
-sentence of 5 s: 0.08 s against 5 s of CPU). ONNX Runtime would run the whole graph for that
-output alone.
+the first call, into a session of its own on the CPU provider, and runs in 1/45-1/70 of a
+sentence's synthesis' CPU (``bench/bench_measure.py``). ONNX Runtime would run the whole graph
+for that output alone.
 """
 
 from __future__ import annotations
