@@ -131,14 +131,31 @@ def _patched_model(model_path: Path) -> tuple[bytes, list[tuple[str, tuple[int |
     return bytes(model.SerializeToString()), declared_inputs(model)
 
 
-def _durations_part(model_bytes: bytes) -> bytes:
-    """The part of a patched voice that computes its second output (frames per phoneme)."""
+def graph_part(model_bytes: bytes, output: str | None = None) -> bytes:
+    """The part of a graph that computes ``output`` (default: its second output) from its inputs
+    (``onnx.utils.Extractor``): ONNX Runtime runs the whole graph even for one output."""
     import onnx
     from onnx.utils import Extractor
 
     model = onnx.load_from_string(model_bytes)
     inputs = [i.name for i in model.graph.input]
-    return bytes(Extractor(model).extract_model(inputs, [model.graph.output[1].name]).SerializeToString())
+    wanted = output or model.graph.output[1].name
+    return bytes(Extractor(model).extract_model(inputs, [wanted]).SerializeToString())
+
+
+class BuiltOnce:
+    """A value built on its first use, by one thread (the others wait for it)."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._value is None:
+                self._value = self._build()
+            return self._value
 
 
 def _preload_cuda(ort: Any) -> None:
@@ -185,9 +202,7 @@ class VoiceModel:
         self._make_narrow = make_narrow
         self._narrow: Any = None
         self._narrow_lock = threading.Lock()
-        self._make_durations = make_durations
-        self._durations: Any = None
-        self._durations_lock = threading.Lock()
+        self._durations = BuiltOnce(make_durations) if make_durations is not None else None
 
     @property
     def has_narrow(self) -> bool:
@@ -271,7 +286,7 @@ class VoiceModel:
                                             providers=[CPU])
 
         def durations() -> Any:
-            return ort.InferenceSession(_durations_part(_patched_model(model_path)[0]),
+            return ort.InferenceSession(graph_part(_patched_model(model_path)[0]),
                                         sess_options=session_options(replace(config, intra_op_threads=1)),
                                         providers=[CPU])
 
@@ -283,6 +298,18 @@ class VoiceModel:
                  ", ".join(wanted), model.load_s)
         return model
 
+    def _feeds(self, ids: Sequence[Sequence[int]], scales: Scales,
+               speaker_id: int | None) -> dict[str, Any]:
+        """One call's inputs: the id sequences padded into one batch, their lengths, the scales."""
+        lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
+        padded = np.zeros((len(ids), int(lengths.max())), dtype=np.int64)
+        for row, seq in enumerate(ids):
+            padded[row, : len(seq)] = seq
+        feeds: dict[str, Any] = {"input": padded, "input_lengths": lengths, "scales": scales.as_array()}
+        if self.multi_speaker:
+            feeds["sid"] = np.full(len(ids), speaker_id or 0, dtype=np.int64)
+        return feeds
+
     def sentence_samples(self, ids: Sequence[Sequence[int]], scales: Scales,
                          speaker_id: int | None = None) -> list[int]:
         """Each id sequence's length in samples as ``run_batch`` gives it, from the part of the
@@ -292,20 +319,12 @@ class VoiceModel:
         lengths are exact with ``noise_w`` 0, and otherwise drawn as a synthesis draws them."""
         if not ids:
             return []
-        with self._durations_lock:
-            if self._durations is None:
-                if self._make_durations is None:
-                    raise SynthesisError("this model was not loaded from a file: no durations")
-                self._durations = self._make_durations()
-        lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
-        padded = np.zeros((len(ids), int(lengths.max())), dtype=np.int64)
-        for row, seq in enumerate(ids):
-            padded[row, : len(seq)] = seq
-        feeds: dict[str, Any] = {"input": padded, "input_lengths": lengths, "scales": scales.as_array()}
-        if self.multi_speaker:
-            feeds["sid"] = np.full(len(ids), speaker_id or 0, dtype=np.int64)
+        if self._durations is None:
+            raise SynthesisError("this model was not loaded from a file: no durations")
+        feeds = self._feeds(ids, scales, speaker_id)
+        lengths = feeds["input_lengths"]
         try:
-            (frames,) = self._durations.run(None, feeds)
+            (frames,) = self._durations.get().run(None, feeds)
         except Exception as exc:
             raise SynthesisError(f"the model's durations failed on a batch of {len(ids)}: {exc}") from exc
         frames = np.asarray(frames).reshape(len(ids), -1).astype(np.int64)
@@ -322,17 +341,8 @@ class VoiceModel:
         twin, for a call beside others (the same samples)."""
         if not ids:
             return []
-        lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
-        padded = np.zeros((len(ids), int(lengths.max())), dtype=np.int64)
-        for row, seq in enumerate(ids):
-            padded[row, : len(seq)] = seq
-        feeds: dict[str, Any] = {
-            "input": padded,
-            "input_lengths": lengths,
-            "scales": scales.as_array(),
-        }
-        if self.multi_speaker:
-            feeds["sid"] = np.full(len(ids), speaker_id or 0, dtype=np.int64)
+        feeds = self._feeds(ids, scales, speaker_id)
+        lengths = feeds["input_lengths"]
         try:
             if self.io_binding:
                 outputs = self._run_bound(feeds, run_options)

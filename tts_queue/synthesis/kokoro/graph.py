@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ import numpy.typing as npt
 
 from tts_queue.errors import ConfigError, DigestMismatch, ModelLoadError, SynthesisError
 from tts_queue.settings import SessionConfig
-from tts_queue.synthesis.inference import Preempted, session_options
+from tts_queue.synthesis.inference import BuiltOnce, Preempted, graph_part, session_options
 from tts_queue.synthesis.providers import (
     CPU,
     GPU,
@@ -89,15 +88,6 @@ def patched(blob: bytes, graph: str) -> bytes:
     return bytes(model.SerializeToString())
 
 
-def durations_part(blob: bytes) -> bytes:
-    """The part of the (patched) graph that computes the frames per token from its inputs."""
-    import onnx
-    from onnx.utils import Extractor
-
-    return bytes(Extractor(onnx.load_from_string(blob)).extract_model(list(INPUTS), [DURATIONS])
-                 .SerializeToString())
-
-
 class KokoroGraph:
     """One Kokoro session: one sentence per call, exact samples per token."""
 
@@ -107,9 +97,7 @@ class KokoroGraph:
         self.providers = list(providers)
         self.graph = graph
         self.load_s = 0.0
-        self._make_durations = durations
-        self._durations: Any = None
-        self._durations_lock = threading.Lock()
+        self._durations = BuiltOnce(durations) if durations is not None else None
 
     @property
     def provider(self) -> str:
@@ -143,7 +131,7 @@ class KokoroGraph:
             log.warning("Kokoro: asked for %s, running on %s", wanted[0], actual[0])
 
         def durations() -> Any:  # the same bytes, read and checked again: nothing kept meanwhile
-            return ort.InferenceSession(durations_part(patched(read_parts(parts, sha256), graph)),
+            return ort.InferenceSession(graph_part(patched(read_parts(parts, sha256), graph), DURATIONS),
                                         sess_options=session_options(config), providers=[CPU])
 
         loaded = cls(session, actual, graph, durations)
@@ -178,18 +166,15 @@ class KokoroGraph:
     def frames(self, ids: Sequence[int], style: npt.NDArray[np.float32],
                speed: float) -> npt.NDArray[np.int64]:
         """One sentence's samples per id, as ``run`` gives them, without making its audio."""
-        with self._durations_lock:
-            if self._durations is None:
-                if self._make_durations is None:
-                    raise SynthesisError("this Kokoro graph was not loaded from its parts: no durations")
-                self._durations = self._make_durations()
+        if self._durations is None:
+            raise SynthesisError("this Kokoro graph was not loaded from its parts: no durations")
         feeds = {
             "tokens": np.asarray([ids], dtype=np.int64),
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.asarray([speed], dtype=np.float32),
         }
         try:
-            (frames,) = self._durations.run(None, feeds)
+            (frames,) = self._durations.get().run(None, feeds)
         except Exception as exc:
             raise SynthesisError(f"the Kokoro durations failed on a sentence of {len(ids)} ids: "
                                  f"{exc}") from exc
