@@ -98,6 +98,11 @@ def idle(service: Served, key: str) -> dict[str, float]:
 
 
 NOISE_S = 0.5  # CI runs six test processes on two cores: a scheduling hiccup, not a request waited for
+# Celery's consumer loop (the threads pool's) waits in one poll of up to 2 s when the worker's
+# prefetch window was full as the poll began: alice's sixteen messages fill it at once, and her
+# over-share ones, handed back within milliseconds, free it only for the next poll. A claim may wait
+# that long (seen once in eight runs: bob's task received 1.15 s after it was sent).
+CONSUMER_POLL_S = 2.0
 
 
 def within(latency: float, idle: dict[str, float], calls_s: float) -> bool:
@@ -166,8 +171,9 @@ def test_sixteen_long_requests_of_one_key_leave_another_keys_task_claimed_and_an
     service: dict[str, Any],
 ) -> None:
     url, alice, bob = service["served"].url, service["keys"]["alice"], service["keys"]["bob"]
-    # Given 16 different long requests of alice at speed 0.25: as many as the worker's threads
-    ids = [task(url, alice, {"text": " ".join(f"Request {r} line {n} goes on." for n in range(10)),
+    # Given 16 different long requests of alice at speed 0.25 (forty calls of 150 ms each at least,
+    # far over the bound below): as many as the worker's threads
+    ids = [task(url, alice, {"text": " ".join(f"Request {r} line {n} goes on." for n in range(40)),
                              "speed": 0.25}) for r in range(16)]
     wait_until(lambda: sum(requests.get(f"{url}/v1/tasks/{i}", headers={"Authorization": f"Bearer {alice}"},
                                         timeout=10).json()["status"] == "running" for i in ids) >= 12,
@@ -176,9 +182,10 @@ def test_sixteen_long_requests_of_one_key_leave_another_keys_task_claimed_and_an
     first = short(url, bob)
     bobs = task(url, bob, {"text": f"Claimed at once {uuid.uuid4().hex[:8]}."})
     view = finished(url, bob, bobs)
-    # Then both were answered within about one call of their idle time, the first included
+    # Then both were answered within about one call of their idle time, the first included (its
+    # claim perhaps after one poll of the worker's consumer), not after one of alice's requests
     call_s = service["idle"]["call_s"]
-    assert within(first, service["idle"], 2 * call_s), (first, service["idle"])
+    assert within(first, service["idle"], 2 * call_s + CONSUMER_POLL_S), (first, service["idle"])
     assert view["status"] == "done"
     # And bob's task was claimed at once: alice's tasks held no more than her share of the threads
     assert view["timings"]["queue_ms"] / 1000 <= 2 * service["idle"]["queue_s"] + call_s, (
