@@ -98,10 +98,10 @@ def idle(service: Served, key: str) -> dict[str, float]:
 
 
 NOISE_S = 0.5  # CI runs six test processes on two cores: a scheduling hiccup, not a request waited for
-# Celery's consumer loop (the threads pool's) waits in one poll of up to 2 s when the worker's
-# prefetch window was full as the poll began: alice's sixteen messages fill it at once, and her
-# over-share ones, handed back within milliseconds, free it only for the next poll. A claim may wait
-# that long (seen once in eight runs: bob's task received 1.15 s after it was sent).
+# A claim may wait one poll of the worker's consumer loop (up to 2 s): alice's sixteen messages fill
+# its prefetch window at once, and seen once in eight runs, bob's task was received 1.15 s after it
+# was sent although her over-share ones were handed back within milliseconds (most likely the poll
+# had begun with the window full, without reading the queue).
 CONSUMER_POLL_S = 2.0
 
 
