@@ -60,7 +60,6 @@ from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.synthesis.duration import (  # noqa: E402
     Counted,
     bound_seconds,
-    effective_speed,
     estimated_seconds,
     pace_of,
     script_counts,
@@ -69,8 +68,10 @@ from tts_queue.synthesis.duration import (  # noqa: E402
 from tts_queue.synthesis.frontend import Script, script_of  # noqa: E402
 from tts_queue.synthesis.pace import SCRIPTS, SPEECH, Pace  # noqa: E402
 from tts_queue.synthesis.registry import VoiceRegistry  # noqa: E402
+from tts_queue.synthesis.request import SynthesisRequest  # noqa: E402
 from tts_queue.synthesis.spoken import Frontend, frontend_for, max_symbols  # noqa: E402
 from tts_queue.synthesis.ssml import script_of_ssml  # noqa: E402
+from tts_queue.synthesis.synthesizer import measured_seconds  # noqa: E402
 from tts_queue.synthesis.text import TEXT, clean_text  # noqa: E402
 from tts_queue.synthesis.voice import LoadedVoice, VoiceSpec  # noqa: E402
 
@@ -320,22 +321,18 @@ def cost_per_5000(spec: VoiceSpec, text: str) -> dict[str, float]:
 
 
 def held_in(voices: dict[str, LoadedVoice], path: Path) -> dict[str, dict[str, float]]:
-    """real / estimate per kind of the held-in corpus (audio joined as the synthesizer joins it)."""
+    """real / estimate per kind of the held-in corpus (the audio's length as the synthesizer makes
+    it: ``measured_seconds``)."""
     found: dict[str, list[float]] = {}
     for item in json.loads(path.read_text(encoding="utf-8"))["items"]:
         voice = voices.get(item["voice"])
         if voice is None:
             continue
         script, speed = script_for(item, language_of(voice.spec)), float(item.get("speed", 1.0))
-        spoken = voice.script_sentences(script, 400)
-        seconds = 0.0
-        for index, (ids, sentence) in enumerate(spoken):
-            at = effective_speed(speed, sentence.rate)
-            seconds += len(voice.model.run_batch([ids], voice.scales(at))[0].samples) / voice.sample_rate
-            if index < len(spoken) - 1:
-                seconds += (200 if sentence.pause_ms is None else sentence.pause_ms) / 1000
-        estimate = estimated_seconds(script, voice.spec, speed, 200, 400)
-        found.setdefault(item["kind"], []).append(seconds / estimate)
+        request = SynthesisRequest(text=item["text"], voice=voice.spec.id, speed=speed, script=script)
+        estimate = estimated_seconds(script, voice.spec, speed, request.sentence_silence_ms,
+                                     request.max_sentence_phonemes)
+        found.setdefault(item["kind"], []).append(measured_seconds(voice, request) / estimate)
     return {kind: {"min": round(min(v), 3), "max": round(max(v), 3), "n": len(v)}
             for kind, v in found.items()}
 
