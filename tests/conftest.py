@@ -65,8 +65,7 @@ def _leave_at_once() -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest modules first (``LONGEST_FIRST``), every other in its usual order after them."""
     rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
-    root = Path(str(config.rootpath))
-    items.sort(key=lambda item: rank.get(Path(item.path).relative_to(root).as_posix(), len(rank)))
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # the module's path
 
 
 @pytest.hookimpl(hookwrapper=True)
