@@ -198,6 +198,7 @@ class WorkerProcess:
     """A real ``celery worker`` child process (cpu pool unless ``TTS_WORKER_POOL`` says gpu)."""
 
     new_session = False  # GroupWorkerProcess leads its own process group
+    threads = 16
 
     def __init__(self, settings: Settings, name: str, log_path: Path, **env: str) -> None:
         from tts_queue.cli.launcher import worker_command
@@ -206,7 +207,8 @@ class WorkerProcess:
         self.settings = settings
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            worker_command(env.get("TTS_WORKER_POOL", "cpu"), 16, name, settings.services.queue_prefix),
+            worker_command(env.get("TTS_WORKER_POOL", "cpu"), self.threads, name,
+                           settings.services.queue_prefix),
             env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=self.new_session,
         )

@@ -3,7 +3,8 @@
 It shares the message settings of ``workers.dispatch`` (JSON only, late acks with rejection on
 worker loss, no result backend: task status lives in the database rows) and adds the threads
 pool, the beat schedule, the runtime, the webhook delivery threads (``workers.webhooks``), the
-tasks (``workers.tasks``) and the signal handlers (``workers.signals``). Queue and task names
+tasks (``workers.tasks``), the signal handlers (``workers.signals``) and the consumer step that
+wakes the event loop when a task's thread hands it an ack (``workers.wakeup``). Queue and task names
 come from ``tts_queue.tasks.names``.
 """
 
@@ -24,6 +25,7 @@ from workers.runtime import RuntimeHolder
 from workers.services import WorkerServices, attach, context_of
 from workers.signals import connect_signals
 from workers.tasks import register_tasks
+from workers.wakeup import WakeOnHandOff
 from workers.webhooks import Deliveries
 
 
@@ -58,6 +60,7 @@ def make_celery(settings: Settings) -> Celery:
     leases, handlers = connect_signals(app, holder, heartbeats, marker,
                                        ConsumedMarker(client, keys, settings.worker.consumed_window_s),
                                        deliveries)
+    app.steps["consumer"].add(WakeOnHandOff)
     attach(app, WorkerServices(holder, marker, deliveries, leases, handlers))
     return app
 

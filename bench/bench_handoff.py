@@ -1,0 +1,147 @@
+"""How soon a worker whose prefetch window is full takes the next message once a task ends: a
+worker of this tree against one of ``--before`` (a tree without ``workers.wakeup``), in one run.
+
+    git worktree add /tmp/tts-before d46f6f7
+    .venv/bin/python bench/bench_handoff.py --before /tmp/tts-before [--rounds 10] [--out PATH]
+
+Each tree's worker is a real ``celery worker`` process with two threads (so a window of two), the
+tiny voice, each model call slowed by the faults plugin, the machine's Redis and a SQLite database;
+the API runs in this process. Two scenarios per tree:
+
+- ``claim``: two requests of four calls of 250 ms fill both threads, a one-call request follows
+  0.4 s later; from the first long task's end to the short one's start (its ``started_at``), per
+  round;
+- ``backlog``: 30 one-call requests of 50 ms sent at once; from the first submission to the last
+  ``finished_at``, and the requests a second.
+
+The results (each tree's figures and the ratios of before to after) go to ``--out``
+(``bench/results/handoff.json``); nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from api import create_app  # noqa: E402
+from tests.support import flush_queues, hooked, service_settings, settings_env, wait_until  # noqa: E402
+from tests.tiny_voice import write_voice  # noqa: E402
+from tts_queue.cli.launcher import worker_command  # noqa: E402
+from workers.factory import make_celery  # noqa: E402
+
+
+def at(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+class Stack:
+    """A worker of ``tree`` (two threads, model calls slowed by ``delay_ms``) and the API in process."""
+
+    def __init__(self, tree: Path, redis_url: str, delay_ms: int) -> None:
+        data = Path(tempfile.mkdtemp(prefix="handoff-"))
+        flush_queues(redis_url)
+        write_voice(data / "voices")
+        self.settings = service_settings(data, redis_url, data / "voices")
+        name = f"handoff-{uuid.uuid4().hex[:6]}@localhost"
+        env = settings_env(self.settings, **hooked(TTS_TEST_BATCH_DELAY_MS=str(delay_ms)),
+                           PYTHONPATH=str(tree))
+        self.log = open(data / "worker.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.worker = subprocess.Popen(worker_command("cpu", 2, name, self.settings.services.queue_prefix),
+                                       env=env, cwd=tree, stdout=self.log, stderr=subprocess.STDOUT)
+        app = make_celery(self.settings)
+        wait_until(lambda: bool(app.control.ping(destination=[name], timeout=0.5)), timeout=90, interval=0.2)
+        self.client = create_app(self.settings).test_client()
+
+    def submit(self, text: str) -> str:
+        answer = self.client.post("/v1/tts", json={"text": text})
+        assert answer.status_code == 202, answer.get_json()
+        return str(answer.get_json()["task_id"])
+
+    def ended(self, task_id: str) -> dict[str, Any]:
+        for _ in range(20):
+            view: dict[str, Any] = self.client.get(f"/v1/tasks/{task_id}?wait=30").get_json()
+            if view["status"] in ("done", "failed"):
+                assert view["status"] == "done", view
+                return view
+        raise TimeoutError(task_id)
+
+    def stop(self) -> None:
+        self.worker.terminate()
+        self.worker.wait(timeout=60)
+        self.log.close()
+
+
+def claim(tree: Path, redis_url: str, rounds: int) -> dict[str, Any]:
+    stack = Stack(tree, redis_url, 250)
+    try:
+        delays = []
+        for _ in range(rounds):
+            tag = uuid.uuid4().hex[:8]
+            long = [stack.submit(" ".join(f"Long {k} sentence {n} of {tag} goes here." for n in range(4)))
+                    for k in range(2)]
+            time.sleep(0.4)
+            short = stack.submit(f"Short one {tag}.")
+            freed = min(at(stack.ended(t)["finished_at"]) for t in long)
+            delays.append(at(stack.ended(short)["started_at"]) - freed)
+    finally:
+        stack.stop()
+    return {"rounds": rounds, "median_ms": round(statistics.median(delays) * 1000, 1),
+            "max_ms": round(max(delays) * 1000, 1), "min_ms": round(min(delays) * 1000, 1)}
+
+
+def backlog(tree: Path, redis_url: str, count: int = 30) -> dict[str, Any]:
+    stack = Stack(tree, redis_url, 50)
+    try:
+        tag = uuid.uuid4().hex[:8]
+        started = time.time()
+        ids = [stack.submit(f"Request {n} of {tag}.") for n in range(count)]
+        last = max(at(stack.ended(t)["finished_at"]) for t in ids)
+    finally:
+        stack.stop()
+    seconds = last - started
+    return {"requests": count, "seconds": round(seconds, 2), "per_s": round(count / seconds, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="a tree without workers.wakeup")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--redis-url", default=os.environ.get("TTS_TEST_REDIS_URL", "redis://127.0.0.1:6379/9"))
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "handoff.json")
+    args = parser.parse_args()
+    trees = {"before": args.before.resolve(), "after": ROOT}
+    figures: dict[str, Any] = {}
+    for label, tree in trees.items():
+        figures[label] = {"tree": str(tree), "claim": claim(tree, args.redis_url, args.rounds),
+                          "backlog": backlog(tree, args.redis_url)}
+        print(label, json.dumps(figures[label]), flush=True)
+    before, after = figures["before"], figures["after"]
+    figures["ratios"] = {
+        "claim_median_before_over_after": round(before["claim"]["median_ms"]
+                                                / max(after["claim"]["median_ms"], 0.1), 1),
+        "backlog_per_s_after_over_before": round(after["backlog"]["per_s"] / before["backlog"]["per_s"], 2),
+    }
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    figures.update(commit=commit, machine=f"{platform.platform()}, {os.cpu_count()} cores",
+                   written=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures["ratios"]))
+
+
+if __name__ == "__main__":
+    main()
