@@ -4,15 +4,16 @@ worker of this tree against one of ``--before`` (a tree without ``workers.wakeup
     git worktree add /tmp/tts-before d46f6f7
     .venv/bin/python bench/bench_handoff.py --before /tmp/tts-before [--rounds 10] [--out PATH]
 
-Each tree's worker is a real ``celery worker`` process with two threads (so a window of two), the
-tiny voice, each model call slowed by the faults plugin, the machine's Redis and a SQLite database;
-the API runs in this process. Two scenarios per tree:
+Each tree's worker is a real ``celery worker`` process with two threads (so a window of two) unless
+said otherwise, the tiny voice, each model call slowed by the faults plugin, the machine's Redis and
+a SQLite database; the API runs in this process. Three scenarios per tree:
 
 - ``claim``: two requests of four calls of 250 ms fill both threads, a one-call request follows
   0.4 s later; from the first long task's end to the short one's start (its ``started_at``), per
   round;
 - ``backlog``: 30 one-call requests of 50 ms sent at once; from the first submission to the last
-  ``finished_at``, and the requests a second.
+  ``finished_at``, and the requests a second;
+- ``backlog_16``: the same with 160 requests and 16 threads (the default concurrency).
 
 The results (each tree's figures and the ratios of before to after) go to ``--out``
 (``bench/results/handoff.json``); nothing is asserted.
@@ -51,7 +52,7 @@ def at(stamp: str) -> float:
 class Stack:
     """A worker of ``tree`` (two threads, model calls slowed by ``delay_ms``) and the API in process."""
 
-    def __init__(self, tree: Path, redis_url: str, delay_ms: int) -> None:
+    def __init__(self, tree: Path, redis_url: str, delay_ms: int, threads: int = 2) -> None:
         data = Path(tempfile.mkdtemp(prefix="handoff-"))
         flush_queues(redis_url)
         write_voice(data / "voices")
@@ -60,8 +61,8 @@ class Stack:
         env = settings_env(self.settings, **hooked(TTS_TEST_BATCH_DELAY_MS=str(delay_ms)),
                            PYTHONPATH=str(tree))
         self.log = open(data / "worker.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.worker = subprocess.Popen(worker_command("cpu", 2, name, self.settings.services.queue_prefix),
-                                       env=env, cwd=tree, stdout=self.log, stderr=subprocess.STDOUT)
+        command = worker_command("cpu", threads, name, self.settings.services.queue_prefix)
+        self.worker = subprocess.Popen(command, env=env, cwd=tree, stdout=self.log, stderr=subprocess.STDOUT)
         app = make_celery(self.settings)
         wait_until(lambda: bool(app.control.ping(destination=[name], timeout=0.5)), timeout=90, interval=0.2)
         self.client = create_app(self.settings).test_client()
@@ -103,8 +104,8 @@ def claim(tree: Path, redis_url: str, rounds: int) -> dict[str, Any]:
             "max_ms": round(max(delays) * 1000, 1), "min_ms": round(min(delays) * 1000, 1)}
 
 
-def backlog(tree: Path, redis_url: str, count: int = 30) -> dict[str, Any]:
-    stack = Stack(tree, redis_url, 50)
+def backlog(tree: Path, redis_url: str, count: int = 30, threads: int = 2) -> dict[str, Any]:
+    stack = Stack(tree, redis_url, 50, threads)
     try:
         tag = uuid.uuid4().hex[:8]
         started = time.time()
@@ -113,7 +114,8 @@ def backlog(tree: Path, redis_url: str, count: int = 30) -> dict[str, Any]:
     finally:
         stack.stop()
     seconds = last - started
-    return {"requests": count, "seconds": round(seconds, 2), "per_s": round(count / seconds, 2)}
+    return {"requests": count, "threads": threads, "seconds": round(seconds, 2),
+            "per_s": round(count / seconds, 2)}
 
 
 def main() -> None:
@@ -127,13 +129,16 @@ def main() -> None:
     figures: dict[str, Any] = {}
     for label, tree in trees.items():
         figures[label] = {"tree": str(tree), "claim": claim(tree, args.redis_url, args.rounds),
-                          "backlog": backlog(tree, args.redis_url)}
+                          "backlog": backlog(tree, args.redis_url),
+                          "backlog_16": backlog(tree, args.redis_url, 160, 16)}
         print(label, json.dumps(figures[label]), flush=True)
     before, after = figures["before"], figures["after"]
     figures["ratios"] = {
         "claim_median_before_over_after": round(before["claim"]["median_ms"]
                                                 / max(after["claim"]["median_ms"], 0.1), 1),
         "backlog_per_s_after_over_before": round(after["backlog"]["per_s"] / before["backlog"]["per_s"], 2),
+        "backlog_16_per_s_after_over_before": round(after["backlog_16"]["per_s"]
+                                                    / before["backlog_16"]["per_s"], 2),
     }
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
