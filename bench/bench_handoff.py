@@ -9,7 +9,7 @@ said otherwise, the tiny voice, each model call slowed by the faults plugin, the
 a SQLite database; the API runs in this process. Three scenarios per tree:
 
 - ``claim``: two requests of four calls of 250 ms fill both threads, a one-call request follows
-  0.4 s later; from the first long task's end to the short one's start (its ``started_at``), per
+  once both run; from the first long task's end to the short one's start (its ``started_at``), per
   round;
 - ``backlog``: 30 one-call requests of 50 ms sent at once; from the first submission to the last
   ``finished_at``, and the requests a second;
@@ -39,9 +39,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from api import create_app  # noqa: E402
-from tests.support import flush_queues, hooked, service_settings, settings_env, wait_until  # noqa: E402
+from tests.support import (  # noqa: E402
+    WorkerProcess,
+    flush_queues,
+    hooked,
+    service_settings,
+    submit,
+    wait_done,
+    wait_until,
+)
 from tests.tiny_voice import write_voice  # noqa: E402
-from tts_queue.cli.launcher import worker_command  # noqa: E402
 from workers.factory import make_celery  # noqa: E402
 
 
@@ -50,40 +57,33 @@ def at(stamp: str) -> float:
 
 
 class Stack:
-    """A worker of ``tree`` (two threads, model calls slowed by ``delay_ms``) and the API in process."""
+    """A worker of ``tree`` (``threads`` threads, model calls slowed by ``delay_ms``) and the API in
+    process."""
 
     def __init__(self, tree: Path, redis_url: str, delay_ms: int, threads: int = 2) -> None:
         data = Path(tempfile.mkdtemp(prefix="handoff-"))
         flush_queues(redis_url)
         write_voice(data / "voices")
-        self.settings = service_settings(data, redis_url, data / "voices")
-        name = f"handoff-{uuid.uuid4().hex[:6]}@localhost"
-        env = settings_env(self.settings, **hooked(TTS_TEST_BATCH_DELAY_MS=str(delay_ms)),
-                           PYTHONPATH=str(tree))
-        self.log = open(data / "worker.log", "ab")  # noqa: SIM115 - closed in stop()
-        command = worker_command("cpu", threads, name, self.settings.services.queue_prefix)
-        self.worker = subprocess.Popen(command, env=env, cwd=tree, stdout=self.log, stderr=subprocess.STDOUT)
-        app = make_celery(self.settings)
-        wait_until(lambda: bool(app.control.ping(destination=[name], timeout=0.5)), timeout=90, interval=0.2)
-        self.client = create_app(self.settings).test_client()
+        settings = service_settings(data, redis_url, data / "voices")
+        tree_worker = type("TreeWorker", (WorkerProcess,), {"threads": threads, "cwd": tree})
+        self.worker = tree_worker(settings, f"handoff-{uuid.uuid4().hex[:6]}@localhost", data / "worker.log",
+                                  PYTHONPATH=str(tree), **hooked(TTS_TEST_BATCH_DELAY_MS=str(delay_ms)))
+        self.worker.wait_ready(make_celery(settings))
+        self.client = create_app(settings).test_client()
 
     def submit(self, text: str) -> str:
-        answer = self.client.post("/v1/tts", json={"text": text})
-        assert answer.status_code == 202, answer.get_json()
-        return str(answer.get_json()["task_id"])
+        return submit(self.client, text)
 
     def ended(self, task_id: str) -> dict[str, Any]:
-        for _ in range(20):
-            view: dict[str, Any] = self.client.get(f"/v1/tasks/{task_id}?wait=30").get_json()
-            if view["status"] in ("done", "failed"):
-                assert view["status"] == "done", view
-                return view
-        raise TimeoutError(task_id)
+        view = wait_done(self.client, task_id)
+        assert view["status"] == "done", view
+        return view
+
+    def running(self, task_ids: list[str]) -> bool:
+        return all(self.client.get(f"/v1/tasks/{t}").get_json()["status"] == "running" for t in task_ids)
 
     def stop(self) -> None:
-        self.worker.terminate()
-        self.worker.wait(timeout=60)
-        self.log.close()
+        self.worker.stop()
 
 
 def claim(tree: Path, redis_url: str, rounds: int) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def claim(tree: Path, redis_url: str, rounds: int) -> dict[str, Any]:
             tag = uuid.uuid4().hex[:8]
             long = [stack.submit(" ".join(f"Long {k} sentence {n} of {tag} goes here." for n in range(4)))
                     for k in range(2)]
-            time.sleep(0.4)
+            wait_until(lambda: stack.running(long), timeout=30, interval=0.02)  # noqa: B023 - called here
             short = stack.submit(f"Short one {tag}.")
             freed = min(at(stack.ended(t)["finished_at"]) for t in long)
             delays.append(at(stack.ended(short)["started_at"]) - freed)

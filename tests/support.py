@@ -199,6 +199,7 @@ class WorkerProcess:
 
     new_session = False  # GroupWorkerProcess leads its own process group
     threads = 16
+    cwd = ROOT  # the source tree it runs (a benchmark runs an older one)
 
     def __init__(self, settings: Settings, name: str, log_path: Path, **env: str) -> None:
         from tts_queue.cli.launcher import worker_command
@@ -209,7 +210,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             worker_command(env.get("TTS_WORKER_POOL", "cpu"), self.threads, name,
                            settings.services.queue_prefix),
-            env=settings_env(settings, **env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            env=settings_env(settings, **env), cwd=self.cwd, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=self.new_session,
         )
 
@@ -335,6 +336,16 @@ def submit(client: Any, text: str, **fields: Any) -> str:
     response = client.post("/v1/tts", json={"text": text, **fields})
     assert response.status_code == 202, response.get_json()
     return str(response.get_json()["task_id"])
+
+
+def wait_done(client: Any, task_id: str, rounds: int = 4) -> dict[str, Any]:
+    """Long-poll a task through a Flask test client (the API's own ``?wait=``) until it finishes;
+    its view."""
+    for _ in range(rounds):
+        body: dict[str, Any] = client.get(f"/v1/tasks/{task_id}?wait=60").get_json()
+        if body["status"] in ("done", "failed", "cancelled"):
+            return body
+    pytest.fail(f"task {task_id} still {body['status']} after {rounds} long-polls")
 
 
 # --- private servers -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import select
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -27,8 +27,8 @@ def loop() -> Iterator[tuple[Hub, WakeOnHandOff]]:
     hub.close()
 
 
-def from_thread(call: object) -> None:
-    thread = threading.Thread(target=call)  # type: ignore[arg-type]
+def from_thread(call: Callable[[], object]) -> None:
+    thread = threading.Thread(target=call)
     thread.start()
     thread.join()
 

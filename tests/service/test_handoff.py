@@ -20,7 +20,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from api import create_app
-from tests.support import WorkerProcess, flush_queues, hooked, service_settings, wait_until
+from tests.support import WorkerProcess, flush_queues, hooked, service_settings, submit, wait_done, wait_until
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -43,28 +43,14 @@ def client(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
     worker.stop()
 
 
-def submit(client: FlaskClient, text: str) -> str:
-    answer = client.post("/v1/tts", json={"text": text})
-    assert answer.status_code == 202, answer.get_json()
-    return str(answer.get_json()["task_id"])
-
-
-def view(client: FlaskClient, task_id: str, wait: int = 0) -> dict[str, Any]:
-    body: dict[str, Any] = client.get(f"/v1/tasks/{task_id}?wait={wait}").get_json()
-    return body
-
-
-def ended(client: FlaskClient, task_id: str) -> dict[str, Any]:
-    for _ in range(3):
-        found = view(client, task_id, 20)
-        if found["status"] in ("done", "failed"):
-            assert found["status"] == "done", found
-            return found
-    pytest.fail(f"task {task_id} did not end")
+def done(client: FlaskClient, task_id: str) -> dict[str, Any]:
+    view = wait_done(client, task_id)
+    assert view["status"] == "done", view
+    return view
 
 
 def running(client: FlaskClient, task_ids: list[str]) -> bool:
-    return all(view(client, t)["status"] == "running" for t in task_ids)
+    return all(client.get(f"/v1/tasks/{t}").get_json()["status"] == "running" for t in task_ids)
 
 
 def at(stamp: str) -> float:
@@ -82,7 +68,7 @@ def test_a_message_behind_a_full_window_starts_as_soon_as_a_task_ends(client: Fl
         # When a short request is queued behind them
         short = submit(client, f"Short one {tag}.")
         # Then it starts as soon as the first of them ends and frees its slot
-        freed = min(at(ended(client, t)["finished_at"]) for t in long)
-        delays.append(at(ended(client, short)["started_at"]) - freed)
+        freed = min(at(done(client, t)["finished_at"]) for t in long)
+        delays.append(at(done(client, short)["started_at"]) - freed)
     # (a few milliseconds here; 0.7 s at least while the ack waited for the loop's poll)
     assert statistics.median(delays) < 0.3, delays

@@ -31,7 +31,15 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from tests.conftest import voice_packs
-from tests.support import ONE_THREAD, WorkerProcess, epubcheck, flush_queues, service_settings, wait_until
+from tests.support import (
+    ONE_THREAD,
+    WorkerProcess,
+    epubcheck,
+    flush_queues,
+    service_settings,
+    wait_done,
+    wait_until,
+)
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -67,14 +75,6 @@ def plausible(seconds: float, text: str) -> bool:
     """Japanese speech lasts about n/8 s for n morae: between n/12 and n/4 (plus pauses)."""
     n = morae(text)
     return n / 12 <= seconds <= n / 4 + 0.6
-
-
-def wait_done(client: FlaskClient, task_id: str) -> dict[str, Any]:
-    for _ in range(4):
-        body: dict[str, Any] = client.get(f"/v1/tasks/{task_id}?wait=60").get_json()
-        if body["status"] in ("done", "failed", "cancelled"):
-            return body
-    pytest.fail(f"task {task_id} did not finish")
 
 
 def decoded(data: bytes) -> tuple[float, int]:

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from api import create_app
 from api.slots import SLOTS
-from tests.support import WorkerProcess, announce_idle_worker, wait_until
+from tests.support import WorkerProcess, announce_idle_worker, wait_done, wait_until
 from tts_queue.db import Database
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis.engine import BatchEngine
@@ -55,15 +55,6 @@ SENTENCES = [
 def client(backend_settings: Settings, worker: WorkerProcess) -> FlaskClient:
     """A test client of the real app (real Celery dispatcher) with a worker running."""
     return create_app(backend_settings).test_client()
-
-
-def wait_done(client: FlaskClient, task_id: str, rounds: int = 4) -> dict[str, Any]:
-    """Long-poll the task (the API's own ``?wait=``) until it finishes."""
-    for _ in range(rounds):
-        body: dict[str, Any] = client.get(f"/v1/tasks/{task_id}?wait=60").get_json()
-        if body["status"] in ("done", "failed", "cancelled"):
-            return body
-    pytest.fail(f"task {task_id} still {body['status']} after {rounds} long-polls")
 
 
 def test_submit_poll_download(client: FlaskClient) -> None:
