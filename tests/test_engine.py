@@ -329,7 +329,8 @@ QUIET_S = 0.3  # how long a sentence that must wait is watched not entering the 
 
 class GatedModel:
     """Wraps a voice's ``run_batch``: records which sentences entered the model and when they
-    left it; the sentence ``held`` waits for ``release`` inside the call."""
+    left it; the sentences in ``hold`` wait inside the call for their own event in ``gates``, or
+    else for ``release``."""
 
     def __init__(self, voice: LoadedVoice, held: list[int], pace_s: float = 0.0) -> None:
         self.original = voice.model.run_batch
@@ -340,6 +341,7 @@ class GatedModel:
         self.most_inside = 0
         self.hold = {first_id(held)}
         self.release = threading.Event()
+        self.gates: dict[int, threading.Event] = {}  # first id -> the event its call waits for
         self.lock = threading.Lock()
         voice.model.run_batch = self  # type: ignore[method-assign]
 
@@ -355,7 +357,7 @@ class GatedModel:
             self.most_inside = max(self.most_inside, self.inside)
         try:
             if ids[0][2] in self.hold:
-                assert self.release.wait(TIMEOUT)
+                assert self.gates.get(ids[0][2], self.release).wait(TIMEOUT)
             if self.pace_s:
                 time.sleep(self.pace_s)
             return self.original(ids, *args, **kwargs)
@@ -606,25 +608,28 @@ def test_side_by_side_calls_of_a_model_without_a_one_core_form_run_alone_on_ever
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
 ) -> None:
     # Given a CPU pool's engine, its model holding a lone call; behind it two requests of a voice
-    # with a one-core form, the first of them to be held too, and one of a model with none
-    # (Kokoro's shared graph: its key says ``alone``)
+    # with a one-core form, both to be held too (the second until its own gate opens), and one of
+    # a model with none (Kokoro's shared graph: its key says ``alone``)
     opener, piper_a, piper_b, kokoro = sentence(20, 3), sentence(21, 4), sentence(22, 4), sentence(23, 5)
     model, engine = gated(make_engine, registry, opener, side_by_side=True)
     alone = replace(KEY, alone=True)
     with ThreadPoolExecutor(max_workers=4) as pool:
         held = pool.submit(engine.run_sentences, KEY, [opener])
         model.wait_entered(1)
-        model.hold.add(first_id(piper_a))
+        model.hold |= {first_id(piper_a), first_id(piper_b)}
+        second_ends = model.gates[first_id(piper_b)] = threading.Event()
         beside = [pool.submit(engine.run_sentences, KEY, [ids]) for ids in (piper_a, piper_b)]
         threading.Event().wait(QUIET_S)
         last = pool.submit(engine.run_sentences, alone, [kokoro])
         threading.Event().wait(QUIET_S)
-        # When the lone call ends: the two run side by side on one core each, and the second ends
+        # When the lone call ends: the two run side by side on one core each (both held in the
+        # model, so neither ends before the other runner takes its call), then the second ends
         release = release_held_then_hold_the_next(model)
         held.result(timeout=TIMEOUT)
-        beside[1].result(timeout=TIMEOUT)
         model.wait_entered(3)
         assert model.narrow[first_id(piper_a)] and model.narrow[first_id(piper_b)]
+        second_ends.set()
+        beside[1].result(timeout=TIMEOUT)
         threading.Event().wait(QUIET_S)
         # Then the call that runs alone does not start beside the one still in the model (it would
         # share the cores, not take one)
