@@ -41,19 +41,16 @@ sys.path.insert(0, str(ROOT))
 from api import create_app  # noqa: E402
 from tests.support import (  # noqa: E402
     WorkerProcess,
+    at,
+    done,
     flush_queues,
+    handoff_delay,
     hooked,
     service_settings,
     submit,
-    wait_done,
-    wait_until,
 )
 from tests.tiny_voice import write_voice  # noqa: E402
 from workers.factory import make_celery  # noqa: E402
-
-
-def at(stamp: str) -> float:
-    return datetime.fromisoformat(stamp).timestamp()
 
 
 class Stack:
@@ -71,17 +68,6 @@ class Stack:
         self.worker.wait_ready(make_celery(settings))
         self.client = create_app(settings).test_client()
 
-    def submit(self, text: str) -> str:
-        return submit(self.client, text)
-
-    def ended(self, task_id: str) -> dict[str, Any]:
-        view = wait_done(self.client, task_id)
-        assert view["status"] == "done", view
-        return view
-
-    def running(self, task_ids: list[str]) -> bool:
-        return all(self.client.get(f"/v1/tasks/{t}").get_json()["status"] == "running" for t in task_ids)
-
     def stop(self) -> None:
         self.worker.stop()
 
@@ -89,15 +75,7 @@ class Stack:
 def claim(tree: Path, redis_url: str, rounds: int) -> dict[str, Any]:
     stack = Stack(tree, redis_url, 250)
     try:
-        delays = []
-        for _ in range(rounds):
-            tag = uuid.uuid4().hex[:8]
-            long = [stack.submit(" ".join(f"Long {k} sentence {n} of {tag} goes here." for n in range(4)))
-                    for k in range(2)]
-            wait_until(lambda: stack.running(long), timeout=30, interval=0.02)  # noqa: B023 - called here
-            short = stack.submit(f"Short one {tag}.")
-            freed = min(at(stack.ended(t)["finished_at"]) for t in long)
-            delays.append(at(stack.ended(short)["started_at"]) - freed)
+        delays = [handoff_delay(stack.client) for _ in range(rounds)]
     finally:
         stack.stop()
     return {"rounds": rounds, "median_ms": round(statistics.median(delays) * 1000, 1),
@@ -109,8 +87,8 @@ def backlog(tree: Path, redis_url: str, count: int = 30, threads: int = 2) -> di
     try:
         tag = uuid.uuid4().hex[:8]
         started = time.time()
-        ids = [stack.submit(f"Request {n} of {tag}.") for n in range(count)]
-        last = max(at(stack.ended(t)["finished_at"]) for t in ids)
+        ids = [submit(stack.client, f"Request {n} of {tag}.") for n in range(count)]
+        last = max(at(done(stack.client, t)["finished_at"]) for t in ids)
     finally:
         stack.stop()
     seconds = last - started

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -346,6 +347,32 @@ def wait_done(client: Any, task_id: str, rounds: int = 4) -> dict[str, Any]:
         if body["status"] in ("done", "failed", "cancelled"):
             return body
     pytest.fail(f"task {task_id} still {body['status']} after {rounds} long-polls")
+
+
+def done(client: Any, task_id: str) -> dict[str, Any]:
+    """``wait_done``, and the task must have ended ``done``."""
+    view = wait_done(client, task_id)
+    assert view["status"] == "done", view
+    return view
+
+
+def at(stamp: str) -> float:
+    """A task view's ISO timestamp, in seconds since the epoch."""
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def handoff_delay(client: Any) -> float:
+    """One round of a full prefetch window on a worker of two threads, each model call slowed: two
+    requests of four calls fill both threads, a one-call request follows once both run; the seconds
+    from the first long one's end to the short one's start."""
+    tag = uuid.uuid4().hex[:8]
+    long = [submit(client, " ".join(f"Long {k} sentence {n} of {tag} goes here." for n in range(4)))
+            for k in range(2)]
+    wait_until(lambda: all(client.get(f"/v1/tasks/{t}").get_json()["status"] == "running" for t in long),
+               timeout=30, interval=0.02)
+    short = submit(client, f"Short one {tag}.")
+    freed = min(at(done(client, t)["finished_at"]) for t in long)
+    return at(done(client, short)["started_at"]) - freed
 
 
 # --- private servers -----------------------------------------------------------------------------

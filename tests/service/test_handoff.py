@@ -12,15 +12,13 @@ from __future__ import annotations
 import statistics
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
 from api import create_app
-from tests.support import WorkerProcess, flush_queues, hooked, service_settings, submit, wait_done, wait_until
+from tests.support import WorkerProcess, flush_queues, handoff_delay, hooked, service_settings
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration
@@ -43,32 +41,10 @@ def client(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
     worker.stop()
 
 
-def done(client: FlaskClient, task_id: str) -> dict[str, Any]:
-    view = wait_done(client, task_id)
-    assert view["status"] == "done", view
-    return view
-
-
-def running(client: FlaskClient, task_ids: list[str]) -> bool:
-    return all(client.get(f"/v1/tasks/{t}").get_json()["status"] == "running" for t in task_ids)
-
-
-def at(stamp: str) -> float:
-    return datetime.fromisoformat(stamp).timestamp()
-
-
 def test_a_message_behind_a_full_window_starts_as_soon_as_a_task_ends(client: FlaskClient) -> None:
-    delays = []
-    for _ in range(3):
-        tag = uuid.uuid4().hex[:8]
-        # Given both threads busy with a request of four 250 ms calls each (the window full)
-        long = [submit(client, " ".join(f"Long {k} sentence {n} of {tag} goes here." for n in range(4)))
-                for k in range(2)]
-        wait_until(lambda: running(client, long), timeout=30, interval=0.02)  # noqa: B023 - called here
-        # When a short request is queued behind them
-        short = submit(client, f"Short one {tag}.")
-        # Then it starts as soon as the first of them ends and frees its slot
-        freed = min(at(done(client, t)["finished_at"]) for t in long)
-        delays.append(at(done(client, short)["started_at"]) - freed)
+    # Given both threads busy with a request of four 250 ms calls each (the window full), when a
+    # short request is queued behind them, then it starts as soon as the first of them ends and
+    # frees its slot (three rounds)
+    delays = [handoff_delay(client) for _ in range(3)]
     # (a few milliseconds here; 0.7 s at least while the ack waited for the loop's poll)
     assert statistics.median(delays) < 0.3, delays
