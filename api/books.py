@@ -18,7 +18,7 @@ from api.downloads import presigned, send_stored
 from api.routes import api_root, json_body, list_limit
 from api.services import Services
 from tts_queue.books.progress import book_document
-from tts_queue.books.upload import Upload, book_options
+from tts_queue.books.sources.upload import Upload, book_options
 from tts_queue.enums import BookStatus
 from tts_queue.errors import (
     AudioExpired,
@@ -35,7 +35,7 @@ from tts_queue.synthesis.encoder import audio_format
 from tts_queue.tables import ChapterRow
 
 if TYPE_CHECKING:
-    from tts_queue.books.assembler import ChapterFiles, ManifestSentence
+    from tts_queue.books.render.assembler import ChapterFiles, ManifestSentence
 
 bp = Blueprint("books", __name__)
 OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")

@@ -3,7 +3,7 @@
 ``install`` counts every answered request by route template (never the raw path, so ids do not
 make new series), method (one of a fixed set, anything else ``other``) and status. The route
 serves ``tts_queue.metrics``' registry plus the state gauges read from the database and Redis
-(``tts_queue.app.state``), at most once per ``metrics.STATE_TTL_S`` whatever the scrape rate.
+(``tts_queue.wiring.state``), at most once per ``metrics.STATE_TTL_S`` whatever the scrape rate.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import api.contract as contract
 from api.auth import OPEN
 from api.services import Services
 from tts_queue import metrics
-from tts_queue.app.state import shared_state
 from tts_queue.settings import Settings
+from tts_queue.wiring.state import shared_state
 
 bp = Blueprint("metrics", __name__)
 REGISTRY = "tts.metrics"

@@ -23,6 +23,7 @@ from api.downloads import presigned, send_stored
 from api.services import Services
 from api.slots import SLOTS, Slots
 from api.streaming import NotStarted, stream_response
+from tts_queue.broker.heartbeat import WorkerInfo
 from tts_queue.enums import STREAM_FORMATS, TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
@@ -33,7 +34,6 @@ from tts_queue.errors import (
 )
 from tts_queue.storage.stats import cache_stats
 from tts_queue.synthesis.encoder import check_format, mime_type
-from tts_queue.tasks.heartbeat import WorkerInfo
 from tts_queue.tasks.view import TaskView, task_document
 
 bp = Blueprint("tts", __name__)

@@ -18,20 +18,20 @@ from redis import Redis
 
 from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys, Usage
-from tts_queue.app.plugins import WorkerPlugin
-from tts_queue.app.wiring import Wiring
-from tts_queue.books.m4b import M4BWriter
+from tts_queue.books.render.m4b import M4BWriter
+from tts_queue.broker.connection import redis_client
+from tts_queue.broker.doctor import HealthWarning, gpu_pool_warnings, schema_warnings
+from tts_queue.broker.heartbeat import WorkerInfo
+from tts_queue.broker.watch import QueueWatch, RedisWatch
 from tts_queue.enums import POOLS
 from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.redact import redacted
 from tts_queue.settings import Settings
 from tts_queue.synthesis.encoder import write_m4b
-from tts_queue.synthesis.frontend import load_lexicon
-from tts_queue.tasks.connection import redis_client
+from tts_queue.synthesis.frontend.script import load_lexicon
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.doctor import HealthWarning, gpu_pool_warnings, schema_warnings
-from tts_queue.tasks.heartbeat import WorkerInfo
-from tts_queue.tasks.watch import QueueWatch, RedisWatch
+from tts_queue.wiring.plugins import WorkerPlugin
+from tts_queue.wiring.root import Wiring
 
 log = logging.getLogger(__name__)
 

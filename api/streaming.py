@@ -1,4 +1,4 @@
-"""Audio sent while it is made: a streamed task's pieces (``tts_queue.tasks.streams``) relayed to
+"""Audio sent while it is made: a streamed task's pieces (``tts_queue.broker.streams``) relayed to
 the client as a chunked response, sentence by sentence, in order.
 
 The view pulls the first piece before it answers, so everything that can go wrong before any audio
@@ -25,9 +25,9 @@ from collections.abc import Callable, Generator, Iterator
 from flask import Response, current_app, stream_with_context
 
 from api.services import Services
+from tts_queue.broker.streams import AudioStreams, StreamEntry
 from tts_queue.enums import TaskStatus
 from tts_queue.errors import AudioNotReady, TaskFailed
-from tts_queue.tasks.streams import AudioStreams, StreamEntry
 from tts_queue.tasks.view import TaskView
 
 log = logging.getLogger(__name__)

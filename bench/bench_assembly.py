@@ -43,7 +43,7 @@ import soundfile
 from sqlalchemy import delete, insert, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tts_queue.app.wiring import Wiring  # noqa: E402
+from tts_queue.broker.watch import NoWatch  # noqa: E402
 from tts_queue.db import Database  # noqa: E402
 from tts_queue.enums import BookStatus, TaskStatus  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
@@ -52,9 +52,9 @@ from tts_queue.storage.store import AudioStore  # noqa: E402
 from tts_queue.synthesis.audio import Audio  # noqa: E402
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow  # noqa: E402
 from tts_queue.tasks.dispatcher import NoQueue  # noqa: E402
-from tts_queue.tasks.watch import NoWatch  # noqa: E402
+from tts_queue.wiring.root import Wiring  # noqa: E402
 
-RATE = 16000  # the tiny voice's (tests/tiny_voice.py)
+RATE = 16000  # the tiny voice's (tests/support/tiny_voice.py)
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 VARIANTS = 64  # distinct sentence sounds, reused under distinct keys
 

@@ -61,13 +61,13 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.support import free_port, hooked, tiny_voice_env  # noqa: E402
-from tests.tiny_voice import write_voice  # noqa: E402
+from tests.support.tiny_voice import write_voice  # noqa: E402
+from tts_queue.broker.names import RedisKeys  # noqa: E402
 from tts_queue.cli.embedded_redis import EmbeddedRedis  # noqa: E402
 from tts_queue.cli.launcher import worker_command  # noqa: E402
 from tts_queue.db import Database  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.tables import TaskRow  # noqa: E402
-from tts_queue.tasks.names import RedisKeys  # noqa: E402
 
 PREFIX = "tts"
 CONCURRENCY = 8

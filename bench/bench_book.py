@@ -40,8 +40,8 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import free_port, start_service  # noqa: E402
 
-from tts_queue.books.segment import segment_chapter  # noqa: E402
-from tts_queue.books.source import parse_book  # noqa: E402
+from tts_queue.books.sources.parse import parse_book  # noqa: E402
+from tts_queue.books.sources.segment import segment_chapter  # noqa: E402
 from tts_queue.errors import NothingToSpeak  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.synthesis.engine import BatchEngine  # noqa: E402

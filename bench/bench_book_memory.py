@@ -14,7 +14,7 @@ It reports:
 
 - RSS idle (before the upload), after ingestion (when every sentence was dispatched: the book
   leaves ``parsing``), the peak, and one sample after the book is done;
-- the peak RSS of the child process that encodes the M4B (``tts_queue.books.m4b``), sampled alike;
+- the peak RSS of the child process that encodes the M4B (``tts_queue.books.render.m4b``), sampled alike;
 - growth over the render: the mean RSS of the render's second half against its first half, and the
   highest sample of the second half against the highest of the first (goal: at most 5% more);
 - when each chapter was assembled, in seconds from the upload, and the order (goal: chapter 1 first
@@ -50,12 +50,12 @@ EPUB = Path(os.environ.get("TTS_TEST_EPUB") or ROOT.parent / "shared" / "data" /
 
 def workers_rss(root_pid: int, kind: str = "worker") -> dict[int, int]:
     """Resident bytes of every Celery worker process under ``root_pid`` (``kind="m4b"``: of every
-    child process encoding an M4B, ``python -m tts_queue.books.m4b``)."""
+    child process encoding an M4B, ``python -m tts_queue.books.render.m4b``)."""
     found: dict[int, int] = {}
     for child in psutil.Process(root_pid).children(recursive=True):
         try:
             command = " ".join(child.cmdline())
-            wanted = ("tts_queue.books.m4b" in command if kind == "m4b"
+            wanted = ("tts_queue.books.render.m4b" in command if kind == "m4b"
                       else "celery" in command and "beat" not in command)
             if wanted:
                 found[child.pid] = child.memory_info().rss

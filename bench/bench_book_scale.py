@@ -61,10 +61,10 @@ def phase(name: str, env: dict[str, str], *args: str) -> dict[str, Any]:
 
 def run_phase(name: str, argument: str) -> None:
     """The child: ``api`` accepts the book file ``argument``; ``worker`` ingests book ``argument``."""
-    from tts_queue.app.wiring import Wiring
-    from tts_queue.books.upload import Upload
+    from tts_queue.books.sources.upload import Upload
+    from tts_queue.broker.watch import RedisWatch
     from tts_queue.settings import Settings
-    from tts_queue.tasks.watch import RedisWatch
+    from tts_queue.wiring.root import Wiring
     from workers.dispatch import CeleryDispatcher, make_client
 
     settings = Settings.from_env(os.environ)
@@ -103,7 +103,7 @@ def check(settings_env: dict[str, str], book_id: str) -> dict[str, int]:
 
 def bench(backend: str, sentences: int, workdir: Path, redis_url: str) -> dict[str, Any]:
     from tests.support import announce_idle_worker, tiny_voice_env
-    from tests.tiny_voice import write_voice
+    from tests.support.tiny_voice import write_voice
     from tts_queue.migrate import upgrade
 
     voices = workdir / "voices"

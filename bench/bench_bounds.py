@@ -11,7 +11,7 @@ settings) on a fresh data directory and measures, in the same run:
 (a) ``rss``: the worker's RSS (its process and any children, sampled every ``--rss-every`` s) idle,
     then while it serves one sentence (``--sentence``, ``POST /v1/tts`` at ``--speed``), then while
     it serves that sentence repeated as often as the admission estimate
-    (``tts_queue.synthesis.duration.estimated_seconds``) allows under ``TTS_MAX_AUDIO_S`` and
+    (``tts_queue.synthesis.estimate.duration.estimated_seconds``) allows under ``TTS_MAX_AUDIO_S`` and
     ``TTS_MAX_TEXT_CHARS``: the peak of each, the difference, and the audio seconds each made.
     Goal: the long request's peak within 100 MB of the one sentence's.
 (b) ``redis``: Redis ``used_memory`` (``INFO memory``, sampled every ``--redis-every`` s) idle, then
@@ -56,7 +56,7 @@ sys.path.insert(1, str(BENCH.parent))
 from bench_service import free_port, start_service  # noqa: E402
 
 from tts_queue.settings import Settings  # noqa: E402
-from tts_queue.synthesis.duration import estimated_seconds  # noqa: E402
+from tts_queue.synthesis.estimate.duration import estimated_seconds  # noqa: E402
 from tts_queue.synthesis.registry import VoiceRegistry  # noqa: E402
 from tts_queue.synthesis.request import build_request  # noqa: E402
 

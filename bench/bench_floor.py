@@ -56,9 +56,9 @@ from bench_overhead import ROLES, service, tiny_voice_settings  # noqa: E402
 from bench_readyz import cpu_seconds  # noqa: E402
 from bench_service import free_port  # noqa: E402
 
+from tts_queue.broker.connection import client_url  # noqa: E402
 from tts_queue.cli.embedded_redis import EmbeddedRedis  # noqa: E402
 from tts_queue.cli.launcher import ACCESS_LOG  # noqa: E402
-from tts_queue.tasks.connection import client_url  # noqa: E402
 
 GOALS = {"hit_ms": 1.5, "miss_beyond_model_ms": 5.0}
 

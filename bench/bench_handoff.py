@@ -49,7 +49,7 @@ from tests.support import (  # noqa: E402
     service_settings,
     submit,
 )
-from tests.tiny_voice import write_voice  # noqa: E402
+from tests.support.tiny_voice import write_voice  # noqa: E402
 from workers.factory import make_celery  # noqa: E402
 
 

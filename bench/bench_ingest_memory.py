@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ingest_memory.json"))
     parser.add_argument("--passes", type=int, default=3, help="whole ingestions, one after another")
     args = parser.parse_args(argv)
-    from tts_queue.books.segment import segment_chapter
-    from tts_queue.books.source import parse_book
+    from tts_queue.books.sources.parse import parse_book
+    from tts_queue.books.sources.segment import segment_chapter
     from tts_queue.errors import TTSQueueError
     from tts_queue.settings import Settings
     from tts_queue.synthesis.registry import VoiceRegistry

@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tts_queue.settings import Settings  # noqa: E402
+from tts_queue.synthesis.frontend.text import TEXT  # noqa: E402
 from tts_queue.synthesis.registry import VoiceRegistry  # noqa: E402
-from tts_queue.synthesis.text import TEXT  # noqa: E402
 
 SENTENCES = {  # voice -> three everyday sentences of its language
     "en_US-joe-medium": ["The weather is nice today.", "Could you tell me the way to the station?",

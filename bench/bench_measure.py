@@ -1,6 +1,6 @@
 """The audio's length from the models' durations alone (``measured_seconds``) against synthesizing
 it (``Synthesizer.synthesize``), on the held-in corpus of the audio estimate
-(``tests/data/estimate_corpus.json``: Piper's en_US-joe-medium, Kokoro's jf_alpha and zf_xiaoxiao).
+(``tests/real/data/estimate_corpus.json``: Piper's en_US-joe-medium, Kokoro's jf_alpha and zf_xiaoxiao).
 
 Run from the repository root (the Kokoro voice pack in ``.venv/voices``, as ``scripts/check``
 installs it)::

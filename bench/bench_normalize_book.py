@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tts_queue.books.epub import read_epub  # noqa: E402
-from tts_queue.books.segment import segment_book  # noqa: E402
-from tts_queue.synthesis.frontend import script_of  # noqa: E402
+from tts_queue.books.sources.epub import read_epub  # noqa: E402
+from tts_queue.books.sources.segment import segment_book  # noqa: E402
+from tts_queue.synthesis.frontend.script import script_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EPUB = ROOT.parent / "shared" / "data" / "sherlock-holmes.epub"

@@ -7,7 +7,7 @@ a minute and a half; ``--quick``: about 20 s, a smoke run)::
     .venv/bin/python bench/bench_overhead.py --quick --out /tmp/overhead.json
 
 It starts ``tts-queue up`` (embedded Redis, SQLite, one worker, default settings; ``--set`` adds
-settings) on a fresh data directory with the tiny test voice (``tests/tiny_voice.py``: its model
+settings) on a fresh data directory with the tiny test voice (``tests/support/tiny_voice.py``: its model
 runs in well under a millisecond), so what is measured is what the service itself costs. The
 clients are threads of this process on persistent HTTP sessions (their CPU is not counted). For
 each kind of request it reads the CPU time (user + system) of the API (gunicorn, master and
@@ -76,7 +76,7 @@ from bench_readyz import cpu_seconds  # noqa: E402
 from bench_service import free_port, start_service  # noqa: E402
 
 from tests.support import tiny_voice_env  # noqa: E402
-from tests.tiny_voice import write_voice  # noqa: E402
+from tests.support.tiny_voice import write_voice  # noqa: E402
 from tts_queue.db import Database  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.tables import TaskRow  # noqa: E402
@@ -551,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
                      "clients": args.clients,
                      "idle_s": args.idle_s, "quick": args.quick,
                      "sql_counted_in_cpu_run": args.quick, "overrides": overrides,
-                     "voice": "tiny (tests/tiny_voice.py)"},
+                     "voice": "tiny (tests/support/tiny_voice.py)"},
     })
     merge(Path(args.out), args.label, results)
     head = results["headline"]

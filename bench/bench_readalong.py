@@ -42,9 +42,9 @@ from bench_assembly import open_parts, populate, prepare, status_kib  # noqa: E4
 from bench_book import EPUB  # noqa: E402
 from bench_service import free_port, start_service  # noqa: E402
 
-from tts_queue.app.wiring import Wiring  # noqa: E402
+from tts_queue.broker.watch import NoWatch  # noqa: E402
 from tts_queue.tasks.dispatcher import NoQueue  # noqa: E402
-from tts_queue.tasks.watch import NoWatch  # noqa: E402
+from tts_queue.wiring.root import Wiring  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

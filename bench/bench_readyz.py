@@ -51,13 +51,13 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tts_queue.broker.connection import redis_client  # noqa: E402
+from tts_queue.broker.heartbeat import Heartbeats, WorkerInfo  # noqa: E402
+from tts_queue.broker.names import RedisKeys  # noqa: E402
 from tts_queue.cli.embedded_redis import EmbeddedRedis  # noqa: E402
 from tts_queue.cli.launcher import api_command  # noqa: E402
 from tts_queue.migrate import upgrade  # noqa: E402
 from tts_queue.settings import Settings, current_values  # noqa: E402
-from tts_queue.tasks.connection import redis_client  # noqa: E402
-from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo  # noqa: E402
-from tts_queue.tasks.names import RedisKeys  # noqa: E402
 
 WORKER = "cpu0@bench"
 

@@ -50,10 +50,10 @@ from tts_queue.cli.launcher import child_env, scheduler_command, worker_command 
 from tts_queue.cli.supervisor import die_with_parent  # noqa: E402
 from tts_queue.db import Database  # noqa: E402
 from tts_queue.enums import TaskStatus  # noqa: E402
+from tts_queue.fairness.threads import KeyShares  # noqa: E402
 from tts_queue.migrate import upgrade  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.tables import TaskRow  # noqa: E402
-from tts_queue.tasks.shares import KeyShares  # noqa: E402
 from workers.dispatch import make_client  # noqa: E402
 
 WORKER = "cpu0@localhost"  # the name ``up`` gives its first worker; a restart keeps it

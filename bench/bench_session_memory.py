@@ -90,8 +90,8 @@ def run_variant(variant: str, sentences: int, threads: int = 4, shuffled: bool =
             return run_batch(self, ids, scales, speaker_id, run_options, narrow)
 
         inference.VoiceModel.run_batch = shrinking  # type: ignore[method-assign]
-    from tts_queue.books.segment import segment_chapter
-    from tts_queue.books.source import parse_book
+    from tts_queue.books.sources.parse import parse_book
+    from tts_queue.books.sources.segment import segment_chapter
     from tts_queue.errors import TTSQueueError
     from tts_queue.settings import Settings
     from tts_queue.synthesis.engine import BatchEngine

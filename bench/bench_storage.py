@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from api import create_app  # noqa: E402
 from api.services import Services  # noqa: E402
+from tts_queue.broker.watch import NoWatch  # noqa: E402
 from tts_queue.db import utcnow  # noqa: E402
 from tts_queue.enums import TaskStatus  # noqa: E402
 from tts_queue.migrate import upgrade  # noqa: E402
@@ -45,7 +46,6 @@ from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.storage.retention import Cleaner  # noqa: E402
 from tts_queue.tables import TaskRow  # noqa: E402
 from tts_queue.tasks.dispatcher import NoQueue  # noqa: E402
-from tts_queue.tasks.watch import NoWatch  # noqa: E402
 
 SIZE = 100 * 1024
 

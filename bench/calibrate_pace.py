@@ -29,8 +29,8 @@ their own.
 
 It writes the paces into the manifest (``--no-write``: only the results), and the fits, the
 errors per kind and speed, the estimate's cost per 5,000 characters (English, Japanese) and, with
-``--check`` (default ``tests/data/estimate_corpus.json``), the held-in corpus' real/estimate ratios
-per kind (as ``tests/test_real_estimate.py`` checks them) to ``bench/results/estimate_pace.json``.
+``--check`` (default ``tests/real/data/estimate_corpus.json``), the held-in corpus' real/estimate ratios
+per kind (as ``tests/real/test_real_estimate.py`` checks them) to ``bench/results/estimate_pace.json``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from tts_queue.errors import TTSQueueError  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
-from tts_queue.synthesis.duration import (  # noqa: E402
+from tts_queue.synthesis.estimate.duration import (  # noqa: E402
     Counted,
     bound_seconds,
     estimated_seconds,
@@ -65,14 +65,14 @@ from tts_queue.synthesis.duration import (  # noqa: E402
     script_counts,
     spoken_seconds,
 )
-from tts_queue.synthesis.frontend import Script, script_of  # noqa: E402
-from tts_queue.synthesis.pace import SCRIPTS, SPEECH, Pace  # noqa: E402
+from tts_queue.synthesis.estimate.pace import SCRIPTS, SPEECH, Pace  # noqa: E402
+from tts_queue.synthesis.estimate.spoken import Frontend, frontend_for, max_symbols  # noqa: E402
+from tts_queue.synthesis.frontend.script import Script, script_of  # noqa: E402
+from tts_queue.synthesis.frontend.ssml import script_of_ssml  # noqa: E402
+from tts_queue.synthesis.frontend.text import TEXT, clean_text  # noqa: E402
 from tts_queue.synthesis.registry import VoiceRegistry  # noqa: E402
 from tts_queue.synthesis.request import SynthesisRequest  # noqa: E402
-from tts_queue.synthesis.spoken import Frontend, frontend_for, max_symbols  # noqa: E402
-from tts_queue.synthesis.ssml import script_of_ssml  # noqa: E402
 from tts_queue.synthesis.synthesizer import measured_seconds  # noqa: E402
-from tts_queue.synthesis.text import TEXT, clean_text  # noqa: E402
 from tts_queue.synthesis.voice import LoadedVoice, VoiceSpec  # noqa: E402
 
 CORPUS = ROOT / "bench" / "data" / "pace_corpus.json"

@@ -20,8 +20,8 @@ from celery import Celery
 from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
 
+from tts_queue.broker.connection import client_url, kombu_url
 from tts_queue.settings import Settings
-from tts_queue.tasks.connection import client_url, kombu_url
 from workers.dispatch import celery_config
 
 REDIS_URL = os.environ.get("FLOOR_REDIS_URL", "unix:///tmp/floor-redis.sock")

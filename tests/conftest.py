@@ -1,6 +1,6 @@
 """Fixtures of every tier: the tiny generated voice, a registry over it, settings in a temp dir, a
 moved clock, the real Redis and PostgreSQL of the machine, and a real S3-compatible server.
-Helpers that are not fixtures live in ``tests/support.py``."""
+Helpers that are not fixtures live in ``tests/support/__init__.py``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import redis
 import sqlalchemy
 
 from tests.support import free_port, unavailable, wait_until
-from tests.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
+from tests.support.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.settings import PoolSettings, SessionConfig, Settings
 from tts_queue.synthesis.engine import BatchEngine
@@ -36,14 +36,16 @@ CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 # holds fewer than three tests): the fifth runs after the two minutes of the first, which mostly
 # waits, so it is one of the long ones.
 LONGEST_FIRST = (
-    "tests/service/test_webhook_trickle.py", "tests/test_real_kokoro.py", "tests/service/test_fair_time.py",
-    "tests/service/test_up.py", "tests/service/test_languages.py", "tests/test_real_estimate.py",
-    "tests/test_real_kokoro_languages.py",
+    "tests/service/test_webhook_trickle.py", "tests/real/test_real_kokoro.py",
+    "tests/service/test_fair_time.py", "tests/service/test_up.py", "tests/service/test_languages.py",
+    "tests/real/test_real_estimate.py",
+    "tests/real/test_real_kokoro_languages.py",
     "tests/service/test_faults_services.py",
     "tests/service/test_faults_workers.py", "tests/service/test_bounds.py",
     "tests/service/test_webhooks.py", "tests/service/test_observability.py", "tests/service/test_books.py",
-    "tests/test_book_fuzz.py",
-    "tests/test_book_assembly.py", "tests/service/test_full_disk.py", "tests/service/test_edges.py",
+    "tests/unit/books/test_book_fuzz.py",
+    "tests/unit/books/test_book_assembly.py", "tests/service/test_full_disk.py",
+    "tests/service/test_edges.py",
     "tests/service/test_contract_fuzz.py",
 )
 

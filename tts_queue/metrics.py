@@ -130,7 +130,7 @@ def stage(name: str, seconds: float | None) -> None:
         observe(STAGE_SECONDS, seconds, stage=name)
 
 
-# The gauges of shared state, read at scrape time (``tts_queue.app.state``): name -> (help, labels).
+# The gauges of shared state, read at scrape time (``tts_queue.wiring.state``): name -> (help, labels).
 STATE_GAUGES: dict[str, tuple[str, list[str]]] = {
     "tts_queue_depth": ("Messages waiting in each broker queue", ["queue"]),
     "tts_live_workers": ("Workers with a live heartbeat, by pool", ["pool"]),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from celery import Celery
 
+from tts_queue.broker.connection import kombu_url
+from tts_queue.broker.names import ASSEMBLE, DELIVER, INGEST, READALONG, SYNTHESIZE, queue_name, webhook_queue
 from tts_queue.errors import ConfigError
 from tts_queue.settings import Settings
-from tts_queue.tasks.connection import kombu_url
-from tts_queue.tasks.names import ASSEMBLE, DELIVER, INGEST, READALONG, SYNTHESIZE, queue_name, webhook_queue
 from workers import transport
 
 

@@ -5,19 +5,19 @@ worker loss, no result backend: task status lives in the database rows) and adds
 pool, the beat schedule, the runtime, the webhook delivery threads (``workers.webhooks``), the
 tasks (``workers.tasks``), the signal handlers (``workers.signals``) and the consumer step that
 wakes the event loop when a task's thread hands it an ack (``workers.wakeup``). Queue and task names
-come from ``tts_queue.tasks.names``.
+come from ``tts_queue.broker.names``.
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from tts_queue.books.lock import AssemblyLock
+from tts_queue.broker.connection import redis_client
+from tts_queue.broker.heartbeat import Heartbeats
+from tts_queue.broker.lock import AssemblyLock
+from tts_queue.broker.names import CLEANUP, REQUEUE, RedisKeys, queue_name
 from tts_queue.enums import Lane
 from tts_queue.settings import Settings
-from tts_queue.tasks.connection import redis_client
-from tts_queue.tasks.heartbeat import Heartbeats
-from tts_queue.tasks.names import CLEANUP, REQUEUE, RedisKeys, queue_name
 from workers.dispatch import CeleryDispatcher, make_client
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import sweep

@@ -1,6 +1,6 @@
 """A worker's ``M4BWriter``: the book's M4B encoded by a child process
-(``python -m tts_queue.books.m4b PATH``), its samples fed through a pipe (``tts_queue.books.m4b``
-says why and how).
+(``python -m tts_queue.books.render.m4b PATH``), its samples fed through a pipe
+(``tts_queue.books.render.m4b`` says why and how).
 
 A child that hangs (FFmpeg stuck on some input) must not hold the worker's thread for ever: a
 watchdog kills it when one write to it has waited ``STALL_S``, or when, fed the whole book, it has
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from tts_queue.books.m4b import Chapters, M4BFailed, feed, peak_of
+from tts_queue.books.render.m4b import Chapters, M4BFailed, feed, peak_of
 from tts_queue.synthesis.encoder import partial_m4bs
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 PIPE_BUFFER = 1 << 20  # bytes buffered by the writer before a write reaches the pipe
 STOP_WAIT_S = 30.0  # how long a child told to stop (its feed closed early) may take to clean up
 STALL_S = 300.0  # how long one write may wait for the child, or the fed child take to finish
-CHILD = "tts_queue.books.m4b"
+CHILD = "tts_queue.books.render.m4b"
 
 
 def build(path: Path, chapters: Chapters, *, title: str | None = None, author: str | None = None,

@@ -5,7 +5,7 @@
 - ``ConsumedMarker``: a short-lived key set whenever this worker takes a task off a queue, so
   ``/readyz`` proves a worker still consumes, not only that it answers pings.
 
-The assembly locks live with the books (``tts_queue.books.lock``).
+The assembly locks live with the books (``tts_queue.broker.lock``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 
 import redis
 
+from tts_queue.broker.names import RedisKeys
 from tts_queue.db import utcnow
-from tts_queue.tasks.names import RedisKeys
 
 log = logging.getLogger(__name__)
 

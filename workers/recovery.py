@@ -12,13 +12,13 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
-from tts_queue.app.wiring import Wiring
+from tts_queue.broker.names import SYNTHESIZE, task_queues
 from tts_queue.enums import POOLS
 from tts_queue.settings import Settings
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.names import SYNTHESIZE, task_queues
 from tts_queue.tasks.recovery import requeue_lost
 from tts_queue.tasks.rows import TaskRows
+from tts_queue.wiring.root import Wiring
 from workers.markers import RedisBrokerMarker
 from workers.runtime import WorkerRuntime
 

@@ -1,4 +1,4 @@
-"""Everything a worker process builds once: the core (``tts_queue.app.wiring``), plus the batch
+"""Everything a worker process builds once: the core (``tts_queue.wiring.root``), plus the batch
 engine, the executor and the ingester."""
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from datetime import timedelta
 
 from redis import Redis
 
-from tts_queue.app.plugins import load_plugins, wrapped_synthesizer
-from tts_queue.app.wiring import Wiring
 from tts_queue.books.ingest import Ingester
+from tts_queue.broker.watch import QueueWatch, RedisWatch
+from tts_queue.fairness.threads import KeyShares
 from tts_queue.settings import Settings
 from tts_queue.synthesis.engine import BatchEngine
-from tts_queue.synthesis.frontend import load_lexicon
+from tts_queue.synthesis.frontend.script import load_lexicon
 from tts_queue.synthesis.providers import CPU
 from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.executor import TaskExecutor
-from tts_queue.tasks.shares import KeyShares
-from tts_queue.tasks.watch import QueueWatch, RedisWatch
+from tts_queue.wiring.plugins import load_plugins, wrapped_synthesizer
+from tts_queue.wiring.root import Wiring
 from workers import m4b
 
 log = logging.getLogger(__name__)

@@ -37,10 +37,10 @@ from celery import Celery, bootsteps, signals
 from celery.utils.dispatch import Signal
 
 from tts_queue import metrics
+from tts_queue.broker.heartbeat import Heartbeats, WorkerInfo
+from tts_queue.broker.names import SYNTHESIZE
 from tts_queue.errors import ConfigError
 from tts_queue.heap import LOG_LINE, Trimmer, freeze_start_up
-from tts_queue.tasks.heartbeat import Heartbeats, WorkerInfo
-from tts_queue.tasks.names import SYNTHESIZE
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import requeue
 from workers.runtime import RuntimeHolder, WorkerRuntime

@@ -4,7 +4,7 @@
 
 - ``tts.synthesize(task_id, stream=False)``: ``TaskExecutor.execute`` (whatever happens when the task
   ends, ``TaskEnds`` does); a task over its key's share of the threads goes back to the broker
-  unclaimed (``tts_queue.tasks.shares``);
+  unclaimed (``tts_queue.fairness.threads``);
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
 - ``tts.build_readalong(book_id)``: ``ReadAlongs.run``: a done book's read-along EPUB, asked for once;
 - ``tts.deliver_callback(subject_id)``: hands one delivery of a finished task's or book's webhook
@@ -29,12 +29,12 @@ from celery import Celery, Task
 
 from tts_queue import metrics
 from tts_queue.backoff import backoff_s
-from tts_queue.books.lock import AssemblyLock
+from tts_queue.broker.lock import AssemblyLock
+from tts_queue.broker.names import ASSEMBLE, CLEANUP, DELIVER, INGEST, READALONG, REQUEUE, SYNTHESIZE
 from tts_queue.errors import AssemblyFailed, InvalidBook, StorageUnavailable, is_storage_full
+from tts_queue.fairness.threads import OverShare
 from tts_queue.tables import CleanupReportJSON
 from tts_queue.tasks.executor import WorkerStopping
-from tts_queue.tasks.names import ASSEMBLE, CLEANUP, DELIVER, INGEST, READALONG, REQUEUE, SYNTHESIZE
-from tts_queue.tasks.shares import OverShare
 from workers.markers import RedisBrokerMarker
 from workers.recovery import sweep
 from workers.runtime import RuntimeHolder

@@ -6,7 +6,7 @@
 sweep) within its key's share, or, with no slot of its share free, gives the lease back, moves the
 row's time later and sends itself again with that countdown, doubled at each busy turn (1, 2, 4 ...
 30 s), so a key whose receivers are slow neither holds every thread nor makes its waiting
-deliveries cross the broker every second. The slots are shared between keys (``tts_queue.sharing``):
+deliveries cross the broker every second. The slots are shared between keys (``tts_queue.fairness.slots``):
 a key alone takes all but one, and beside others less, so another key's delivery finds a thread
 while one key's tarpit receivers hold theirs. A delivery in flight is held by its lease, renewed by
 the heartbeat while it runs, so neither a duplicate message nor the sweep sends it again; a worker
@@ -40,13 +40,13 @@ from typing import Any
 
 from tts_queue import __version__, metrics
 from tts_queue.access.keys import webhook_secret
-from tts_queue.app.wiring import Wiring
 from tts_queue.books.progress import book_document
 from tts_queue.errors import InvalidCallbackUrl
-from tts_queue.sharing import FairSlots
+from tts_queue.fairness.slots import FairSlots
 from tts_queue.tables import Callback
-from tts_queue.tasks.callbacks import Target, UnresolvedHost, sign
 from tts_queue.tasks.view import task_document
+from tts_queue.webhooks.callbacks import Target, UnresolvedHost, sign
+from tts_queue.wiring.root import Wiring
 
 log = logging.getLogger(__name__)
 RESPONSE_BYTES = 4096  # read at most this much of a receiver's answer

@@ -19,7 +19,7 @@ import api.contract as contract
 from api.auth import OPEN
 from api.services import Services
 from tts_queue.enums import BOOK_FORMATS, REQUEST_FORMATS
-from tts_queue.synthesis.language import language_name
+from tts_queue.synthesis.frontend.language import language_name
 
 bp = Blueprint("web", __name__)
 HERE = Path(__file__).resolve().parent

@@ -353,7 +353,7 @@ def test_the_doctors_warnings_are_computed_once_a_minute(
     now = [0.0]
     services.readiness.clock = lambda: now[0]
     calls: list[float] = []
-    from tts_queue.tasks import doctor
+    from tts_queue.broker import doctor
 
     real = doctor.schema_warnings
 

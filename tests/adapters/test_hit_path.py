@@ -122,7 +122,7 @@ def test_a_changed_voice_changes_new_keys_once_the_digest_is_looked_at_again(
     tmp_path: Path, queue: FakeQueue
 ) -> None:
     # Given a drop-in voice whose digest was read (and is now trusted for a second)
-    from tests.tiny_voice import write_voice
+    from tests.support.tiny_voice import write_voice
 
     voices = tmp_path / "voices"
     write_voice(voices, "swap")

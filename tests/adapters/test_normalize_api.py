@@ -14,8 +14,8 @@ from api.services import Services
 from tests.adapters.test_api import error_of
 from tests.support import FakeQueue, migrate
 from tts_queue.settings import Settings
-from tts_queue.synthesis import normalize as normalize_module
 from tts_queue.synthesis import request as request_module
+from tts_queue.synthesis.frontend import normalize as normalize_module
 from tts_queue.tables import TaskRow
 
 

@@ -17,14 +17,14 @@ import redis
 from celery import Task as CeleryTask
 
 from tests.support import local, migrate
+from tts_queue.broker.connection import client_url
+from tts_queue.broker.names import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
 from tts_queue.db import utcnow
 from tts_queue.enums import TaskStatus
+from tts_queue.fairness.threads import OverShare
 from tts_queue.settings import Settings
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.connection import client_url
 from tts_queue.tasks.executor import TaskExecutor
-from tts_queue.tasks.names import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
-from tts_queue.tasks.shares import OverShare
 from workers.factory import make_celery
 from workers.services import context_of
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.support import FakeQueue, Tarpit, core_of, free_port, migrate, wait_until
-from tts_queue.app.wiring import Wiring
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback
-from tts_queue.tasks.callbacks import CallbackRows, Target
+from tts_queue.webhooks.callbacks import CallbackRows, Target
+from tts_queue.wiring.root import Wiring
 from workers.webhooks import (
     BUSY_RETRY_S,
     MAX_BUSY_RETRY_S,

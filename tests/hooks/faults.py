@@ -1,6 +1,6 @@
 """Fault injection for the worker processes some tests start: a worker plugin
 (``TTS_WORKER_PLUGINS=tests.hooks.faults:plugin``, which ``tests.support.hooked`` sets) that wraps
-the worker's voice loader and synthesizer through their seams (``tts_queue.app.plugins``). The
+the worker's voice loader and synthesizer through their seams (``tts_queue.wiring.plugins``). The
 wrappers subclass the real classes with their exact signatures, so mypy fails them when those
 change. Nothing else loads this module.
 

@@ -3,7 +3,7 @@ worker process for it.
 
 Integration tests run against the machine's Redis (``TTS_TEST_REDIS_URL``) or, when none answers,
 an embedded redis-server; PostgreSQL (``TTS_TEST_POSTGRES_URL``) is skipped on a laptop without it
-but fails under CI. Helpers (worker processes, private servers, waiting) are in ``tests/support.py``.
+but fails under CI. Helpers (worker processes, private servers, waiting) are in ``tests/support/__init__.py``.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api import create_app
 from tests.support import hooked, served, wait_until
+from tts_queue.synthesis.estimate.work import estimate_of
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import build_request
-from tts_queue.synthesis.work import estimate_of
 
 pytestmark = pytest.mark.integration
 WORDS = ["amber", "birch", "cedar", "dune", "elm", "fern", "grove", "heath", "iris", "juniper", "kelp",

@@ -23,11 +23,11 @@ from sqlalchemy import func, select
 from api import create_app
 from tests.conftest import sherlock_epub
 from tests.support import QUEUE_PREFIX, core_of, epubcheck, served, wait_until
-from tts_queue.app.wiring import Wiring
-from tts_queue.books.assembler import decode
-from tts_queue.books.source import parse_book
+from tts_queue.books.render.assembler import decode
+from tts_queue.books.sources.parse import parse_book
 from tts_queue.db import Database
 from tts_queue.tables import TaskRow
+from tts_queue.wiring.root import Wiring
 
 pytestmark = pytest.mark.integration
 
@@ -140,7 +140,7 @@ def test_a_small_book_renders_in_order_with_captions_and_an_m4b(service: dict[st
     for length, chapter in zip(lengths, manifest["chapters"], strict=True):
         assert abs(length - chapter["duration_s"]) < 1.2  # chapter gap of 1 s plus codec padding
     # (built beside the last chapter's own encoding when the chapters finish one after the other,
-    # else when the book finishes: tests/test_book_assembly.py checks both paths)
+    # else when the book finishes: tests/unit/books/test_book_assembly.py checks both paths)
 
 
 def render(client: FlaskClient, text: str) -> dict[str, Any]:
@@ -223,9 +223,9 @@ def test_one_worker_assembles_a_chapter_at_a_time(redis_url: str) -> None:
     the others answer busy; the lock expires if its holder dies, and only its holder releases it."""
     import redis as redis_lib
 
-    from tts_queue.books.lock import ASSEMBLY_LOCK_S, AssemblyLock
-    from tts_queue.tasks.connection import client_url
-    from tts_queue.tasks.names import RedisKeys
+    from tts_queue.broker.connection import client_url
+    from tts_queue.broker.lock import ASSEMBLY_LOCK_S, AssemblyLock
+    from tts_queue.broker.names import RedisKeys
 
     client = redis_lib.Redis.from_url(client_url(redis_url))
     keys = RedisKeys(QUEUE_PREFIX)
@@ -264,9 +264,9 @@ def test_a_book_is_finished_by_one_worker_at_a_time_and_the_second_waits(redis_u
 
     import redis as redis_lib
 
-    from tts_queue.books.lock import AssemblyLock
-    from tts_queue.tasks.connection import client_url
-    from tts_queue.tasks.names import RedisKeys
+    from tts_queue.broker.connection import client_url
+    from tts_queue.broker.lock import AssemblyLock
+    from tts_queue.broker.names import RedisKeys
 
     lock = AssemblyLock(redis_lib.Redis.from_url(client_url(redis_url)), RedisKeys(QUEUE_PREFIX), expiry_s=30)
     book = str(uuid.uuid4())

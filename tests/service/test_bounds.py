@@ -17,11 +17,11 @@ import redis
 import requests
 
 from tests.support import announce_idle_worker, hooked, served, wait_until
-from tests.tiny_voice import write_voice
+from tests.support.tiny_voice import write_voice
 from tts_queue.access.keys import ApiKeys
+from tts_queue.broker.connection import client_url
+from tts_queue.broker.names import RedisKeys
 from tts_queue.db import Database
-from tts_queue.tasks.connection import client_url
-from tts_queue.tasks.names import RedisKeys
 
 pytestmark = pytest.mark.integration
 STREAM_CAP = 256 * 1024  # TTS_STREAM_MAX_BYTES of this module's service

@@ -43,9 +43,9 @@ from tests.support import (
     submit,
     wait_until,
 )
+from tts_queue.broker.names import RedisKeys, queue_name
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.enums import TaskStatus
-from tts_queue.tasks.names import RedisKeys, queue_name
 
 pytestmark = pytest.mark.integration
 

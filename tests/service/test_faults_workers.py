@@ -50,9 +50,9 @@ from tests.support import (
     submit,
 )
 from tests.support import wait_until as wait_for
+from tts_queue.broker.names import SYNTHESIZE
 from tts_queue.db import utcnow
 from tts_queue.enums import TaskStatus
-from tts_queue.tasks.names import SYNTHESIZE
 from workers.dispatch import CeleryDispatcher
 
 pytestmark = pytest.mark.integration

@@ -21,13 +21,13 @@ from tests.support import (
     submit,
     wait_until,
 )
+from tts_queue.broker.connection import client_url
+from tts_queue.broker.doctor import gpu_pool_warnings
+from tts_queue.broker.heartbeat import WorkerInfo
+from tts_queue.broker.names import RedisKeys
 from tts_queue.db import Database
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.connection import client_url
-from tts_queue.tasks.doctor import gpu_pool_warnings
-from tts_queue.tasks.heartbeat import WorkerInfo
-from tts_queue.tasks.names import RedisKeys
 from workers.factory import make_celery
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"

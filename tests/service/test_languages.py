@@ -105,7 +105,7 @@ def test_japanese_text_goes_to_the_japanese_voice_and_a_repeat_is_a_cache_hit(cl
     assert wait_done(client, english.get_json()["task_id"])["voice"] == "jm_kumo"
 
 
-# (every format of Kokoro's audio is encoded in tests/test_real_kokoro.py; the route is the same for
+# (every format of Kokoro's audio is encoded in tests/real/test_real_kokoro.py; the route is the same for
 # every family and every format: tests/service/test_openai.py tries each one end to end)
 @pytest.mark.parametrize("fmt", ["flac", "opus"])
 def test_every_format(client: FlaskClient, fmt: str) -> None:

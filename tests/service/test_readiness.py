@@ -21,8 +21,8 @@ from tests.support import (
     service_settings,
     wait_until,
 )
-from tts_queue.tasks.connection import client_url
-from tts_queue.tasks.names import RedisKeys, worker_queues
+from tts_queue.broker.connection import client_url
+from tts_queue.broker.names import RedisKeys, worker_queues
 from workers.factory import make_celery
 
 pytestmark = pytest.mark.integration

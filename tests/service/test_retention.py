@@ -12,11 +12,11 @@ import pytest
 
 from api import create_app
 from tests.support import QUEUE_PREFIX, served, wait_until
+from tts_queue.broker.names import CLEANUP, queue_name
 from tts_queue.cli.main import main
 from tts_queue.enums import Lane
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings, current_values
-from tts_queue.tasks.names import CLEANUP, queue_name
 
 pytestmark = pytest.mark.integration
 

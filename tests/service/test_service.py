@@ -19,6 +19,7 @@ from sqlalchemy import select
 from api import create_app
 from api.slots import SLOTS
 from tests.support import WorkerProcess, announce_idle_worker, wait_done, wait_until
+from tts_queue.broker.connection import client_url
 from tts_queue.db import Database
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis.engine import BatchEngine
@@ -26,7 +27,6 @@ from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import build_request
 from tts_queue.synthesis.synthesizer import Synthesizer
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.connection import client_url
 
 pytestmark = pytest.mark.integration
 REAL = "en_US-joe-medium"

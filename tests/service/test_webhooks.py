@@ -41,13 +41,13 @@ from tests.support import (
     served,
     wait_until,
 )
+from tts_queue.broker.connection import client_url
+from tts_queue.broker.names import DELIVER, REQUEUE, queue_name, webhook_queue
 from tts_queue.db import Database
 from tts_queue.enums import Lane
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback, TaskRow
-from tts_queue.tasks.callbacks import CallbackRows
-from tts_queue.tasks.connection import client_url
-from tts_queue.tasks.names import DELIVER, REQUEUE, queue_name, webhook_queue
+from tts_queue.webhooks.callbacks import CallbackRows
 
 pytestmark = pytest.mark.integration
 SECRET = "webhook-s3cret"

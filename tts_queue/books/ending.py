@@ -16,13 +16,13 @@ from sqlalchemy import select
 from tts_queue import metrics
 from tts_queue.books.rows import BookRows
 from tts_queue.books.window import BulkWindow
+from tts_queue.broker.names import lane_of, pool_of
 from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import SentenceFailed
 from tts_queue.tables import SentenceRow
-from tts_queue.tasks.callbacks import CallbackRows
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.names import lane_of, pool_of
 from tts_queue.tasks.rows import Ending, TaskRows
+from tts_queue.webhooks.callbacks import CallbackRows
 
 
 class BookEnds:

@@ -27,11 +27,11 @@ from sqlalchemy import select
 
 from tts_queue import metrics
 from tts_queue.access.keys import queued_work
-from tts_queue.books.chapter import Chapter, select_chapters
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.rows import BookRows, NewSentence
-from tts_queue.books.segment import Segment, segment_chapter
-from tts_queue.books.upload import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT
+from tts_queue.books.sources.chapter import Chapter, select_chapters
+from tts_queue.books.sources.segment import Segment, segment_chapter
+from tts_queue.books.sources.upload import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT
 from tts_queue.books.window import BulkWindow
 from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus
@@ -45,8 +45,8 @@ from tts_queue.errors import (
     NothingToSpeak,
 )
 from tts_queue.storage.backend import Storage
+from tts_queue.synthesis.estimate.work import check_work, estimate_of
 from tts_queue.synthesis.request import SynthesisRequest, build_request, routed_voice
-from tts_queue.synthesis.work import check_work, estimate_of
 from tts_queue.tables import ApiKey, BookRow, BookSource, CacheEntry
 from tts_queue.tasks.rows import NewTask
 from tts_queue.tasks.service import TaskService
@@ -104,7 +104,7 @@ class Ingester:
         return BookStatus.QUEUED
 
     def _ingest(self, row: BookRow) -> None:
-        from tts_queue.books.source import BookLimits, parse_book
+        from tts_queue.books.sources.parse import BookLimits, parse_book
 
         source = row.source or BookSource()
         limits = self.settings.books

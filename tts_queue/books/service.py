@@ -26,9 +26,9 @@ from sqlalchemy import func, select
 
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.progress import BookProgress, book_progress
-from tts_queue.books.readalong import epub_name
+from tts_queue.books.readalong.build import epub_name
 from tts_queue.books.rows import BookRows
-from tts_queue.books.upload import (
+from tts_queue.books.sources.upload import (
     MAX_TITLE_CHARS,
     SENTENCE_FORMAT,
     Upload,
@@ -37,13 +37,13 @@ from tts_queue.books.upload import (
     upload_format,
 )
 from tts_queue.books.window import BulkWindow
+from tts_queue.broker.names import queue_name
 from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus, Lane, TaskStatus
 from tts_queue.errors import BookTooLarge, ServiceUnavailable
 from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.request import build_request
 from tts_queue.tables import BookRow, BookSource, ChapterRow, SentenceRow, TaskRow
-from tts_queue.tasks.names import queue_name
 from tts_queue.tasks.service import TaskService
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class BookService:
         """Check an upload cheaply, store it and queue its parsing; the new book's id (status
         ``parsing``). Nothing is written when a check fails. With ``upload.callback_url``, the
         book's JSON is POSTed there when it finishes (links under ``base_url``)."""
-        from tts_queue.books.plaintext import compile_pattern
+        from tts_queue.books.sources.plaintext import compile_pattern
 
         callback_url = None
         if upload.callback_url not in (None, ""):
@@ -189,7 +189,7 @@ class BookService:
         return True
 
     def _delete_files(self, row: BookRow) -> None:
-        from tts_queue.books.assembler import ChapterFiles
+        from tts_queue.books.render.assembler import ChapterFiles
 
         fmt = str(row.options.get("format", "mp3"))
         names: list[str] = []

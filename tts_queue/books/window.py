@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tts_queue.broker.names import queue_name
 from tts_queue.db import Database
 from tts_queue.enums import Lane
 from tts_queue.settings import Settings
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.names import queue_name
 from tts_queue.tasks.rows import TaskRows
 
 

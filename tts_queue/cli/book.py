@@ -31,7 +31,7 @@ UNSAFE_NAME = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')
 
 def cmd_chapters(args: argparse.Namespace, settings: Settings) -> int:
     """Print the chapters of a book file, numbered as ``--chapters`` takes them."""
-    from tts_queue.books.source import parse_book
+    from tts_queue.books.sources.parse import parse_book
 
     path = Path(args.book)
     book = parse_book(path.read_bytes(), path.name, args.input_format, args.split_pattern,

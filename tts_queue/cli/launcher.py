@@ -17,6 +17,7 @@ from pathlib import Path
 
 import requests
 
+from tts_queue.broker.names import worker_queues
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.cli.supervisor import Process, RestartPolicy, Supervisor
 from tts_queue.errors import ConfigError
@@ -24,7 +25,6 @@ from tts_queue.metrics import MULTIPROC_ENV
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 from tts_queue.storage.local import LocalStorage
-from tts_queue.tasks.names import worker_queues
 
 log = logging.getLogger(__name__)
 

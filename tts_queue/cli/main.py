@@ -20,8 +20,8 @@ from tts_queue.errors import ConfigError, TTSQueueError
 from tts_queue.settings import Settings
 
 if TYPE_CHECKING:
-    from tts_queue.app.wiring import Wiring
     from tts_queue.cli.flags import Subcommands
+    from tts_queue.wiring.root import Wiring
 
 
 def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
@@ -185,10 +185,10 @@ def _masked(text: str, url: str) -> str:
 def _core(settings: Settings) -> Wiring:
     """The core over a migrated database, for commands that change rows but queue no work (a due
     callback or a complete chapter is left to the sweep)."""
-    from tts_queue.app.wiring import Wiring
+    from tts_queue.broker.watch import NoWatch, RedisWatch
     from tts_queue.migrate import upgrade
     from tts_queue.tasks.dispatcher import NoQueue
-    from tts_queue.tasks.watch import NoWatch, RedisWatch
+    from tts_queue.wiring.root import Wiring
 
     upgrade(settings.database_url)
     watch = RedisWatch.from_settings(settings) if settings.services.redis_url else NoWatch()
@@ -239,7 +239,7 @@ def cmd_cache_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     """Warn about Redis and database settings that risk tasks; exit code 1 with warnings."""
-    from tts_queue.tasks.doctor import diagnose, report
+    from tts_queue.broker.doctor import diagnose, report
 
     if not args.verbose:
         logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines are not findings

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tts_queue.enums import POLICIES
-from tts_queue.synthesis.fairness import FairShares
+from tts_queue.fairness.queueing import FairShares
 
 Cap = Callable[[Hashable], "float | None"]  # a batch key's most cost per call (None: no cap)
 Price = Callable[[Hashable], float]  # a batch key's model seconds per cost (fair shares are in time)

@@ -55,7 +55,7 @@ from tts_queue import metrics
 from tts_queue.errors import ServiceUnavailable, SynthesisStalled
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis.batching import Batch, BatchPolicy, Entry
-from tts_queue.synthesis.duration import RATE_FLOOR
+from tts_queue.synthesis.estimate.duration import RATE_FLOOR
 from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales
 from tts_queue.synthesis.registry import VoiceRegistry
 

@@ -19,8 +19,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from tts_queue.synthesis.estimate.pace import Pace
 from tts_queue.synthesis.family import FAMILIES, PIPER
-from tts_queue.synthesis.pace import Pace
 from tts_queue.synthesis.voice import VoiceSpec, read_config, speaker_names
 
 log = logging.getLogger(__name__)

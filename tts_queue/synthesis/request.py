@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tts_queue.errors import AudioTooLong, InvalidRequest, NothingToSpeak
 from tts_queue.settings import Settings
-from tts_queue.synthesis.duration import audio_seconds
 from tts_queue.synthesis.encoder import check_format
-from tts_queue.synthesis.frontend import Script, load_lexicon, script_of
-from tts_queue.synthesis.language import written_in
-from tts_queue.synthesis.normalize import VERSION as NORMALIZER_VERSION
+from tts_queue.synthesis.estimate.duration import audio_seconds
+from tts_queue.synthesis.frontend.language import written_in
+from tts_queue.synthesis.frontend.normalize import VERSION as NORMALIZER_VERSION
+from tts_queue.synthesis.frontend.script import Script, load_lexicon, script_of
+from tts_queue.synthesis.frontend.ssml import is_ssml, script_of_ssml
+from tts_queue.synthesis.frontend.text import clean_text
 from tts_queue.synthesis.registry import VoiceRegistry
-from tts_queue.synthesis.ssml import is_ssml, script_of_ssml
-from tts_queue.synthesis.text import clean_text
 from tts_queue.synthesis.voice import VoiceSpec, resolve_speaker
 
 if TYPE_CHECKING:  # the column's document; synthesis stays free of the database at run time

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 
 from tts_queue.synthesis.audio import Audio
-from tts_queue.synthesis.duration import effective_speed
 from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult
+from tts_queue.synthesis.estimate.duration import effective_speed
+from tts_queue.synthesis.frontend.text import SpokenSentence
 from tts_queue.synthesis.inference import Scales
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest
-from tts_queue.synthesis.text import SpokenSentence
 from tts_queue.synthesis.voice import LoadedVoice
 
 

@@ -16,11 +16,11 @@ from typing import Any, Protocol
 
 from tts_queue.errors import UnknownSpeaker, VoiceFilesMissing
 from tts_queue.settings import SessionConfig
+from tts_queue.synthesis.estimate.pace import Pace
 from tts_queue.synthesis.family import PIPER, Family, family
+from tts_queue.synthesis.frontend.text import Phonemizer, SpokenSentence, to_ids
 from tts_queue.synthesis.inference import ItemAudio, Scales, VoiceModel
-from tts_queue.synthesis.pace import Pace
 from tts_queue.synthesis.providers import SessionPlan
-from tts_queue.synthesis.text import Phonemizer, SpokenSentence, to_ids
 
 
 @dataclass(frozen=True)

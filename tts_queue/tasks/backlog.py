@@ -27,10 +27,10 @@ from typing import TypedDict
 
 from sqlalchemy import func, select
 
+from tts_queue.broker.names import lane_of, pool_of
 from tts_queue.db import Database
 from tts_queue.enums import POOLS, BookStatus, Lane, TaskStatus
 from tts_queue.tables import BookRow, TaskRow
-from tts_queue.tasks.names import lane_of, pool_of
 
 LANES = (Lane.INTERACTIVE, Lane.BULK)  # the lanes that carry synthesis tasks
 TTL_S = 5.0  # how long a process answers from one count (the metrics' own cache is as long)

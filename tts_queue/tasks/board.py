@@ -21,9 +21,9 @@ import json
 import logging
 from typing import TYPE_CHECKING, cast
 
+from tts_queue.broker.names import RedisKeys
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.names import RedisKeys
 from tts_queue.tasks.view import TaskRecord, TaskView
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ class Dispatcher(Protocol):
 
     def dispatch(self, task_id: str, queue: str, stream: bool = False) -> None:
         """Enqueue the synthesis of ``task_id`` on ``queue`` (``stream``: its audio is published
-        as it is made, ``tts_queue.tasks.streams``)."""
+        as it is made, ``tts_queue.broker.streams``)."""
 
     def deliver(self, subject_id: str, countdown: float = 0.0, busy: int = 0) -> None:
-        """Enqueue one delivery of a task's or book's callback (``tts_queue.tasks.callbacks``);
+        """Enqueue one delivery of a task's or book's callback (``tts_queue.webhooks.callbacks``);
         ``busy``: how many turns it found no delivery thread free."""
 
     def ingest(self, book_id: str, queue: str) -> None:

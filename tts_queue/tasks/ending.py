@@ -27,16 +27,16 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tts_queue import metrics
+from tts_queue.broker.names import lane_of
+from tts_queue.broker.watch import QueueWatch
 from tts_queue.db import Executor
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
-from tts_queue.tasks.callbacks import CallbackRows
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.names import lane_of
 from tts_queue.tasks.rows import Ending, TaskRows
 from tts_queue.tasks.view import TaskView
-from tts_queue.tasks.watch import QueueWatch
+from tts_queue.webhooks.callbacks import CallbackRows
 
 log = logging.getLogger(__name__)
 TIMINGS = ("queue_ms", "text_ms", "inference_ms", "encode_ms", "store_ms", "total_ms")

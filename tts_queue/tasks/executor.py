@@ -26,6 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tts_queue import metrics
+from tts_queue.broker.names import lane_of
+from tts_queue.broker.streams import AudioStreams, StreamPublisher
 from tts_queue.db import Executor
 from tts_queue.enums import STREAM_FORMATS, Lane, TaskStatus
 from tts_queue.errors import (
@@ -37,6 +39,7 @@ from tts_queue.errors import (
     VoiceError,
     public_error,
 )
+from tts_queue.fairness.threads import KeyShares
 from tts_queue.redact import redacted
 from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import AudioWriter, StreamEncoder, mime_type, open_writer
@@ -45,10 +48,7 @@ from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.ending import TaskEnds
-from tts_queue.tasks.names import lane_of
 from tts_queue.tasks.rows import Suspect
-from tts_queue.tasks.shares import KeyShares
-from tts_queue.tasks.streams import AudioStreams, StreamPublisher
 from tts_queue.tasks.view import TaskView
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,9 @@ from typing import IO, Any
 from sqlalchemy import select
 
 from tts_queue import metrics
+from tts_queue.broker.names import queue_name
+from tts_queue.broker.streams import AudioStreams
+from tts_queue.broker.watch import QueueWatch
 from tts_queue.db import Database, check_id, get_by_id, owned, utcnow
 from tts_queue.enums import Lane, TaskStatus
 from tts_queue.errors import (
@@ -31,19 +34,16 @@ from tts_queue.errors import (
 from tts_queue.settings import Settings
 from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import mime_type
+from tts_queue.synthesis.estimate.work import check_work, estimate_of, pinned_estimate
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
-from tts_queue.synthesis.work import check_work, estimate_of, pinned_estimate
 from tts_queue.tables import CacheEntry, TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
-from tts_queue.tasks.callbacks import CallbackRows
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.ending import TaskEnds
-from tts_queue.tasks.names import queue_name
 from tts_queue.tasks.rows import NewTask, TaskRows
-from tts_queue.tasks.streams import AudioStreams
 from tts_queue.tasks.view import AudioFile, TaskView
-from tts_queue.tasks.watch import QueueWatch
+from tts_queue.webhooks.callbacks import CallbackRows
 
 log = logging.getLogger(__name__)
 WAITING_CALLBACK = {"state": "waiting", "attempts": 0, "last_status": None}
@@ -114,7 +114,7 @@ class TaskService:
     ) -> TaskView:
         """Validate and queue a request; a cache hit is answered at once as ``done`` (a new task of
         ``owner``, whoever's request made the audio). ``stream``: the worker publishes the audio
-        as it is made (``tts_queue.tasks.streams``). ``callback_url``: the task's JSON is POSTed
+        as it is made (``tts_queue.broker.streams``). ``callback_url``: the task's JSON is POSTed
         there when it finishes (links under ``base_url``)."""
         if callback_url is not None:
             callback_url = self.callbacks.policy.check(callback_url, owner)

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tts_queue.errors import SynthesisError
+from tts_queue.synthesis.frontend.language import KANA, SMALL_KANA
 from tts_queue.synthesis.kokoro.phonemizer import English, KokoroPhonemizer, cut_pieces, sentences_at
 from tts_queue.synthesis.kokoro.phonemizer import runs as kokoro_runs
-from tts_queue.synthesis.language import KANA, SMALL_KANA
 
 VERSION = 2
 READ_CHARS = 64

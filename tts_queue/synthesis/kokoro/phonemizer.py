@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from tts_queue.errors import NothingToSpeak
+from tts_queue.synthesis.frontend.text import BREAK, IPA, RATE, TEXT, SpokenSentence, split_long
 from tts_queue.synthesis.kokoro.symbols import english_to_kokoro
-from tts_queue.synthesis.text import BREAK, IPA, RATE, TEXT, SpokenSentence, split_long
 
 English = Callable[[str], list[list[str]]]  # espeak-ng's phonemes of a Latin run, per sentence
 # Disjoint classes around each repetition: linear on any input.

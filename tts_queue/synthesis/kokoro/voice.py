@@ -23,13 +23,13 @@ import numpy.typing as npt
 
 from tts_queue.errors import ModelLoadError
 from tts_queue.settings import SessionConfig
+from tts_queue.synthesis.frontend.text import TEXT, Phonemizer, SpokenSentence
 from tts_queue.synthesis.inference import ItemAudio, Scales
 from tts_queue.synthesis.kokoro.espeak import ESPEAK_VOICES, EspeakKokoroPhonemizer
 from tts_queue.synthesis.kokoro.graph import HOP, SAMPLE_RATE, KokoroGraph
 from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
 from tts_queue.synthesis.kokoro.phonemizer import KokoroPhonemizer
 from tts_queue.synthesis.kokoro.symbols import id_map, to_ids
-from tts_queue.synthesis.text import TEXT, Phonemizer, SpokenSentence
 from tts_queue.synthesis.voice import VoiceSpec
 
 ENGLISH = "en-us"  # espeak-ng's voice for the Latin runs

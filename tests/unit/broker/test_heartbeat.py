@@ -1,0 +1,114 @@
+"""Heartbeats on a real Redis: live workers are read by name, never by scanning the keyspace."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any, cast
+
+import pytest
+import redis
+
+from tts_queue.broker.connection import client_url
+from tts_queue.broker.heartbeat import Heartbeats, WorkerInfo
+from tts_queue.broker.names import RedisKeys
+from workers import signals
+from workers.signals import Leases
+
+
+def test_live_workers_are_read_by_name_without_a_scan(redis_url: str) -> None:
+    # Given two workers' heartbeats, one of which has since expired, among many other keys
+    client = redis.Redis.from_url(client_url(redis_url))
+    keys = RedisKeys(f"hb-{uuid.uuid4().hex[:8]}")
+    heartbeats = Heartbeats(client, keys, ttl_s=30)
+    heartbeats.beat(WorkerInfo("alive@host", "cpu", {"tiny": "CPUExecutionProvider"}))
+    heartbeats.beat(WorkerInfo("gone@host", "gpu"))
+    client.delete(keys.worker("gone@host"))  # its key expired
+    client.mset({keys.status(str(n)): "{}" for n in range(200)})
+    before = _calls(client, "scan")
+    # When the live workers are read
+    live = heartbeats.live()
+    # Then only the live one is listed, with what it announced, and nothing scanned the keys
+    assert live == [WorkerInfo("alive@host", "cpu", {"tiny": "CPUExecutionProvider"})]
+    assert _calls(client, "scan") == before
+    client.delete(*(keys.status(str(n)) for n in range(200)), keys.workers, keys.worker("alive@host"))
+
+
+def test_a_beat_never_waits_for_the_lease_bookkeeping_after_it(redis_url: str) -> None:
+    # Given a worker whose lease bookkeeping blocks (the database's lock held elsewhere) or fails
+    client = redis.Redis.from_url(client_url(redis_url))
+    keys = RedisKeys(f"hb-{uuid.uuid4().hex[:8]}")
+    heartbeats = Heartbeats(client, keys, ttl_s=3)
+    stop, blocked, released = threading.Event(), threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def bookkeeping() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            blocked.set()
+            released.wait(10)
+        elif len(calls) == 2:
+            raise RuntimeError("database gone")
+
+    thread = heartbeats.start(lambda: WorkerInfo("slow-db@host", "cpu"), stop, then=bookkeeping)
+    try:
+        # Then the worker is seen alive while its bookkeeping waits: the beat came first
+        assert blocked.wait(5)
+        assert [w.name for w in heartbeats.live()] == ["slow-db@host"]
+        # And once it is released, beats and bookkeeping go on, a failure of it included
+        released.set()
+        for _ in range(200):  # a beat every second
+            if len(calls) >= 3:
+                break
+            stop.wait(0.05)
+        assert len(calls) >= 3 and thread.is_alive()
+    finally:
+        stop.set()
+        released.set()
+        thread.join(timeout=5)
+        client.delete(keys.workers, keys.worker("slow-db@host"))
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    stats = cast("dict[str, object]", client.info("commandstats"))
+    entry = stats.get(f"cmdstat_{command}")
+    return int(entry["calls"]) if isinstance(entry, dict) else 0
+
+
+def test_held_tasks_are_recorded_once_unless_recording_failed() -> None:
+    # Given three messages received
+    leases = Leases()
+    for task_id in ("a", "b", "c"):
+        leases.hold(task_id)
+    # When the beat takes what to record (its UPDATE skips rows a thread claimed meanwhile)
+    first = leases.take_unrecorded()
+    # Then all three, once: the next beat has nothing to record
+    assert first == ["a", "b", "c"] and leases.take_unrecorded() == []
+    # And when writing them failed, those still held (not the one finished since) come back
+    leases.drop("c")
+    leases.unrecord(first)
+    assert leases.take_unrecorded() == ["a", "b"] and sorted(leases.held()) == ["a", "b"]
+
+
+def test_a_lost_broker_connection_lets_go_of_the_tasks_not_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a worker holding a running task and two received but not started (an ETA, a countdown)
+    leases = Leases()
+    for task_id in ("running", "eta", "countdown"):
+        leases.hold(task_id)
+    monkeypatch.setattr(signals, "running_task_ids", lambda: {"running"})
+    step = signals.leases_on_reconnect(leases)
+    # When the consumer stops (its connection lost: Celery drops the unstarted ones)
+    step.stop(cast(Any, None), cast(Any, None))
+    # Then only the running task's lease is still renewed; the others lapse for the sweep
+    assert leases.held() == ["running"] and leases.take_unrecorded() == ["running"]
+
+
+def test_the_worker_app_carries_the_reconnect_step(redis_url: str) -> None:
+    # Given the worker's Celery app
+    from tests.support import QUEUE_PREFIX
+    from tts_queue.settings import Settings
+    from workers.factory import make_celery
+
+    app = make_celery(Settings.from_env({"TTS_REDIS_URL": redis_url, "TTS_QUEUE_PREFIX": QUEUE_PREFIX}))
+    # Then its consumer blueprint runs the step that lets leases go on a lost connection
+    assert any(step.__name__ == "LeasesOnReconnect" for step in app.steps["consumer"])

@@ -1,0 +1,404 @@
+"""A read-along EPUB made of the source EPUB's own documents: its XHTML, styles, images, cover and
+navigation, each sentence that was spoken (and each word, where the captions have word cues)
+wrapped in ``<span id>`` and given a ``<par>`` in its document's Media Overlay.
+
+The kept upload is read again with the same parser as at ingestion (``epub.open_epub``), so each
+chapter names the documents its text came from; a chapter that no longer matches its row (the
+parser changed since) makes the build fall back to text generated from the sentences
+(``SourceMismatch``). What goes in:
+
+- every spine document, except those that hold only chapters that were not rendered (a book
+  rendered with ``chapters``), and the navigation document, pruned of links to what is left out;
+  an EPUB 2 source, which has none, gets one generated from the rendered chapters;
+- the styles, images and fonts (core media types, fonts not obfuscated);
+- everything through ``sanitize``'s allowlist, so a URL inside points at something shipped or is
+  removed.
+
+Sentences are found in two passes over the documents (``textmarks``): the first reads each
+document's letters and finds every sentence there, the second wraps them and writes the document
+and its overlay. One document's tree is held at a time; the book's sentence and word timings are
+held throughout (bounded by ``TTS_MAX_BOOK_SENTENCES``). Files of ours go under ``readalong/``.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+from urllib.parse import quote, unquote
+
+from lxml import etree
+
+from tts_queue.books.readalong.overlay import (
+    OWN_FOLDER,
+    STYLESHEET,
+    Clip,
+    PackedChapter,
+    SentenceClip,
+    nav_xhtml,
+    opf_document,
+    opf_metadata,
+)
+from tts_queue.books.readalong.sanitize import clean_css, clean_document, clean_svg, parse_xml
+from tts_queue.books.readalong.textmarks import (
+    XHTML,
+    Aligner,
+    FlatText,
+    Mark,
+    letters,
+    local,
+    mark,
+    roman,
+    word_letters,
+)
+from tts_queue.books.sources.chapter import Book, BookLimits
+from tts_queue.books.sources.epub import open_epub
+from tts_queue.books.sources.upload import MAX_TITLE_CHARS
+from tts_queue.errors import BookError
+
+if TYPE_CHECKING:
+    from ebooklib.epub import EpubBook
+
+    from tts_queue.tables import BookRow, ChapterRow
+
+OWN = OWN_FOLDER  # our files, beside the source's
+ROOT = "OEBPS/"
+DOCUMENT = "application/xhtml+xml"
+SHIPPED_TYPES = frozenset({
+    DOCUMENT, "text/css", "image/jpeg", "image/png", "image/gif", "image/webp", "image/svg+xml",
+    "font/ttf", "font/otf", "font/woff", "font/woff2", "application/font-sfnt", "application/font-woff",
+    "application/vnd.ms-opentype",
+})
+NOT_LINEAR = ' linear="no"'
+_OPS = "{http://www.idpf.org/2007/ops}"
+_SVG = "{http://www.w3.org/2000/svg}"
+_MATHML = "{http://www.w3.org/1998/Math/MathML}"
+
+
+class SourceMismatch(Exception):
+    """The kept source no longer reads as the book's chapters (or cannot be reused)."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One resource of the source that goes into the EPUB."""
+
+    path: str  # package-relative, decoded
+    media_type: str
+    content: bytes
+    cover: bool = False
+
+
+@dataclass
+class _Overlay:
+    """What one document's overlay says: a sentence's mark with its clip and audio, in order."""
+
+    entries: list[tuple[Mark, Clip, str, tuple[Clip, ...]]] = field(default_factory=list)
+
+
+class SourceBook:
+    """The kept EPUB upload, read again: its package, chapters, and what of it is shipped."""
+
+    def __init__(self, data: bytes, limits: BookLimits | None, rendered: Sequence[ChapterRow]) -> None:
+        try:
+            book, package = open_epub(data, limits=limits)
+        except BookError as exc:
+            raise SourceMismatch(f"the kept source no longer reads: {exc.message}") from exc
+        _check(book, rendered)
+        self.book = book
+        self.package = package
+        numbers = {row.number for row in rendered}
+        self.chapter_documents = {c.number: tuple(map(_package_path, c.documents)) for c in book.chapters}
+        documents = self.chapter_documents.items()
+        wanted = {d for n, paths in documents if n in numbers for d in paths}
+        unwanted = {d for n, paths in documents if n not in numbers for d in paths} - wanted
+        self.nav, self.items, self.spine = _plan(package, unwanted | _obfuscated(data))
+        self.shipped = {item.path for item in self.items}
+        if any(path.startswith(OWN) for path in self.shipped):
+            raise SourceMismatch(f"the source has files under {OWN}")
+
+    def is_shipped(self, path: str) -> bool:
+        """Whether a package-relative path is in the EPUB."""
+        return path in self.shipped
+
+    def write(self, epub: zipfile.ZipFile, row: BookRow, language: str, narrator: str,
+              chapters: Sequence[tuple[PackedChapter, Sequence[SentenceClip]]], modified: datetime) -> None:
+        """Every shipped item, the overlays and the package into ``epub`` (the chapters' audio
+        is there already, under ``readalong/audio/``)."""
+        documents = [item for item in self.items if item.path in self.spine]
+        overlays = self._align(documents, chapters)
+        position = {document.path: n for n, document in enumerate(documents)}  # paths are unique
+        entries: list[str] = []
+        spine_ids: dict[str, str] = {}
+        durations: list[tuple[str, int]] = []
+        for number, item in enumerate(self.items, start=1):
+            item_id = f"item-{number}"
+            properties = ["cover-image"] if item.cover else []
+            overlay = ""
+            if item.media_type != DOCUMENT:
+                epub.writestr(ROOT + item.path, self._resource(item))
+            else:
+                index = position.get(item.path)
+                data, kinds, written = self._document(item, None if index is None else overlays.get(index))
+                epub.writestr(ROOT + item.path, data)
+                properties += kinds
+                spine_ids[item.path] = item_id
+                if written is not None:
+                    smil_path = f"{OWN}overlay-{number:04d}.smil"
+                    epub.writestr(ROOT + smil_path, written[0])
+                    entries.append(f'<item id="{item_id}-overlay" href="{quote(smil_path)}" '
+                                   'media-type="application/smil+xml"/>')
+                    durations.append((f"{item_id}-overlay", written[1]))
+                    overlay = f' media-overlay="{item_id}-overlay"'
+            props = f' properties="{" ".join(properties)}"' if properties else ""
+            entries.append(f'<item id="{item_id}" href="{quote(item.path)}" media-type="{item.media_type}"'
+                           f"{props}{overlay}/>")
+        entries += self._own(epub, row.title, language, [packed for packed, _ in chapters])
+        spine = [f'<itemref idref="{spine_ids[path]}"{"" if linear else NOT_LINEAR}/>'
+                 for path, linear in self.spine.items() if path in spine_ids]
+        meta = opf_metadata(row, language, narrator, durations, modified)
+        epub.writestr(ROOT + "package.opf", opf_document(language, meta, entries, spine))
+
+    def _own(self, epub: zipfile.ZipFile, title: str, language: str,
+             chapters: Sequence[PackedChapter]) -> list[str]:
+        """Our stylesheet, and a navigation document where the source has none, into ``epub``;
+        their manifest items and the chapters' audio's."""
+        epub.writestr(ROOT + OWN + "readalong.css", STYLESHEET)
+        entries = [f'<item id="readalong-css" href="{OWN}readalong.css" media-type="text/css"/>']
+        entries += [f'<item id="{c.stem}-audio" href="{OWN}audio/{c.stem}{c.audio_suffix}" '
+                    f'media-type="{c.audio_type}"/>' for c in chapters]
+        if self.nav is None:
+            links = [(quote(posixpath.relpath(self.chapter_documents[c.number][0], OWN.rstrip("/"))), c.title)
+                     for c in chapters if self.chapter_documents.get(c.number)]
+            epub.writestr(f"{ROOT}{OWN}nav.xhtml", nav_xhtml(title, language, links))
+            entries.append(f'<item id="nav" href="{OWN}nav.xhtml" media-type="{DOCUMENT}" properties="nav"/>')
+        return entries
+
+    def _align(self, documents: Sequence[Item],
+               chapters: Sequence[tuple[PackedChapter, Sequence[SentenceClip]]]) -> dict[int, _Overlay]:
+        """Each spoken sentence found in the documents (first pass): per document index, its
+        marks in order."""
+        texts: list[str] = []
+        taken: set[str] = set()
+        for item in documents:
+            root = self._clean(item)
+            texts.append(FlatText(root).letters)
+            taken.update(str(i) for i in root.xpath("//@id") if str(i).startswith("ra"))
+        prefix = next(p for p in (f"ra{n}-" if n else "ra-" for n in range(len(taken) + 1))
+                      if not any(i.startswith(p) for i in taken))
+        where = {item.path: n for n, item in enumerate(documents)}
+        aligner = Aligner(texts)
+        overlays: dict[int, _Overlay] = {}
+        for packed, clips in chapters:
+            candidates = [where[d] for d in self.chapter_documents.get(packed.number, ()) if d in where]
+            audio = f"audio/{packed.stem}{packed.audio_suffix}"
+            at = 0
+            for clip in clips:
+                written = clip.text
+                found = aligner.find(candidates[at:at + 2], written)
+                if found is None and written.strip(" .").isdecimal() and 0 < int(written.strip(" .")) < 4000:
+                    written = roman(int(written.strip(" .")))  # a heading read as a number ("IV" as "4")
+                    found = aligner.find(candidates[at:at + 2], written)
+                if found is None:
+                    continue
+                document, first = found
+                at = candidates.index(document, at)
+                sid = f"{prefix}c{packed.number}s{clip.index + 1}"
+                words, times = [], []
+                for n, (start, end, word) in enumerate(clip.words if written == clip.text else (), start=1):
+                    before, after = word_letters(clip.text, start, end)
+                    if after > before:
+                        words.append((f"{sid}w{n}", first + before, first + after))
+                        times.append(word)
+                span = Mark(document, sid, first, first + len(letters(written)), tuple(words))
+                entry = (span, clip.clip, audio, tuple(times))
+                overlays.setdefault(document, _Overlay()).entries.append(entry)
+        return overlays
+
+    def _clean(self, item: Item) -> etree._Element:
+        """A document's tree, through the allowlist."""
+        root = parse_xml(item.content)
+        if local(root) != "html":
+            raise SourceMismatch(f"{item.path} is not an XHTML document")
+        clean_document(root, item.path, self.is_shipped)
+        return root
+
+    def _document(self, item: Item, overlay: _Overlay | None,
+                  ) -> tuple[bytes, list[str], tuple[str, int] | None]:
+        """A document cleaned and marked (second pass): its bytes, its manifest properties, and
+        its overlay with the overlay's duration when anything in it is heard."""
+        root = self._clean(item)
+        kinds = ["nav"] if item.path == self.nav else []
+        if item.path == self.nav:
+            _prune_nav(root)
+        placed = mark(root, [entry[0] for entry in overlay.entries]) if overlay else set()
+        smil = _overlay_smil(item.path, overlay, placed) if overlay else None
+        if smil is not None:
+            folder = posixpath.dirname(item.path) or "."
+            _link_stylesheet(root, posixpath.relpath(OWN + "readalong.css", folder))
+        if root.find(f".//{_SVG}svg") is not None:
+            kinds.append("svg")
+        if root.find(f".//{_MATHML}math") is not None:
+            kinds.append("mathml")
+        data = etree.tostring(root, encoding="utf-8", xml_declaration=True, doctype="<!DOCTYPE html>")
+        return data, kinds, smil
+
+    def _resource(self, item: Item) -> bytes:
+        """A style sheet or SVG image through the allowlist; other images and fonts as they are."""
+        if item.media_type == "text/css":
+            text = item.content.decode("utf-8", "replace")
+            return clean_css(text, item.path, self.is_shipped).encode("utf-8")
+        if item.media_type == "image/svg+xml":
+            root = parse_xml(item.content)
+            clean_svg(root, item.path, self.is_shipped)
+            return bytes(etree.tostring(root, encoding="utf-8", xml_declaration=True))
+        return item.content
+
+
+def _check(book: Book, rendered: Sequence[ChapterRow]) -> None:
+    """``SourceMismatch`` unless every rendered chapter is the source's chapter of its number."""
+    parsed = {c.number: c for c in book.chapters}
+    for row in rendered:
+        chapter = parsed.get(row.number)
+        if chapter is None or chapter.title[:MAX_TITLE_CHARS] != row.title or not chapter.documents:
+            raise SourceMismatch(f"chapter {row.number} of the kept source is not the rendered one")
+
+
+def _package_path(name: str) -> str:
+    """An item's package-relative path as the read-along EPUB names it: its manifest href as
+    ebooklib gives it (percent-escapes already decoded, so never decoded twice), normalized."""
+    return posixpath.normpath(name)
+
+
+def _plan(package: EpubBook, left_out: set[str]) -> tuple[str | None, list[Item], dict[str, bool]]:
+    """The navigation document's path (``None``: there is none to keep), the items shipped, and
+    the spine (documents' paths, each with whether it is linear)."""
+    from ebooklib import epub
+
+    # EPUB 2 names its cover <meta name="cover" content="ID"/>: ebooklib files it under "cover" or
+    # under "meta", by how the package declares its namespaces
+    named = package.get_metadata("OPF", "cover") + package.get_metadata("OPF", "meta")
+    cover_ids = {str(attrs.get("content")) for _, attrs in named if attrs.get("name") == "cover"}
+    by_id: dict[str, Item] = {}
+    items: dict[str, Item] = {}
+    nav: str | None = None
+    for source in package.get_items():
+        path = _package_path(source.get_name())
+        media_type = str(source.media_type or "")
+        if media_type not in SHIPPED_TYPES or path.startswith(("../", "/")) or path in left_out:
+            continue
+        if path in items:  # a second manifest entry of one file: the spine may name either
+            by_id.setdefault(source.get_id(), items[path])
+            continue
+        cover = isinstance(source, epub.EpubCover) or source.get_id() in cover_ids
+        item = Item(path, media_type, source.content, cover and media_type.startswith("image/"))  # as stored
+        if isinstance(source, epub.EpubNav) and _has_toc(item):
+            nav = path
+        items[path] = by_id[source.get_id()] = item
+    spine: dict[str, bool] = {}
+    for idref, linear in package.spine:
+        listed = by_id.get(idref)
+        if listed is not None and listed.media_type == DOCUMENT:
+            spine.setdefault(listed.path, linear != "no")
+    kept = [i for i in items.values() if i.media_type != DOCUMENT or i.path in spine or i.path == nav]
+    return nav, kept, spine
+
+
+def _has_toc(item: Item) -> bool:
+    """Whether a navigation document has its table of contents."""
+    try:
+        root = parse_xml(item.content)
+    except BookError:
+        return False
+    return any("toc" in n.get(f"{_OPS}type", "").split() for n in root.iter(f"{XHTML}nav"))
+
+
+def _obfuscated(data: bytes) -> set[str]:
+    """Package-relative paths of what ``META-INF/encryption.xml`` encrypts (obfuscated fonts): they
+    would need that file, so they are left out."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        names = set(archive.namelist())
+        if "META-INF/encryption.xml" not in names:
+            return set()
+        container = parse_xml(archive.read("META-INF/container.xml"))
+        encryption = parse_xml(archive.read("META-INF/encryption.xml"))
+    rootfile = next((e.get("full-path", "") for e in container.iter() if local(e) == "rootfile"), "")
+    base = posixpath.dirname(rootfile)
+    return {posixpath.relpath(posixpath.normpath(unquote(str(e.get("URI", "")))), base or ".")
+            for e in encryption.iter() if local(e) == "CipherReference"}
+
+
+def _prune_nav(root: etree._Element) -> None:
+    """Drop the navigation's entries whose link was removed (it pointed at what is not shipped),
+    then lists left empty."""
+    for link in list(root.iter(f"{XHTML}a")):
+        if link.get("href") is not None:
+            continue
+        entry = link.getparent()
+        if entry is None or local(entry) != "li":
+            continue
+        if entry.find(f"{XHTML}ol") is not None:
+            link.tag = f"{XHTML}span"
+        elif entry.getparent() is not None:
+            entry.getparent().remove(entry)
+    for listing in reversed(list(root.iter(f"{XHTML}ol"))):
+        if listing.find(f"{XHTML}li") is not None:
+            continue
+        holder = listing.getparent()
+        if holder is None:
+            continue
+        holder.remove(listing)
+        if local(holder) == "li" and holder.getparent() is not None:
+            holder.getparent().remove(holder)
+    for nav in list(root.iter(f"{XHTML}nav")):  # a landmarks or page list left empty goes
+        if nav.find(f".//{XHTML}ol") is None and nav.getparent() is not None:
+            nav.getparent().remove(nav)
+
+
+def _link_stylesheet(root: etree._Element, href: str) -> None:
+    """Our stylesheet (the highlight) linked from a document's head."""
+    head = root.find(f"{XHTML}head")
+    if head is None:
+        head = etree.Element(f"{XHTML}head")
+        root.insert(0, head)
+    etree.SubElement(head, f"{XHTML}link", rel="stylesheet", type="text/css", href=quote(href))
+
+
+def _overlay_smil(path: str, overlay: _Overlay, placed: set[str]) -> tuple[str, int] | None:
+    """A document's overlay: a ``<par>`` per sentence that was marked, or a ``<seq>`` of a
+    ``<par>`` per marked word; with its total duration, or ``None`` when nothing was marked."""
+    text = quote(posixpath.relpath(path, OWN.rstrip("/")))
+    parts: list[str] = []
+    total = 0
+    for span, clip, audio, times in overlay.entries:
+        words = [(word[0], at) for word, at in zip(span.words, times, strict=True) if word[0] in placed]
+        if not words and span.id not in placed:
+            continue
+        if not words:
+            begin, end = clip.clock
+            total += clip.end_ms - clip.begin_ms
+            parts.append(f'<par id="p-{span.id}"><text src="{text}#{span.id}"/>'
+                         f'<audio src="{audio}" clipBegin="{begin}" clipEnd="{end}"/></par>')
+            continue
+        pars = []
+        for word_id, heard in words:
+            begin, end = heard.clock
+            total += heard.end_ms - heard.begin_ms
+            pars.append(f'<par id="p-{word_id}"><text src="{text}#{word_id}"/>'
+                        f'<audio src="{audio}" clipBegin="{begin}" clipEnd="{end}"/></par>')
+        if span.id in placed:
+            parts.append(f'<seq id="q-{span.id}" epub:textref="{text}#{span.id}">{"".join(pars)}</seq>')
+        else:
+            parts.extend(pars)
+    if not parts:
+        return None
+    body = "\n".join(parts)
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<smil xmlns="http://www.w3.org/ns/SMIL" '
+            'xmlns:epub="http://www.idpf.org/2007/ops" version="3.0">\n<body>\n'
+            f'<seq id="document" epub:textref="{text}">\n{body}\n</seq>\n</body>\n</smil>\n', total)
+
+

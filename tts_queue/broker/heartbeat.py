@@ -1,0 +1,98 @@
+"""Worker heartbeats: each worker says, every few seconds, that it lives, which pool it serves and
+which execution provider each of its loaded voices really runs on.
+
+A heartbeat is one Redis key per worker with an expiry, so a dead worker disappears by itself;
+each beat also puts the worker's name in a sorted set (``RedisKeys.workers``, by the beat's time),
+so a reader lists names there and reads their keys (O(workers), never a ``SCAN`` of a keyspace that
+grows with the tasks' records), and the names of workers gone for ``FORGET_AFTER`` ttls are removed
+by whoever beats next.
+The API reads them for ``/readyz`` (live workers per pool: a live heartbeat is the proof a worker
+lives, no broadcast ping is needed) and ``/v1/voices`` (where voices run).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, cast
+
+from tts_queue.broker.names import RedisKeys
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+FORGET_AFTER = 10  # ttls after its last beat a worker's name leaves the set (its key expired long before)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a worker announces."""
+
+    name: str
+    pool: str
+    providers: dict[str, str] = field(default_factory=dict)  # voice id -> execution provider
+
+
+class Heartbeats:
+    """Writes this worker's heartbeat and reads everyone's."""
+
+    def __init__(self, client: Redis, keys: RedisKeys, ttl_s: float = 30.0) -> None:
+        self.client = client
+        self.keys = keys
+        self.ttl_s = ttl_s
+
+    def beat(self, info: WorkerInfo) -> None:
+        """Announce ``info`` for the next ``ttl_s`` seconds."""
+        now = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.keys.worker(info.name), json.dumps(asdict(info)), px=int(self.ttl_s * 1000))
+        pipe.zadd(self.keys.workers, {info.name: now})
+        pipe.zremrangebyscore(self.keys.workers, "-inf", now - FORGET_AFTER * self.ttl_s)
+        pipe.execute()
+
+    def live(self) -> list[WorkerInfo]:
+        """Every worker whose heartbeat has not expired, by name (a heartbeat that does not parse,
+        written by something else under the same prefix, is skipped rather than failing readiness)."""
+        names = cast("list[bytes | str]", self.client.zrange(self.keys.workers, 0, -1))
+        keys = sorted(self.keys.worker(name.decode() if isinstance(name, bytes) else name) for name in names)
+        found = []
+        for raw in cast("list[bytes | None]", self.client.mget(keys)) if keys else []:
+            info = _parse(raw) if raw else None
+            if info is not None:
+                found.append(info)
+        return found
+
+    def start(self, describe: Callable[[], WorkerInfo], stop: threading.Event,
+              then: Callable[[], None] | None = None) -> threading.Thread:
+        """Beat every third of the expiry in a daemon thread until ``stop`` is set; after each beat,
+        ``then`` (the worker's lease bookkeeping: it may wait on the database's lock, so it never
+        delays the beat that says the worker lives)."""
+
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    self.beat(describe())
+                except Exception:  # a broker outage: the next beat retries
+                    pass
+                try:
+                    if then is not None:
+                        then()
+                except Exception:  # it logs its own failures; the beats go on
+                    pass
+                stop.wait(self.ttl_s / 3)
+
+        thread = threading.Thread(target=run, name="tts-heartbeat", daemon=True)
+        thread.start()
+        return thread
+
+
+def _parse(raw: bytes | str) -> WorkerInfo | None:
+    """A heartbeat's ``WorkerInfo``, or ``None`` if it is not one."""
+    try:
+        data = json.loads(raw)
+        return WorkerInfo(str(data["name"]), str(data["pool"]), dict(data.get("providers") or {}))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
