@@ -3,9 +3,11 @@
 ``GET /openapi.json`` come (``/docs`` renders it with Swagger UI, served from the package).
 
 Validation keeps the project's stable error codes, not pydantic's own body: a malformed field is
-a 400 ``invalid_request`` (``invalid_text`` for the text, ``unsupported_format`` for a format name);
-what the models cannot know (the configured text limit, voices, speakers) is checked after them by
-the core (``build_request``) and documented in each field's description.
+a 400 ``invalid_request`` (``invalid_text`` for the text, ``unsupported_format`` for a format name).
+The models check shapes and types only. Every bound of a value (a text's length, the speed's range,
+a callback URL's length...) is the core's, checked once by the core (``build_request``,
+``BookService.accept``); the document shows the same bounds, read from the core (``bounds``), so a
+setting such as ``TTS_MAX_SPEED`` moves both.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.auth import access
 from tts_queue import __version__
+from tts_queue.books.sources.upload import MAX_CHAPTER_SPEC_CHARS, MAX_PATTERN_CHARS, MAX_TITLE_FIELD_CHARS
 from tts_queue.enums import BOOK_FORMATS, POOLS, REQUEST_FORMATS
 from tts_queue.errors import InvalidRequest, InvalidText, UnsupportedFormat
+from tts_queue.settings import Settings
+from tts_queue.synthesis.request import MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS, NOISE_RANGE
+from tts_queue.webhooks.callbacks import MAX_URL_CHARS
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's own from Python 3.11
@@ -42,18 +48,17 @@ class SpeechRequest(_Body):
     """What to synthesize (``POST /v1/tts`` and ``POST /tts``)."""
 
     text: str = Field(description="The text, at most TTS_MAX_TEXT_CHARS characters (5,000 by default) "
-                                  "before and after Unicode normalization.", max_length=100_000)
+                                  "before and after Unicode normalization.")
     voice: str | None = Field(None, description="A voice id or alias (GET /v1/voices); when absent, the "
-                              "default voice, or the default Japanese voice for text with kana.",
-                              max_length=256)
+                              "default voice, or the default Japanese voice for text with kana.")
     speaker: str | int | None = Field(None, description="Speaker name or number of a multi-speaker voice.")
     language: str | None = Field(None, description="Picks a voice of this language (ja, en, en-US...), or "
-                                 "must be one the voice speaks.", max_length=32)
+                                 "must be one the voice speaks.")
     format: RequestFormat | None = Field(None, description="Audio format (TTS_DEFAULT_FORMAT when absent).")
-    speed: float | None = Field(None, ge=0.25, le=4.0, description="1.0 is normal (the bounds are "
-                                "TTS_MIN_SPEED and TTS_MAX_SPEED).")
-    noise_scale: float | None = Field(None, ge=0.0, le=2.0, description="Piper's variation (0: none).")
-    noise_w: float | None = Field(None, ge=0.0, le=2.0, description="Piper's duration variation.")
+    speed: float | None = Field(None, description="1.0 is normal (the bounds are TTS_MIN_SPEED and "
+                                "TTS_MAX_SPEED).")
+    noise_scale: float | None = Field(None, description="Piper's variation (0: none).")
+    noise_w: float | None = Field(None, description="Piper's duration variation.")
     normalize: bool = Field(True, description="Read numbers, dates, times, money, units, abbreviations "
                             "and symbols as words (false: the text is already in spoken form).")
     text_type: Literal["text", "ssml"] | None = Field(None, description="ssml: the text is the SSML "
@@ -61,8 +66,8 @@ class SpeechRequest(_Body):
                                                       "when absent.")
     pool: PoolName | None = Field(None, description="The worker pool (routing per voice when absent).")
     keep: bool = Field(False, description="Never evict the audio by age or pressure until released.")
-    callback_url: str | None = Field(None, max_length=2048, description="POST the task's JSON here when it "
-                                     "finishes (signed; public http(s) addresses only unless "
+    callback_url: str | None = Field(None, description="POST the task's JSON here when it finishes "
+                                     "(signed; public http(s) addresses only unless "
                                      "TTS_WEBHOOK_ALLOW_PRIVATE).")
 
 
@@ -70,20 +75,18 @@ class BookRequest(_Body):
     """A book sent as JSON (``POST /v1/books``; files go as multipart/form-data field ``file``)."""
 
     text: str = Field(description="The book's text (at most TTS_MAX_BOOK_BYTES as UTF-8).")
-    title: str | None = Field(None, max_length=100_000)
+    title: str | None = None
     input_format: Literal["text", "markdown"] | None = Field(None, description="text (default) or markdown.")
-    split_pattern: str | None = Field(None, max_length=1000, description="RE2 pattern of chapter heading "
-                                      "lines.")
-    voice: str | None = Field(None, max_length=256)
+    split_pattern: str | None = Field(None, description="RE2 pattern of chapter heading lines.")
+    voice: str | None = None
     speaker: str | int | None = None
-    speed: float | None = Field(None, ge=0.25, le=4.0)
+    speed: float | None = None
     format: BookFormat | None = Field(None, description="Chapter audio format (TTS_BOOK_FORMAT).")
-    chapters: str | None = Field(None, max_length=1000, description="A range such as 2-5 or 1,3,7-9.")
+    chapters: str | None = Field(None, description="A range such as 2-5 or 1,3,7-9.")
     normalize: bool = Field(True, description="Read numbers, abbreviations and symbols as words.")
     pool: PoolName | None = None
     keep: bool = False
-    callback_url: str | None = Field(None, max_length=2048, description="POST the book's JSON here when it "
-                                     "finishes.")
+    callback_url: str | None = Field(None, description="POST the book's JSON here when it finishes.")
 
 
 class ErrorDetail(BaseModel):
@@ -412,8 +415,41 @@ def wait_param() -> Param:
 # --- the document -------------------------------------------------------------------------------
 
 
-def openapi(server_url: str | None = None, auth_required: bool = False) -> JSONSchema:
-    """The OpenAPI 3.1 document of every declared operation."""
+def bounds(settings: Settings) -> dict[str, JSONSchema]:
+    """The JSON Schema bounds of each bounded body field, by field name, read from the core's own
+    limits (which the core checks): ``input`` is the OpenAI route's text."""
+    request = settings.request
+    text: JSONSchema = {"maxLength": request.max_text_chars}
+    noise: JSONSchema = {"minimum": NOISE_RANGE[0], "maximum": NOISE_RANGE[1]}
+    return {
+        "text": text, "input": text,
+        "speed": {"minimum": request.min_speed, "maximum": request.max_speed},
+        "noise_scale": noise, "noise_w": noise,
+        "voice": {"maxLength": MAX_VOICE_CHARS}, "language": {"maxLength": MAX_LANGUAGE_CHARS},
+        "callback_url": {"maxLength": MAX_URL_CHARS},
+        "title": {"maxLength": MAX_TITLE_FIELD_CHARS}, "split_pattern": {"maxLength": MAX_PATTERN_CHARS},
+        "chapters": {"maxLength": MAX_CHAPTER_SPEC_CHARS},
+    }
+
+
+def _bounded(schema: JSONSchema, limits: dict[str, JSONSchema]) -> None:
+    """Put ``limits`` on the properties of a model's schema, in its non-null branch when nullable."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return
+    for name, prop in properties.items():
+        if name not in limits or not isinstance(prop, dict):
+            continue
+        branches = prop.get("anyOf")
+        target = next((b for b in branches if isinstance(b, dict) and b.get("type") != "null"), prop) \
+            if isinstance(branches, list) else prop
+        target.update(limits[name])
+
+
+def openapi(server_url: str | None = None, auth_required: bool = False,
+            settings: Settings | None = None) -> JSONSchema:
+    """The OpenAPI 3.1 document of every declared operation, with the bounds of ``settings``
+    (the defaults when none)."""
     from pydantic.json_schema import models_json_schema
 
     models: set[type[BaseModel]] = {Error}
@@ -424,6 +460,10 @@ def openapi(server_url: str | None = None, auth_required: bool = False) -> JSONS
         models.add(op.error_model)
     _, definitions = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
                                         ref_template="#/components/schemas/{model}")
+    schemas = definitions.get("$defs", {})
+    limits = bounds(settings or Settings.from_env({}))
+    for schema in schemas.values():
+        _bounded(schema, limits)
     paths: dict[str, dict[str, JSONSchema]] = {}
     for op in OPERATIONS:
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, auth_required)
@@ -432,7 +472,7 @@ def openapi(server_url: str | None = None, auth_required: bool = False) -> JSONS
         "info": {"title": "tts-queue", "version": __version__,
                  "description": "Asynchronous, batched text to speech: submit, poll, download."},
         "paths": paths,
-        "components": {"schemas": definitions.get("$defs", {}),
+        "components": {"schemas": schemas,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     }
     if server_url:

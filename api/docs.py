@@ -24,7 +24,8 @@ PAGE = """<!doctype html>
 def openapi() -> Response:
     """The OpenAPI document of every route, with the server this request reached."""
     services: Services = current_app.extensions["tts"]
-    return jsonify(contract.openapi(request.host_url.rstrip("/"), services.settings.api.auth == "required"))
+    return jsonify(contract.openapi(request.host_url.rstrip("/"), services.settings.api.auth == "required",
+                                     services.settings))
 
 
 @bp.get("/docs")

@@ -48,16 +48,16 @@ class OpenAISpeechRequest(contract._Body):
 
     model: str = Field(description="tts-1, tts-1-hd, gpt-4o-mini-tts, or an installed voice id.",
                        max_length=256)
-    input: str = Field(description="The text, at most TTS_MAX_TEXT_CHARS characters.", max_length=100_000)
+    input: str = Field(description="The text, at most TTS_MAX_TEXT_CHARS characters.")
     voice: str = Field(description="An OpenAI voice name (mapped by TTS_OPENAI_VOICES) or an installed "
-                       "voice id.", max_length=256)
+                       "voice id.")
     response_format: Literal[FORMATS] = Field("mp3", description="pcm: raw 16-bit little-endian mono at "  # type: ignore[valid-type]
                                               "24 kHz.")
-    speed: float = Field(1.0, ge=0.25, le=4.0)
+    speed: float = Field(1.0, description="1.0 is normal (the bounds are TTS_MIN_SPEED and TTS_MAX_SPEED).")
     instructions: str | None = Field(None, max_length=10_000, description="Accepted and ignored.")
     stream_format: Literal["audio"] = Field("audio", description="Only raw audio (sse is not offered).")
-    callback_url: str | None = Field(None, max_length=2048, description="This service's extension: POST the "
-                                     "task's JSON here when it finishes.")
+    callback_url: str | None = Field(None, description="This service's extension: POST the task's JSON here "
+                                     "when it finishes.")
     normalize: bool = Field(True, description="This service's extension: read numbers, abbreviations and "
                             "symbols as words (false: the input is already in spoken form).")
 

@@ -29,7 +29,9 @@ from tts_queue.books.progress import BookProgress, book_progress
 from tts_queue.books.readalong.build import epub_name
 from tts_queue.books.rows import BookRows
 from tts_queue.books.sources.upload import (
+    MAX_PATTERN_CHARS,
     MAX_TITLE_CHARS,
+    MAX_TITLE_FIELD_CHARS,
     SENTENCE_FORMAT,
     Upload,
     book_options,
@@ -81,9 +83,9 @@ class BookService:
         if len(upload.data) > limit:
             raise BookTooLarge(f"the book is {len(upload.data)} bytes; the limit is {limit}")
         options = book_options(upload.options or {}, self.settings.books.default_format)
-        title = text_field(upload.title, "title", 100_000)
-        pattern = text_field(upload.split_pattern, "split_pattern", 1000)
-        filename = text_field(upload.filename, "filename", 1000)
+        title = text_field(upload.title, "title", MAX_TITLE_FIELD_CHARS)
+        pattern = text_field(upload.split_pattern, "split_pattern", MAX_PATTERN_CHARS)
+        filename = text_field(upload.filename, "filename", MAX_PATTERN_CHARS)
         fmt = upload_format(upload)
         if pattern is not None and fmt != "epub":
             compile_pattern(pattern)  # RE2: refused here if it does not compile

@@ -27,6 +27,9 @@ KEY_VERSION = 2
 FIELDS = ("text", "voice", "speaker", "language", "format", "speed", "noise_scale", "noise_w", "normalize",
           "text_type")
 TEXT_TYPES = ("text", "ssml")
+MAX_VOICE_CHARS = 256  # a voice id or alias
+MAX_LANGUAGE_CHARS = 32  # a language tag (ja, en-US...)
+NOISE_RANGE = (0.0, 2.0)  # noise_scale and noise_w
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,9 @@ def build_request(
     normalize = payload.get("normalize", True)
     if not isinstance(normalize, bool):
         raise InvalidRequest("normalize must be true or false")
-    voice, language, fmt = (_string(payload, name) for name in ("voice", "language", "format"))
+    voice = _string(payload, "voice", MAX_VOICE_CHARS)
+    language = _string(payload, "language", MAX_LANGUAGE_CHARS)
+    fmt = _string(payload, "format")
     spec = _voice_for(voice, language, registry, text)
     # The normalizer's rules are English: other voices hear the text as written (overrides apply),
     # and so does Japanese text whatever the voice (the Japanese frontend reads its own numbers).
@@ -129,8 +134,8 @@ def build_request(
         format=check_format(fmt, settings.request.default_format),
         speed=1.0 if speed is None else speed,
         # a family without noise inputs (Kokoro) ignores them: equal audio, one cache key
-        noise_scale=_number(payload, "noise_scale", 0.0, 2.0) if spec.traits.noise else None,
-        noise_w=_number(payload, "noise_w", 0.0, 2.0) if spec.traits.noise else None,
+        noise_scale=_number(payload, "noise_scale", *NOISE_RANGE) if spec.traits.noise else None,
+        noise_w=_number(payload, "noise_w", *NOISE_RANGE) if spec.traits.noise else None,
         sentence_silence_ms=settings.request.sentence_silence_ms,
         max_sentence_phonemes=settings.request.max_sentence_phonemes,
         script=script,
@@ -138,11 +143,13 @@ def build_request(
     )
 
 
-def _string(payload: Mapping[str, object], name: str) -> str | None:
-    """An optional string field of a request, or a 400."""
+def _string(payload: Mapping[str, object], name: str, limit: int | None = None) -> str | None:
+    """An optional string field of a request (at most ``limit`` characters), or a 400."""
     value = payload.get(name)
     if value is not None and not isinstance(value, str):
         raise InvalidRequest(f"{name} must be a string")
+    if value is not None and limit is not None and len(value) > limit:
+        raise InvalidRequest(f"{name} is longer than {limit} characters")
     return value
 
 

@@ -18,6 +18,8 @@ OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "n
 SENTENCE_FORMAT = "wav"
 MAX_TITLE_CHARS = 512  # the column's width, on every database
 MAX_CHAPTER_SPEC_CHARS = 1000
+MAX_TITLE_FIELD_CHARS = 100_000  # a title as sent (kept to MAX_TITLE_CHARS)
+MAX_PATTERN_CHARS = 1000  # a split pattern, and a file's name
 BATCH_ROWS = 500
 _CHAPTER_SPEC = re.compile(r"\s*\d{1,6}(?:\s*-\s*\d{1,6})?(?:\s*,\s*\d{1,6}(?:\s*-\s*\d{1,6})?)*\s*")
 
