@@ -4,9 +4,7 @@ Helpers that are not fixtures live in ``tests/support/__init__.py``."""
 
 from __future__ import annotations
 
-import atexit
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,66 +27,9 @@ from tts_queue.synthesis.voice import Voice, VoiceSpec
 CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 
 
-# The modules that take longest (a real-model graph, several service stacks, restarts), run first:
-# pytest-xdist (``--no-loadscope-reorder``) hands modules to its processes in collection order, so
-# the long ones start at once and the short ones fill in around them instead of one long module
-# running alone at the end. The first process gets the first and the fifth module at once (it
-# holds fewer than three tests): the fifth runs after the two minutes of the first, which mostly
-# waits, so it is one of the long ones.
-LONGEST_FIRST = (
-    "tests/service/test_webhook_trickle.py", "tests/real/test_real_kokoro.py",
-    "tests/service/test_fair_time.py", "tests/service/test_up.py", "tests/service/test_languages.py",
-    "tests/real/test_real_estimate.py",
-    "tests/real/test_real_kokoro_languages.py",
-    "tests/service/test_faults_services.py",
-    "tests/service/test_faults_workers.py", "tests/service/test_bounds.py",
-    "tests/service/test_webhooks.py", "tests/service/test_observability.py", "tests/service/test_books.py",
-    "tests/unit/books/test_book_fuzz.py",
-    "tests/unit/books/test_book_assembly.py", "tests/service/test_full_disk.py",
-    "tests/service/test_edges.py",
-    "tests/service/test_contract_fuzz.py",
-)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """A pytest-xdist test process leaves at once when it is done, without the interpreter's
-    teardown: its results and reports are sent by then, and freeing every module and model it
-    loaded object by object took 2-5 s after the last test of a run, which the run waited for."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        atexit.register(_leave_at_once)  # registered first, so it runs after every other handler
-
-
-def _leave_at_once() -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest modules first (``LONGEST_FIRST``), every other in its usual order after them."""
-    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # the module's path
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """With ``TTS_TEST_TIMELINE`` naming a file, each test's start and end (setup and teardown
-    included), its process and the CPU seconds it spent are appended to it: where the suite's wall
-    time goes. The CPU counts this process's threads and the children it reaped meanwhile (a
-    worker a test started and stopped; one a module shares counts in its last test)."""
-    timeline = os.environ.get("TTS_TEST_TIMELINE")
-    started, cpu = time.time(), _cpu_seconds()
-    yield
-    if timeline:
-        with open(timeline, "a") as out:
-            out.write(f"{started:.3f} {time.time():.3f} {os.environ.get('PYTEST_XDIST_WORKER', 'main')} "
-                      f"{_cpu_seconds() - cpu:.2f} {item.nodeid}\n")
-
-
-def _cpu_seconds() -> float:
-    """User and system CPU of this process and of its reaped children."""
-    spent = os.times()
-    return spent.user + spent.system + spent.children_user + spent.children_system
+# The pytest hooks (the longest modules first, a test process's quick exit, the timeline) live in
+# tests/plugins/, one module each.
+pytest_plugins = ["tests.plugins.order", "tests.plugins.quick_exit", "tests.plugins.timeline"]
 
 
 def load_voice(spec: VoiceSpec) -> Voice:
