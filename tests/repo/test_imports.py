@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import tts_queue
+from tests.support import PACKAGES, ROOT
 
-ROOT = Path(tts_queue.__file__).resolve().parents[1]
 CORE = ROOT / "tts_queue"
 SHELL = CORE / "cli"
-PACKAGES = ("tts_queue", "api", "workers", "models", "migrations")
 # Frameworks live in api/ and workers/; processes and HTTP clients live in the shell (tts_queue/cli).
 FORBIDDEN_IN_CORE = {"flask", "celery", "kombu", "werkzeug", "gunicorn", "subprocess", "requests"}
 

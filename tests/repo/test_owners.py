@@ -1,6 +1,7 @@
 """Rows have one owner each: a book's and its chapters' rows (their statuses above all) are written
 only by ``tts_queue/books/rows.py``, task rows only by ``tts_queue/tasks/rows.py`` (the cleanup's
-deletion of old task rows excepted, in the storage layer, which cannot import the task layer).
+deletion of old task rows excepted, in the storage layer, which cannot import the task layer),
+callback rows only by ``tts_queue/webhooks/callbacks.py``.
 Read from the source, so a new writer anywhere in the project fails here."""
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.repo.test_imports import PACKAGES, ROOT
+from tests.support import PACKAGES, ROOT
 
 OWNERS = {"BookRow": "tts_queue/books/rows.py", "ChapterRow": "tts_queue/books/rows.py",
-          "TaskRow": "tts_queue/tasks/rows.py"}
+          "TaskRow": "tts_queue/tasks/rows.py", "Callback": "tts_queue/webhooks/callbacks.py"}
 # Writers of a table outside its owner, each for a reason given here.
 ALLOWED = {("TaskRow", "tts_queue/storage/retention.py"),  # old finished rows, deleted by the cleanup
-           ("TaskRow", "tts_queue/tasks/outbox.py")}  # a part of TaskRows: leases and the outbox
+           ("TaskRow", "tts_queue/tasks/outbox.py"),  # a part of TaskRows: leases and the outbox
+           ("Callback", "tts_queue/books/rows.py"),  # a deleted book's callback, in the book's transaction
+           ("Callback", "tts_queue/storage/retention.py")}  # old tasks' callbacks, deleted with them
 WRITES = ("update", "insert", "delete")
 
 
