@@ -12,11 +12,12 @@ from tts_queue.errors import AudioTooLong, InvalidRequest, NothingToSpeak
 from tts_queue.settings import Settings
 from tts_queue.synthesis.encoder import check_format
 from tts_queue.synthesis.estimate.duration import audio_seconds
+from tts_queue.synthesis.frontend.chat import read_markdown
 from tts_queue.synthesis.frontend.language import written_in
 from tts_queue.synthesis.frontend.normalize import VERSION as NORMALIZER_VERSION
 from tts_queue.synthesis.frontend.script import Script, load_lexicon, script_of
 from tts_queue.synthesis.frontend.ssml import is_ssml, script_of_ssml
-from tts_queue.synthesis.frontend.text import clean_text
+from tts_queue.synthesis.frontend.text import checked_text, clean_text
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.voice import VoiceSpec, resolve_speaker
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # the column's document; synthesis stays free of the database
 KEY_VERSION = 2
 FIELDS = ("text", "voice", "speaker", "language", "format", "speed", "noise_scale", "noise_w", "normalize",
           "text_type")
-TEXT_TYPES = ("text", "ssml")
+TEXT_TYPES = ("text", "ssml", "markdown")
 MAX_VOICE_CHARS = 256  # a voice id or alias
 MAX_LANGUAGE_CHARS = 32  # a language tag (ja, en-US...)
 NOISE_RANGE = (0.0, 2.0)  # noise_scale and noise_w
@@ -103,7 +104,7 @@ def build_request(
         raise InvalidRequest(f"unknown field(s): {', '.join(unknown)}; known: {', '.join(FIELDS)}")
     if "text" not in payload:
         raise InvalidRequest("the field 'text' is required")
-    text = clean_text(payload["text"], settings.request.max_text_chars)
+    text, text_type = _text(payload["text"], _text_type(payload), settings.request.max_text_chars)
     normalize = payload.get("normalize", True)
     if not isinstance(normalize, bool):
         raise InvalidRequest("normalize must be true or false")
@@ -114,7 +115,7 @@ def build_request(
     # The normalizer's rules are English: other voices hear the text as written (overrides apply),
     # and so does Japanese text whatever the voice (the Japanese frontend reads its own numbers).
     normalize = normalize and spec.language.lower().startswith("en") and written_in(text) is None
-    script = _script(text, payload.get("text_type"), normalize, settings)
+    script = _script(text, text_type, normalize, settings)
     speaker = payload.get("speaker")
     if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (str, int))):
         raise InvalidRequest("speaker must be a name or a number")
@@ -153,10 +154,33 @@ def _string(payload: Mapping[str, object], name: str, limit: int | None = None) 
     return value
 
 
-def _script(text: str, text_type: object, normalize: bool, settings: Settings) -> Script:
-    """The frontend script of cleaned ``text``: SSML when asked (or when it starts ``<speak``)."""
+def _text_type(payload: Mapping[str, object]) -> str | None:
+    """The request's ``text_type`` (``None``: plain text, or SSML when it starts ``<speak``)."""
+    text_type = payload.get("text_type")
     if text_type is not None and text_type not in TEXT_TYPES:
         raise InvalidRequest(f"text_type must be one of {', '.join(TEXT_TYPES)}; got {text_type!r}")
+    return text_type
+
+
+def _text(raw: object, text_type: str | None, max_chars: int) -> tuple[str, str | None]:
+    """The cleaned text and how its script reads it: Markdown (``text_type`` markdown, unless it
+    starts ``<speak``: SSML stays SSML) first read as the plain sentences a person would say
+    (``chat.read_markdown``), then plain text."""
+    text = checked_text(raw, max_chars)
+    if text_type == "markdown" and is_ssml(text):
+        return clean_text(text, max_chars), "ssml"
+    if text_type != "markdown" or not any(ch.isalnum() for ch in text):
+        return clean_text(text, max_chars), text_type  # (nothing to say: clean_text's own error)
+    spoken = read_markdown(text)
+    if not any(ch.isalnum() for ch in spoken):
+        raise NothingToSpeak("the text has nothing to speak once its Markdown is read (code blocks and "
+                             "images are skipped)")
+    # a table's cells gain commas: what was within the limit as written stays within it as read
+    return clean_text(spoken, max(max_chars, len(spoken))), "text"
+
+
+def _script(text: str, text_type: str | None, normalize: bool, settings: Settings) -> Script:
+    """The frontend script of cleaned ``text``: SSML when asked (or when it starts ``<speak``)."""
     lexicon = load_lexicon(settings.request.lexicon)
     order = settings.request.date_order
     if text_type == "ssml" or (text_type is None and is_ssml(text)):

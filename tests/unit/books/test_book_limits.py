@@ -18,12 +18,12 @@ import pytest
 
 from tts_queue.books.sources.chapter import Book, BookLimits, Chapter, select_chapters
 from tts_queue.books.sources.epub import READ_BLOCK, UnpackBudget, read_epub
-from tts_queue.books.sources.markdown import markdown_blocks
 from tts_queue.books.sources.parse import parse_book
 from tts_queue.books.sources.plaintext import compile_pattern, read_plaintext
 from tts_queue.books.sources.segment import segment_chapter, split_sentences
 from tts_queue.books.sources.xhtml import MAX_DEPTH, parse_document
 from tts_queue.errors import BookTooLarge, InvalidBook
+from tts_queue.synthesis.frontend.markdown import markdown_blocks
 
 RATIO = 3.0
 TARGET_S = 0.01  # the smaller input is grown until one call takes about this long

@@ -8,22 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tts_queue.errors import BookTooLarge, UnknownChapters
+from tts_queue.synthesis.frontend.text import normalize_text as normalize_text
 
-# Invisible characters books use for typesetting: soft hyphen, zero-width space, word joiner,
-# byte order mark. They would split words for the sentence splitter and mean nothing when read.
-# Lone surrogates (which no encoder accepts) become the replacement character.
-_INVISIBLE: dict[int, str | None] = {
-    **dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None),
-    **dict.fromkeys(range(0xD800, 0xE000), "\ufffd"),
-}
 _SURROGATES = re.compile("[\ud800-\udfff]")
-_SPACES = re.compile(r"\s+")
 _RANGE = re.compile(r"^(\d{1,6})(?:\s*-\s*(\d{1,6}))?$")
-
-
-def normalize_text(text: str) -> str:
-    """Text as written, minus invisible typesetting characters, with whitespace runs as one space."""
-    return _SPACES.sub(" ", text.translate(_INVISIBLE)).strip()
 
 
 def without_surrogates(text: str) -> str:

@@ -25,9 +25,9 @@ from tts_queue.books.sources.chapter import (
     number_chapters,
     without_surrogates,
 )
-from tts_queue.books.sources.markdown import TextBlock, front_matter_title, markdown_blocks
 from tts_queue.errors import EmptyBook, InvalidBook
 from tts_queue.synthesis.frontend.language import JAPANESE, MANDARIN, written_in
+from tts_queue.synthesis.frontend.markdown import TextBlock, front_matter_title, markdown_blocks
 
 MIN_PROSE_WORDS = 20
 _WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"

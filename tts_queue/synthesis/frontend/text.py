@@ -1,6 +1,7 @@
 """Text frontend: clean and check text, split it into sentences, and turn them into phoneme ids.
 
-The stages are plain functions so each is tested alone: ``clean_text`` (Unicode and whitespace
+The stages are plain functions so each is tested alone: ``normalize_text`` (text as written, for
+the book and Markdown readers), ``clean_text`` (Unicode and whitespace
 normalization with clear errors), ``Phonemizer.script`` (a frontend script: text through espeak-ng
 via piper-tts, IPA overrides spliced in, one phoneme list per sentence, long sentences cut at
 word boundaries) and ``to_ids``. The normalizer (``normalize.py``) runs before, in the frontend.
@@ -21,6 +22,13 @@ if TYPE_CHECKING:
     from piper.phonemize_espeak import EspeakPhonemizer
 
 _SPACES = re.compile(r"\s+")
+# Invisible characters books use for typesetting: soft hyphen, zero-width space, word joiner,
+# byte order mark. They would split words for the sentence splitter and mean nothing when read.
+# Lone surrogates (which no encoder accepts) become the replacement character.
+_INVISIBLE: dict[int, str | None] = {
+    **dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None),
+    **dict.fromkeys(range(0xD800, 0xE000), "\ufffd"),
+}
 # "1½" would become "11⁄2" under NFKC: a space keeps the whole number apart from the fraction.
 _MIXED_FRACTION = re.compile("(?<=\\d)(?=[¼½¾⅐-⅞])")
 # Unicode categories dropped from the text: control, format, surrogate, private use, unassigned
@@ -38,13 +46,14 @@ _CLOSING_MARKS = "\"'”’)]} "
 TEXT, IPA, BREAK, RATE = "text", "ipa", "break", "rate"
 
 
-def clean_text(text: object, max_chars: int) -> str:
-    """Normalize ``text`` for synthesis and caching, or raise an ``InvalidText`` subclass.
+def normalize_text(text: str) -> str:
+    """Text as written, minus invisible typesetting characters, with whitespace runs as one space."""
+    return _SPACES.sub(" ", text.translate(_INVISIBLE)).strip()
 
-    NFKC folds compatibility forms (full-width letters, ligatures); control characters and emoji
-    become spaces; runs of whitespace become one space. Two texts that clean to the same string
-    sound the same, so the cleaned string is what the cache key hashes.
-    """
+
+def checked_text(text: object, max_chars: int) -> str:
+    """``text`` if it is a string of valid Unicode within ``max_chars`` characters, else an
+    ``InvalidText`` subclass (what ``clean_text`` checks first, before reading anything)."""
     if not isinstance(text, str):
         raise InvalidText("text must be a string")
     try:
@@ -55,6 +64,17 @@ def clean_text(text: object, max_chars: int) -> str:
         ) from exc
     if len(text) > max_chars:
         raise TextTooLong(f"text has {len(text)} characters; the limit is {max_chars}")
+    return text
+
+
+def clean_text(text: object, max_chars: int) -> str:
+    """Normalize ``text`` for synthesis and caching, or raise an ``InvalidText`` subclass.
+
+    NFKC folds compatibility forms (full-width letters, ligatures); control characters and emoji
+    become spaces; runs of whitespace become one space. Two texts that clean to the same string
+    sound the same, so the cleaned string is what the cache key hashes.
+    """
+    text = checked_text(text, max_chars)
     normalized = unicodedata.normalize("NFKC", _MIXED_FRACTION.sub(" ", text))
     kept = "".join(
         " " if (unicodedata.category(ch) in _DROPPED_CATEGORIES and ch not in _KEPT_SYMBOLS)

@@ -1,6 +1,7 @@
 """Markdown to spoken blocks: headings with their levels and paragraphs, markup stripped.
 
-Not a full CommonMark renderer: enough to read prose aloud. Emphasis, inline code and inline HTML
+Not a full CommonMark renderer: enough to read prose aloud (a book's chapters, ``books.sources``;
+a chat answer, ``chat``). Emphasis, inline code and inline HTML
 keep their text, links keep their link text (a link whose target is ``/.../`` is a pronunciation
 override, ``[word](/ipa/)``, kept whole for the text frontend), images, footnote references,
 code fences, reference definitions, HTML comments and YAML front matter are dropped; each list
@@ -17,9 +18,17 @@ import html
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from tts_queue.books.sources.chapter import TextBudget, normalize_text
 from tts_queue.synthesis.frontend.script import INLINE
+from tts_queue.synthesis.frontend.text import normalize_text
+
+
+class Budget(Protocol):
+    """Counts the text read, raising once it passes a limit (a book's ``TextBudget``)."""
+
+    def add(self, text: str) -> None:
+        """Count ``text``."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,7 @@ class TextBlock:
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(?:\s*\1){2,}\s*$")
-_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+(?:\[[ xX]\]\s+)?")  # a task list's box too
 _QUOTE = re.compile(r"^\s{0,3}(?:>\s?)+")
 _DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*\S")
 _GAP_BEFORE_PUNCTUATION = re.compile(r"\s+([.,;:!?])")  # on normalized text: one space at most
@@ -244,7 +253,7 @@ def _blank_end(text: str, start: int) -> int:
     return match.end() if match else start
 
 
-def markdown_blocks(text: str, budget: TextBudget | None = None) -> list[TextBlock]:
+def markdown_blocks(text: str, budget: Budget | None = None) -> list[TextBlock]:
     """Headings and paragraphs of a Markdown document, in order (counted by ``budget``)."""
     front = _front_matter(text)
     text = _without_comments(text[front[1]:] if front else text)
@@ -320,7 +329,7 @@ def _is_rule_cell(cell: str) -> bool:
 class _BlockReader:
     """Line-by-line block structure: headings, paragraphs, list items, rules."""
 
-    def __init__(self, budget: TextBudget | None) -> None:
+    def __init__(self, budget: Budget | None) -> None:
         self.blocks: list[TextBlock] = []
         self.lines: list[str] = []
         self.budget = budget
