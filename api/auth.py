@@ -5,6 +5,8 @@ Every route has an access level, declared next to its view with ``access(...)`` 
 
 - ``open``: health, readiness (its details only for admins when keys are required), metrics, the
   API's description and its page, static files;
+- ``list``: the model and voice lists of the OpenAI-compatible routes: a key's, or open to anyone
+  with ``TTS_PUBLIC_VOICE_LIST`` (Open WebUI asks for them without its key);
 - ``key``: everything a client does with its own work;
 - ``admin``: deployment-wide views (cache statistics).
 
@@ -39,14 +41,14 @@ from tts_queue.settings import Settings
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., object])
-OPEN, KEY, ADMIN = "open", "key", "admin"
+OPEN, LIST, KEY, ADMIN = "open", "list", "key", "admin"
 ACCESS: dict[str, str] = {}  # view function qualified name -> access level
 QUERY_KEY_NAMES = ("api_key", "key", "token", "access_token")
 LIMITER = "tts.limiter"
 
 
 def access(level: str) -> Callable[[F], F]:
-    """Declare a view's access level (``open``, ``key`` or ``admin``)."""
+    """Declare a view's access level (``open``, ``list``, ``key`` or ``admin``)."""
 
     def mark(view: F) -> F:
         ACCESS[f"{view.__module__}.{view.__qualname__}"] = level
@@ -110,7 +112,7 @@ def _authenticate() -> None:
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     found = services.keys.verify(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
-    if found is None and level != OPEN:
+    if found is None and level != OPEN and not (level == LIST and services.settings.api.public_voice_list):
         raise Unauthorized("send a valid API key: Authorization: Bearer KEY")
     g.principal = found
 

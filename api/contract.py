@@ -61,9 +61,10 @@ class SpeechRequest(_Body):
     noise_w: float | None = Field(None, description="Piper's duration variation.")
     normalize: bool = Field(True, description="Read numbers, dates, times, money, units, abbreviations "
                             "and symbols as words (false: the text is already in spoken form).")
-    text_type: Literal["text", "ssml"] | None = Field(None, description="ssml: the text is the SSML "
-                                                      "subset (README); text starting <speak> is SSML "
-                                                      "when absent.")
+    text_type: Literal["text", "ssml", "markdown"] | None = Field(
+        None, description="ssml: the text is the SSML subset (README); markdown: a chat answer read as a "
+        "person reads it (no syntax said, links as their text, URLs as their host); text starting <speak> "
+        "is SSML when absent or markdown.")
     pool: PoolName | None = Field(None, description="The worker pool (routing per voice when absent).")
     keep: bool = Field(False, description="Never evict the audio by age or pressure until released.")
     callback_url: str | None = Field(None, description="POST the task's JSON here when it finishes "

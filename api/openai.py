@@ -1,61 +1,92 @@
 """OpenAI-compatible speech, so the clients people already have work unchanged:
 ``POST /v1/audio/speech`` answers with the audio, streamed sentence by sentence as it is
-synthesized; ``GET /v1/models`` and ``GET /v1/audio/voices`` list what is there.
+synthesized (raw, or as OpenAI's server-sent events with ``stream_format: "sse"``, ``api.events``);
+``GET /v1/models``, ``GET /v1/audio/models`` and ``GET /v1/audio/voices`` list what is there
+(``api.discovery``: the names, what each speaks with, and the shapes clients parse).
 
 It is the same service underneath: a task of the caller, through the same queue, cache, batching
 and encoders (a repeat is a cache hit, streamed from the stored file). Only the shapes differ:
 OpenAI's request fields, and errors as ``{"error": {"message", "type", "param", "code"}}``, made by
 the API's one error mapper (``api.errors.to_response``) with this body.
 
-Voices: an installed voice id or alias is used as is; OpenAI's voice names map to installed voices
-by ``TTS_OPENAI_VOICES``, else to the Kokoro voice of the same name where the voice pack has one
-(``alloy`` af_alloy, ``echo`` am_echo, ``fable`` bm_fable, ``onyx`` am_onyx, ``nova`` af_nova), else
-to the default voice; a ``model`` that is an installed voice id picks that voice for OpenAI's names.
-``instructions`` is accepted and ignored (the voices take none).
+Chat clients add fields of their own (LibreChat's ``backend``, Home Assistant's user payload):
+a field this route does not know is ignored, never refused, and named in the answer's
+``X-TTS-Ignored-Fields`` header and in the log (the project's own routes stay strict). ``voice`` is
+a name or OpenAI's ``{"id": ...}``; ``instructions`` is accepted and ignored (the voices take
+none). What chat clients send is a language model's Markdown: it is read as a person reads it
+(``text_type: "markdown"``, this service's extension; ``"text"`` reads it as written).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Literal
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, current_app, g, jsonify, request
 from flask_limiter.errors import RateLimitExceeded
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 import api.contract as contract
-from api.auth import KEY, check_quota, owner, rate_limited
+from api.auth import KEY, LIST, check_quota, owner, rate_limited
+from api.discovery import (
+    AudioModels,
+    Models,
+    VoiceNames,
+    check_model,
+    list_limit,
+    model_list,
+    voice_for,
+    voice_list,
+)
 from api.errors import to_response
+from api.events import MIME_TYPE, speech_events
 from api.routes import api_root, json_body, slot_owner, slots
 from api.services import Services
 from api.streaming import NotStarted, stream_response
-from tts_queue.errors import Busy, InvalidRequest, TTSQueueError, UnknownModel, UnknownVoice
+from tts_queue.errors import Busy, TTSQueueError
 from tts_queue.errors import NotStarted as NotStartedError
 from tts_queue.synthesis.encoder import mime_type
 
+log = logging.getLogger(__name__)
 bp = Blueprint("openai", __name__)
-MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
-# OpenAI's names that Kokoro-82M's voice pack has a voice of (used when installed and not mapped).
-KOKORO_NAMESAKES = {"alloy": "af_alloy", "echo": "am_echo", "fable": "bm_fable", "onyx": "am_onyx",
-                    "nova": "af_nova"}
 ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
                429: "rate_limit_error"}
+IGNORED_HEADER = "X-TTS-Ignored-Fields"
+MAX_NAMED = 20  # ignored fields named in the header and the log; the rest are counted
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class VoiceId(BaseModel):
+    """OpenAI's voice object: a voice named by ``id``."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: str = Field(description="A voice name or an installed voice id.")
 
 
 class OpenAISpeechRequest(contract._Body):
-    """OpenAI's ``POST /v1/audio/speech`` body."""
+    """OpenAI's ``POST /v1/audio/speech`` body; fields it does not list are ignored."""
 
-    model: str = Field(description="tts-1, tts-1-hd, gpt-4o-mini-tts, or an installed voice id.",
+    model_config = ConfigDict(extra="ignore", strict=True)
+    model: str = Field("tts-1", description="tts-1, tts-1-hd, gpt-4o-mini-tts, or an installed voice id.",
                        max_length=256)
     input: str = Field(description="The text, at most TTS_MAX_TEXT_CHARS characters.")
-    voice: str = Field(description="An OpenAI voice name (mapped by TTS_OPENAI_VOICES) or an installed "
-                       "voice id.")
-    response_format: Literal[FORMATS] = Field("mp3", description="pcm: raw 16-bit little-endian mono at "  # type: ignore[valid-type]
-                                              "24 kHz.")
+    voice: str | VoiceId | None = Field(None, description="An OpenAI voice name (mapped by "
+                                        "TTS_OPENAI_VOICES) or an installed voice id, or {\"id\": either}; "
+                                        "absent: the default voice.")
+    response_format: Literal[FORMATS] | None = Field(None, description="mp3 when absent (pcm with "  # type: ignore[valid-type]
+                                                     "stream_format sse); pcm: raw 16-bit little-endian "
+                                                     "mono at 24 kHz.")
     speed: float = Field(1.0, description="1.0 is normal (the bounds are TTS_MIN_SPEED and TTS_MAX_SPEED).")
     instructions: str | None = Field(None, max_length=10_000, description="Accepted and ignored.")
-    stream_format: Literal["audio"] = Field("audio", description="Only raw audio (sse is not offered).")
+    stream_format: Literal["audio", "sse"] = Field("audio", description="audio: the raw audio, chunked; sse: "
+                                                   "speech.audio.delta events (base64 audio), then "
+                                                   "speech.audio.done with usage.")
+    text_type: Literal["markdown", "text", "ssml"] = Field(
+        "markdown", description="This service's extension: markdown reads a chat answer as a person reads "
+        "it (no syntax said, links as their text, URLs as their host); text reads the input as written; "
+        "input starting <speak> is SSML either way.")
     callback_url: str | None = Field(None, description="This service's extension: POST the task's JSON here "
                                      "when it finishes.")
     normalize: bool = Field(True, description="This service's extension: read numbers, abbreviations and "
@@ -75,36 +106,6 @@ class OpenAIError(BaseModel):
     """Every error of the OpenAI-compatible routes."""
 
     error: OpenAIErrorDetail
-
-
-class Model(BaseModel):
-    id: str
-    object: Literal["model"]
-    created: int
-    owned_by: str
-
-
-class Models(BaseModel):
-    """``GET /v1/models``."""
-
-    object: Literal["list"]
-    data: list[Model]
-
-
-class VoiceName(BaseModel):
-    id: str
-    name: str
-    voice: str = Field(description="The installed voice it speaks with.")
-    family: str = Field(description="That voice's model family (piper, kokoro).")
-    languages: list[str] = Field(description="The languages that voice speaks.")
-    sample_rate: int
-    speakers: list[str]
-
-
-class VoiceNames(BaseModel):
-    """``GET /v1/audio/voices``: OpenAI's names (with the voice each maps to) and installed voices."""
-
-    voices: list[VoiceName]
 
 
 def openai_body(exc: TTSQueueError) -> dict[str, object]:
@@ -132,44 +133,36 @@ def services() -> Services:
     return svc
 
 
-def voice_for(voice: str, model: str) -> str | None:
-    """The installed voice a request speaks with (``None``: the default voice)."""
-    registry = services().registry
-    try:
-        return registry.get(voice).id
-    except UnknownVoice:
-        pass
-    name = voice.strip().lower()
-    if name not in VOICES:
-        raise InvalidRequest(f"unknown voice {voice!r}: use one of {', '.join(VOICES)} or an installed voice "
-                             "(GET /v1/audio/voices)", UnknownVoice.code, {"param": "voice"})
-    if model not in MODELS:
-        return registry.get(model).id
-    return mapped(name)
+def ignored_fields(body: dict[str, object]) -> list[str]:
+    """The body's fields this route does not know, sorted; named in the log and (``_name_ignored``)
+    the answer's header."""
+    ignored = sorted(set(body) - set(OpenAISpeechRequest.model_fields))
+    if ignored:
+        shown = _names(ignored)
+        g.tts_ignored_fields = shown
+        log.info("POST /v1/audio/speech: ignored field(s): %s", shown)
+    return ignored
 
 
-def mapped(name: str) -> str | None:
-    """The installed voice an OpenAI voice name speaks with (``None``: the default voice)."""
-    chosen = services().settings.api.openai_voices.get(name)
-    if chosen is None and name in KOKORO_NAMESAKES:
-        chosen = _installed(KOKORO_NAMESAKES[name])
-    return chosen
+def _names(fields: list[str]) -> str:
+    """Field names as a header value: at most ``MAX_NAMED``, each cut to 64 characters of
+    ``[A-Za-z0-9_.-]`` (others as ``_``), the rest counted."""
+    shown = ", ".join(_NAME_CHARS.sub("_", name[:64]) or "_" for name in fields[:MAX_NAMED])
+    return shown + (f", +{len(fields) - MAX_NAMED} more" if len(fields) > MAX_NAMED else "")
 
 
-def check_model(model: str) -> None:
-    """OpenAI's model names, or an installed voice id."""
-    if model in MODELS:
-        return
-    try:
-        services().registry.get(model)
-    except UnknownVoice:
-        raise UnknownModel(f"unknown model {model!r}: use one of {', '.join(MODELS)} or an installed "
-                           "voice id", details={"param": "model"}) from None
+@bp.after_request
+def _name_ignored(response: Response) -> Response:
+    shown = g.get("tts_ignored_fields")
+    if shown:
+        response.headers[IGNORED_HEADER] = shown
+    return response
 
 
 SPEECH_RESPONSES: dict[int, contract.Response] = {
-    200: ("The audio, streamed as it is synthesized (chunked)", None,
-          ("audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav", "audio/pcm")),
+    200: ("The audio, streamed as it is synthesized (chunked); with stream_format sse, OpenAI's speech "
+          "events. X-TTS-Ignored-Fields names the body's fields this route ignored.", None,
+          ("audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav", "audio/pcm", MIME_TYPE)),
 }
 
 
@@ -179,12 +172,18 @@ SPEECH_RESPONSES: dict[int, contract.Response] = {
 def speech() -> Response:
     """Synthesize ``input`` and stream the audio back as it is made, sentence by sentence."""
     raw = json_body()
+    ignored_fields(raw)
     speech = contract.body(OpenAISpeechRequest, raw)
     check_model(speech.model)
-    voice = voice_for(speech.voice, speech.model)
+    named = speech.voice.id if isinstance(speech.voice, VoiceId) else speech.voice
+    voice = voice_for(named, speech.model)
     check_quota()
-    payload: dict[str, object] = {"text": speech.input, "format": speech.response_format,
-                                  "speed": speech.speed, "normalize": speech.normalize}
+    sse = speech.stream_format == "sse"
+    fmt = speech.response_format or ("pcm" if sse else "mp3")
+    payload: dict[str, object] = {"text": speech.input, "format": fmt, "speed": speech.speed,
+                                  "normalize": speech.normalize}
+    if speech.text_type != "text":  # text: as written, or SSML when it starts <speak> (no type)
+        payload["text_type"] = speech.text_type
     if voice is not None:
         payload["voice"] = voice
     svc = services()
@@ -198,48 +197,46 @@ def speech() -> Response:
         slots().give_back(who)
         raise
     try:
-        return stream_response(view, owner(), mime_type(speech.response_format), svc.settings.api.sync_wait_s,
+        if sse:
+            return stream_response(view, owner(), MIME_TYPE, svc.settings.api.sync_wait_s,
+                                   lambda: slots().give_back(who), {"Cache-Control": "no-cache"},
+                                   lambda pieces: speech_events(pieces, len(speech.input)))
+        return stream_response(view, owner(), mime_type(fmt), svc.settings.api.sync_wait_s,
                                lambda: slots().give_back(who))
     except NotStarted:
         wait = svc.settings.api.sync_wait_s
         raise NotStartedError(f"task {view.id} did not start within {wait:.0f} s") from None
 
 
+def _listed(summary: str, model: type[BaseModel]) -> dict[int, contract.Response]:
+    return {200: (summary, model, ("application/json",))}
+
+
 @bp.get("/v1/models")
-@contract.operation("GET", "/v1/models", "OpenAI-compatible: the models (and installed voice ids)", KEY,
-                    responses={200: ("The models", Models, ("application/json",))}, error_model=OpenAIError)
+@contract.operation("GET", "/v1/models", "OpenAI-compatible: the models (and installed voice ids)", LIST,
+                    responses=_listed("The models", Models), error_model=OpenAIError)
 def models() -> Response:
     """OpenAI's speech model names, then every installed voice id (also accepted as ``model``)."""
-    names = [*MODELS, *(spec.id for spec in services().registry.specs())]
-    return jsonify(object="list", data=[{"id": name, "object": "model", "created": 0, "owned_by": "tts-queue"}
-                                        for name in names])
+    return jsonify(object="list", data=model_list())
+
+
+@bp.get("/v1/audio/models")
+@contract.operation("GET", "/v1/audio/models", "OpenAI-compatible: the speech models, as Open WebUI reads "
+                    "them", LIST, responses=_listed("The models, as data and as models", AudioModels),
+                    error_model=OpenAIError)
+def audio_models() -> Response:
+    """The models of ``GET /v1/models``, also under ``models`` (Open WebUI's shape)."""
+    listed = model_list()
+    return jsonify(object="list", data=listed, models=listed)
 
 
 @bp.get("/v1/audio/voices")
 @contract.operation("GET", "/v1/audio/voices", "OpenAI-compatible: voice names and what each speaks with",
-                    KEY, responses={200: ("The voices", VoiceNames, ("application/json",))},
+                    LIST, params=(contract.Param("limit", "query", {"type": "integer", "minimum": 1},
+                                                 "At most this many, in order"),),
+                    responses=_listed("The voices, as voices and as data", VoiceNames),
                     error_model=OpenAIError)
 def voices() -> Response:
     """OpenAI's voice names with the installed voice each maps to, then the installed voices."""
-    svc = services()
-    default = svc.registry.get(None).id
-    names = [{"id": name, "name": name, **_described(_installed(mapped(name)) or default)}
-             for name in VOICES]
-    names += [{"id": spec.id, "name": spec.id, **_described(spec.id)} for spec in svc.registry.specs()]
-    return jsonify(voices=names)
-
-
-def _described(voice: str) -> dict[str, object]:
-    """An installed voice's id, family, languages, sample rate and speakers."""
-    spec = services().registry.get(voice)
-    return {"voice": spec.id, "family": spec.family, "languages": list(spec.spoken),
-            "sample_rate": spec.sample_rate, "speakers": list(spec.speakers)}
-
-
-def _installed(voice: str | None) -> str | None:
-    if voice is None:
-        return None
-    try:
-        return services().registry.get(voice).id
-    except UnknownVoice:
-        return None
+    listed = voice_list(list_limit(request.args.get("limit")))
+    return jsonify(object="list", voices=listed, data=listed)

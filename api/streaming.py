@@ -53,10 +53,12 @@ def services() -> Services:
 
 
 def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: float,
-                    release: Callable[[], None], headers: dict[str, str] | None = None) -> Response:
+                    release: Callable[[], None], headers: dict[str, str] | None = None,
+                    framed: Callable[[Iterator[bytes]], Iterator[bytes]] | None = None) -> Response:
     """A chunked response of ``view``'s audio, under a slot the caller took (``release`` gives it
-    back once the answer ends). Raises (before answering, the slot given back) ``NotStarted``
-    after ``wait_s`` without audio, ``TaskFailed``, or the audio's own errors."""
+    back once the answer ends); ``framed`` wraps the audio's pieces (``api.events``: as server-sent
+    events). Raises (before answering, the slot given back) ``NotStarted`` after ``wait_s``
+    without audio, ``TaskFailed``, or the audio's own errors."""
     svc = services()
     pieces = _pieces(svc, view, caller, wait_s)
 
@@ -74,11 +76,14 @@ def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: 
         ended()
         raise
 
+    def audio() -> Iterator[bytes]:
+        if first:
+            yield first
+        yield from pieces
+
     def body() -> Iterator[bytes]:
         try:
-            if first:
-                yield first
-            yield from pieces
+            yield from framed(audio()) if framed is not None else audio()
         finally:
             pieces.close()
             ended()

@@ -208,6 +208,10 @@ class ApiSettings:
     rate_limit: str = setting("", "with auth off, submissions allowed per client address, e.g. "
                               "`60/minute` (empty: no limit; with auth, each key has its own)",
                               env="TTS_RATE_LIMIT", shown="empty")
+    public_voice_list: bool = setting(False, "with `TTS_AUTH=required`, `GET /v1/models`, "
+                                      "`GET /v1/audio/models` and `GET /v1/audio/voices` answer without a "
+                                      "key (Open WebUI asks for its voice and model lists without one)",
+                                      env="TTS_PUBLIC_VOICE_LIST")
     openai_voices: Mapping[str, str] = setting(
         None, "OpenAI voice names for `POST /v1/audio/speech` mapped to installed voices, e.g. "
         "`alloy=en_US-joe-medium,nova=other` (a name not listed speaks with the Kokoro voice of that name "

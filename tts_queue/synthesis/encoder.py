@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from av.container import Chapter  # a TypedDict of av's stubs only
 
 BLOCK_SAMPLES = 16384  # samples per frame handed to the encoder
+# How each format's bytes are written, where it changed since the first version: part of the cache
+# key of a request in that format (``synthesis.request.cache_key``), so a file written the old way
+# is never served (2: MP3 without ID3v2 and Xing/Info, to be joined by concatenation).
+ENCODINGS = {"mp3": 2}
 PARTIAL_SUFFIX = ".tmp"  # write_m4b's file until it is whole (partial_m4bs)
 
 
@@ -63,8 +67,13 @@ FORMATS: dict[str, AudioFormat] = {
     "flac": AudioFormat("flac", "audio/flac", ".flac", soundfile=("FLAC", "PCM_16")),
     "ogg": AudioFormat("ogg", "audio/ogg", ".ogg", soundfile=("OGG", "VORBIS")),
     # LAME quality 7 ("fast, ok quality"): 1.75x the speed of FFmpeg's default (quality 3) here,
-    # with no audible difference on speech at 64 kb/s.
+    # with no audible difference on speech at 64 kb/s. Frames only, no per-file metadata (an ID3v2
+    # tag, a Xing/Info frame; an ID3v1 tag is off by default): clients join answers by concatenation
+    # (LibreChat a long text's parts, Home Assistant a pipelined reply), and a tag or an info frame
+    # in the middle of the joined file is junk a player may stop at. Constant bit rate, so a player
+    # still knows the duration from the size.
     "mp3": AudioFormat("mp3", "audio/mpeg", ".mp3", container="mp3", codec="libmp3lame", bit_rate=64_000,
+                       options=(("id3v2_version", "0"), ("write_xing", "0"), ("write_id3v1", "0")),
                        codec_options=(("compression_level", "7"),)),
     "opus": AudioFormat("opus", "audio/ogg", ".opus", container="ogg", codec="libopus", bit_rate=32_000,
                         sample_rate=48_000),

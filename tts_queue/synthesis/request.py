@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tts_queue.errors import AudioTooLong, InvalidRequest, NothingToSpeak
 from tts_queue.settings import Settings
-from tts_queue.synthesis.encoder import check_format
+from tts_queue.synthesis.encoder import ENCODINGS, check_format
 from tts_queue.synthesis.estimate.duration import audio_seconds
 from tts_queue.synthesis.frontend.chat import read_markdown
 from tts_queue.synthesis.frontend.language import written_in
@@ -72,8 +72,11 @@ def cache_key(request: SynthesisRequest, voice_digest: str) -> str:
     """sha256 over the normalized request and the voice's digest (model, config, frontend):
     a new model, config or phonemizer version gives new keys. The request holds what is said
     (its script, lexicon entries resolved) and the normalizer's version, so a changed normalizer
-    or lexicon never serves old audio."""
-    material = {"v": KEY_VERSION, "voice_digest": voice_digest, **request.to_dict()}
+    or lexicon never serves old audio; a format whose writing changed (``encoder.ENCODINGS``) keys
+    its version, so a file written the old way is never served either."""
+    material: dict[str, object] = {"v": KEY_VERSION, "voice_digest": voice_digest, **request.to_dict()}
+    if request.format in ENCODINGS:
+        material["encoding"] = ENCODINGS[request.format]
     blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

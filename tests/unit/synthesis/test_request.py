@@ -208,3 +208,15 @@ def test_speaker_name_and_number_share_a_key(registry: VoiceRegistry, settings: 
     by_number = build_request({"text": "Hi", "voice": "multi", "speaker": 2}, registry, settings)
     # Then they are one request and one key
     assert cache_key(by_name, DIGEST) == cache_key(by_number, DIGEST)
+
+
+def test_a_format_whose_writing_changed_keys_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the same request in mp3 (whose writing has a version) and in wav (which has none)
+    from tts_queue.synthesis.encoder import ENCODINGS
+
+    mp3, wav = dataclasses.replace(BASE, format="mp3"), dataclasses.replace(BASE, format="wav")
+    before = cache_key(mp3, DIGEST), cache_key(wav, DIGEST)
+    # When mp3's writing changes again
+    monkeypatch.setitem(ENCODINGS, "mp3", ENCODINGS["mp3"] + 1)
+    # Then the mp3 request gets a new key (an old file is never served), the wav one keeps its own
+    assert cache_key(mp3, DIGEST) != before[0] and cache_key(wav, DIGEST) == before[1]
