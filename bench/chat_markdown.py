@@ -1,0 +1,136 @@
+"""Chat Markdown heard back: do LLM-style Markdown answers sent to ``POST /v1/audio/speech`` come
+out as a person reading them would say them?
+
+Run from the repository root (a few minutes on 2 cores, the real default voice)::
+
+    .venv/bin/pip install -e '.[bench]'      # faster-whisper, whisper-normalizer, jiwer, a model
+    .venv/bin/python bench/chat_markdown.py [--quick] [--out bench/results/chat_markdown.json]
+
+It starts ``tts-queue up`` (embedded Redis, SQLite, one worker, default settings) on a fresh data
+directory and sends each answer of ``tests/support/chat_answers.py`` (headings, bold, lists, a
+link, inline code, a code block, a table, emoji, bare URLs) to ``/v1/audio/speech`` as a chat client
+does (WAV asked for, so the recognizer reads it unchanged), three ways in the same run:
+
+- ``markdown``: the answer as written, read as Markdown (the route's default);
+- ``as_written``: the same with ``"text_type": "text"`` (the reading before Markdown was read);
+- ``plain``: the same answer written by hand as plain prose (the reference).
+
+Each answer is transcribed with Whisper through faster-whisper and scored by word error rate
+against the plain prose, after Whisper's English text normalizer on both sides. The voice keeps its
+own noise scales (the route takes none), so each synthesis differs a little, as a client hears it.
+Goal: ``markdown`` within 0.03 of ``plain``. A plain answer that reads to the very words of its
+Markdown shares its cache entry (same key, same audio): ``cache_hits`` counts them (the answers
+are written so that none does). Results go to a JSON file; nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import platform
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import requests
+import soundfile
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(BENCH.parent))
+from bench_intelligibility import default_model, to_16k  # noqa: E402
+from bench_service import free_port, start_service  # noqa: E402
+
+from tests.support.chat_answers import ANSWERS, ChatAnswer  # noqa: E402
+from tts_queue.settings import Settings  # noqa: E402
+
+ROOT = BENCH.parent
+OUT = ROOT / "bench" / "results" / "chat_markdown.json"
+WAYS = ("markdown", "as_written", "plain")
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """Every answer three ways through ``/v1/audio/speech``, heard and scored (``quick``: two answers)."""
+    from faster_whisper import WhisperModel
+    from jiwer import wer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    model_dir = default_model()
+    recognizer = WhisperModel(model_dir, device="cpu", compute_type="int8")
+    normalizer = EnglishTextNormalizer()
+    voice = Settings.from_env({}).voices.default
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="chat-markdown-") as tmp:
+        port = free_port()
+        service = start_service(Path(tmp), port, {})
+        try:
+            rows = [heard(f"http://127.0.0.1:{port}", voice, answer, recognizer)
+                    for answer in (ANSWERS[:2] if quick else ANSWERS)]
+        finally:
+            service.terminate()
+            service.wait(timeout=60)
+    for row in rows:
+        reference = normalizer(row["plain"])
+        row["wer"] = {way: round(float(wer(reference, normalizer(row["heard"][way]) or "-")), 4)
+                      for way in WAYS}
+        print(" ".join(f"{row['wer'][way]:.2f}" for way in WAYS), row["markdown"].splitlines()[0][:50])
+
+    def corpus(way: str) -> float:  # over all words, not a mean of answer rates
+        return round(float(wer([normalizer(r["plain"]) for r in rows],
+                               [normalizer(r["heard"][way]) or "-" for r in rows])), 4)
+
+    summary: dict[str, Any] = {way: corpus(way) for way in WAYS}
+    summary["markdown_minus_plain"] = round(summary["markdown"] - summary["plain"], 4)
+    summary["goal_met"] = summary["markdown_minus_plain"] <= 0.03
+    summary["cache_hits"] = sum(1 for r in rows if r["cache_hit"]["plain"])
+    return {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": {"platform": platform.platform(), "python": platform.python_version()},
+            "voice": voice, "voice_noise": True, "recognizer": model_dir, "answers": len(rows),
+            "seconds": round(time.perf_counter() - started, 1), "wer": summary, "rows": rows}
+
+
+def heard(url: str, voice: str, answer: ChatAnswer, recognizer: Any) -> dict[str, Any]:
+    """One answer sent the three ways, each answer's transcript and whether it was a cache hit."""
+    bodies = {"markdown": {"input": answer.markdown},
+              "as_written": {"input": answer.markdown, "text_type": "text"},
+              "plain": {"input": answer.spoken}}
+    transcripts, hits = {}, {}
+    for way in WAYS:
+        audio, hits[way] = speech(url, voice, bodies[way])
+        transcripts[way] = transcribe(recognizer, audio)
+    return {"markdown": answer.markdown, "plain": answer.spoken, "heard": transcripts, "cache_hit": hits}
+
+
+def speech(url: str, voice: str, body: dict[str, Any]) -> tuple[np.ndarray[Any, Any], bool]:
+    """The WAV ``/v1/audio/speech`` answers (as float samples at 16 kHz) and whether it was a cache hit."""
+    response = requests.post(f"{url}/v1/audio/speech", timeout=300,
+                             json={"model": "tts-1", "voice": voice, "response_format": "wav", **body})
+    response.raise_for_status()
+    samples, rate = soundfile.read(io.BytesIO(response.content), dtype="float32")
+    task = requests.get(f"{url}/v1/tasks/{response.headers['X-Task-ID']}", timeout=30).json()
+    return to_16k(samples, rate), bool(task["cache_hit"])
+
+
+def transcribe(recognizer: Any, audio: np.ndarray[Any, Any]) -> str:
+    segments, _ = recognizer.transcribe(audio, language="en", beam_size=5, condition_on_previous_text=False)
+    return " ".join(segment.text.strip() for segment in segments)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two answers only")
+    parser.add_argument("--out", default=str(OUT))
+    args = parser.parse_args(argv)
+    result = run(args.quick)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(json.dumps(result["wer"]))
+
+
+if __name__ == "__main__":
+    main()
