@@ -74,6 +74,7 @@ class VoiceNames(BaseModel):
 
 
 def services() -> Services:
+    """This app's services."""
     svc: Services = current_app.extensions["tts"]
     return svc
 

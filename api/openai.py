@@ -129,6 +129,7 @@ def _error(exc: Exception) -> tuple[Response, int]:
 
 
 def services() -> Services:
+    """This app's services."""
     svc: Services = current_app.extensions["tts"]
     return svc
 

@@ -117,6 +117,7 @@ def speech(url: str, voice: str, body: dict[str, Any]) -> tuple[np.ndarray[Any, 
 
 
 def transcribe(recognizer: Any, audio: np.ndarray[Any, Any]) -> str:
+    """What Whisper hears in ``audio`` (16 kHz), its segments joined."""
     segments, _ = recognizer.transcribe(audio, language="en", beam_size=5, condition_on_previous_text=False)
     return " ".join(segment.text.strip() for segment in segments)
 

@@ -1,6 +1,7 @@
 """OpenAI-compatible speech and streaming on the real parts: the official ``openai`` package against
-gunicorn (as ``tts-queue up`` serves the API), a real worker (tiny voice, each model call slowed to
-look like a real model), Redis and SQLite.
+gunicorn (as ``tts-queue up`` serves the API; keys required and the voice lists public, as a
+deployment that chat clients reach), a real worker (tiny voice, each model call slowed to look like
+a real model), Redis and SQLite.
 
 - every response format decodes to audio as long as the task the service recorded;
 - the audio streams: the first piece arrives while the task is still running, and what was
@@ -10,8 +11,8 @@ look like a real model), Redis and SQLite.
 - ``POST /tts?stream=1`` streams on the native API;
 - each chat client's requests exactly as its source sends them (Open WebUI, LibreChat, Home
   Assistant's openai_tts, SillyTavern, the OpenAI SDK's voice object and server-sent events) answer
-  200 with audio, against an API that requires keys and lists voices publicly; MP3 answers join by
-  concatenation; chat Markdown is read as the plain sentences it says (the cache shows it).
+  200 with audio, Open WebUI's lists without its key; MP3 answers join by concatenation; chat
+  Markdown is read as the plain sentences it says (the cache shows it).
 """
 
 from __future__ import annotations
@@ -45,13 +46,11 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
 
     with served(tmp_path_factory.mktemp("openai"), redis_url, voices_dir, gunicorn=True,
                 worker_env=hooked(TTS_TEST_BATCH_DELAY_MS=str(DELAY_MS)),
+                api_env={"TTS_AUTH": "required", "TTS_PUBLIC_VOICE_LIST": "true"},
                 TTS_OPENAI_VOICES="nova=multi") as stack:
-        # the same service behind an API that requires keys and lists its voices to anyone, as a
-        # deployment that chat clients (Open WebUI's key-less lists) reach
-        key = ApiKeys(Database(stack.settings.database_url)).create("chat")[1]
-        keyed = stack.api("api-keyed.log", TTS_AUTH="required", TTS_PUBLIC_VOICE_LIST="true")
-        yield {"url": stack.url, "keyed": keyed, "key": key,
-               "client": openai.OpenAI(base_url=f"{stack.url}/v1", api_key="sk-anything", max_retries=0)}
+        key = ApiKeys(Database(stack.settings.database_url)).create("chat", rate="6000/minute")[1]
+        yield {"url": stack.url, "key": key, "auth": {"Authorization": f"Bearer {key}"},
+               "client": openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0)}
 
 
 def sentences(count: int) -> str:
@@ -75,12 +74,13 @@ def samples_of(data: bytes, fmt: str) -> np.ndarray:
 
 
 def task(service: dict[str, Any], task_id: str) -> dict[str, Any]:
-    body: dict[str, Any] = requests.get(f"{service['url']}/v1/tasks/{task_id}", timeout=10).json()
+    body: dict[str, Any] = requests.get(f"{service['url']}/v1/tasks/{task_id}", headers=service["auth"],
+                                        timeout=10).json()
     return body
 
 
 def stored(service: dict[str, Any], task_id: str) -> bytes:
-    response = requests.get(f"{service['url']}/v1/tasks/{task_id}/audio", timeout=10)
+    response = requests.get(f"{service['url']}/v1/tasks/{task_id}/audio", headers=service["auth"], timeout=10)
     assert response.status_code == 200, response.text
     return response.content
 
@@ -193,6 +193,7 @@ def test_the_native_api_streams_with_stream_1(service: dict[str, Any]) -> None:
     url = service["url"]
     # When a long text is posted to POST /tts?stream=1
     with requests.post(f"{url}/tts", params={"stream": 1}, json={"text": sentences(6), "format": "wav"},
+                       headers=service["auth"],
                        stream=True, timeout=60) as response:
         assert response.status_code == 200 and response.headers["Transfer-Encoding"] == "chunked"
         assert response.headers["Content-Type"] == "audio/wav"
@@ -202,6 +203,7 @@ def test_the_native_api_streams_with_stream_1(service: dict[str, Any]) -> None:
     assert np.array_equal(samples_of(streamed, "wav"), samples_of(stored(service, task_id), "wav"))
     # And a format that cannot be streamed is refused before anything is queued
     refused = requests.post(f"{url}/tts", params={"stream": 1}, json={"text": "Hello.", "format": "ogg"},
+                            headers=service["auth"],
                             timeout=10)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "unsupported_format"
 
@@ -221,7 +223,7 @@ def audio_answer(response: requests.Response, mime: str = "audio/mpeg", fmt: str
 
 
 def test_open_webui_lists_without_a_key_and_speaks_with_one(service: dict[str, Any]) -> None:
-    base = f"{service['keyed']}/v1"
+    base = f"{service['url']}/v1"
     # When Open WebUI reads its model and voice lists (requests.get, no headers, no key)
     models = requests.get(f"{base}/audio/models", timeout=10).json()
     voices = requests.get(f"{base}/audio/voices", timeout=10).json()
@@ -245,7 +247,7 @@ def test_open_webui_lists_without_a_key_and_speaks_with_one(service: dict[str, A
 def librechat(service: dict[str, Any], text: str) -> requests.Response:
     """LibreChat's TTSService.openAIProvider through axios: its body (backend too, no format, no
     speed), its headers and axios's own."""
-    return requests.post(f"{service['keyed']}/v1/audio/speech",
+    return requests.post(f"{service['url']}/v1/audio/speech",
                          data=json.dumps({"input": text, "model": "tts-1", "voice": "alloy",
                                           "backend": "kokoro"}),
                          headers={"Accept": "application/json, text/plain, */*",
@@ -267,7 +269,7 @@ def test_librechat_is_answered_mp3_and_its_parts_join_by_concatenation(service: 
 
 
 def test_home_assistant_openai_tts_lists_and_speaks_with_its_extra_payload(service: dict[str, Any]) -> None:
-    speech_url = f"{service['keyed']}/v1/audio/speech"
+    speech_url = f"{service['url']}/v1/audio/speech"
     headers = {"User-Agent": "HomeAssistant-OpenAI-TTS", "Authorization": f"Bearer {service['key']}"}
     # When its voice picker reads the voices beside the speech URL, 100 at most
     listing = requests.get(speech_url.rsplit("/", 1)[0] + "/voices", params={"limit": 100}, headers=headers,
@@ -289,7 +291,7 @@ def test_home_assistant_openai_tts_lists_and_speaks_with_its_extra_payload(servi
 
 def test_sillytavern_openai_compatible_provider(service: dict[str, Any]) -> None:
     # When SillyTavern's server forwards its provider's request (Node's fetch: its body, its headers)
-    response = requests.post(f"{service['keyed']}/v1/audio/speech",
+    response = requests.post(f"{service['url']}/v1/audio/speech",
                              data=json.dumps({"model": "tts-1", "input": "*waves* Hello there, traveller!",
                                               "voice": "echo", "response_format": "mp3", "speed": 1.25}),
                              headers={"Content-Type": "application/json", "accept": "*/*",
@@ -336,7 +338,8 @@ def test_chat_markdown_is_said_as_its_plain_sentences(service: dict[str, Any]) -
     speech = f"{service['url']}/v1/audio/speech"
 
     def said(text: str, **fields: Any) -> dict[str, Any]:
-        response = requests.post(speech, json={"model": "tts-1", "voice": "alloy", "input": text,
+        response = requests.post(speech, headers=service["auth"], json={"model": "tts-1", "voice": "alloy",
+                                                                         "input": text,
                                                "response_format": "wav", **fields}, timeout=60)
         assert response.status_code == 200, response.text
         return task(service, response.headers["X-Task-ID"])
