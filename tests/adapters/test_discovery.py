@@ -5,6 +5,7 @@ beside the project's own strict routes."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,9 @@ def test_with_the_setting_only_the_lists_answer_without_a_key(public: tuple[Flas
 
 
 def test_the_speech_route_ignores_and_names_unknown_fields_the_own_routes_refuse_them(
-        tmp_path: Path, voices_dir: Path) -> None:
+        tmp_path: Path, voices_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     client, _, queue = app_with(tmp_path, voices_dir)
+    caplog.set_level(logging.INFO, logger="api.openai")
     body: dict[str, Any] = {"input": "Hello there.", "voice": {"id": "alloy"}, "model": "tts-1",
                             "backend": "kokoro", "zz\nevil": 1, "instructions": "Speak softly."}
     # When a body with fields of a client's own is posted to the OpenAI route
@@ -102,9 +104,12 @@ def test_the_speech_route_ignores_and_names_unknown_fields_the_own_routes_refuse
     # header names the ignored fields, made safe for a header
     assert response.status_code == 503 and len(queue.sent) == 1, response.get_json()
     assert response.headers["X-TTS-Ignored-Fields"] == "backend, zz_evil"
-    # And the project's own route still refuses an unknown field
+    assert "ignored field(s): backend, zz_evil" in caplog.text
+    # And the project's own route still refuses an unknown field, and takes Markdown when asked
     strict = client.post("/v1/tts", json={"text": "Hello there.", "backend": "kokoro"})
     assert strict.status_code == 400 and "backend" in strict.get_json()["error"]["message"]
+    markdown = client.post("/v1/tts", json={"text": "## Hello\n\n**there**", "text_type": "markdown"})
+    assert markdown.status_code == 202, markdown.get_json()
 
 
 def test_many_unknown_fields_are_named_up_to_twenty_and_counted(tmp_path: Path, voices_dir: Path) -> None:
