@@ -181,12 +181,7 @@ def speech() -> Response:
     check_quota()
     sse = speech.stream_format == "sse"
     fmt = speech.response_format or ("pcm" if sse else "mp3")
-    payload: dict[str, object] = {"text": speech.input, "format": fmt, "speed": speech.speed,
-                                  "normalize": speech.normalize}
-    if speech.text_type != "text":  # text: as written, or SSML when it starts <speak> (no type)
-        payload["text_type"] = speech.text_type
-    if voice is not None:
-        payload["voice"] = voice
+    payload = _payload(speech, fmt, voice)
     svc = services()
     who = slot_owner()
     if not slots().take(who):  # refused before anything is queued: no work, nothing in Redis
@@ -207,6 +202,17 @@ def speech() -> Response:
     except NotStarted:
         wait = svc.settings.api.sync_wait_s
         raise NotStartedError(f"task {view.id} did not start within {wait:.0f} s") from None
+
+
+def _payload(speech: OpenAISpeechRequest, fmt: str, voice: str | None) -> dict[str, object]:
+    """The task's request body (``tts_queue.synthesis.request``) of an OpenAI speech request."""
+    payload: dict[str, object] = {"text": speech.input, "format": fmt, "speed": speech.speed,
+                                  "normalize": speech.normalize}
+    if speech.text_type != "text":  # text: as written, or SSML when it starts <speak> (no type)
+        payload["text_type"] = speech.text_type
+    if voice is not None:
+        payload["voice"] = voice
+    return payload
 
 
 def _listed(summary: str, model: type[BaseModel]) -> dict[int, contract.Response]:
