@@ -199,8 +199,9 @@ class KeyInQuery(InvalidRequest):
 
 
 class InvalidCallbackUrl(InvalidRequest):
-    """A ``callback_url`` the service will not call (not http(s), too long, with credentials, a port
-    outside ``TTS_WEBHOOK_PORTS``, or a host that does not resolve to allowed addresses)."""
+    """A ``callback_url`` the service will not call (not http(s), too long, with whitespace or control
+    characters, with credentials, a port outside ``TTS_WEBHOOK_PORTS``, a host that is not a valid
+    IDNA name or does not resolve to allowed addresses)."""
 
     code = "invalid_callback_url"
 
