@@ -80,7 +80,8 @@ class JSONErrorWorker(PollerWorker):
             if head is not None and probe is not None:
                 if not self._send(conn, probe[0]):
                     return
-                metrics.count(metrics.HTTP_REQUESTS, route=heads.PROBE, method=head.method, status="200")
+                metrics.count(metrics.HTTP_REQUESTS, route=heads.PROBE,
+                              method=metrics.method_label(head.method), status="200")
                 if not probe[1]:
                     self._linger(conn)
                     return
