@@ -59,10 +59,8 @@ ROUTES = ["/v1/tts", "/v1/books"]
 
 
 @pytest.mark.parametrize("route", ROUTES)
-@pytest.mark.parametrize("callback_url", [
-    "https://hooks.example/done now", "https://hooks.example/done\r\nX-Injected: 1",
-    "https://hooks.example/\tdone", "https://hooks.example/\x00", "https://hooks.exa\u200bmple/",
-    "https://hooks.example/a\u00a0b", "https://-bad-.ü/done",
+@pytest.mark.parametrize("callback_url", [  # (every kind, one by one: tests/unit/webhooks/test_url.py)
+    "https://hooks.example/done now", "https://hooks.example/done\r\nX-Injected: 1", "https://-bad-.ü/done",
 ])
 def test_a_url_no_request_can_carry_is_a_400_and_stores_nothing(
         client: FlaskClient, services: Services, queue: FakeQueue, route: str, callback_url: str) -> None:
