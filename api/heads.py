@@ -1,8 +1,7 @@
 """What the server's poller makes of a whole request head, off the threads: the head itself
 (``parse_head``, a plain HTTP/1.x head or ``None`` for gunicorn to judge), whether its body is
 still arriving (``body_waiting``), the answer to a health probe (``probe_answer``: ``GET /healthz``
-needs no thread) and the bytes of a JSON error it answers itself (``json_answer``; gunicorn's own
-error pages as JSON: ``json_error_response``).
+needs no thread) and gunicorn's own error pages as the API's JSON errors (``json_error_response``).
 
 Every function is linear in the head's size, and a head is at most ``HEAD_READ_LIMIT`` bytes.
 """
@@ -18,7 +17,6 @@ from http import HTTPStatus
 
 import api.request_id as request_id
 from api.errors import default_body, of_status, public
-from tts_queue.errors import TTSQueueError
 
 HEAD_END = b"\r\n\r\n"
 # A head this long without its blank line is answered 431 and closed in the poller: a thread never
@@ -100,17 +98,6 @@ def answer(status: int, headers: Mapping[str, str], body: bytes, keep: bool) -> 
              f"Connection: {'keep-alive' if keep else 'close'}",
              *(f"{name}: {value}" for name, value in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def json_answer(error: TTSQueueError) -> bytes:
-    """The API's JSON error for ``error`` (its status, code and ``Retry-After``), closing the
-    connection: what the poller answers itself, before any thread or body read."""
-    shown = public(error)
-    body = json.dumps(default_body(shown)).encode()
-    headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
-    if shown.retry_after_s is not None:
-        headers["Retry-After"] = str(shown.retry_after_s)
-    return answer(shown.http_status, headers, body, keep=False)
 
 
 def json_error_response(page: bytes, exc: BaseException) -> bytes:

@@ -26,6 +26,7 @@ from gunicorn.workers.gthread import ThreadWorker
 
 import api.heads as heads
 import api.peers as peers
+from api.errors import error_bytes
 from api.sockets import Connection, DeadlineSocket
 from tts_queue.errors import HeadersTooLarge
 from tts_queue.settings import ApiSettings, Settings
@@ -144,7 +145,7 @@ class PollerWorker(ThreadWorker):  # type: ignore[misc]
         """A head over ``HEAD_READ_LIMIT`` without its end: 431, from the poller."""
         self.log.info("refused a request head over %d bytes from %s", heads.HEAD_READ_LIMIT, conn.peer)
         too_large = HeadersTooLarge(f"the request head is over {heads.HEAD_READ_LIMIT} bytes")
-        self._refuse(conn, heads.json_answer(too_large))
+        self._refuse(conn, error_bytes(too_large))
 
     def _send(self, conn: Connection, data: bytes) -> bool:
         """Write a short answer without blocking; a client that cannot take it at once is dropped."""

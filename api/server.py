@@ -36,6 +36,7 @@ from typing import Any
 from gunicorn import util as gunicorn_util
 
 import api.heads as heads
+from api.errors import error_bytes
 from api.poller import PollerWorker
 from api.sockets import CapturedSocket, Connection, DeadlineSocket
 from api.uploads import UnreadCloses, refusal, upload_owner, upload_slots
@@ -97,7 +98,7 @@ class JSONErrorWorker(PollerWorker):
                 if refused is not None:
                     self.log.info("refused a request body from %s before reading it: %s", conn.peer,
                                   refused.code)
-                    self._refuse(conn, heads.json_answer(refused))
+                    self._refuse(conn, error_bytes(refused))
                     return
                 conn.upload_owner = owner
             conn.head = bytearray(data[start:])

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from api.heads import HEAD_END, Head, body_waiting, json_answer, parse_head, probe_answer
+from api.errors import error_bytes
+from api.heads import HEAD_END, Head, body_waiting, parse_head, probe_answer
 from api.uploads import UnreadCloses, refusal, upload_owner, upload_slots
 from tts_queue.errors import HeadersTooLarge, TooManyUploads, UploadsBusy
 from tts_queue.settings import Settings
@@ -80,7 +81,7 @@ def test_what_the_poller_refuses_is_the_apis_json_error_closing_the_connection()
     for error, status in ((TooManyUploads("two arriving"), b"429 Too Many Requests"),
                           (UploadsBusy("all taken"), b"503 Service Unavailable"),
                           (HeadersTooLarge("too long"), b"431 Request Header Fields Too Large")):
-        head, _, body = json_answer(error).partition(b"\r\n\r\n")
+        head, _, body = error_bytes(error).partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 " + status) and b"\r\nConnection: close" in head
         assert json.loads(body)["error"]["code"] == error.code
         assert f"Content-Length: {len(body)}".encode() in head
