@@ -17,9 +17,10 @@ from api import metrics as api_metrics
 from api.books import bp as books_bp
 from api.docs import bp as docs_bp
 from api.errors import register_error_handlers
+from api.heads import json_error_response
 from api.openai import bp as openai_bp
 from api.routes import bp
-from api.server import JSONErrorWorker, json_error_response
+from api.server import JSONErrorWorker
 from api.services import Services
 from api.slots import SLOTS, Slots
 from api.web import bp as web_bp

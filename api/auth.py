@@ -24,8 +24,6 @@ is installed (no wrapper runs). A key with as much work queued as its quota gets
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import logging
 from collections.abc import Callable
 from typing import TypeVar
@@ -34,6 +32,7 @@ from flask import Flask, Response, current_app, g, request
 from flask_limiter import Limiter
 from flask_limiter.errors import RateLimitExceeded
 
+import api.peers as peers
 from api.services import Services
 from tts_queue.access.keys import Principal, pinned_bytes, queued_work
 from tts_queue.errors import Forbidden, KeyInQuery, QuotaExceeded, RateLimited, Unauthorized
@@ -143,33 +142,13 @@ def check_quota(keep: bool = False, rows: int = 1) -> None:
         services.usage.added(who.id)
 
 
-@functools.lru_cache(maxsize=8)
-def _networks(trusted: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    return tuple(ipaddress.ip_network(network) for network in trusted)
-
-
-def _trusted(address: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address.strip())
-    except ValueError:
-        return False
-    return any(ip in network for network in networks)
-
-
 def client_address() -> str:
     """The client's address: the connection's peer, or, when the peer is a proxy of
     ``TTS_TRUSTED_PROXIES``, the nearest address in ``X-Forwarded-For`` that is not one of them
-    (a client may write any addresses in the header; only what trusted proxies appended counts)."""
-    peer = request.remote_addr or ""
+    (``api.peers.client_address``)."""
     services: Services = current_app.extensions["tts"]
-    networks = _networks(services.settings.api.trusted_proxies)
-    if not networks or not _trusted(peer, networks):
-        return peer
-    forwarded = [hop.strip() for hop in request.headers.get("X-Forwarded-For", "").split(",") if hop.strip()]
-    for hop in reversed(forwarded):
-        if not _trusted(hop, networks):
-            return hop
-    return forwarded[0] if forwarded else peer
+    return peers.client_address(request.remote_addr or "", request.headers.get("X-Forwarded-For", ""),
+                                peers.networks(services.settings.api.trusted_proxies))
 
 
 def _limit_key() -> str:

@@ -12,9 +12,12 @@ body also carries the request's ``request_id``, which every log line of that req
 
 from __future__ import annotations
 
+import json
 import logging
 import traceback
 from collections.abc import Callable
+from email.utils import formatdate
+from http import HTTPStatus
 
 import redis
 import sqlalchemy.exc
@@ -132,6 +135,19 @@ def to_response(exc: Exception, body: BodyShape = default_body) -> tuple[Respons
             if name.lower() in ("content-range", "allow"):
                 response.headers[name] = value
     return response, error.http_status
+
+
+def error_bytes(exc: TTSQueueError) -> bytes:
+    """``exc`` as a whole HTTP/1.1 answer that closes its connection: its status, JSON body and
+    ``Retry-After``, for what the server's poller answers itself, before any thread or Flask."""
+    error = public(exc)
+    body = json.dumps(default_body(error)).encode()
+    lines = [f"HTTP/1.1 {error.http_status} {HTTPStatus(error.http_status).phrase}",
+             f"Date: {formatdate(usegmt=True)}", "Connection: close", "Content-Type: application/json",
+             f"Content-Length: {len(body)}"]
+    if error.retry_after_s is not None:
+        lines.append(f"Retry-After: {error.retry_after_s}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 def register_error_handlers(app: Flask, body: BodyShape = default_body) -> None:

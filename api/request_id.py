@@ -19,6 +19,11 @@ def current() -> str | None:
     return g.get("request_id") if has_request_context() else None
 
 
+def chosen(given: str) -> str:
+    """The id of a request that sent ``given`` as its ``X-Request-ID``: it when sane, else a new one."""
+    return given if _SANE.fullmatch(given) else uuid.uuid4().hex
+
+
 def _tag(record: logging.LogRecord) -> logging.LogRecord:
     """Name the request in a record written while answering one (``request_id`` and a prefix)."""
     request_id = current()
@@ -47,8 +52,7 @@ def install(app: Flask) -> None:
 
     @app.before_request
     def _assign() -> None:
-        given = request.headers.get(HEADER, "")
-        g.request_id = given if _SANE.fullmatch(given) else uuid.uuid4().hex
+        g.request_id = chosen(request.headers.get(HEADER, ""))
 
     @app.after_request
     def _answer(response: Response) -> Response:

@@ -199,8 +199,9 @@ class KeyInQuery(InvalidRequest):
 
 
 class InvalidCallbackUrl(InvalidRequest):
-    """A ``callback_url`` the service will not call (not http(s), too long, with credentials, a port
-    outside ``TTS_WEBHOOK_PORTS``, or a host that does not resolve to allowed addresses)."""
+    """A ``callback_url`` the service will not call (not http(s), too long, with whitespace or control
+    characters, with credentials, a port outside ``TTS_WEBHOOK_PORTS``, a host that is not a valid
+    IDNA name or does not resolve to allowed addresses)."""
 
     code = "invalid_callback_url"
 
@@ -219,6 +220,15 @@ class QuotaExceeded(ClientError):
     code = "quota_exceeded"
     http_status = 429
     retry_after_s = 10
+
+
+class TooManyUploads(ClientError):
+    """The key (with auth off, or without a key: the client address) already has
+    ``TTS_KEY_UPLOADS`` request bodies arriving; refused before its body is read."""
+
+    code = "too_many_uploads"
+    http_status = 429
+    retry_after_s = 5
 
 
 # --- voices and models (server side) ----------------------------------------------------------
@@ -295,6 +305,15 @@ class Busy(ServiceUnavailable):
     code = "busy"
     public = "every streaming slot is taken; retry in a moment"
     retry_after_s = 1
+
+
+class UploadsBusy(ServiceUnavailable):
+    """Every place for a request body still arriving (``TTS_API_UPLOADS``) is taken; refused
+    before its body is read."""
+
+    code = "uploads_busy"
+    public = "the service reads as many uploads as it can at once; retry in a moment"
+    retry_after_s = 5
 
 
 class NotStarted(ServiceUnavailable):

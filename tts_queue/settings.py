@@ -196,6 +196,14 @@ class ApiSettings:
                                     "(a 400), freeing its thread", env="TTS_BODY_TIMEOUT_S")
     body_min_rate: int = setting(8192, "bytes a second a large body must keep up (see "
                                  "`TTS_BODY_TIMEOUT_S`)", env="TTS_BODY_MIN_RATE")
+    uploads: int = setting(0, "request bodies still arriving when their head is read (an upload, a "
+                           "slow client's request) that one API process reads at once, each holding a "
+                           "thread while it arrives, shared fairly between keys; 0: a quarter of "
+                           "`TTS_API_THREADS`; over it, 503 `uploads_busy` before the body is read",
+                           env="TTS_API_UPLOADS")
+    key_uploads: int = setting(2, "of those, the most one key (with auth off, or without a key: one "
+                               "client address) has at once; over it, 429 `too_many_uploads` before the "
+                               "body is read", env="TTS_KEY_UPLOADS")
     client_connections: int = setting(128, "connections one client address may hold open at once "
                                       "(a proxy in `TTS_TRUSTED_PROXIES` excepted); over it, a new one "
                                       "is closed at once", env="TTS_CLIENT_MAX_CONNECTIONS")
@@ -532,6 +540,8 @@ class Settings:
                or api.client_connections < 1,
                "TTS_HEADER_TIMEOUT_S and TTS_BODY_TIMEOUT_S must be positive, TTS_BODY_MIN_RATE and "
                "TTS_CLIENT_MAX_CONNECTIONS at least 1")
+        yield (api.uploads < 0 or api.key_uploads < 1,
+               "TTS_API_UPLOADS must be >= 0 (0: a quarter of TTS_API_THREADS), TTS_KEY_UPLOADS at least 1")
         yield (not hooks.ports or any(not 0 < port < 65536 for port in hooks.ports),
                "TTS_WEBHOOK_PORTS must list ports between 1 and 65535")
         yield (hooks.concurrency < 1 or hooks.timeout_s <= 0 or hooks.lookup_timeout_s <= 0

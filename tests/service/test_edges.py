@@ -4,6 +4,7 @@ worker (tiny voice), Redis and SQLite, keys of three tenants and webhook receive
 - 200 connections from one address that each sent half a request head hold no API thread: another
   address's ``/healthz`` and ``POST /tts`` answer, the connections over the per-address cap are
   closed at once and the rest at the header deadline;
+- an upload answered before its body was read (a 401) is closed, not drained in a thread;
 - an address is believed from ``X-Forwarded-For`` only when the connection comes from a trusted
   proxy (the rate limit per address tells which address was used);
 - two keys holding every long-poll they may leave a third key's stream its slot;
@@ -29,6 +30,7 @@ import pytest
 import requests
 
 from tests.support import QUEUE_PREFIX, Receiver, Tarpit, announce_idle_worker, served, wait_until
+from tests.support.trickle import Tricklers, book_head
 from tts_queue.access.keys import ApiKeys, new_webhook_secret
 from tts_queue.db import Database
 
@@ -133,6 +135,18 @@ def test_a_head_that_never_ends_is_refused_at_its_size_without_a_thread(edges: d
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 431"), head
     assert json.loads(body)["error"]["code"] == "headers_too_large"
+
+
+def test_an_upload_answered_before_its_body_is_read_is_closed_not_drained(edges: dict[str, Any]) -> None:
+    # Given a book upload without a key whose body trickles in at 12 KB/s
+    upload = book_head(51 * 1024 * 1024)
+    with Tricklers(edges["url"], "127.0.0.8", 1, upload, 12 * 1024, reopen=False) as alone:
+        # When the server answers it 401 at once, before reading its body
+        wait_until(lambda: alone.seen()["401"] == 1, timeout=4, interval=0.02)
+    # Then the answer says it closes the connection, and the server closed it (it did not read
+    # the rest of the body to keep it, which held a thread up to 5 s)
+    head = alone.samples["401"].partition(b"\r\n\r\n")[0]
+    assert b"\r\nConnection: close\r\n" in head, head
 
 
 def test_a_forwarded_address_is_believed_from_a_trusted_proxy_only(edges: dict[str, Any]) -> None:

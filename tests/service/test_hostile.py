@@ -28,6 +28,7 @@ from tests.support import (
     settings_env,
     wait_until,
 )
+from tests.support.trickle import Tricklers, book_head, probe
 from tts_queue.cli.launcher import api_command
 from tts_queue.settings import Settings
 
@@ -197,6 +198,73 @@ def test_long_polls_cannot_take_every_api_thread(api_url: str) -> None:
     assert len(early) == 200 - slots and len(held) == slots
     assert all(status == 200 and body["status"] == "queued" and retry == "1"
                for _, status, body, retry in polls.answers)
+
+
+def test_trickling_uploads_hold_their_few_places_and_the_probe_answers(api_url: str) -> None:
+    # Given the probe's time from another address with nothing else going on
+    idle = [t for t in (probe(api_url, "127.0.0.3") for _ in range(20)) if t is not None]
+    assert len(idle) == 20
+    # When 70 connections from one address each send a 51 MB book's head and trickle its body at
+    # 12 KB/s (840 KB/s in all), reopened as soon as the server answers them
+    with Tricklers(api_url, "127.0.0.2", 70, book_head(51 * 1024 * 1024), rate=12 * 1024) as uploads:
+        wait_until(lambda: uploads.opened >= 70 and uploads.holding(1.0) == 2, timeout=30, interval=0.05)
+        # Then, with all of them trickling, each of 20 probes answers, the slowest within 100 ms (or
+        # ten times the slowest idle one, on a machine that slow)
+        loaded = [probe(api_url, "127.0.0.3") for _ in range(20)]
+        # And a submission from another address is accepted as usual
+        submitted = requests.post(api_url + "/v1/tts", json={"text": "Beside the uploads.", "pool": "gpu"},
+                                  timeout=10)
+        answers, holding, refused = uploads.seen(), uploads.holding(1.0), uploads.samples.get("429", b"")
+    times = [t for t in loaded if t is not None]
+    print(f"\n/healthz idle worst {max(idle) * 1000:.1f} ms; beside 70 trickling uploads: {len(times)} of 20 "
+          f"answered, worst {max(times, default=0) * 1000:.1f} ms; uploads answered {dict(answers)}, "
+          f"{holding} holding")
+    assert len(times) == 20 and max(times) <= max(0.1, 10 * max(idle))
+    assert submitted.status_code == 202, submitted.text
+    # And the address's uploads hold two places (TTS_KEY_UPLOADS), the rest answered at once before
+    # their bodies were read: 429 too_many_uploads with Retry-After, the connection closed
+    assert holding == 2 and set(answers) == {"429"} and answers["429"] >= 68
+    head, _, body = refused.partition(b"\r\n\r\n")
+    assert b"\r\nRetry-After: 5\r\n" in head + b"\r\n" and b"\r\nConnection: close\r\n" in head
+    assert json.loads(body)["error"]["code"] == "too_many_uploads"
+
+
+def answers_on(conn: socket.socket, count: int) -> list[bytes]:
+    """The heads of the next ``count`` answers on ``conn`` (each with its Content-Length body)."""
+    data, heads = b"", list[bytes]()
+    while len(heads) < count:
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            assert chunk, f"closed after {len(heads)} answers"
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        while len(data) < length:
+            data += conn.recv(65536)
+        heads.append(head)
+        data = data[length:]
+    return heads
+
+
+def test_a_kept_alive_connections_next_upload_is_counted_like_any(api_url: str) -> None:
+    host, port = api_url.removeprefix("http://").split(":")
+    # Given an address with two uploads arriving (all its places)
+    with Tricklers(api_url, "127.0.0.9", 2, book_head(51 * 1024 * 1024), 12 * 1024, reopen=False) as two:
+        wait_until(lambda: two.holding(0.3) == 2, timeout=10, interval=0.05)
+        with socket.create_connection((host, int(port)), source_address=("127.0.0.9", 0), timeout=10) as conn:
+            # When one kept-alive connection probes twice, then asks a thread for something and
+            # sends a third upload right behind it (pipelined: the thread reads its head ahead)
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+            probes = answers_on(conn, 2)
+            upload = book_head(51 * 1024 * 1024)
+            conn.sendall(b"GET /healthz?from=thread HTTP/1.1\r\nHost: x\r\n\r\n" + upload)
+            served, refused = answers_on(conn, 2)
+    # Then the probes are answered on the same connection, kept open; the thread's answer too; and
+    # the pipelined upload is refused at once like any third upload of the address
+    assert all(head.startswith(b"HTTP/1.1 200") and b"Connection: keep-alive" in head for head in probes)
+    assert served.startswith(b"HTTP/1.1 200") and b"X-Request-ID" in served
+    assert refused.startswith(b"HTTP/1.1 429") and b"Connection: close" in refused
 
 
 # --- the same rules in the Flask adapter (test client, fake queue): no server, no threads -----

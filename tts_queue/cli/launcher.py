@@ -17,6 +17,7 @@ from pathlib import Path
 
 import requests
 
+from models import MANIFEST_PATH
 from tts_queue.broker.names import worker_queues
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.cli.supervisor import Process, RestartPolicy, Supervisor
@@ -25,6 +26,7 @@ from tts_queue.metrics import MULTIPROC_ENV
 from tts_queue.migrate import upgrade
 from tts_queue.settings import Settings
 from tts_queue.storage.local import LocalStorage
+from tts_queue.synthesis.kokoro.packs import packs
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,22 @@ def wait_ready(url: str, supervisor: Supervisor, timeout: float = 120.0) -> bool
     return False
 
 
+def packs_elsewhere(settings: Settings) -> list[str]:
+    """A warning for each voice pack installed under the default data directory (where ``tts-queue
+    voices --install`` puts it without ``--data-dir``) but not in the voices directory ``settings``
+    uses: its voices would silently be missing (``up --data-dir X`` looks in ``X/voices``)."""
+    default = settings.replace(data_dir=Settings().data_dir).voices_dir
+    here = settings.voices_dir
+    if default == here:
+        return []
+    return [f"warning: the {name} voice pack is installed in {pack.path(default)} but not in {here}, "
+            f"where this service looks for voices: its voices are not served; install it here "
+            f"(`tts-queue voices --install {name} --data-dir {settings.data_dir}`) or set "
+            f"TTS_VOICES_DIR={default}"
+            for name, pack in packs(settings.voices.manifest or MANIFEST_PATH).items()
+            if pack.installed(default) and not pack.installed(here)]
+
+
 def start_embedded(embedded: EmbeddedRedis) -> Process:
     """Start (or restart) the embedded redis-server: same socket, same append-only file."""
     embedded.start()
@@ -147,6 +165,8 @@ def up(settings: Settings, workers: int = 1, policy: RestartPolicy | None = None
     The pid of every child is kept in ``<data dir>/up.pids`` while it runs.
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    for warning in packs_elsewhere(settings):
+        print(warning, file=sys.stderr)
     reserve = settings.cache.storage_reserve_bytes
 
     def disk_full() -> bool:

@@ -351,6 +351,7 @@ def _add_local_commands(sub: Subcommands) -> None:
                              "voices, npm's kokoro-js 1.2.1), each file checked against its pinned sha256")
     voices.add_argument("--from", dest="source", metavar="TARBALL",
                         help="with --install: the package's npm tarball (kokoro-js-1.2.1.tgz) instead of npm")
+    add_flags(voices, "data_dir")  # the voices directory is under it (unless TTS_VOICES_DIR), as for `up`
     voices.set_defaults(func=cmd_voices)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
     cleanup = sub.add_parser("cleanup", help="delete stale audio and task rows now (retention)")

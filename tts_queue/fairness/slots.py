@@ -24,10 +24,12 @@ ROOM = 1  # places kept for an owner under its fair share (a newcomer)
 class FairSlots:
     """Counts places held in all and per owner; ``take`` grants one within the owner's share."""
 
-    def __init__(self, total: int, share: float = 1.0) -> None:
+    def __init__(self, total: int, share: float = 1.0, cap: int | None = None) -> None:
         self.total = max(1, total)
-        # the most one owner may hold whatever the others do (a setting's share of the total)
-        self.cap = max(1, min(self.total, math.floor(self.total * share)))
+        # the most one owner may hold whatever the others do: ``cap`` places, else a setting's
+        # share of the total
+        most = math.floor(self.total * share) if cap is None else cap
+        self.cap = max(1, min(self.total, most))
         self._held: Counter[str] = Counter()
         self._in_use = 0
         self._lock = threading.Lock()

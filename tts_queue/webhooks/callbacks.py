@@ -1,7 +1,9 @@
 """Webhooks: once a task or a book finishes, its JSON is POSTed to the ``callback_url`` its request
 named, signed, and retried with backoff until the receiver answers 2xx.
 
-- ``UrlPolicy``: what a request may name (at submission, ``check``): ``http``/``https`` only, a
+- ``UrlPolicy``: what a request may name (at submission, ``check``): a URL a request can carry
+  (``tts_queue.webhooks.url.sendable``: no whitespace or control characters; a non-ASCII host as
+  its IDNA A-label, other non-ASCII percent-encoded, and stored so), ``http``/``https`` only, a
   host, no credentials, at most 2,048 characters, a port of ``TTS_WEBHOOK_PORTS`` (80 and 443),
   and, unless ``TTS_WEBHOOK_ALLOW_PRIVATE``, a host whose every address is plainly public unicast
   (``tts_queue.webhooks.address.refusal``), looked up within ``TTS_WEBHOOK_LOOKUP_TIMEOUT_S``. A host
@@ -41,6 +43,7 @@ from tts_queue.errors import InvalidCallbackUrl, QuotaExceeded
 from tts_queue.settings import WebhookSettings
 from tts_queue.tables import BookRow, Callback
 from tts_queue.webhooks.address import Resolver, refusal
+from tts_queue.webhooks.url import sendable
 
 MAX_URL_CHARS = 2048
 MAX_BACKOFF_S = 300.0
@@ -85,22 +88,26 @@ class UrlPolicy:
         return cls(webhooks.allow_private, webhooks.ports, webhooks.lookup_timeout_s)
 
     def check(self, url: Any, owner: str | None = None) -> str:
-        """``url`` (stripped) if the service may call it, else ``InvalidCallbackUrl`` (its lookup
-        within ``owner``'s share of the resolver)."""
+        """``url`` (stripped) as it will be sent (``sendable``) if the service may call it, else
+        ``InvalidCallbackUrl`` (its lookup within ``owner``'s share of the resolver)."""
         if not isinstance(url, str) or not url.strip():
             raise InvalidCallbackUrl("callback_url must be an http(s) URL")
         cleaned: str = url.strip()
         if len(cleaned) > MAX_URL_CHARS:
             raise InvalidCallbackUrl(f"callback_url is longer than {MAX_URL_CHARS} characters")
+        cleaned = sendable(cleaned)
+        if len(cleaned) > MAX_URL_CHARS:
+            raise InvalidCallbackUrl(f"callback_url is longer than {MAX_URL_CHARS} characters once "
+                                     "percent-encoded")
         self.target(cleaned, owner=owner)
         return cleaned
 
     def target(self, url: str, lookup_s: float | None = None, owner: str | None = None) -> Target:
         """The parts of ``url`` and one checked address of its host (``InvalidCallbackUrl`` if
-        none; ``lookup_s``: the lookup's deadline, the policy's by default; ``owner``: whose share
-        of the resolver it takes)."""
+        none, or if it cannot be sent; ``lookup_s``: the lookup's deadline, the policy's by
+        default; ``owner``: whose share of the resolver it takes)."""
         try:
-            parts = urlsplit(url)
+            parts = urlsplit(sendable(url))  # a row stored before ``check`` encoded is refused or encoded
             port = parts.port
         except ValueError:
             raise InvalidCallbackUrl("callback_url is not a valid URL") from None
