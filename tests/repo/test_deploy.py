@@ -66,7 +66,7 @@ def test_broker_never_evicts_and_keeps_an_append_only_file(compose: dict[str, An
 
 def test_dockerfile_copies_every_package() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in ("tts_queue", "workers", "api", "models", "migrations"):
+    for package in ("tts_queue", "workers", "api", "wyoming_server", "models", "migrations"):
         assert f"COPY {package} ./{package}" in dockerfile
 
 

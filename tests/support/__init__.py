@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("tts_queue", "api", "workers", "models", "migrations")  # the project's Python packages
+PACKAGES = ("tts_queue", "api", "workers", "wyoming_server", "models", "migrations")  # the project's packages
 # Queues unique to this test run, so a stray worker of another run never takes our tasks.
 QUEUE_PREFIX = f"tts-test-{uuid.uuid4().hex[:8]}"
 

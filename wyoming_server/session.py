@@ -1,0 +1,357 @@
+"""One Wyoming connection: its events read in order, each sentence submitted to the queue as soon
+as it is complete, and the audio sent back in order while more text still comes.
+
+Two coroutines share the connection. The receiver reads events (``framing.receive``) and acts on
+them: ``describe`` queues the ``info``; ``synthesize`` submits its text as one task; a streamed
+synthesis (``synthesize-start``, ``synthesize-chunk``..., ``synthesize-stop``) feeds its text to a
+``SentenceCutter`` and submits each sentence it completes at once (the ``synthesize`` that
+clients send for older servers, inside one, is ignored). The sender takes what was queued, in
+order, and writes each sentence's ``audio-start``, ``audio-chunk``s and ``audio-stop`` as its
+task's audio arrives (``AudioRelay``, one bounded step at a time on the server's threads), then
+``synthesize-stopped`` after a streamed synthesis's last sentence.
+
+What a connection may cost is bounded: an event, ``TTS_WYOMING_MAX_EVENT_BYTES`` (checked before
+it is read); a streamed synthesis's text, ``TTS_WYOMING_MAX_TEXT_CHARS``; text held back, one
+unfinished sentence (``MAX_SENTENCE_CHARS``); tasks in flight, ``TTS_WYOMING_AHEAD`` plus the one
+being sent (then its text is not read); time, ``TTS_WYOMING_IDLE_S`` without an event while
+nothing is in flight, ``TTS_SYNC_WAIT_S`` for a sentence's first audio, twice the lease between
+pieces after that, ``TTS_WRITE_TIMEOUT_S`` for the client to take each event. Bad input (an
+unknown voice, an event out of order, an event too large) gets an ``error`` event, and the
+connection is closed; so does a failed task. A client that goes (or stops reading) ends the
+connection: its tasks' streams are dropped and its queued tasks cancelled, and each thread it used
+is free within one relay step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
+
+from tts_queue.access.keys import Principal
+from tts_queue.errors import (
+    EventOutOfOrder,
+    InvalidRequest,
+    ServiceUnavailable,
+    TextTooLong,
+    TTSQueueError,
+    public_error,
+)
+from tts_queue.errors import NotStarted as NoAudioInTime
+from tts_queue.synthesis.frontend.cutter import SentenceCutter
+from tts_queue.tasks.relay import NotStarted, StreamBroken
+from tts_queue.tasks.view import TaskView
+from wyoming_server.framing import receive, send
+from wyoming_server.pcm import PcmReader
+from wyoming_server.speech import SpeechQueue, Voice
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_SENTENCE_CHARS = 300  # an unfinished sentence held back at most; longer, it is cut at a space
+LINGER_BYTES = 16 * 1024 * 1024  # after an error, what the client still sends is read and dropped...
+LINGER_S = 1.0  # ...this much, this long at most, so it reads the error before the connection closes
+
+
+@dataclass(eq=False)
+class Sentence:
+    """A submitted text whose audio is still to be sent: its submission runs on a thread."""
+
+    text: str
+    submitted: asyncio.Future[TaskView]
+    who: Principal | None
+    sent: bool = False
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The end of a streamed synthesis: ``synthesize-stopped`` follows its last audio."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """No more events come: the sender ends after what was queued before."""
+
+
+Item = Sentence | Stopped | Finished | Event
+
+
+class Closed(Exception):
+    """The sender ended (it failed, or the client went): stop reading."""
+
+
+@dataclass(eq=False)
+class Session:
+    """One client's connection, from its first event until it closes."""
+
+    speech: SpeechQueue
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    address: str
+    threads: Executor
+    queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
+    sentences: list[Sentence] = field(default_factory=list)
+    cutter: SentenceCutter | None = None  # a streamed synthesis is open
+    voice: Voice = field(default_factory=lambda: Voice({}))
+    who: Principal | None = None
+    streamed_chars: int = 0
+    told: bool = False  # an error was sent: the client is given a moment to read it
+
+    def __post_init__(self) -> None:
+        wyoming = self.speech.settings.wyoming
+        self.room = asyncio.Semaphore(wyoming.ahead + 1)  # sentences in flight, the one sent included
+        self.write_timeout_s = self.speech.settings.api.write_timeout_s
+        self.sender: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        """Serve the connection until the client closes it, it idles out, or something fails."""
+        self.sender = asyncio.create_task(self._send_all())
+        failure: TTSQueueError | None = None
+        try:
+            while (event := await self._next_event()) is not None:
+                await self._handle(event)
+            self.queue.put_nowait(Finished())
+            await self.sender
+        except Closed:
+            pass
+        except TTSQueueError as exc:
+            failure = exc
+        finally:
+            if not self.sender.done():
+                self.sender.cancel()
+                await asyncio.gather(self.sender, return_exceptions=True)
+            self._drop_unsent()
+        if failure is not None:
+            await self._report(failure)
+        await self._close()
+
+    async def _next_event(self) -> Event | None:
+        """The next event; ``None`` when the client closed its side, the sender ended, or nothing
+        came for ``TTS_WYOMING_IDLE_S`` with nothing in flight."""
+        assert self.sender is not None
+        settings = self.speech.settings.wyoming
+        reading = asyncio.ensure_future(receive(self.reader, settings.max_event_bytes))
+        try:
+            while True:
+                done, _ = await asyncio.wait({reading, self.sender}, timeout=settings.idle_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if reading in done:
+                    return reading.result()
+                if self.sender in done:
+                    return None
+                if not self.sentences:  # nothing in flight
+                    log.info("wyoming %s: idle for %.0f s; closing", self.address, settings.idle_s)
+                    return None
+        finally:
+            if not reading.done():
+                reading.cancel()
+
+    async def _handle(self, event: Event) -> None:
+        """Act on one event, in the order the client sent them."""
+        if Describe.is_type(event.type):
+            self.queue.put_nowait(self.speech.info.event())
+        elif SynthesizeStart.is_type(event.type):
+            if self.cutter is not None:
+                raise EventOutOfOrder("synthesize-start inside a streamed synthesis; send "
+                                      "synthesize-stop first")
+            await self._open(_voice(event))
+            self.cutter, self.streamed_chars = SentenceCutter(MAX_SENTENCE_CHARS), 0
+        elif SynthesizeChunk.is_type(event.type):
+            if self.cutter is None:
+                raise EventOutOfOrder("synthesize-chunk outside a streamed synthesis; send "
+                                      "synthesize-start first")
+            text = _text(event)
+            self.streamed_chars += len(text)
+            limit = self.speech.settings.wyoming.max_text_chars
+            if self.streamed_chars > limit:
+                raise TextTooLong(f"a streamed synthesis of over {limit} characters "
+                                  "(TTS_WYOMING_MAX_TEXT_CHARS)")
+            for sentence in self.cutter.feed(text):
+                await self._submit(sentence)
+        elif SynthesizeStop.is_type(event.type):
+            if self.cutter is None:
+                raise EventOutOfOrder("synthesize-stop outside a streamed synthesis")
+            for sentence in self.cutter.finish():
+                await self._submit(sentence)
+            self.cutter = None
+            self.queue.put_nowait(Stopped())
+        elif Synthesize.is_type(event.type) and self.cutter is None:  # inside a stream: for older servers
+            text = _text(event)
+            await self._open(_voice(event))
+            await self._submit(text)
+        # any other event (a ping, a program selection, another domain's) is dropped, as the protocol asks
+
+    async def _open(self, chosen: SynthesizeVoice | None) -> None:
+        """A new synthesis: its voice checked, and one submission counted against the tenant's rate."""
+        self.voice = self.speech.voice(chosen)
+        self.who = await self._run(self.speech.admit, self.address)
+
+    async def _submit(self, text: str) -> None:
+        """Submit one sentence at once, once fewer than ``TTS_WYOMING_AHEAD`` wait before it."""
+        await self._or_closed(self.room.acquire())
+        loop = asyncio.get_running_loop()
+        submitted = loop.run_in_executor(self.threads, self.speech.submit, text, self.voice, self.who)
+        sentence = Sentence(text, submitted, self.who)
+        self.sentences.append(sentence)
+        self.queue.put_nowait(sentence)
+
+    async def _send_all(self) -> None:
+        """Write what was queued, in order, until ``Finished``; a failure is reported to the client
+        and ends the connection."""
+        try:
+            while not isinstance(item := await self.queue.get(), Finished):
+                if isinstance(item, Sentence):
+                    try:
+                        await self._send_sentence(item)
+                    finally:
+                        self.room.release()
+                        self.sentences.remove(item)
+                        if not item.sent:  # it failed, or the client went: the worker stops streaming
+                            self._drop(item, queued=False)
+                elif isinstance(item, Stopped):
+                    await self._send(SynthesizeStopped().event())
+                else:
+                    await self._send(item)
+        except (TTSQueueError, NotStarted, StreamBroken) as exc:
+            self._drop_unsent()
+            await self._report(_as_error(exc))
+        except (OSError, TimeoutError) as exc:  # the client went, or stopped reading
+            log.info("wyoming %s: the client is gone (%s)", self.address, type(exc).__name__)
+
+    async def _send_sentence(self, sentence: Sentence) -> None:
+        """One sentence's audio: ``audio-start``, its chunks as they come, ``audio-stop``."""
+        view = await sentence.submitted
+        relay = self.speech.relay(view, sentence.who)
+        pcm, samples = PcmReader(), 0
+        try:
+            while (pieces := await self._run(relay.step)) is not None:
+                for chunk in (chunk for piece in pieces for chunk in pcm.feed(piece)):
+                    fmt = pcm.format
+                    assert fmt is not None
+                    if samples == 0:
+                        await self._send(AudioStart(fmt.rate, fmt.width, fmt.channels, timestamp=0).event())
+                    await self._send(AudioChunk(fmt.rate, fmt.width, fmt.channels, chunk,
+                                                timestamp=samples * 1000 // fmt.rate).event())
+                    samples += len(chunk) // (fmt.width * fmt.channels)
+            fmt = pcm.format
+            if samples == 0 and fmt is not None:  # no samples at all: still one audio stream
+                await self._send(AudioStart(fmt.rate, fmt.width, fmt.channels, timestamp=0).event())
+            stamp = samples * 1000 // fmt.rate if fmt is not None else 0
+            await self._send(AudioStop(timestamp=stamp).event())
+            sentence.sent = True
+        finally:
+            relay.close()
+
+    async def _send(self, event: Event) -> None:
+        await send(self.writer, event, self.write_timeout_s)
+
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        """A blocking call of the core on the server's threads."""
+        result: T = await asyncio.get_running_loop().run_in_executor(self.threads, call, *args)
+        return result
+
+    async def _or_closed(self, waited: Awaitable[T]) -> T:
+        """``waited``'s result, or ``Closed`` if the sender ends first."""
+        assert self.sender is not None
+        task = asyncio.ensure_future(waited)
+        done, _ = await asyncio.wait({task, self.sender}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        raise Closed()
+
+    def _drop_unsent(self) -> None:
+        """Tasks whose audio will not be sent: streams dropped, queued ones cancelled."""
+        for sentence in self.sentences:
+            self._drop(sentence, queued=True)
+
+    def _drop(self, sentence: Sentence, queued: bool) -> None:
+        """Drop one sentence's task once its submission is done (on a thread, not waited for)."""
+        if sentence.sent:
+            return
+        sentence.sent = True
+        loop = asyncio.get_running_loop()
+
+        def dropped(done: asyncio.Future[TaskView]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                loop.run_in_executor(self.threads, self.speech.drop, done.result().id, queued)
+
+        sentence.submitted.add_done_callback(dropped)
+
+    async def _report(self, exc: TTSQueueError) -> None:
+        """Tell the client what went wrong (what a client may read of it), if it still listens."""
+        code, message = public_error(exc)
+        log.info("wyoming %s: %s: %s", self.address, code, exc.message)
+        try:
+            await self._send(Error(text=message, code=code).event())
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            self.told = True
+        except (OSError, TimeoutError, RuntimeError):
+            pass
+
+    async def _close(self) -> None:
+        """Close the connection. After an error, what the client still sends is read and dropped
+        first (a little, briefly), so it reads the error before the close; a client that takes
+        nothing, or went, or idled, is cut off at once."""
+        if self.told:
+            try:
+                await asyncio.wait_for(self._drain_input(), LINGER_S)
+                self.writer.close()
+                await asyncio.wait_for(self.writer.wait_closed(), LINGER_S)
+                return
+            except (TimeoutError, OSError):
+                pass
+        self.writer.transport.abort()
+
+    async def _drain_input(self) -> None:
+        left = LINGER_BYTES
+        while left > 0 and (chunk := await self.reader.read(min(left, 65536))):
+            left -= len(chunk)
+
+
+def _text(event: Event) -> str:
+    """An event's ``text``, which must be a string."""
+    text = event.data.get("text")
+    if not isinstance(text, str):
+        raise InvalidRequest(f"{event.type} needs its text as a string")
+    return text
+
+
+def _voice(event: Event) -> SynthesizeVoice | None:
+    """An event's voice choice (a name and speaker, or a language), each a string if given."""
+    raw = event.data.get("voice")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("voice must be an object with a name (and speaker) or a language")
+    name, speaker, language = (raw.get(key) for key in ("name", "speaker", "language"))
+    if any(value is not None and not isinstance(value, str) for value in (name, speaker, language)):
+        raise InvalidRequest("a voice's name, speaker and language are strings")
+    if name is not None:
+        return SynthesizeVoice(name=name, speaker=speaker)
+    return SynthesizeVoice(language=language)
+
+
+def _as_error(exc: Exception) -> TTSQueueError:
+    """A relay's exception as the error a client reads."""
+    if isinstance(exc, TTSQueueError):
+        return exc
+    if isinstance(exc, NotStarted):
+        return NoAudioInTime(f"task {exc.view.id} did not start within the wait")
+    return ServiceUnavailable(f"the audio broke off: {exc}")
