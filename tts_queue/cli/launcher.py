@@ -80,17 +80,23 @@ def wyoming_launch(settings: Settings, base: Mapping[str, str], port: int | None
                    ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of the Wyoming server (``tts-queue wyoming``, and ``up``'s
     child): its host (``TTS_WYOMING_HOST``, else the API's) and port passed down. With keys
-    required, ``ConfigError`` when no ``TTS_WYOMING_KEY`` is set: it would refuse to start."""
-    if settings.api.auth == "required" and not settings.wyoming.key:
-        raise ConfigError("TTS_AUTH=required: the Wyoming protocol carries no key, so its server serves "
-                          "only under a key of its own; make one (`tts-queue keys create home-assistant`) "
-                          "and set TTS_WYOMING_KEY to it")
+    required, ``ConfigError`` when no ``TTS_WYOMING_KEY`` is set: it would refuse to start (the
+    server itself checks that the key is a live one)."""
+    require_wyoming_key(settings)
     env = dict(base, TTS_WYOMING_HOST=settings.wyoming.host or settings.api.host,
                TTS_WYOMING_PORT=str(port or settings.wyoming.port or WYOMING_PORT))
     return [sys.executable, "-m", "wyoming_server"], env
 
 
 WYOMING_PORT = 10200  # Wyoming's usual TTS port (wyoming_server.listener.DEFAULT_PORT)
+
+
+def require_wyoming_key(settings: Settings) -> None:
+    """``ConfigError`` when keys are required and the Wyoming server has none of its own."""
+    if settings.api.auth == "required" and not settings.wyoming.key:
+        raise ConfigError("TTS_AUTH=required: the Wyoming protocol carries no key, so its server serves "
+                          "only under a key of its own; make one (`tts-queue keys create home-assistant`) "
+                          "and set TTS_WYOMING_KEY to it")
 ACCESS_LOG = '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(L)ss request %({x-request-id}o)s'
 
 
@@ -163,6 +169,8 @@ def up(settings: Settings, workers: int = 1, policy: RestartPolicy | None = None
     Exit code 0 after Ctrl-C or SIGTERM, 1 when a child failed too often (``RestartPolicy``).
     The pid of every child is kept in ``<data dir>/up.pids`` while it runs.
     """
+    if settings.wyoming.port:
+        require_wyoming_key(settings)  # before anything starts
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     reserve = settings.cache.storage_reserve_bytes
 

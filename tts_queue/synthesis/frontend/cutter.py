@@ -15,8 +15,9 @@ returns what is left. A sentence is complete once the first character of the nex
 The cut is cautious: a missed end only makes a longer sentence (its audio starts a little later),
 and the request's own frontend still finds every sentence inside it; a false one would break a
 sentence's intonation. A sentence longer than ``max_chars`` is cut at its last space (anywhere,
-if it has none) so nothing waits without bound. Each character is looked at once, and a decision
-reads at most ``LOOK_BACK`` characters before it: linear in the text however it is split.
+if it has none) so nothing waits without bound: at most ``max_chars`` characters are ever held
+back. Each character is looked at once, a decision reads at most ``LOOK_BACK`` characters before
+it, and a piece costs one copy of what is held back: linear in the text however it is split.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class SentenceCutter:
         done: list[str] = []
         for index in range(self._scanned, len(self._text)):
             cut = self._look(index)
-            if cut is None and self._end is None and index + 1 - self._start > self.max_chars:
-                cut = self._long_cut()
+            if cut is None and index + 1 - self._start > self.max_chars:
+                cut = self._long_cut()  # a possible end waiting is dropped: nothing waits past the limit
             if cut is not None:
                 done.append(self._text[self._start:cut].strip())
                 self._start, self._end, self._breaks = cut, None, 0
