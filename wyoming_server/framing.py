@@ -1,7 +1,8 @@
 """Wyoming events off and onto a connection, under bounds.
 
 An event is a JSON header line, then ``data_length`` bytes of JSON data, then ``payload_length``
-bytes of payload (the ``wyoming`` package's format, which writes them: ``async_write_event``).
+bytes of payload (the ``wyoming`` package's format, which writes them: ``async_write_event``);
+``text_of`` and ``voice_of`` read an event's fields, whose types a client may get wrong.
 The package's own reader takes any ``data_length`` a client states and reads it whole; this one
 reads the header line within ``max_bytes`` (the stream reader's limit), checks the stated lengths
 against what is left of ``max_bytes`` before reading a byte of them, and refuses anything that is
@@ -17,8 +18,9 @@ import json
 from typing import Any
 
 from wyoming.event import Event, async_write_event
+from wyoming.tts import SynthesizeVoice
 
-from tts_queue.errors import EventTooLarge
+from tts_queue.errors import EventTooLarge, InvalidRequest
 
 
 async def receive(reader: asyncio.StreamReader, max_bytes: int) -> Event | None:
@@ -80,3 +82,26 @@ def _length(header: dict[str, Any], name: str) -> int:
 async def send(writer: asyncio.StreamWriter, event: Event, timeout_s: float) -> None:
     """Write one event and wait until the client takes it; ``TimeoutError`` after ``timeout_s``."""
     await asyncio.wait_for(async_write_event(event, writer), timeout_s)
+
+
+def text_of(event: Event) -> str:
+    """An event's ``text``, which must be a string."""
+    text = event.data.get("text")
+    if not isinstance(text, str):
+        raise InvalidRequest(f"{event.type} needs its text as a string")
+    return text
+
+
+def voice_of(event: Event) -> SynthesizeVoice | None:
+    """An event's voice choice (a name and speaker, or a language), each a string if given."""
+    raw = event.data.get("voice")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("voice must be an object with a name (and speaker) or a language")
+    name, speaker, language = (raw.get(key) for key in ("name", "speaker", "language"))
+    if any(value is not None and not isinstance(value, str) for value in (name, speaker, language)):
+        raise InvalidRequest("a voice's name, speaker and language are strings")
+    if name is not None:
+        return SynthesizeVoice(name=name, speaker=speaker)
+    return SynthesizeVoice(language=language)

@@ -1,12 +1,16 @@
 """A task's WAV, as it arrives in pieces, turned into the raw PCM that Wyoming's ``audio-chunk``
 events carry: the header is read for the rate, width and channels (a streamed WAV's 44 bytes, a
-stored one's chunks, whatever their order), and what follows is cut into chunks of whole samples.
+stored one's chunks, whatever their order), and what follows is cut into chunks of whole samples
+(``PcmReader``), sent as ``audio-start``, ``audio-chunk``s and ``audio-stop`` (``AudioEvents``).
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.event import Event
 
 from tts_queue.errors import SynthesisError
 
@@ -49,6 +53,37 @@ class PcmReader:
         chunks = [self._held[at:min(at + size, whole)] for at in range(0, whole, size)]
         self._held = self._held[whole:]
         return chunks
+
+
+class AudioEvents:
+    """One audio stream's events from its WAV's pieces, each chunk stamped with its start (ms)."""
+
+    def __init__(self, samples_per_chunk: int = SAMPLES_PER_CHUNK) -> None:
+        self.pcm = PcmReader(samples_per_chunk)
+        self.samples = 0
+
+    def feed(self, piece: bytes) -> list[Event]:
+        """The events ``piece`` completes: ``audio-start`` before the first chunk, then chunks."""
+        events: list[Event] = []
+        for chunk in self.pcm.feed(piece):
+            fmt = self.pcm.format
+            assert fmt is not None
+            if self.samples == 0:
+                events.append(AudioStart(fmt.rate, fmt.width, fmt.channels, timestamp=0).event())
+            events.append(AudioChunk(fmt.rate, fmt.width, fmt.channels, chunk,
+                                     timestamp=self.samples * 1000 // fmt.rate).event())
+            self.samples += len(chunk) // (fmt.width * fmt.channels)
+        return events
+
+    def end(self) -> list[Event]:
+        """``audio-stop`` (after an ``audio-start`` if there were no samples at all)."""
+        fmt = self.pcm.format
+        if fmt is None:
+            raise SynthesisError("the audio ended before its header")
+        stop = AudioStop(timestamp=self.samples * 1000 // fmt.rate).event()
+        if self.samples:
+            return [stop]
+        return [AudioStart(fmt.rate, fmt.width, fmt.channels, timestamp=0).event(), stop]
 
 
 def _header(data: bytes) -> tuple[PcmFormat, int] | None:

@@ -31,7 +31,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe
@@ -47,7 +46,6 @@ from wyoming.tts import (
 from tts_queue.access.keys import Principal
 from tts_queue.errors import (
     EventOutOfOrder,
-    InvalidRequest,
     ServiceUnavailable,
     TextTooLong,
     TTSQueueError,
@@ -57,8 +55,8 @@ from tts_queue.errors import NotStarted as NoAudioInTime
 from tts_queue.synthesis.frontend.cutter import SentenceCutter
 from tts_queue.tasks.relay import NotStarted, StreamBroken
 from tts_queue.tasks.view import TaskView
-from wyoming_server.framing import receive, send
-from wyoming_server.pcm import PcmReader
+from wyoming_server.framing import receive, send, text_of, voice_of
+from wyoming_server.pcm import AudioEvents
 from wyoming_server.speech import SpeechQueue, Voice
 
 log = logging.getLogger(__name__)
@@ -169,13 +167,13 @@ class Session:
             if self.cutter is not None:
                 raise EventOutOfOrder("synthesize-start inside a streamed synthesis; send "
                                       "synthesize-stop first")
-            await self._open(_voice(event))
+            await self._open(voice_of(event))
             self.cutter, self.streamed_chars = SentenceCutter(MAX_SENTENCE_CHARS), 0
         elif SynthesizeChunk.is_type(event.type):
             if self.cutter is None:
                 raise EventOutOfOrder("synthesize-chunk outside a streamed synthesis; send "
                                       "synthesize-start first")
-            text = _text(event)
+            text = text_of(event)
             self.streamed_chars += len(text)
             limit = self.speech.settings.wyoming.max_text_chars
             if self.streamed_chars > limit:
@@ -191,8 +189,8 @@ class Session:
             self.cutter = None
             self.queue.put_nowait(Stopped())
         elif Synthesize.is_type(event.type) and self.cutter is None:  # inside a stream: for older servers
-            text = _text(event)
-            await self._open(_voice(event))
+            text = text_of(event)
+            await self._open(voice_of(event))
             await self._submit(text)
         # any other event (a ping, a program selection, another domain's) is dropped, as the protocol asks
 
@@ -237,22 +235,13 @@ class Session:
         """One sentence's audio: ``audio-start``, its chunks as they come, ``audio-stop``."""
         view = await sentence.submitted
         relay = self.speech.relay(view, sentence.who)
-        pcm, samples = PcmReader(), 0
+        audio = AudioEvents()
         try:
             while (pieces := await self._run(relay.step)) is not None:
-                for chunk in (chunk for piece in pieces for chunk in pcm.feed(piece)):
-                    fmt = pcm.format
-                    assert fmt is not None
-                    if samples == 0:
-                        await self._send(AudioStart(fmt.rate, fmt.width, fmt.channels, timestamp=0).event())
-                    await self._send(AudioChunk(fmt.rate, fmt.width, fmt.channels, chunk,
-                                                timestamp=samples * 1000 // fmt.rate).event())
-                    samples += len(chunk) // (fmt.width * fmt.channels)
-            fmt = pcm.format
-            if samples == 0 and fmt is not None:  # no samples at all: still one audio stream
-                await self._send(AudioStart(fmt.rate, fmt.width, fmt.channels, timestamp=0).event())
-            stamp = samples * 1000 // fmt.rate if fmt is not None else 0
-            await self._send(AudioStop(timestamp=stamp).event())
+                for event in (event for piece in pieces for event in audio.feed(piece)):
+                    await self._send(event)
+            for event in audio.end():
+                await self._send(event)
             sentence.sent = True
         finally:
             relay.close()
@@ -323,29 +312,6 @@ class Session:
         left = LINGER_BYTES
         while left > 0 and (chunk := await self.reader.read(min(left, 65536))):
             left -= len(chunk)
-
-
-def _text(event: Event) -> str:
-    """An event's ``text``, which must be a string."""
-    text = event.data.get("text")
-    if not isinstance(text, str):
-        raise InvalidRequest(f"{event.type} needs its text as a string")
-    return text
-
-
-def _voice(event: Event) -> SynthesizeVoice | None:
-    """An event's voice choice (a name and speaker, or a language), each a string if given."""
-    raw = event.data.get("voice")
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise InvalidRequest("voice must be an object with a name (and speaker) or a language")
-    name, speaker, language = (raw.get(key) for key in ("name", "speaker", "language"))
-    if any(value is not None and not isinstance(value, str) for value in (name, speaker, language)):
-        raise InvalidRequest("a voice's name, speaker and language are strings")
-    if name is not None:
-        return SynthesizeVoice(name=name, speaker=speaker)
-    return SynthesizeVoice(language=language)
 
 
 def _as_error(exc: Exception) -> TTSQueueError:

@@ -16,7 +16,7 @@ from wyoming.event import Event
 from tts_queue.errors import EventTooLarge
 from tts_queue.synthesis.encoder import StreamEncoder
 from wyoming_server.framing import receive
-from wyoming_server.pcm import PcmReader
+from wyoming_server.pcm import AudioEvents, PcmReader
 
 LIMIT = 4096
 
@@ -89,3 +89,18 @@ def test_a_wav_in_any_pieces_becomes_its_samples_in_whole_sample_chunks(stored: 
     assert all(len(chunk) % 2 == 0 and 0 < len(chunk) <= 512 for chunk in chunks)
     expected = soundfile.read(io.BytesIO(wav), dtype="int16")[0]
     assert np.array_equal(np.frombuffer(b"".join(chunks), "<i2"), expected)
+
+
+def test_audio_without_samples_is_still_one_audio_stream_and_timestamps_count_samples() -> None:
+    # Given a streamed WAV with no samples, and one with 2,000
+    empty = StreamEncoder("wav", 16000, io.BytesIO()).close()  # the header alone
+    encoder = StreamEncoder("wav", 16000, io.BytesIO())
+    full = encoder.write(samples(0.125, 16000)) + encoder.close()
+    # When each becomes Wyoming's events
+    none, some = AudioEvents(1000), AudioEvents(1000)
+    quiet = none.feed(empty) + none.end()
+    spoken = some.feed(full) + some.end()
+    # Then the silent one is audio-start then audio-stop, and chunks are stamped by their start
+    assert [event.type for event in quiet] == ["audio-start", "audio-stop"]
+    assert [event.type for event in spoken] == ["audio-start", "audio-chunk", "audio-chunk", "audio-stop"]
+    assert [event.data["timestamp"] for event in spoken] == [0, 0, 62, 125]
