@@ -82,6 +82,8 @@ class WyomingServer:
         self.sessions.add(task)
         try:
             await Session(self.speech, reader, writer, address, self.threads).run()
+        except asyncio.CancelledError:  # the server stops: the connection is cut, the handler ends
+            writer.transport.abort()
         except Exception:  # a defect: this connection ends, the server goes on
             log.exception("wyoming %s: the connection failed", address)
             writer.transport.abort()
