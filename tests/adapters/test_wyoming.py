@@ -1,22 +1,28 @@
 """The Wyoming adapter's own parts, without a server: events read under their bound (refused
-before their data is read, whatever the header claims), and a task's WAV turned into PCM chunks
-however its pieces are cut."""
+before their data is read, whatever the header claims), a task's WAV turned into PCM chunks
+however its pieces are cut, and its submissions counted in the same rate as the API's."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
 from wyoming.event import Event
 
-from tts_queue.errors import EventTooLarge
+from tests.support import FakeQueue, migrate, tiny_voice_env
+from tts_queue.access.rates import SubmissionRates
+from tts_queue.errors import EventTooLarge, RateLimited
+from tts_queue.settings import Settings
 from tts_queue.synthesis.encoder import StreamEncoder
 from wyoming_server.framing import receive
 from wyoming_server.pcm import AudioEvents, PcmReader
+from wyoming_server.speech import SpeechQueue
 
 LIMIT = 4096
 
@@ -104,3 +110,28 @@ def test_audio_without_samples_is_still_one_audio_stream_and_timestamps_count_sa
     assert [event.type for event in quiet] == ["audio-start", "audio-stop"]
     assert [event.type for event in spoken] == ["audio-start", "audio-chunk", "audio-chunk", "audio-stop"]
     assert [event.data["timestamp"] for event in spoken] == [0, 0, 62, 125]
+
+
+@pytest.mark.integration
+def test_wyoming_and_http_submissions_count_against_one_rate_per_address(
+    tmp_path: Path, voices_dir: Path, redis_url: str,
+) -> None:
+    from api import create_app
+    from api.services import Services
+
+    # Given the API and the Wyoming server's core over one Redis, keys off, 2 submissions a minute
+    settings = migrate(Settings.from_env({
+        "TTS_DATA_DIR": str(tmp_path), "TTS_REDIS_URL": redis_url, "TTS_RATE_LIMIT": "2/minute",
+        "TTS_QUEUE_PREFIX": f"rates-{uuid.uuid4().hex[:8]}", **tiny_voice_env(voices_dir)}))
+    queue = FakeQueue()
+    services = Services.build(settings, queue, queue)
+    client = create_app(settings, services).test_client()
+    speech = SpeechQueue(services, services.keys, services.usage, SubmissionRates(settings))
+    # When one address submits over HTTP, then twice over Wyoming
+    assert client.post("/v1/tts", json={"text": "Hello there."}).status_code in (200, 202)
+    speech.admit("127.0.0.1")
+    with pytest.raises(RateLimited):
+        speech.admit("127.0.0.1")
+    # Then its third was refused, and HTTP sees the Wyoming one too; another address is its own tenant
+    assert client.post("/v1/tts", json={"text": "Hello again."}).json["error"]["code"] == RateLimited.code
+    assert speech.admit("10.0.0.7") is None
