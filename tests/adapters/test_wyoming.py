@@ -133,5 +133,6 @@ def test_wyoming_and_http_submissions_count_against_one_rate_per_address(
     with pytest.raises(RateLimited):
         speech.admit("127.0.0.1")
     # Then its third was refused, and HTTP sees the Wyoming one too; another address is its own tenant
-    assert client.post("/v1/tts", json={"text": "Hello again."}).json["error"]["code"] == RateLimited.code
+    refused = client.post("/v1/tts", json={"text": "Hello again."})
+    assert refused.status_code == 429 and refused.get_json()["error"]["code"] == RateLimited.code
     assert speech.admit("10.0.0.7") is None
