@@ -17,10 +17,14 @@ import asyncio
 import json
 from typing import Any
 
+from wyoming.error import Error
 from wyoming.event import Event, async_write_event
 from wyoming.tts import SynthesizeVoice
 
-from tts_queue.errors import EventTooLarge, InvalidRequest
+from tts_queue.errors import EventTooLarge, InvalidRequest, TTSQueueError, public_error
+
+LINGER_BYTES = 16 * 1024 * 1024  # after an error, what the client still sends is read and dropped...
+LINGER_S = 1.0  # ...this much, this long at most, so it reads the error before the connection closes
 
 
 async def receive(reader: asyncio.StreamReader, max_bytes: int) -> Event | None:
@@ -82,6 +86,40 @@ def _length(header: dict[str, Any], name: str) -> int:
 async def send(writer: asyncio.StreamWriter, event: Event, timeout_s: float) -> None:
     """Write one event and wait until the client takes it; ``TimeoutError`` after ``timeout_s``."""
     await asyncio.wait_for(async_write_event(event, writer), timeout_s)
+
+
+async def tell(writer: asyncio.StreamWriter, exc: TTSQueueError, timeout_s: float) -> bool:
+    """Send ``exc`` as an ``error`` event (what a client may read of it: ``public_error``) and end
+    the server's side of the stream; whether the client could take it."""
+    code, message = public_error(exc)
+    try:
+        await send(writer, Error(text=message, code=code).event(), timeout_s)
+        if writer.can_write_eof():
+            writer.write_eof()
+        return True
+    except (OSError, TimeoutError, RuntimeError):
+        return False
+
+
+async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, linger: bool) -> None:
+    """Close a connection. ``linger`` (an error was sent): what the client still sends is read and
+    dropped first (``LINGER_BYTES`` and ``LINGER_S`` at most), so it reads the error before the
+    close, not a reset; otherwise (it went, idled or stopped reading) it is cut off at once."""
+    if linger:
+        try:
+            await asyncio.wait_for(_drop_input(reader), LINGER_S)
+            writer.close()
+            await asyncio.wait_for(writer.wait_closed(), LINGER_S)
+            return
+        except (TimeoutError, OSError):
+            pass
+    writer.transport.abort()
+
+
+async def _drop_input(reader: asyncio.StreamReader) -> None:
+    left = LINGER_BYTES
+    while left > 0 and (chunk := await reader.read(min(left, 65536))):
+        left -= len(chunk)
 
 
 def text_of(event: Event) -> str:

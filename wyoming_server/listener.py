@@ -18,14 +18,12 @@ import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from wyoming.error import Error
-
 from tts_queue import metrics
-from tts_queue.errors import Busy, public_error
+from tts_queue.errors import Busy
 from tts_queue.fairness.slots import FairSlots
 from tts_queue.settings import Settings
-from wyoming_server.framing import send
-from wyoming_server.session import LINGER_S, Session
+from wyoming_server.framing import LINGER_S, tell
+from wyoming_server.session import Session
 from wyoming_server.speech import SpeechQueue
 
 log = logging.getLogger(__name__)
@@ -92,11 +90,7 @@ class WyomingServer:
             self.sessions.discard(task)
 
     async def _refuse(self, writer: asyncio.StreamWriter, error: Busy) -> None:
-        code, message = public_error(error)
-        try:
-            await send(writer, Error(text=message, code=code).event(), LINGER_S)
-        except (OSError, TimeoutError):
-            pass
+        await tell(writer, error, LINGER_S)
         writer.transport.abort()
 
 

@@ -13,13 +13,13 @@ task's audio arrives (``AudioRelay``, one bounded step at a time on the server's
 What a connection may cost is bounded: an event, ``TTS_WYOMING_MAX_EVENT_BYTES`` (checked before
 it is read); a streamed synthesis's text, ``TTS_WYOMING_MAX_TEXT_CHARS``; text held back, one
 unfinished sentence (``MAX_SENTENCE_CHARS``); tasks in flight, ``TTS_WYOMING_AHEAD`` plus the one
-being sent (then its text is not read); time, ``TTS_WYOMING_IDLE_S`` without an event while
-nothing is in flight, ``TTS_SYNC_WAIT_S`` for a sentence's first audio, twice the lease between
-pieces after that, ``TTS_WRITE_TIMEOUT_S`` for the client to take each event. Bad input (an
-unknown voice, an event out of order, an event too large) gets an ``error`` event, and the
-connection is closed; so does a failed task. A client that goes (or stops reading) ends the
-connection: its tasks' streams are dropped and its queued tasks cancelled, and each thread it used
-is free within one relay step.
+being sent, and as many items waiting to be sent (beyond that its events are not read); time,
+``TTS_WYOMING_IDLE_S`` without an event while nothing is in flight, ``TTS_SYNC_WAIT_S`` for a
+sentence's first audio, twice the lease between pieces after that, ``TTS_WRITE_TIMEOUT_S`` for
+the client to take each event. Bad input (an unknown voice, an event out of order, an event too
+large) gets an ``error`` event and the connection is closed; so does a failed task. A client that
+goes or stops reading ends the connection: its tasks' streams are dropped, its queued tasks
+cancelled, and each thread it used is free within one relay step.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.tts import (
@@ -49,21 +48,19 @@ from tts_queue.errors import (
     ServiceUnavailable,
     TextTooLong,
     TTSQueueError,
-    public_error,
 )
 from tts_queue.errors import NotStarted as NoAudioInTime
 from tts_queue.synthesis.frontend.cutter import SentenceCutter
 from tts_queue.tasks.relay import NotStarted, StreamBroken
 from tts_queue.tasks.view import TaskView
-from wyoming_server.framing import receive, send, text_of, voice_of
+from wyoming_server.framing import hang_up, receive, send, tell, text_of, voice_of
 from wyoming_server.pcm import AudioEvents
 from wyoming_server.speech import SpeechQueue, Voice
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_SENTENCE_CHARS = 300  # an unfinished sentence held back at most; longer, it is cut at a space
-LINGER_BYTES = 16 * 1024 * 1024  # after an error, what the client still sends is read and dropped...
-LINGER_S = 1.0  # ...this much, this long at most, so it reads the error before the connection closes
+KEEP_S = 3.0  # the reader marks of the sentences waiting their turn are refreshed this often
 
 
 @dataclass(eq=False)
@@ -102,7 +99,6 @@ class Session:
     writer: asyncio.StreamWriter
     address: str
     threads: Executor
-    queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
     sentences: list[Sentence] = field(default_factory=list)
     cutter: SentenceCutter | None = None  # a streamed synthesis is open
     voice: Voice = field(default_factory=lambda: Voice({}))
@@ -113,6 +109,8 @@ class Session:
     def __post_init__(self) -> None:
         wyoming = self.speech.settings.wyoming
         self.room = asyncio.Semaphore(wyoming.ahead + 1)  # sentences in flight, the one sent included
+        # what waits to be sent (sentences, info, ends): a client that asks without reading is held
+        self.queue: asyncio.Queue[Item] = asyncio.Queue(wyoming.ahead + 1)
         self.write_timeout_s = self.speech.settings.api.write_timeout_s
         self.sender: asyncio.Task[None] | None = None
 
@@ -123,7 +121,7 @@ class Session:
         try:
             while (event := await self._next_event()) is not None:
                 await self._handle(event)
-            self.queue.put_nowait(Finished())
+            await self._put(Finished())
             await self.sender
         except Closed:
             pass
@@ -162,7 +160,7 @@ class Session:
     async def _handle(self, event: Event) -> None:
         """Act on one event, in the order the client sent them."""
         if Describe.is_type(event.type):
-            self.queue.put_nowait(self.speech.info.event())
+            await self._put(self.speech.info.event())
         elif SynthesizeStart.is_type(event.type):
             if self.cutter is not None:
                 raise EventOutOfOrder("synthesize-start inside a streamed synthesis; send "
@@ -187,7 +185,7 @@ class Session:
             for sentence in self.cutter.finish():
                 await self._submit(sentence)
             self.cutter = None
-            self.queue.put_nowait(Stopped())
+            await self._put(Stopped())
         elif Synthesize.is_type(event.type) and self.cutter is None:  # inside a stream: for older servers
             text = text_of(event)
             await self._open(voice_of(event))
@@ -206,7 +204,11 @@ class Session:
         submitted = loop.run_in_executor(self.threads, self.speech.submit, text, self.voice, self.who)
         sentence = Sentence(text, submitted, self.who)
         self.sentences.append(sentence)
-        self.queue.put_nowait(sentence)
+        await self._put(sentence)
+
+    async def _put(self, item: Item) -> None:
+        """Queue ``item`` for the sender, once there is room (``Closed`` if the sender ended)."""
+        await self._or_closed(self.queue.put(item))
 
     async def _send_all(self) -> None:
         """Write what was queued, in order, until ``Finished``; a failure is reported to the client
@@ -236,15 +238,25 @@ class Session:
         view = await sentence.submitted
         relay = self.speech.relay(view, sentence.who)
         audio = AudioEvents()
+        loop = asyncio.get_running_loop()
+        kept = loop.time()
         try:
             while (pieces := await self._run(relay.step)) is not None:
                 for event in (event for piece in pieces for event in audio.feed(piece)):
                     await self._send(event)
+                if loop.time() - kept > KEEP_S:  # the sentences waiting behind this one still stream
+                    kept = loop.time()
+                    await self._run(self.speech.keep, self._waiting(sentence))
             for event in audio.end():
                 await self._send(event)
             sentence.sent = True
         finally:
             relay.close()
+
+    def _waiting(self, current: Sentence) -> list[str]:
+        """The task ids of the sentences submitted behind ``current``."""
+        return [s.submitted.result().id for s in self.sentences if s is not current and s.submitted.done()
+                and not s.submitted.cancelled() and s.submitted.exception() is None]
 
     async def _send(self, event: Event) -> None:
         await send(self.writer, event, self.write_timeout_s)
@@ -284,34 +296,12 @@ class Session:
 
     async def _report(self, exc: TTSQueueError) -> None:
         """Tell the client what went wrong (what a client may read of it), if it still listens."""
-        code, message = public_error(exc)
-        log.info("wyoming %s: %s: %s", self.address, code, exc.message)
-        try:
-            await self._send(Error(text=message, code=code).event())
-            if self.writer.can_write_eof():
-                self.writer.write_eof()
-            self.told = True
-        except (OSError, TimeoutError, RuntimeError):
-            pass
+        log.info("wyoming %s: %s: %s", self.address, exc.code, exc.message)
+        self.told = await tell(self.writer, exc, self.write_timeout_s)
 
     async def _close(self) -> None:
-        """Close the connection. After an error, what the client still sends is read and dropped
-        first (a little, briefly), so it reads the error before the close; a client that takes
-        nothing, or went, or idled, is cut off at once."""
-        if self.told:
-            try:
-                await asyncio.wait_for(self._drain_input(), LINGER_S)
-                self.writer.close()
-                await asyncio.wait_for(self.writer.wait_closed(), LINGER_S)
-                return
-            except (TimeoutError, OSError):
-                pass
-        self.writer.transport.abort()
-
-    async def _drain_input(self) -> None:
-        left = LINGER_BYTES
-        while left > 0 and (chunk := await self.reader.read(min(left, 65536))):
-            left -= len(chunk)
+        """Close the connection: after an error, once the client could read it (``hang_up``)."""
+        await hang_up(self.reader, self.writer, linger=self.told)
 
 
 def _as_error(exc: Exception) -> TTSQueueError:

@@ -140,6 +140,13 @@ class SpeechQueue:
         """The reader of a submitted task's audio (its first piece within ``TTS_SYNC_WAIT_S``)."""
         return AudioRelay(self.wiring.tasks, view, who.id if who else None, self.settings.api.sync_wait_s)
 
+    def keep(self, task_ids: list[str]) -> None:
+        """The tasks' audio is still wanted (they wait their turn): their streams' reader marks are
+        refreshed, so their workers go on streaming (``AudioStreams.READER_TTL_S``)."""
+        if self.wiring.streams is not None:
+            for task_id in task_ids:
+                self.wiring.streams.attach(task_id)
+
     def drop(self, task_id: str, queued: bool) -> None:
         """A task whose audio nobody will read: its stream goes (the worker stops appending) and,
         ``queued`` (never read), it is cancelled if it still waits (best effort)."""
