@@ -85,8 +85,8 @@ def start(settings: Settings) -> Running:
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
           voices_dir: Path) -> Iterator[Running]:
     with served(tmp_path_factory.mktemp("wyoming"), redis_url, voices_dir, TTS_WRITE_TIMEOUT_S="0.5",
-                TTS_WYOMING_IDLE_S="0.5", TTS_WYOMING_AHEAD="2",
-                TTS_WYOMING_MAX_TEXT_CHARS="100000") as service:
+                TTS_WYOMING_IDLE_S="0.5", TTS_WYOMING_AHEAD="8",
+                TTS_WYOMING_MAX_TEXT_CHARS="100000", stop_now=True) as service:
         running = start(service.settings)
         yield running
         running.stop()
