@@ -62,10 +62,6 @@ def test_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
     try:
         wait_until(lambda: ready(url) or up.poll() is not None, timeout=120, interval=0.5)
         assert up.poll() is None, log.read_text()[-3000:]
-        # Then Home Assistant's protocol is served beside the API, through the same queue
-        wait_until(lambda: listening(wyoming) or up.poll() is not None, timeout=120, interval=0.2)
-        answered = wyoming_answers(wyoming, "Hello over Wyoming.")
-        assert answered[0] == "en_US-joe-medium" and answered[-1] == "audio-stop", answered
 
         # When a client submits through the CLI and waits for the file
         out = tmp_path / "hello.wav"
@@ -82,6 +78,12 @@ def test_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
         assert rate == 22050 and 0.8 < len(samples) / rate < 5
         assert (data_dir / "tts-queue.db").is_file()
         assert (data_dir / "broker" / "redis.sock").exists()
+        # And Home Assistant's protocol is served beside the API, through the same queue and cache
+        wait_until(lambda: listening(wyoming) or up.poll() is not None, timeout=120, interval=0.2)
+        answered = wyoming_answers(wyoming, "Hello from tts queue up.")
+        assert answered[0] == "en_US-joe-medium" and answered[-1] == "audio-stop", answered
+        newest, first = requests.get(url + "/v1/tasks", timeout=10).json()["tasks"][:2]
+        assert (newest["cache_hit"], first["cache_hit"]) == (True, False)  # the CLI's audio, found
     finally:
         code = stop(up)
 
