@@ -43,6 +43,7 @@ class WyomingServer:
         self.slots = FairSlots(settings.wyoming.connections, settings.api.slot_share)
         self.threads = ThreadPoolExecutor(2 * settings.wyoming.connections + 2, thread_name_prefix="wyoming")
         self.sessions: set[asyncio.Task[None]] = set()
+        self.accepted = 0  # connections taken since the start (refused ones not counted)
         self.server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -78,6 +79,7 @@ class WyomingServer:
         task = asyncio.current_task()
         assert task is not None
         self.sessions.add(task)
+        self.accepted += 1
         try:
             await Session(self.speech, reader, writer, address, self.threads).run()
         except asyncio.CancelledError:  # the server stops: the connection is cut, the handler ends

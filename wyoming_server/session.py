@@ -200,11 +200,18 @@ class Session:
     async def _submit(self, text: str) -> None:
         """Submit one sentence at once, once fewer than ``TTS_WYOMING_AHEAD`` wait before it."""
         await self._or_closed(self.room.acquire())
-        loop = asyncio.get_running_loop()
-        submitted = loop.run_in_executor(self.threads, self.speech.submit, text, self.voice, self.who)
+        before = self.sentences[-1].submitted if self.sentences else None
+        submitted = asyncio.ensure_future(self._submitted(before, text, self.voice, self.who))
         sentence = Sentence(text, submitted, self.who)
         self.sentences.append(sentence)
         await self._put(sentence)
+
+    async def _submitted(self, before: asyncio.Future[TaskView] | None, text: str, voice: Voice,
+                         who: Principal | None) -> TaskView:
+        """A sentence's submission, after the one before it: the queue gets them in spoken order."""
+        if before is not None:
+            await asyncio.wait({before})
+        return await self._run(self.speech.submit, text, voice, who)
 
     async def _put(self, item: Item) -> None:
         """Queue ``item`` for the sender, once there is room (``Closed`` if the sender ended)."""

@@ -35,9 +35,10 @@ from tts_queue.tasks.view import TaskView
 from tts_queue.wiring.root import Wiring
 
 log = logging.getLogger(__name__)
-# How Wyoming's text is read: chat text. One constant, so the Markdown reading ("markdown") is one
-# change once the core's requests take it.
-TEXT_TYPE = "text"
+# How Wyoming's text is read: a chat model's answer, so Markdown (headings, list items and table rows
+# as sentences, emphasis and code marks silent, links as their text: ``synthesis/frontend/chat.py``).
+# One constant: "text" reads it as written.
+TEXT_TYPE = "markdown"
 FORMAT = "wav"  # streamed as a WAV (its header gives the rate), sent on as raw PCM
 ATTRIBUTIONS = {
     KOKORO: Attribution(name="hexgrad (Kokoro-82M)", url="https://huggingface.co/hexgrad/Kokoro-82M"),

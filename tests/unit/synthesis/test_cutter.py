@@ -37,6 +37,8 @@ def test_a_sentence_is_complete_once_the_next_one_starts() -> None:
     ('He said "Stop!" Then he left.', ['He said "Stop!"', "Then he left."]),
     ("Wait... really? Yes!", ["Wait... really?", "Yes!"]),
     ("こんにちは。元気ですか？はい。", ["こんにちは。", "元気ですか？", "はい。"]),
+    ("**Done.** Next one. Then `x.` And", ["**Done.**", "Next one.", "Then `x.`", "And"]),
+    ("Steps:\n1. Open it. Then\n2. Close it", ["Steps:", "1. Open it.", "Then", "2. Close it"]),
     ("Intro\n\nSecond paragraph\n- an item\n- another\nwrapped line", [
         "Intro", "Second paragraph", "- an item", "- another\nwrapped line"]),
 ])

@@ -5,10 +5,11 @@ so each can be synthesized while the rest is still coming.
 returns what is left. A sentence is complete once the first character of the next one has arrived
 (only then is it known what follows the stop):
 
-- after ``.``, ``!``, ``?`` or ``…`` (and the closing quotes or brackets after them) and a space,
-  when the next sentence starts with anything but a lower-case letter, and a ``.`` does not end
-  an abbreviation (``Mr.``, ``e.g.``, ``No.``: the normalizer's tables), an initial (``J.``) or a
-  word with a period inside (``U.S.``);
+- after ``.``, ``!``, ``?`` or ``…`` (and the closing quotes, brackets or Markdown marks after
+  them) and a space, when the sentence has a letter (a list's ``1.`` does not end one), the next
+  starts with anything but a lower-case letter, and a ``.`` does not end an abbreviation
+  (``Mr.``, ``e.g.``, ``No.``: the normalizer's tables), an initial (``J.``) or a word with a
+  period inside (``U.S.``);
 - after ``。``, ``！``, ``？`` (and their closing marks), whatever follows;
 - at a blank line, or a line break before a Markdown list item, heading or quote.
 
@@ -26,7 +27,7 @@ from tts_queue.synthesis.frontend.rules import ABBREVIATIONS, BEFORE_NUMBER, MAY
 
 STOPS = frozenset(".!?…")
 WIDE_STOPS = frozenset("。！？")
-CLOSING = frozenset("\"'”’»)]}」』）〕】")
+CLOSING = frozenset("\"'”’»)]}」』）〕】*_`~")  # quotes, brackets, and Markdown's emphasis and code marks
 BLOCK_STARTS = frozenset("-*+#>")
 NEVER_ENDS = frozenset({*ABBREVIATIONS, *MAY_END, *BEFORE_NUMBER})
 LOOK_BACK = 24  # longer than any abbreviation: the word before a period is read this far at most
@@ -43,6 +44,7 @@ class SentenceCutter:
         self._end: int | None = None  # where a possible end was seen, waiting for what follows
         self._wide = False  # that end was a full-width stop (no space needed after it)
         self._breaks = 0  # line breaks since the possible end (two: a blank line)
+        self._lettered = False  # the sentence has a letter so far ("1." of a list does not end one)
 
     @property
     def pending(self) -> int:
@@ -60,6 +62,8 @@ class SentenceCutter:
             if cut is not None:
                 done.append(self._text[self._start:cut].strip())
                 self._start, self._end, self._breaks = cut, None, 0
+                self._lettered = any(ch.isalpha() for ch in self._text[cut:index])  # a long cut's rest
+            self._lettered = self._lettered or self._text[index].isalpha()
         # one copy per piece, of the unfinished sentence only: linear however the text is split
         if self._end is not None:
             self._end -= self._start
@@ -70,6 +74,7 @@ class SentenceCutter:
         """What is left once no more text comes (maybe nothing)."""
         rest = self._text[self._start:].strip()
         self._text, self._start, self._scanned, self._end, self._breaks = "", 0, 0, None, 0
+        self._lettered = False
         return [rest] if _speakable(rest) else []
 
     def _look(self, index: int) -> int | None:
@@ -108,7 +113,7 @@ class SentenceCutter:
 
     def _ends_sentence(self, end: int, first: str) -> bool:
         """Whether the stop before ``end`` ends a sentence, the next one starting with ``first``."""
-        if first.islower():
+        if first.islower() or not self._lettered:  # "and so", or a list's "1." alone
             return False
         text, stop = self._text, end
         while stop - 1 > self._start and text[stop - 1] in CLOSING:
