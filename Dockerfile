@@ -17,6 +17,7 @@ COPY pyproject.toml README.md ./
 COPY tts_queue ./tts_queue
 COPY workers ./workers
 COPY api ./api
+COPY wyoming_server ./wyoming_server
 COPY models ./models
 COPY migrations ./migrations
 COPY requirements-gpu.txt ./

@@ -34,8 +34,9 @@ from flask_limiter.errors import RateLimitExceeded
 
 import api.peers as peers
 from api.services import Services
-from tts_queue.access.keys import Principal, pinned_bytes, queued_work
-from tts_queue.errors import Forbidden, KeyInQuery, QuotaExceeded, RateLimited, Unauthorized
+from tts_queue.access import quota, rates
+from tts_queue.access.keys import Principal
+from tts_queue.errors import Forbidden, KeyInQuery, RateLimited, Unauthorized
 from tts_queue.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -119,27 +120,9 @@ def _authenticate() -> None:
 def check_quota(keep: bool = False, rows: int = 1) -> None:
     """429 ``quota_exceeded`` when the caller's key has as much work queued as its quota, holds
     ``TTS_KEY_MAX_ROWS`` task rows, or (``keep``) pins ``TTS_KEY_MAX_PINNED_BYTES`` of audio; else
-    the ``rows`` this submission writes are counted for the key."""
-    who = principal()
-    if who is None:
-        return
+    the ``rows`` this submission writes are counted for the key (``tts_queue.access.quota``)."""
     services: Services = current_app.extensions["tts"]
-    limits = services.settings.api
-    queued = queued_work(services.db, who.id)
-    if queued >= who.max_queued:
-        raise QuotaExceeded(f"this key has {queued} tasks queued or running; its quota is {who.max_queued}")
-    held = services.usage.rows(who.id)
-    if held + rows > limits.key_max_rows:
-        raise QuotaExceeded(f"this key holds {held} task rows; it may hold {limits.key_max_rows} "
-                            "(TTS_KEY_MAX_ROWS) until old ones are cleaned up")
-    if keep:
-        pinned = pinned_bytes(services.db, who.id)
-        if pinned >= limits.key_max_pinned_bytes:
-            raise QuotaExceeded(f"this key pins {pinned} bytes of audio; it may pin "
-                                f"{limits.key_max_pinned_bytes} (TTS_KEY_MAX_PINNED_BYTES): release some "
-                                "(DELETE /v1/tasks/<id>/keep)")
-    for _ in range(rows):
-        services.usage.added(who.id)
+    quota.check_quota(services.db, services.usage, principal(), services.settings.api, keep, rows)
 
 
 def client_address() -> str:
@@ -152,8 +135,7 @@ def client_address() -> str:
 
 
 def _limit_key() -> str:
-    who = principal()
-    return f"key:{who.id}" if who is not None else f"addr:{client_address()}"
+    return rates.rate_owner(owner(), client_address())
 
 
 def _limit_value() -> str:
@@ -161,7 +143,7 @@ def _limit_value() -> str:
     if who is not None:
         return who.rate
     services: Services = current_app.extensions["tts"]
-    return services.settings.api.rate_limit or "1000000/second"
+    return services.settings.api.rate_limit or rates.UNLIMITED
 
 
 def _not_limited() -> bool:
@@ -198,17 +180,6 @@ def _private_when_keyed(response: Response) -> Response:
     return response
 
 
-def storage_uri(settings: Settings) -> str:
-    """The limiter's storage: the broker's Redis (shared by every API process), else memory."""
-    url = settings.services.redis_url
-    if not url:
-        return "memory://"
-    for prefix in ("unix://", "redis+socket://"):
-        if url.startswith(prefix):
-            return "redis+unix://" + url[len(prefix):]
-    return url
-
-
 def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
     """Authentication before every request, rate limits on the ``submissions`` endpoints."""
     app.before_request(_authenticate)
@@ -216,11 +187,13 @@ def install(app: Flask, settings: Settings, submissions: list[str]) -> None:
     if settings.api.auth != "required" and not settings.api.rate_limit:
         return  # no key and no address is limited: nothing to count, nothing wrapped
     app.after_request(_honest_retry_after)  # registered first: runs after the limiter's own headers
-    limiter = Limiter(key_func=_limit_key, app=app, storage_uri=storage_uri(settings), headers_enabled=True,
-                      strategy="moving-window", key_prefix=f"{settings.services.queue_prefix}:limits",
+    # the same storage, prefix and scope as ``rates.SubmissionRates`` (the Wyoming server's): one
+    # counter per key whatever the protocol
+    limiter = Limiter(key_func=_limit_key, app=app, storage_uri=rates.storage_uri(settings),
+                      headers_enabled=True, strategy="moving-window", key_prefix=rates.key_prefix(settings),
                       swallow_errors=True)
     app.extensions[LIMITER] = limiter
-    shared = limiter.shared_limit(_limit_value, scope="submissions", key_func=_limit_key,
+    shared = limiter.shared_limit(_limit_value, scope=rates.SCOPE, key_func=_limit_key,
                                   exempt_when=_not_limited)
     for endpoint in submissions:
         app.view_functions[endpoint] = shared(app.view_functions[endpoint])  # type: ignore[assignment]

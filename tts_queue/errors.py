@@ -490,6 +490,22 @@ class RequestTooLarge(ClientError):
     http_status = 413
 
 
+class EventTooLarge(ClientError):
+    """A Wyoming event (header line, data and payload) is larger than ``TTS_WYOMING_MAX_EVENT_BYTES``,
+    or its header is not one: refused before its data is read, and the connection closed."""
+
+    code = "event_too_large"
+    http_status = 413
+
+
+class EventOutOfOrder(ClientError):
+    """A Wyoming event came where the protocol does not allow it (a ``synthesize-chunk`` or
+    ``synthesize-stop`` outside a streamed synthesis, a second ``synthesize-start``)."""
+
+    code = "event_out_of_order"
+    http_status = 409
+
+
 class RequestLineTooLong(ClientError):
     """The request line (method, path and query) is longer than the server reads."""
 

@@ -159,7 +159,8 @@ class ApiSettings:
     port: int = setting(8000, "where `up` serves the API", flag="--port")
     threads: int = setting(64, "gunicorn threads of `up`'s API (long-polls hold one each)",
                            env="TTS_API_THREADS")
-    sync_wait_s: float = setting(30.0, "longest wait of `POST /tts` and of `?wait=` long-polls")
+    sync_wait_s: float = setting(30.0, "longest wait of `POST /tts` and of `?wait=` long-polls (and of a "
+                                 "Wyoming sentence for its first audio)")
     wait_recheck_s: float = setting(5.0, "a long-poll waits for the worker's finished signal and "
                                     "also re-reads the row this often (in case a signal was lost)")
     slot_share: float = setting(0.5, "the share of the long-poll and streaming slots (half the API "
@@ -170,7 +171,8 @@ class ApiSettings:
                                     "most; a reader further behind is cut off (its stream dropped)",
                                     env="TTS_STREAM_MAX_BYTES")
     write_timeout_s: float = setting(30.0, "an answer whose client reads nothing for this long is "
-                                     "dropped (its thread and slot freed)", env="TTS_WRITE_TIMEOUT_S")
+                                     "dropped (its thread and slot freed; a Wyoming connection is "
+                                     "closed)", env="TTS_WRITE_TIMEOUT_S")
     auth: str = setting("off", "`required`: every route but health, readiness, metrics and the API's "
                         "description needs `Authorization: Bearer KEY` (`tts-queue keys create`); `off`: "
                         "keys are ignored", env="TTS_AUTH", choices=AUTH_MODES)
@@ -226,6 +228,35 @@ class ApiSettings:
         "where the voice pack is installed, af_alloy, am_echo, bm_fable, am_onyx, af_nova; else with the "
         "default voice)",
         env="TTS_OPENAI_VOICES", factory=dict, shown="empty")
+
+
+@dataclass(frozen=True)
+class WyomingSettings:
+    """The Wyoming server (Home Assistant's TTS protocol) in front of the queue: where it listens,
+    whose work it submits, and what one connection may cost."""
+
+    host: str = setting("", "where the Wyoming server listens (empty: the API's `--host`)",
+                        flag="--wyoming-host", shown="`up`'s `--host`")
+    port: int = setting(0, "the Wyoming server's TCP port: `up` serves Wyoming beside the API when it "
+                        "is set (0: not served); `tts-queue wyoming` listens on 10200 unless it or "
+                        "`--port` says otherwise", flag="--wyoming-port")
+    key: str = setting("", "the API key whose work Wyoming requests are (`tts-queue keys create`): its "
+                       "rate, quota and fair share apply; with `TTS_AUTH=required` the Wyoming server "
+                       "refuses to start without a valid one (the protocol carries no key); with auth "
+                       "off each client address is its own tenant, as on HTTP", shown="empty", secret=True)
+    connections: int = setting(16, "Wyoming connections served at once; one client address holds at "
+                               "most `TTS_KEY_SLOT_SHARE` of them, and the last free one is kept for "
+                               "another address; over it, an `error` (`busy`) and the connection closed")
+    max_event_bytes: int = setting(256 * 1024, "one Wyoming event (its header line, data and payload) "
+                                   "at most, checked before its data is read; a larger one gets an "
+                                   "`error` (`event_too_large`) and the connection is closed")
+    max_text_chars: int = setting(20_000, "the text of one streamed synthesis (`synthesize-start` to "
+                                  "`synthesize-stop`) at most; more is an `error` (`text_too_long`)")
+    ahead: int = setting(4, "sentences of one connection submitted ahead of the one whose audio is "
+                         "being sent; while that many wait, its text is not read (the client's "
+                         "sends block)")
+    idle_s: float = setting(60.0, "a Wyoming connection with nothing to synthesize that sends no "
+                            "event for this long is closed; an event must arrive whole within it")
 
 
 @dataclass(frozen=True)
@@ -439,6 +470,7 @@ class Settings:
     services: ServiceSettings = ServiceSettings()
     api: ApiSettings = ApiSettings()
     client: ClientSettings = ClientSettings()
+    wyoming: WyomingSettings = setting(WyomingSettings(), "", env="TTS_WYOMING_")
     routing: RoutingSettings = RoutingSettings()
     worker: WorkerSettings = WorkerSettings()
     cache: CacheSettings = CacheSettings()
@@ -532,6 +564,12 @@ class Settings:
         yield (worker.max_call_s < 0 or worker.engine_stall_s <= 0,
                "TTS_MAX_CALL_S must be >= 0 and TTS_ENGINE_STALL_S positive")
         yield self.onnx.cuda_device < 0, "TTS_CUDA_DEVICE must be >= 0"
+        wyoming = self.wyoming
+        yield (not 0 <= wyoming.port < 65536 or min(wyoming.connections, wyoming.ahead) < 1
+               or wyoming.max_event_bytes < 1024 or wyoming.max_text_chars < 1 or wyoming.idle_s <= 0,
+               "TTS_WYOMING_PORT must be from 0 to 65535, TTS_WYOMING_CONNECTIONS and TTS_WYOMING_AHEAD "
+               "at least 1, TTS_WYOMING_MAX_EVENT_BYTES at least 1024, TTS_WYOMING_MAX_TEXT_CHARS and "
+               "TTS_WYOMING_IDLE_S positive")
         yield self.onnx.spin_us < 0, "TTS_SPIN_US must be >= 0"
         yield self.storage.presign_s < 0, "TTS_STORAGE_PRESIGN_S must be >= 0"
         yield (api.wait_recheck_s <= 0 or worker.consumed_window_s <= 0,

@@ -14,7 +14,7 @@ from tts_queue.settings import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "ARCHITECTURE.md"
-PACKAGES = ("tts_queue", "api", "workers")
+PACKAGES = ("tts_queue", "api", "workers", "wyoming_server")
 FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 SPAN = re.compile(r"`([^`\n]+)`")
 CALL = re.compile(r"([\w.]+)\(.*\)")  # ``name(...)`` cites ``name``

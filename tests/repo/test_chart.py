@@ -8,7 +8,8 @@
 - the objects are the ones documented: ``<release>-api`` with a Service, a PodDisruptionBudget and
   probes on ``/healthz`` (not ``/readyz``), ``<release>-worker-cpu`` and ``-gpu`` (the GPU and its
   node), exactly one ``<release>-beat`` (Recreate), the migrations as a pre-install/upgrade hook,
-  the ScaledObjects on the backlog gauge;
+  the ScaledObjects on the backlog gauge, and (when enabled) ``<release>-wyoming`` with a Service
+  on its port and its key from the Secret;
 - docker-compose.yml and the chart agree on images, commands and settings.
 
 Nothing here was deployed: what a cluster, KEDA or an ingress would do with these objects is not
@@ -76,7 +77,8 @@ def test_the_chart_renders_and_every_object_validates(values_file: Path | None) 
 def test_the_objects_are_the_documented_ones() -> None:
     objects = render(yaml.safe_load((CHART / "examples" / "gpu.yaml").read_text()))
     deployments = by_name(objects, "Deployment")
-    assert set(deployments) == {"tts-api", "tts-worker-cpu", "tts-worker-gpu", "tts-beat"}  # external Redis
+    assert set(deployments) == {"tts-api", "tts-worker-cpu", "tts-worker-gpu", "tts-beat",
+                                "tts-wyoming"}  # external Redis
     api = deployments["tts-api"]
     probes = container(api)
     assert probes["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -118,9 +120,16 @@ def test_the_objects_are_the_documented_ones() -> None:
     # and the autoscaler owns the workers' count: an upgrade does not reset it
     assert all("replicas" not in deployments[name]["spec"] for name in scaled)
     assert scaled["tts-worker-cpu"]["spec"]["triggers"][0]["metadata"]["threshold"] == "1050"
-    # and without KEDA there is none; with the chart's Redis, its Deployment and Service
+    # the Wyoming server listens on its port behind a Service, its key from the Secret
+    wyoming = container(deployments["tts-wyoming"])
+    assert wyoming["command"] == ["tts-queue", "wyoming", "--port", "10200"]
+    assert env_of(deployments["tts-wyoming"])["TTS_WYOMING_KEY"]["secretKeyRef"]["name"] == "tts-secrets"
+    assert wyoming["readinessProbe"]["tcpSocket"]["port"] == "wyoming"
+    assert by_name(objects, "Service")["tts-wyoming"]["spec"]["ports"][0]["port"] == 10200
+    # and without KEDA there is none, nor a Wyoming server unless enabled; with the chart's Redis,
+    # its Deployment and Service
     defaults = render()
-    assert not by_name(defaults, "ScaledObject")
+    assert not by_name(defaults, "ScaledObject") and "tts-wyoming" not in by_name(defaults, "Deployment")
     assert "tts-redis" in by_name(defaults, "Deployment") and "tts-redis" in by_name(defaults, "Service")
     assert env_of(by_name(defaults, "Deployment")["tts-api"])["TTS_REDIS_URL"] == "redis://tts-redis:6379/0"
 
@@ -131,7 +140,7 @@ def test_compose_and_the_chart_agree_on_images_commands_and_settings() -> None:
     deployments = by_name(render(yaml.safe_load((CHART / "examples" / "gpu.yaml").read_text())), "Deployment")
     redis = by_name(render(), "Deployment")["tts-redis"]
     pairs = {"api": "tts-api", "worker-cpu": "tts-worker-cpu", "worker-gpu": "tts-worker-gpu",
-             "scheduler": "tts-beat"}
+             "scheduler": "tts-beat", "wyoming": "tts-wyoming"}
     for service, name in pairs.items():
         # the same image and the same command
         assert container(deployments[name])["image"] == services[service]["image"], service

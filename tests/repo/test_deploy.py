@@ -58,6 +58,16 @@ def test_entry_points_exist(compose: dict[str, Any]) -> None:
         assert (ROOT / module).is_file()
 
 
+def test_the_wyoming_server_runs_on_its_port_under_its_own_key(compose: dict[str, Any]) -> None:
+    # `tts-queue wyoming` (its own process, in front of the same queue), published on 10200, with
+    # the key it serves under passed through (with keys required it refuses to start without one)
+    wyoming = compose["services"]["wyoming"]
+    assert wyoming["command"] == ["tts-queue", "wyoming", "--port", "10200"]
+    assert wyoming["ports"] == ["10200:10200"] and wyoming["profiles"] == ["wyoming"]
+    assert wyoming["environment"]["TTS_WYOMING_KEY"] == "${TTS_WYOMING_KEY:-}"
+    assert wyoming["environment"]["TTS_AUTH"] == "${TTS_AUTH:-required}"
+
+
 def test_broker_never_evicts_and_keeps_an_append_only_file(compose: dict[str, Any]) -> None:
     command = compose["services"]["redis"]["command"]
     assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
@@ -66,7 +76,7 @@ def test_broker_never_evicts_and_keeps_an_append_only_file(compose: dict[str, An
 
 def test_dockerfile_copies_every_package() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in ("tts_queue", "workers", "api", "models", "migrations"):
+    for package in ("tts_queue", "workers", "api", "wyoming_server", "models", "migrations"):
         assert f"COPY {package} ./{package}" in dockerfile
 
 

@@ -18,7 +18,8 @@ from tts_queue.errors import ERRORS, TTSQueueError
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 TREE = ROOT / "tts_queue" / "errors.py"
-SOURCES = sorted(p for package in ("tts_queue", "api", "workers") for p in (ROOT / package).rglob("*.py")
+SOURCES = sorted(p for package in ("tts_queue", "api", "workers", "wyoming_server")
+                 for p in (ROOT / package).rglob("*.py")
                  if p != TREE)
 # The error classes, by name: a call of one takes ``(message, code, details)``.
 ERROR_CLASSES = {name for name, value in vars(errors).items()

@@ -13,8 +13,9 @@ from tests.support import PACKAGES, ROOT
 
 CORE = ROOT / "tts_queue"
 SHELL = CORE / "cli"
-# Frameworks live in api/ and workers/; processes and HTTP clients live in the shell (tts_queue/cli).
-FORBIDDEN_IN_CORE = {"flask", "celery", "kombu", "werkzeug", "gunicorn", "subprocess", "requests"}
+# Frameworks live in api/, workers/ and wyoming_server/ (the Wyoming protocol's library); processes
+# and HTTP clients live in the shell (tts_queue/cli).
+FORBIDDEN_IN_CORE = {"flask", "celery", "kombu", "werkzeug", "gunicorn", "subprocess", "requests", "wyoming"}
 
 
 def imported_names(path: Path) -> set[str]:
@@ -182,13 +183,14 @@ def test_core_module_imports_no_framework_and_starts_no_process(path: Path) -> N
     # Then none is a web or queue framework, a process launcher or an HTTP client
     assert imported_roots(path) & FORBIDDEN_IN_CORE == set()
     # And the core never reaches into the shell or the adapters
-    assert not {n for n in imported_names(path) if n.startswith(("tts_queue.cli", "api", "workers"))}
+    assert not {n for n in imported_names(path)
+                if n.startswith(("tts_queue.cli", "api", "workers", "wyoming_server"))}
 
 
 def test_no_module_of_the_project_imports_in_a_circle() -> None:
     # Given every module of the project and the project modules each imports (function level too)
     graph = project_graph()
-    assert {"tts_queue.cli.launcher", "api.routes", "workers.factory",
+    assert {"tts_queue.cli.launcher", "api.routes", "workers.factory", "wyoming_server.session",
             "tts_queue.synthesis.engine"} <= set(graph)
     # Then the import graph has no cycle
     assert find_cycle(graph) is None

@@ -19,6 +19,7 @@ RETIRED = {"Core": "Wiring", "Callbacks": "CallbackRows", "CallBack": "DeliveryD
 # and the book's owner of the same thing.
 PARALLEL = {
     "__init__.py": "every package",
+    "__main__.py": "a package run with `python -m` (the shell, the Wyoming server)",
     "errors.py": "the error tree (tts_queue) and its HTTP mapping (api)",
     "metrics.py": "the counters (tts_queue) and the API's /metrics route (api)",
     "m4b.py": "the M4B child's side (tts_queue.books) and the worker's side that starts it (workers)",
@@ -60,7 +61,8 @@ def test_no_retired_name_is_used(path: Path) -> None:
 
 
 def test_no_two_modules_share_a_name_unless_they_are_one_noun_across_a_layer() -> None:
-    names = Counter(p.name for p in sources() if p.parts[len(ROOT.parts)] in ("tts_queue", "api", "workers"))
+    names = Counter(p.name for p in sources()
+                    if p.parts[len(ROOT.parts)] in ("tts_queue", "api", "workers", "wyoming_server"))
     shared = {name for name, count in names.items() if count > 1}
     assert shared <= set(PARALLEL), f"modules of the same name: {sorted(shared - set(PARALLEL))}"
     assert all(names[name] <= 2 for name in shared - {"__init__.py"}), names.most_common(5)

@@ -21,12 +21,44 @@ from tests.support import ROOT, dead, free_port, hooked, ready, start_up, stop, 
 pytestmark = pytest.mark.integration
 
 
+def wyoming_answers(port: int, text: str) -> list[str]:
+    """Describe, then synthesize ``text``, over Wyoming: the voices listed, then the event types."""
+    import asyncio
+
+    from wyoming.client import AsyncTcpClient
+    from wyoming.info import Describe, Info
+    from wyoming.tts import Synthesize
+
+    async def scenario() -> list[str]:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Describe().event())
+            info = await asyncio.wait_for(client.read_event(), 30)
+            assert info is not None
+            await client.write_event(Synthesize(text=text).event())
+            types = [voice.name for voice in Info.from_event(info).tts[0].voices]
+            while (event := await asyncio.wait_for(client.read_event(), 60)) is not None:
+                types.append(event.type)
+                if event.type in ("audio-stop", "error"):
+                    break
+            return types
+
+    return asyncio.run(scenario())
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def test_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
-    # Given `tts-queue up` with nothing configured
-    data_dir, port = tmp_path / "data", free_port()
+    # Given `tts-queue up` with nothing configured but a Wyoming port
+    data_dir, port, wyoming = tmp_path / "data", free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / "up.log"
-    up = start_up(data_dir, port, log)
+    up = start_up(data_dir, port, log, None, "--wyoming-port", str(wyoming))
     try:
         wait_until(lambda: ready(url) or up.poll() is not None, timeout=120, interval=0.5)
         assert up.poll() is None, log.read_text()[-3000:]
@@ -46,14 +78,21 @@ def test_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
         assert rate == 22050 and 0.8 < len(samples) / rate < 5
         assert (data_dir / "tts-queue.db").is_file()
         assert (data_dir / "broker" / "redis.sock").exists()
+        # And Home Assistant's protocol is served beside the API, through the same queue and cache
+        wait_until(lambda: listening(wyoming) or up.poll() is not None, timeout=120, interval=0.2)
+        answered = wyoming_answers(wyoming, "Hello from tts queue up.")
+        assert answered[0] == "en_US-joe-medium" and answered[-1] == "audio-stop", answered
+        newest, first = requests.get(url + "/v1/tasks", timeout=10).json()["tasks"][:2]
+        assert (newest["cache_hit"], first["cache_hit"]) == (True, False)  # the CLI's audio, found
     finally:
         code = stop(up)
 
-    # And SIGTERM stops every child: the port and the broker socket are released
+    # And SIGTERM stops every child: the ports and the broker socket are released
     assert code == 0, log.read_text()[-3000:]
     assert not ready(url)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", port))
+    for released in (port, wyoming):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", released))
 
     # When it starts again on the same data dir, the cache survived
     up = start_up(data_dir, port, log)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("tts_queue", "api", "workers", "models", "migrations")  # the project's Python packages
+PACKAGES = ("tts_queue", "api", "workers", "wyoming_server", "models", "migrations")  # the project's packages
 # Queues unique to this test run, so a stray worker of another run never takes our tasks.
 QUEUE_PREFIX = f"tts-test-{uuid.uuid4().hex[:8]}"
 
@@ -448,14 +448,15 @@ class PrivatePostgres:
 
 
 def start_up(data_dir: Path, port: int, log: Path,
-             extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """``tts-queue up --data-dir DIR --port PORT`` as the README runs it (no ``TTS_*`` inherited;
-    the model's threads do not spin, ``SHARED_CORES``)."""
+             extra: dict[str, str] | None = None, *args: str) -> subprocess.Popen[bytes]:
+    """``tts-queue up --data-dir DIR --port PORT`` (and ``args``) as the README runs it (no
+    ``TTS_*`` inherited; the model's threads do not spin, ``SHARED_CORES``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
     env["PYTHONPATH"] = str(ROOT)
     env.update({**SHARED_CORES, **(extra or {})})
     return subprocess.Popen(
-        [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir), "--port", str(port)],
+        [sys.executable, "-m", "tts_queue.cli", "up", "--data-dir", str(data_dir), "--port", str(port),
+         *args],
         env=env, cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
     )
 

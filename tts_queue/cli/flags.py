@@ -30,7 +30,7 @@ def add_flags(parser: argparse.ArgumentParser, *paths: str) -> None:
     for path in paths:
         info = known[path]
         assert info.flag is not None
-        kind = {"api.port": int, "worker.concurrency": int}.get(path, str)
+        kind = {"api.port": int, "worker.concurrency": int, "wyoming.port": int}.get(path, str)
         parser.add_argument(
             info.flag, dest=f"setting:{path}", type=kind, choices=info.choices or None, default=None,
             help=f"{info.doc} ({info.variable}; default {info.default})",

@@ -1,7 +1,9 @@
-"""``tts-queue up`` and friends: start the API, workers and scheduler as child processes.
+"""``tts-queue up`` and friends: start the API, workers, scheduler and (with a port) the Wyoming
+server as child processes.
 
-The shell never imports Flask or Celery either; it starts their entry points (``gunicorn api.wsgi:app``,
-``celery -A workers.app``) with the settings passed down as ``TTS_*`` environment variables.
+The shell never imports Flask, Celery or the Wyoming server either; it starts their entry points
+(``gunicorn api.wsgi:app``, ``celery -A workers.app``, ``python -m wyoming_server``) with the
+settings passed down as ``TTS_*`` environment variables.
 """
 
 from __future__ import annotations
@@ -76,6 +78,27 @@ def scheduler_command(data_dir: Path) -> list[str]:
     ]
 
 
+def wyoming_launch(settings: Settings, base: Mapping[str, str], port: int | None = None
+                   ) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of the Wyoming server (``tts-queue wyoming``, and ``up``'s
+    child): its host (``TTS_WYOMING_HOST``, else the API's) and port passed down. With keys
+    required, ``ConfigError`` when no ``TTS_WYOMING_KEY`` is set: it would refuse to start (the
+    server itself checks that the key is a live one)."""
+    require_wyoming_key(settings)
+    env = dict(base, TTS_WYOMING_HOST=settings.wyoming.host or settings.api.host,
+               TTS_WYOMING_PORT=str(port or settings.wyoming.port or WYOMING_PORT))
+    return [sys.executable, "-m", "wyoming_server"], env
+
+
+WYOMING_PORT = 10200  # Wyoming's usual TTS port (wyoming_server.listener.DEFAULT_PORT)
+
+
+def require_wyoming_key(settings: Settings) -> None:
+    """``ConfigError`` when keys are required and the Wyoming server has none of its own."""
+    if settings.api.auth == "required" and not settings.wyoming.key:
+        raise ConfigError("TTS_AUTH=required: the Wyoming protocol carries no key, so its server serves "
+                          "only under a key of its own; make one (`tts-queue keys create home-assistant`) "
+                          "and set TTS_WYOMING_KEY to it")
 ACCESS_LOG = '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(L)ss request %({x-request-id}o)s'
 
 
@@ -164,6 +187,8 @@ def up(settings: Settings, workers: int = 1, policy: RestartPolicy | None = None
     Exit code 0 after Ctrl-C or SIGTERM, 1 when a child failed too often (``RestartPolicy``).
     The pid of every child is kept in ``<data dir>/up.pids`` while it runs.
     """
+    if settings.wyoming.port:
+        require_wyoming_key(settings)  # before anything starts
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     for warning in packs_elsewhere(settings):
         print(warning, file=sys.stderr)
@@ -192,11 +217,16 @@ def up(settings: Settings, workers: int = 1, policy: RestartPolicy | None = None
                 settings.services.queue_prefix,
             ), env)
         supervisor.start("scheduler", scheduler_command(settings.data_dir), env)
+        if settings.wyoming.port:
+            supervisor.start("wyoming", *wyoming_launch(settings, env))
         supervisor.start("api", api_command(settings.api.host, settings.api.port, settings.api.threads), env)
         url = f"http://{settings.api.host}:{settings.api.port}"
         if wait_ready(url, supervisor):
             print(f"tts-queue is up at {url}  (data in {settings.data_dir}; Ctrl-C stops)",
                   file=sys.stderr)
+            if settings.wyoming.port:
+                print(f"Wyoming (Home Assistant) on {settings.wyoming.host or settings.api.host}:"
+                      f"{settings.wyoming.port}", file=sys.stderr)
             if not settings.api.public_url and not is_loopback(settings.api.host):
                 print("warning: TTS_PUBLIC_URL is not set: links in answers and signed webhooks follow "
                       "each request's Host header; set it to the address clients use", file=sys.stderr)

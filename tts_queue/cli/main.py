@@ -271,6 +271,21 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return 0  # not reached
 
 
+def cmd_wyoming(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the Wyoming server (Home Assistant's TTS protocol) against the configured Redis and
+    database, as a process of its own."""
+    from tts_queue.cli.launcher import wyoming_launch
+
+    if not settings.services.redis_url or not settings.services.database_url:
+        raise ConfigError("set TTS_REDIS_URL and TTS_DATABASE_URL (the ones the API uses) to run the "
+                          "Wyoming server on its own; `tts-queue up --wyoming-port 10200` runs one for you")
+    if args.host:
+        settings = settings.replace(**{"wyoming.host": args.host})
+    command, env = wyoming_launch(settings, os.environ, args.port)
+    os.execve(command[0], command, env)
+    return 0  # not reached
+
+
 def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     """Run the periodic scheduler (stale audio cleanup)."""
     from tts_queue.cli.launcher import scheduler_command
@@ -375,7 +390,7 @@ def _add_local_commands(sub: Subcommands) -> None:
 def _add_service_commands(sub: Subcommands) -> None:
     """Commands that run parts of the service."""
     up = sub.add_parser("up", help="run API, worker, scheduler (and embedded Redis) here")
-    add_flags(up, "api.host", "api.port", "data_dir")
+    add_flags(up, "api.host", "api.port", "wyoming.host", "wyoming.port", "data_dir")
     up.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     up.set_defaults(func=cmd_up)
     worker = sub.add_parser("worker", help="run one worker against TTS_REDIS_URL")
@@ -383,6 +398,11 @@ def _add_service_commands(sub: Subcommands) -> None:
     worker.add_argument("--device", type=int, default=None, metavar="N",
                         help="GPU pool: run on GPU N alone (CUDA_VISIBLE_DEVICES=N); one worker per GPU")
     worker.set_defaults(func=cmd_worker)
+    wyoming = sub.add_parser("wyoming", help="run the Wyoming server (Home Assistant's TTS protocol) "
+                             "against TTS_REDIS_URL")
+    wyoming.add_argument("--host", help="where it listens (TTS_WYOMING_HOST; default: TTS_HOST)")
+    wyoming.add_argument("--port", type=int, help="its TCP port (TTS_WYOMING_PORT; default 10200)")
+    wyoming.set_defaults(func=cmd_wyoming)
     sub.add_parser("scheduler", help="run the periodic cleanup scheduler").set_defaults(
         func=cmd_scheduler)
     doctor = sub.add_parser("doctor", help="warn about Redis and database settings that risk tasks")

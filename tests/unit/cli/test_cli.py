@@ -163,3 +163,30 @@ def test_worker_device_needs_the_gpu_pool_and_a_gpu_number(
     code = main(argv, env={"TTS_DATA_DIR": str(tmp_path), **SERVICE_ENV})
     assert code == 2 and "[config_error]" in capsys.readouterr().err
     assert execve.command == []
+
+
+def test_wyoming_runs_the_wyoming_server_on_its_port_and_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # When `tts-queue wyoming --port 10300` is run with the API's host set
+    execve = Exec(monkeypatch)
+    code = main(["wyoming", "--port", "10300"],
+                env={"TTS_DATA_DIR": str(tmp_path), "TTS_HOST": "0.0.0.0", **SERVICE_ENV})
+    # Then it becomes the Wyoming server's own process, on that port and the API's host
+    assert code == 0
+    assert execve.command[1:] == ["-m", "wyoming_server"]
+    assert (execve.env["TTS_WYOMING_PORT"], execve.env["TTS_WYOMING_HOST"]) == ("10300", "0.0.0.0")
+
+
+@pytest.mark.parametrize("argv", [["wyoming"], ["up", "--wyoming-port", "10200"]])
+def test_with_keys_required_wyoming_refuses_to_start_without_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str],
+) -> None:
+    # Given keys required and no TTS_WYOMING_KEY
+    execve = Exec(monkeypatch)
+    # When the Wyoming server is asked for, alone or beside the API
+    code = main(argv, env={"TTS_DATA_DIR": str(tmp_path), "TTS_AUTH": "required", **SERVICE_ENV})
+    # Then nothing starts, and the error says what to set
+    error = capsys.readouterr().err
+    assert code == 2 and "[config_error]" in error and "TTS_WYOMING_KEY" in error
+    assert execve.command == [] and not (tmp_path / "up.pids").exists()
