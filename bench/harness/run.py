@@ -34,10 +34,11 @@ class Run:
         those given with ``--set`` (which win)."""
         return {**voice_env(voice), **settings, **self.settings}
 
-    def up(self, voice: str = "default", workers: int = 1, sql: bool = False,
-           **settings: str) -> AbstractContextManager[Up]:
-        """``tts-queue up`` of the measured tree with ``env(voice, **settings)``."""
-        return self.stacks.up(self.tree, self.env(voice, **settings), workers, sql)
+    def up(self, voice: str = "default", settings: Mapping[str, str] | None = None, workers: int = 1,
+           sql: bool = False) -> AbstractContextManager[Up]:
+        """``tts-queue up`` of the measured tree with ``env(voice, **settings)`` (``sql``: every
+        process counts its SQL)."""
+        return self.stacks.up(self.tree, self.env(voice, **(settings or {})), workers, sql)
 
     def fresh(self, target: Callable[..., Any], kwargs: Mapping[str, Any],
               env: Mapping[str, str] | None = None) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,18 +68,21 @@ def stop(process: subprocess.Popen[bytes], timeout_s: float = 60, group: bool = 
 
 class Up:
     """``tts-queue up`` of ``tree`` on ``data_dir`` with the settings ``env`` (``TTS_*``), ready; with
-    ``sql_dir``, every process of it counts its SQL into that folder (``hooks/sitecustomize.py``)."""
+    ``sql_dir``, every process of it counts its SQL into that folder (``hooks/sitecustomize.py``, which
+    ``hooks`` loads without counting, for what else it does)."""
 
     def __init__(self, tree: Path, data_dir: Path, env: Mapping[str, str], workers: int = 1,
-                 sql_dir: Path | None = None) -> None:
+                 sql_dir: Path | None = None, hooks: bool = False) -> None:
         self.tree, self.data_dir, self.settings = tree, data_dir, dict(env)
         self.sql_dir = sql_dir
+        self.keys: dict[str, str] = {}
         data_dir.mkdir(parents=True, exist_ok=True)
         extra = dict(env)
         if sql_dir is not None:
             sql_dir.mkdir(parents=True, exist_ok=True)
             extra["TTS_BENCH_SQL_DIR"] = str(sql_dir)
-        self.env = tree_env(tree, extra, first=[HOOKS] if sql_dir else (), benches=sql_dir is not None)
+        hooked = hooks or sql_dir is not None
+        self.env = tree_env(tree, extra, first=[HOOKS] if hooked else (), benches=hooked)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = data_dir / "up.log"
@@ -110,11 +114,14 @@ class Up:
         return self.data_dir / "broker" / "redis.sock"
 
     def key(self, name: str, *options: str) -> str:
-        """A new API key named ``name`` (``tts-queue keys create``)."""
-        done = subprocess.run([sys.executable, "-m", "tts_queue.cli", "keys", "create", name, *options,
-                               "--data-dir", str(self.data_dir)], cwd=self.tree, env=self.env,
-                              capture_output=True, text=True, check=True)
-        return done.stdout.strip().splitlines()[-1]
+        """The API key named ``name``, made with ``options`` the first time it is asked for
+        (``tts-queue keys create``)."""
+        if name not in self.keys:
+            done = subprocess.run([sys.executable, "-m", "tts_queue.cli", "keys", "create", name, *options,
+                                   "--data-dir", str(self.data_dir)], cwd=self.tree, env=self.env,
+                                  capture_output=True, text=True, check=True)
+            self.keys[name] = done.stdout.strip().splitlines()[-1]
+        return self.keys[name]
 
     def session(self, key: str | None = None) -> requests.Session:
         """An HTTP session, with ``key`` as its bearer token when given."""
@@ -126,6 +133,12 @@ class Up:
     def stop(self) -> None:
         """SIGTERM (a busy worker gets its grace), then whatever is left of its process group."""
         stop(self.process, timeout_s=45, group=True)
+
+
+def slowed(delay_ms: int) -> dict[str, str]:
+    """A worker's settings that make every model call wait ``delay_ms`` more (the tests' fault plugin,
+    ``tests/hooks/faults.py``): a slow model without the CPU load."""
+    return {"TTS_WORKER_PLUGINS": "tests.hooks.faults:plugin", "TTS_TEST_BATCH_DELAY_MS": str(delay_ms)}
 
 
 def start_worker(tree: Path, env: Mapping[str, str], name: str, log: Path, concurrency: int = 16,
@@ -165,11 +178,14 @@ class Stacks:
     def up(self, tree: Path, env: Mapping[str, str], workers: int = 1, sql: bool = False) -> Iterator[Up]:
         """``tts-queue up`` of ``tree`` with the settings ``env`` (``sql``: its SQL counted)."""
         work = Path(tempfile.mkdtemp(prefix="tts-bench-up-"))
-        service = Up(tree, work / "data", env, workers, work / "sql" if sql else None)
         try:
-            yield service
+            service = Up(tree, work / "data", env, workers, work / "sql" if sql else None)
+            try:
+                yield service
+            finally:
+                service.stop()
         finally:
-            service.stop()
+            shutil.rmtree(work, ignore_errors=True)
 
 
 class SharedStacks(Stacks):

@@ -4,4 +4,4 @@ below (``bench/README.md``: adding a scenario)."""
 
 from __future__ import annotations
 
-from bench.scenarios import engine, voices  # noqa: F401
+from bench.scenarios import books, engine, fairness, service, storage, voices  # noqa: F401

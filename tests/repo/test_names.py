@@ -26,7 +26,7 @@ PARALLEL = {
     "rows.py": "the one owner of task rows and of book rows",
     "service.py": "the task service and the book service",
     "ending.py": "a task's end and a book's end",
-    "slots.py": "the fair-slots policy (tts_queue.fairness) and the API's long-poll and streaming slots (api)",
+    "slots.py": "the fair-slots policy (tts_queue.fairness) and the API's long-poll and stream slots (api)",
     "services.py": "what the API and a worker each keep beside the wiring (api, workers)",
     "voice.py": "a voice (synthesis) and Kokoro's voice on its shared graph (synthesis.kokoro)",
 }

@@ -56,7 +56,7 @@ def serve_requests(frozen: bool, n: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="tts-heap-") as tmp, \
             in_process_api(Path(tmp), "The heap bench asks for this sentence again and again.") as api:
-        for _ in range(min(50, 5 * n)):  # warm: every code path and statement cache used once
+        for _ in range(min(50, n)):  # warm: every code path and statement cache used once
             api.hit()
             api.miss()
         found: dict[str, Any] = {"tracked_at_start": len(gc.get_objects())}

@@ -30,20 +30,24 @@ def cpu(call: Callable[[], Any]) -> tuple[float, Any]:
 
 
 @scenario("measure", subject="engine", takes="about a minute",
-          quick={"voices": "en_US-joe-medium", "items": 1},
+          quick={"voices": "en_US-joe-medium", "items": 2, "stand_in": "tiny"},
           description="the audio's length from the models' durations alone (measured_seconds) against "
                       "synthesizing it, on the estimate's held-in corpus")
-def measure(run: Run, threads: int = 1, voices: str = "", items: int = 0) -> Figures:
-    """Every corpus item of ``voices`` (all: every voice), the first ``items`` of each (0: all)."""
+def measure(run: Run, threads: int = 1, voices: str = "", items: int = 0, stand_in: str = "") -> Figures:
+    """Every corpus item of ``voices`` (all: every voice), the first ``items`` of each (0: all);
+    ``stand_in`` reads the items in place of their voice (the tiny voice: the measuring's path, not
+    the voices' figures)."""
     from tts_queue.settings import Settings
     from tts_queue.synthesis.engine import BatchEngine
     from tts_queue.synthesis.registry import VoiceRegistry
     from tts_queue.synthesis.request import build_request
     from tts_queue.synthesis.synthesizer import Synthesizer, measured_seconds
 
-    settings = Settings.from_env(run.env(TTS_DATA_DIR=str(run.work), TTS_PROVIDERS="cpu",
-                                         TTS_VOICES_DIR=str(packs_dir()), TTS_MAX_LOADED_VOICES="3",
-                                         TTS_INTRA_OP_THREADS=str(threads)))
+    where = {} if stand_in else {"TTS_VOICES_DIR": str(packs_dir())}
+    settings = Settings.from_env(run.env(stand_in or "default", TTS_DATA_DIR=str(run.work),
+                                         TTS_PROVIDERS="cpu",
+                                         TTS_MAX_LOADED_VOICES="3", TTS_INTRA_OP_THREADS=str(threads),
+                                         **where))
     registry = VoiceRegistry.from_settings(settings)
     engine = BatchEngine(registry, settings.pool("cpu")).start()
     synthesizer = Synthesizer(registry, engine)
@@ -60,6 +64,8 @@ def measure(run: Run, threads: int = 1, voices: str = "", items: int = 0) -> Fig
                        if key in item}
             if not item["voice"].startswith(("jf_", "zf_")):
                 payload["noise_w"] = 0.0  # Piper's durations without the predictor's noise: comparable
+            if stand_in:
+                payload["voice"] = stand_in
             request = build_request(payload, registry, settings)
             voice = registry.load(request.voice)
             if request.voice not in figures:

