@@ -60,8 +60,8 @@ def medians(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
     """The median of each numeric headline figure over ``runs``."""
     names = [k for k, v in runs[0]["figures"]["headline"].items()
              if isinstance(v, int | float) and not isinstance(v, bool)]
-    return {name: statistics.median(r["figures"]["headline"][name] for r in runs
-                                    if isinstance(r["figures"]["headline"].get(name), int | float))
+    return {name: round(statistics.median(r["figures"]["headline"][name] for r in runs
+                                          if isinstance(r["figures"]["headline"].get(name), int | float)), 6)
             for name in names}
 
 
@@ -76,12 +76,12 @@ def compare(found: Scenario, rev: str, rounds: int, args: Sequence[str],
             for label in ("this", "against") if number % 2 == 0 else ("against", "this"):
                 runs[label].append(side(found, trees[label], args, say))
     this, that = medians(runs["this"]), medians(runs["against"])
+    each = {label: [dict(r["figures"]["headline"]) for r in found_runs] for label, found_runs in runs.items()}
     data = runs["this"][-1]
     data["figures"]["headline"] = this
     data["parameters"]["against_rounds"] = rounds
     data["against"] = {"rev": rev, "commit": commit[:10], "headline": that}
-    data["runs"] = {label: [r["figures"]["headline"] for r in found_runs]
-                    for label, found_runs in runs.items()}
+    data["runs"] = each
     data["ratios"] = {name: round(this[name] / that[name], 4) for name in this
                       if name in that and that[name]}
     return data
