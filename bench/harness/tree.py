@@ -53,10 +53,11 @@ def bench_command(tree: Path, args: Sequence[str],
 
 
 def commit_of(tree: Path) -> dict[str, object]:
-    """The commit ``tree`` has checked out (short), and whether tracked files differ from it."""
+    """The commit ``tree`` has checked out (short), and whether tracked files other than results
+    differ from it."""
     def git(*args: str) -> str:
         done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, check=False)
         return done.stdout.strip()
 
     return {"commit": git("rev-parse", "--short=10", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"))}
