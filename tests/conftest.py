@@ -36,7 +36,7 @@ CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 # holds fewer than three tests): the fifth runs after the two minutes of the first, which mostly
 # waits, so it is one of the long ones.
 LONGEST_FIRST = (
-    "tests/service/test_webhook_trickle.py", "tests/real/test_real_kokoro.py",
+    "tests/service/test_webhook_trickle.py", "tests/repo/test_bench.py", "tests/real/test_real_kokoro.py",
     "tests/service/test_fair_time.py", "tests/service/test_up.py", "tests/service/test_languages.py",
     "tests/real/test_real_estimate.py",
     "tests/real/test_real_kokoro_languages.py",

@@ -189,23 +189,29 @@ class Stacks:
 
 
 class SharedStacks(Stacks):
-    """One ``up`` per tree, settings and worker count, started on first use and kept until
-    ``close()``: quick forms run one after another share them (each counts its SQL, which the
-    overhead scenario reads)."""
+    """Quick forms run one after another (as the tests run them) share one ``up`` per tree on the
+    tiny voice with no other setting, started on first use and kept until ``close()``; it counts its
+    SQL, which the overhead scenario reads. A scenario that asks for other settings gets a fresh one,
+    stopped after it."""
 
     def __init__(self, work: Path) -> None:
         self.work = work
-        self.running: dict[tuple[Path, frozenset[tuple[str, str]], int], Up] = {}
+        self.running: dict[Path, Up] = {}
 
     @contextmanager
     def up(self, tree: Path, env: Mapping[str, str], workers: int = 1, sql: bool = False) -> Iterator[Up]:
-        key = (tree, frozenset(env.items()), workers)
-        service = self.running.get(key)
-        if service is None or service.process.poll() is not None:
+        from bench.harness.voice import voice_env
+
+        if dict(env) != voice_env("tiny") or workers != 1:
+            with super().up(tree, env, workers, sql) as service:
+                yield service
+            return
+        found = self.running.get(tree)
+        if found is None or found.process.poll() is not None:
             folder = self.work / f"up-{len(self.running)}"
-            service = self.running[key] = Up(tree, folder / "data", env, workers, folder / "sql")
-        service.wait_ready()  # a scenario before may have restarted its worker
-        yield service
+            found = self.running[tree] = Up(tree, folder / "data", env, 1, folder / "sql")
+        found.wait_ready()  # a scenario before may have restarted its worker
+        yield found
 
     def close(self) -> None:
         """Stop every ``up`` started."""

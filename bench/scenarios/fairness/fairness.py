@@ -1,19 +1,21 @@
-"""Fairness between keys, as a client sees it: one key's short requests beside another key's long
-work. Each part starts ``tts-queue up`` of the measured tree with ``TTS_AUTH=required`` and two keys
-(A: the long work, B: the short requests), stopped after it, so a long render never bleeds into the
-next part (a quick form run beside others shares one service):
+"""Fairness between keys, as a client sees it: one key's short requests beside another key's long work.
+Each part starts ``tts-queue up`` of the measured tree with ``TTS_AUTH=required`` and two keys (A:
+the long work, B: the short requests), stopped after it, so a long render never bleeds into the next
+part (a quick form's parts share one):
 
 ``idle``: B's one-sentence ``POST /tts?wait=30`` (unique texts), p50/p95; ``english``: beside one
 request of A of unique long English sentences at an SSML rate of 0.1; ``japanese``: beside one
 request of about 1,500 characters of unique Japanese sentences (``jf_alpha``, Kokoro); ``book``:
-beside A's rendering of a book (``POST /v1/books``); ``many``: beside 16 long English requests of A
-at speed 0.25. B's requests start at a fixed pace once A's work runs: their p50, p95 and the first
-one's latency, each as a ratio to idle, and each B task's claim delay. A request not answered
-within ``bound`` seconds counts as the bound. Before fair order: ``--against 6a0867e``."""
+beside A's rendering of a book (``POST /v1/books``); ``many``: beside ``many`` (16) long English
+requests of A at speed 0.25. B's requests start at a fixed pace once A's work runs: their p50, p95
+and the first one's latency, each as a ratio to idle, and each B task's claim delay. A request not
+answered within ``bound`` seconds counts as the bound; ``budget_s`` is the worker's shutdown budget
+(the long work left running is not waited for). Before fair order: ``--against 6a0867e``."""
 
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ PARTS = ("idle", "english", "japanese", "book", "many")
 LIMITS = {"TTS_MAX_AUDIO_S": "14400", "TTS_MAX_TEXT_CHARS": "20000", "TTS_AUTH": "required"}
 
 
-def long_work(up: Up, key: str, part: str, book: Path) -> tuple[list[str], str]:
+def long_work(up: Up, key: str, part: str, book: Path, many: int) -> tuple[list[str], str]:
     """A's long work for ``part``: its status URLs, and what it is."""
     payloads: list[dict[str, Any]]
     with up.session(key) as http:
@@ -54,9 +56,9 @@ def long_work(up: Up, key: str, part: str, book: Path) -> tuple[list[str], str]:
             payloads, what = [{"text": text,
                                "voice": "jf_alpha"}], f"{len(text)} characters of Japanese (jf_alpha)"
         else:  # many
-            pool = english_sentences(16 * 8, seed=5)
-            payloads = [{"text": " ".join(pool[i * 8:(i + 1) * 8]), "speed": 0.25} for i in range(16)]
-            what = "16 different requests of 8 unique long English sentences each at speed 0.25"
+            pool = english_sentences(many * 8, seed=5)
+            payloads = [{"text": " ".join(pool[i * 8:(i + 1) * 8]), "speed": 0.25} for i in range(many)]
+            what = f"{many} different requests of 8 unique long English sentences each at speed 0.25"
         urls = []
         for payload in payloads:
             answer = http.post(f"{up.url}/v1/tts", json=payload, timeout=60)
@@ -81,51 +83,54 @@ def running(up: Up, key: str, urls: list[str], part: str, swing_s: float, timeou
     return waited
 
 
-def one_part(run: Run, part: str, options: dict[str, Any]) -> dict[str, Any]:
-    """One part on its service."""
-    with run.up(options["voice"], LIMITS) as up:
-        a, b = up.key("fair-a", "--max-queued", "20000"), up.key("fair-b")  # a book: about 6,400 tasks
-        found: dict[str, Any] = {"ready_s": round(getattr(up, "ready_s", 0.0), 1)}
-        with up.session(b) as http:
-            short(http, up.url, short_text("warm", 0), options["bound"])  # the voice loaded
-            before = {row["task_id"] for row in listed(http, up.url)}
-        if part == "idle":
-            shorts = paced(lambda: up.session(b), up.url, "idle", options["idle_n"], options["idle_every"],
-                           options["bound"])
-        else:
-            started = time.monotonic()
-            urls, found["long_work"] = long_work(up, a, part, options["book"])
-            found["long_running_after_s"] = round(running(up, a, urls, part, options["swing_s"]), 1)
-            shorts = paced(lambda: up.session(b), up.url, part, options["busy_n"], options["busy_every"],
-                           options["bound"])
-            with up.session(a) as http:
-                progress = [http.get(url, timeout=30).json() for url in urls]
-            found["long_still_rendering"] = any(p["status"] not in FINISHED for p in progress)
-            found["long_elapsed_s"] = round(time.monotonic() - started, 1)
-        found.update(summary(shorts))
-        with up.session(b) as http:
-            found.update(claims([row for row in listed(http, up.url) if row["task_id"] not in before]))
+def one_part(up: Up, part: str, options: dict[str, Any]) -> dict[str, Any]:
+    """One part on ``up``."""
+    a, b = up.key("fair-a", "--max-queued", "20000"), up.key("fair-b")  # a book: about 6,400 tasks
+    found: dict[str, Any] = {"ready_s": round(getattr(up, "ready_s", 0.0), 1)}
+    with up.session(b) as http:
+        short(http, up.url, short_text("warm", 0), options["bound"])  # the voice loaded
+        before = {row["task_id"] for row in listed(http, up.url)}
+    if part == "idle":
+        shorts = paced(lambda: up.session(b), up.url, "idle", options["idle_n"], options["idle_every"],
+                       options["bound"])
+    else:
+        started = time.monotonic()
+        urls, found["long_work"] = long_work(up, a, part, options["book"], options["many"])
+        found["long_running_after_s"] = round(running(up, a, urls, part, options["swing_s"]), 1)
+        shorts = paced(lambda: up.session(b), up.url, part, options["busy_n"], options["busy_every"],
+                       options["bound"])
+        with up.session(a) as http:
+            progress = [http.get(url, timeout=30).json() for url in urls]
+        found["long_still_rendering"] = any(p["status"] not in FINISHED for p in progress)
+        found["long_elapsed_s"] = round(time.monotonic() - started, 1)
+    found.update(summary(shorts))
+    with up.session(b) as http:
+        found.update(claims([row for row in listed(http, up.url) if row["task_id"] not in before]))
     return found
 
 
 @scenario("fairness", subject="fairness", takes="10-20 minutes", quick={
     "voice": "tiny", "parts": "idle,many", "idle_n": 2, "busy_n": 2, "busy_every": 0.2, "idle_every": 0.2,
-    "bound": 60.0, "swing_s": 0.3},
+    "bound": 60.0, "swing_s": 0.3, "many": 4, "budget_s": 1.0},
     description="one key's short requests beside another key's long work (English at a slow SSML rate, "
                 "Japanese, a book, 16 long requests), as ratios to idle")
 def fairness(run: Run, voice: str = "default", parts: str = ",".join(PARTS), bound: float = 120.0,
              idle_n: int = 15, idle_every: float = 1.0, busy_n: int = 12, busy_every: float = 1.5,
-             swing_s: float = 3.0) -> Figures:
+             swing_s: float = 3.0, many: int = 16, budget_s: float = 0.0) -> Figures:
     """Idle first (every ratio is to this run's own idle), then each part asked."""
     options: dict[str, Any] = {"voice": voice, "bound": bound, "idle_n": idle_n, "idle_every": idle_every,
-                               "busy_n": busy_n, "busy_every": busy_every, "swing_s": swing_s}
+                               "busy_n": busy_n, "busy_every": busy_every, "swing_s": swing_s, "many": many}
     options["book"] = book_path(run.quick, run.work)
     chosen = ["idle", *(p for p in PARTS if p in parts.split(",") and p != "idle")]
     found: dict[str, Any] = {}
-    for part in chosen:
-        found[part] = one_part(run, part, options)
-        run.say(f"{part}: p50 {found[part]['p50_s']:.2f} s, p95 {found[part]['p95_s']:.2f} s, "
-                f"timeouts {found[part]['timeouts']}/{found[part]['n']}")
+    with ExitStack() as stack:  # a quick form's parts share one service; a full one's each its own
+        settings = LIMITS | ({"TTS_SHUTDOWN_BUDGET_S": str(budget_s)} if budget_s else {})
+        shared = stack.enter_context(run.up(voice, settings)) if run.quick else None
+        for part in chosen:
+            with ExitStack() as own:
+                found[part] = one_part(shared or own.enter_context(run.up(voice, settings)), part, options)
+            run.say(f"{part}: p50 {found[part]['p50_s']:.2f} s, p95 {found[part]['p95_s']:.2f} s, "
+                    f"timeouts {found[part]['timeouts']}/{found[part]['n']}")
     idle = found["idle"]
     headline: dict[str, Any] = {"idle_p50_s": idle["p50_s"]}
     for part, result in found.items():
