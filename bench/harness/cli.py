@@ -29,7 +29,8 @@ def pairs(items: Sequence[str], what: str) -> dict[str, str]:
 
 def parser() -> argparse.ArgumentParser:
     """The arguments of ``python -m bench``."""
-    top = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").splitlines()[0])
+    top = argparse.ArgumentParser(prog="python -m bench", description="List the benchmark scenarios, or run "
+                                  "one and write its result (bench/README.md).")
     sub = top.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="the scenarios, their parameters and quick forms")
     listing.add_argument("--markdown", action="store_true", help="the table of bench/README.md")
@@ -40,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=int, help="rounds (with --against: runs on each tree, alternated)")
     run.add_argument("--against", metavar="REV", help="run it on REV's tree too (a git worktree), "
                      "alternated, and report this / REV")
-    run.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    run.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                     help="one of the scenario's parameters (python -m bench list shows them)")
     run.add_argument("--set", action="append", default=[], metavar="TTS_NAME=VALUE",
                      help="a setting of the service measured")
     run.add_argument("--out", type=Path, help="the result file (default bench/results/<its result>)")

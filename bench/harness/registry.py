@@ -51,7 +51,11 @@ class Scenario:
             raise ValueError(f"{self.name} has no parameter {', '.join(sorted(unknown))}; "
                              f"it has {', '.join(defaults) or 'none'}")
         chosen = {**defaults, **(self.quick if quick else {})}
-        chosen.update({name: parse(value, defaults[name]) for name, value in given.items()})
+        for name, value in given.items():
+            try:
+                chosen[name] = parse(value, defaults[name])
+            except ValueError as error:
+                raise ValueError(f"{self.name}: {name}={value!r}: {error}") from None
         return chosen
 
     def missing(self) -> list[str]:
