@@ -18,7 +18,7 @@ import requests
 from bench.harness.books import book_path
 from bench.harness.registry import Figures, scenario
 from bench.harness.run import Run
-from bench.scenarios.service.client import FINISHED, core
+from bench.scenarios.service.client import FINISHED, baseline
 
 
 def story_text(book: Path, number: int, limit: int) -> tuple[str, list[str]]:
@@ -39,7 +39,7 @@ def core_rate(run: Run, voice: str, sentences: list[str], threads: int) -> dict[
     """Audio seconds per wall second of the core on ``sentences``."""
     from tts_queue.errors import NothingToSpeak
 
-    with core(run, voice) as local:
+    with baseline(run, voice) as local:
         built = []
         for text in sentences:
             try:

@@ -76,7 +76,7 @@ def rate(url: str, seconds: float, clients: int = 8) -> float:
 
 
 @dataclass
-class Core:
+class Baseline:
     """The worker's own engine and synthesizer in this process, over the service's settings."""
 
     settings: Any  # tts_queue.settings.Settings
@@ -99,7 +99,7 @@ class Core:
 
 
 @contextmanager
-def core(run: Run, voice: str, **settings: str) -> Iterator[Core]:
+def baseline(run: Run, voice: str, **settings: str) -> Iterator[Baseline]:
     """The engine a CPU worker builds (``BatchEngine.for_pool``), warmed; stopped after."""
     from tts_queue.settings import Settings
     from tts_queue.synthesis.engine import BatchEngine
@@ -109,7 +109,7 @@ def core(run: Run, voice: str, **settings: str) -> Iterator[Core]:
     found = Settings.from_env(run.env(voice, **settings))
     registry = VoiceRegistry.from_settings(found)
     engine = BatchEngine.for_pool(registry, found, "cpu").start()
-    made = Core(found, registry, Synthesizer(registry, engine))
+    made = Baseline(found, registry, Synthesizer(registry, engine))
     made.synth.synthesize(made.request("Warm up."))
     try:
         yield made

@@ -17,7 +17,7 @@ import requests
 from bench.harness.registry import Figures, scenario
 from bench.harness.run import Run
 from bench.harness.texts import SENTENCES
-from bench.scenarios.service.client import Core, core, long_polled, polled, rate, throughput
+from bench.scenarios.service.client import Baseline, baseline, long_polled, polled, rate, throughput
 
 
 def status_reads(url: str, rounds: int, seconds: float) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def status_reads(url: str, rounds: int, seconds: float) -> dict[str, Any]:
             "ratio": statistics.median(status) / statistics.median(health)}
 
 
-def polling(url: str, local: Core, rounds: int, sentences: int) -> dict[str, Any]:
+def polling(url: str, local: Baseline, rounds: int, sentences: int) -> dict[str, Any]:
     """Clients polling every 50 ms against the core, ``rounds`` times."""
     found = []
     for number in range(rounds):
@@ -85,7 +85,7 @@ def clients(run: Run, voice: str = "default", parts: str = "reads,polling,stream
             figures["headline"]["reads_over_healthz"] = round(figures["reads"]["ratio"], 4)
             run.say(f"reads: {figures['reads']}")
         if "polling" in parts:
-            with core(run, voice) as local:
+            with baseline(run, voice) as local:
                 figures["polling"] = polling(up.url, local, rounds, sentences)
             figures["headline"]["polling_over_core"] = round(figures["polling"]["ratio"], 4)
             run.say(f"polling: {figures['polling']}")

@@ -17,10 +17,10 @@ from bench.harness.registry import Figures, scenario
 from bench.harness.run import Run
 from bench.harness.stats import percentile
 from bench.harness.texts import SENTENCES
-from bench.scenarios.service.client import Core, core, served, throughput
+from bench.scenarios.service.client import Baseline, baseline, served, throughput
 
 
-def lone(url: str, local: Core, texts: list[str]) -> dict[str, Any]:
+def lone(url: str, local: Baseline, texts: list[str]) -> dict[str, Any]:
     """Per sentence: the service's round trip (``POST /tts``) minus the core's own time."""
     extra, service_ms, core_ms = [], [], []
     with requests.Session() as http:
@@ -62,7 +62,7 @@ def service(run: Run, voice: str = "default", clients: int = 16, rounds: int = 2
             lone_n: int = 12, hit_n: int = 300, workers: int = 1) -> Figures:
     """The rounds, then the lone requests and the hits."""
     found: list[dict[str, float]] = []
-    with core(run, voice) as local, run.up(voice, workers=workers) as up:
+    with baseline(run, voice) as local, run.up(voice, workers=workers) as up:
         for number in range(rounds):
             texts = [f"{s} Round {number} {time.time_ns() % 10**6}." for s in SENTENCES[:sentences]]
             own = local.rate(texts, clients)
