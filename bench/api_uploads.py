@@ -42,15 +42,14 @@ from typing import Any
 
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.support import announce_idle_worker, free_port, migrate, private_redis, wait_until  # noqa: E402
-from tests.support.trickle import Tricklers, book_head, probe  # noqa: E402
-from tts_queue.access.keys import ApiKeys  # noqa: E402
-from tts_queue.cli.launcher import api_command  # noqa: E402
-from tts_queue.db import Database  # noqa: E402
-from tts_queue.settings import Settings  # noqa: E402
+from tests.support import announce_idle_worker, free_port, migrate, private_redis, wait_until
+from tests.support.trickle import Tricklers, book_head, probe
+from tts_queue.access.keys import ApiKeys
+from tts_queue.cli.launcher import api_command
+from tts_queue.db import Database
+from tts_queue.settings import Settings
 
+ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "bench-uploads"
 UPLOADS, BOOK_BYTES, RATE = 70, 51 * 1024 * 1024, 12 * 1024
 SCENARIOS = {"open": {"TTS_AUTH": "off"}, "keyed": {"TTS_AUTH": "required"},

@@ -29,7 +29,6 @@ import argparse
 import io
 import json
 import platform
-import sys
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -40,16 +39,12 @@ import numpy as np
 import requests
 import soundfile
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(1, str(BENCH.parent))
-from bench_intelligibility import default_model, to_16k  # noqa: E402
-from bench_service import free_port, start_service  # noqa: E402
+from bench.harness.stack import Up
+from bench.scenarios.voices.reading import tiny_en, to_16k
+from tests.support.chat_answers import ANSWERS, ChatAnswer
+from tts_queue.settings import Settings
 
-from tests.support.chat_answers import ANSWERS, ChatAnswer  # noqa: E402
-from tts_queue.settings import Settings  # noqa: E402
-
-ROOT = BENCH.parent
+ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "chat_markdown.json"
 WAYS = ("markdown", "as_written", "plain")
 
@@ -60,20 +55,18 @@ def run(quick: bool = False) -> dict[str, Any]:
     from jiwer import wer
     from whisper_normalizer.english import EnglishTextNormalizer
 
-    model_dir = default_model()
+    model_dir = tiny_en()
     recognizer = WhisperModel(model_dir, device="cpu", compute_type="int8")
     normalizer = EnglishTextNormalizer()
     voice = Settings.from_env({}).voices.default
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="chat-markdown-") as tmp:
-        port = free_port()
-        service = start_service(Path(tmp), port, {})
+        service = Up(ROOT, Path(tmp) / "data", {})
         try:
-            rows = [heard(f"http://127.0.0.1:{port}", voice, answer, recognizer)
+            rows = [heard(service.url, voice, answer, recognizer)
                     for answer in (ANSWERS[:2] if quick else ANSWERS)]
         finally:
-            service.terminate()
-            service.wait(timeout=60)
+            service.stop()
     for row in rows:
         reference = normalizer(row["plain"])
         row["wer"] = {way: round(float(wer(reference, normalizer(row["heard"][way]) or "-")), 4)

@@ -30,7 +30,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -40,20 +39,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from wyoming.client import AsyncTcpClient
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+from tests.support import WorkerProcess, service_settings
+from tts_queue.cli.embedded_redis import EmbeddedRedis
+from workers.factory import make_celery
+from wyoming_server.listener import WyomingServer
+from wyoming_server.speech import SpeechQueue
+
 ROOT = Path(__file__).resolve().parents[1]
-# Run as a script, this file's folder leads the path, and this file would shadow the library it is
-# named after: the folder goes, the repository comes first.
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench")]
-
-from wyoming.client import AsyncTcpClient  # noqa: E402
-from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop  # noqa: E402
-
-from tests.support import WorkerProcess, service_settings  # noqa: E402
-from tts_queue.cli.embedded_redis import EmbeddedRedis  # noqa: E402
-from workers.factory import make_celery  # noqa: E402
-from wyoming_server.listener import WyomingServer  # noqa: E402
-from wyoming_server.speech import SpeechQueue  # noqa: E402
-
 OUT = ROOT / "bench" / "results" / "wyoming.json"
 PIECE_S = 0.05  # a chat model's pace: twenty pieces of three words a second
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron", "iris", "juniper",

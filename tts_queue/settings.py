@@ -86,7 +86,7 @@ class SessionConfig:
     allow_spinning: bool = setting(True, "`false` stops idle ONNX threads busy-waiting (shared machines)")
     spin_us: int = setting(100, "how long an idle ONNX thread busy-waits for more work before it sleeps, "
                            "in microseconds (0: ONNX Runtime's own, which spins on after each call: a "
-                           "lone call costs about 30% more CPU for the same latency; bench/bench_spin.py)")
+                           "lone call costs about 30% more CPU for the same latency; the spin benchmark)")
     cuda_device: int = setting(0, "the GPU a CUDA or TensorRT session runs on, counted among the visible "
                                "ones (`tts-queue worker --device N` shows the process only GPU N, as 0)")
     cudnn_conv_algo_search: str = setting(

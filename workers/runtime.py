@@ -71,7 +71,7 @@ class WorkerRuntime:
         TensorRT session builds or reads its engines here: the log says how long that took), then
         (``TTS_WARM_LONGEST``) the longest sentence the settings admit, at speed 1: ONNX Runtime's
         arena grows to the size the longest calls need once, here, instead of in steps over hours
-        of a book as longer sentences come (``bench/bench_session_memory.py``, variant
+        of a book as longer sentences come (``python -m bench run session_memory``, variant
         ``no-patterns-pregrow``). A GPU-pool worker whose voice landed on the CPU says so in a
         warning."""
         started = time.perf_counter()

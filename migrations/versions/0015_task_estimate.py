@@ -22,7 +22,7 @@ def upgrade() -> None:
     with op.batch_alter_table("tasks") as batch:
         batch.add_column(sa.Column("estimate_s", sa.Float(), nullable=True))
         # the backlog's query reads this index alone (no table rows): 100,000 rows measured in
-        # bench/bench_backlog.py
+        # the backlog benchmark
         batch.create_index("ix_tasks_status_queue_estimate", ["status", "queue", "estimate_s"])
 
 

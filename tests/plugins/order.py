@@ -11,7 +11,7 @@ import pytest
 # holds fewer than three tests): the fifth runs after the first, which mostly waits (on a webhook
 # receiver), so it is one of the long ones.
 LONGEST_FIRST = (
-    "tests/service/test_webhook_trickle.py", "tests/real/test_real_kokoro.py",
+    "tests/service/test_webhook_trickle.py", "tests/repo/test_bench.py", "tests/real/test_real_kokoro.py",
     "tests/service/test_fair_time.py", "tests/service/test_up.py", "tests/service/test_languages.py",
     "tests/real/test_real_estimate.py",
     "tests/real/test_real_kokoro_languages.py",

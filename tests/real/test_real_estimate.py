@@ -8,7 +8,7 @@ longer than promised), and the ordinary prose kinds at speed 1 never over by mor
 Kokoro's from its graph's durations alone, exactly the synthesized length
 (``tests/real/test_real_kokoro.py`` and ``tests/real/test_real_kokoro_languages.py`` check that it is), in
 1/45-1/70 of the synthesis' CPU; Piper's the same way, drawn with its noise as each synthesis
-draws it, in 1/7 (``bench/bench_measure.py``).
+draws it, in 1/7 (``python -m bench run measure``).
 """
 
 from __future__ import annotations

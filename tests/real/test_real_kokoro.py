@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from bench.scenarios.voices.speech import SAME_SPEECH, similarity
 from tests.support import ONE_THREAD
 from tts_queue.settings import SessionConfig, Settings
 from tts_queue.synthesis.encoder import encode
@@ -161,21 +162,7 @@ def test_the_voices_share_one_graph_and_have_their_own_digests(
     assert registry.status(registry.get("jf_alpha")) == "verified"
 
 
-def bench_voices() -> Any:
-    """``bench/bench_voices.py`` (its ``similarity``: what "the same speech" means there too)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_voices", ROOT / "bench" / "bench_voices.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_float_graph_says_the_same_speech(core: tuple[VoiceRegistry, Synthesizer]) -> None:
-    bench = bench_voices()
-    SAME_SPEECH, similarity = bench.SAME_SPEECH, bench.similarity  # noqa: N806
-
     # Given the shipped int8 graph and the float graph made from it at load time
     registry, _ = core
     spec = registry.get("jf_alpha")

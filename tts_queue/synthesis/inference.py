@@ -95,7 +95,7 @@ def session_options(config: SessionConfig) -> Any:
     options.intra_op_num_threads = config.intra_op_threads
     options.inter_op_num_threads = config.inter_op_threads
     # Every sentence has its own input shape, and ONNX Runtime keeps a memory pattern per shape it
-    # has seen: a worker's RSS crept by the book (bench/bench_session_memory.py: 642 -> 741 MB over
+    # has seen: a worker's RSS crept by the book (the session_memory benchmark: 642 -> 741 MB over
     # 400 sentences with patterns, 637 -> 648 MB without, the same CPU time; no arena at all would
     # stay near 440 MB but cost 14% more CPU).
     options.enable_mem_pattern = False
@@ -106,7 +106,7 @@ def session_options(config: SessionConfig) -> Any:
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     elif config.spin_us:
         # ONNX Runtime's own spin outlasts the gaps between one call's operators by far: a lone call
-        # burnt about 30% more CPU than with a short spin, for the same latency (bench/bench_spin.py).
+        # burnt about 30% more CPU than with a short spin, for the same latency (the spin benchmark).
         options.add_session_config_entry("session.intra_op.spin_duration_us", str(config.spin_us))
     return options
 
@@ -184,7 +184,7 @@ class VoiceModel:
     from the process's one CPU arena (``shared_cpu_arena``), so the twin costs its weights (55 MB
     for the default voice), not a second arena as large as the longest call's. The engine runs
     calls side by side on it under load (two single-threaded calls at once make 1.06-1.38x the
-    sentences per second of one call at a time on both cores, ``bench/bench_runners.py``) and a
+    sentences per second of one call at a time on both cores, ``python -m bench run runners``) and a
     lone call on the wide session (1.4-1.8x faster than on one thread).
     """
 
@@ -314,7 +314,7 @@ class VoiceModel:
                          speaker_id: int | None = None) -> list[int]:
         """Each id sequence's length in samples as ``run_batch`` gives it, from the part of the
         graph that computes the frames per phoneme (the encoder and the duration predictor), cut
-        out of it on the first call: a seventh of the synthesis' CPU (``bench/bench_measure.py``).
+        out of it on the first call: a seventh of the synthesis' CPU (``python -m bench run measure``).
         The predictor draws its noise (``noise_w``) anew on every call, as ``run_batch`` does: the
         lengths are exact with ``noise_w`` 0, and otherwise drawn as a synthesis draws them."""
         if not ids:

@@ -106,7 +106,7 @@ def measured_seconds(voice: LoadedVoice, request: SynthesisRequest) -> float:
     """Seconds of the audio ``Synthesizer.synthesize`` makes of ``request``, from the model's
     durations alone (``sentence_samples``: Kokoro's in 1/45-1/70 of the synthesis' CPU, exactly;
     Piper's in 1/7, exactly with ``noise_w`` 0, else drawn as each synthesis draws them;
-    ``bench/bench_measure.py``)."""
+    ``python -m bench run measure``)."""
     plan = Plan.of(voice, request)
     sentences = [ids for ids, _ in plan.spoken]
     lengths = [n for start, end, scales in plan.runs

@@ -12,7 +12,7 @@ autoscaler keeps at zero wakes for an upload too.
 
 One query, grouped by queue and status over ``ix_tasks_status``; ``Backlog`` caches it a few
 seconds per process, so every API replica reports the same figures whatever the scrape rate (an
-autoscaler takes their ``max()``, not their ``sum()``). ``bench/bench_backlog.py`` measures the
+autoscaler takes their ``max()``, not their ``sum()``). ``python -m bench run backlog`` measures the
 query at 100,000 rows.
 """
 

@@ -1,6 +1,6 @@
 """A worker's warm-up: the default voice loaded, one short sentence, then (``TTS_WARM_LONGEST``)
 the longest sentence the settings admit, so ONNX Runtime's arena reaches the size the longest calls
-need at start instead of growing in steps over a book (``bench/bench_session_memory.py``'s
+need at start instead of growing in steps over a book (``python -m bench run session_memory``'s
 ``no-patterns-pregrow``: 635 -> 648 MB over 300 of the book's sentences, against 470 -> 641)."""
 
 from __future__ import annotations

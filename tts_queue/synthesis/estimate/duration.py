@@ -8,8 +8,8 @@ measured at load) prices each sentence at its speed (the request's speed times i
 audio is what the synthesizer joins: the sentences, and between each two the silence after the
 first (an SSML break's length, else ``sentence_silence_ms``).
 
-Phonemizing costs milliseconds (measured by ``bench/calibrate_pace.py``: about 14 ms per 5,000
-characters of English, 140 ms of Japanese; bench/results/estimate_pace.json), too much for a cache
+Phonemizing costs milliseconds (measured by ``tools/calibrate_pace.py``: about 14 ms per 5,000
+characters of English, 140 ms of Japanese; tools/results/calibration.json), too much for a cache
 hit's 2.5 ms, so ``audio_seconds`` first takes a bound that reads only the script's lengths (each
 character at the most symbols any character became, each possible sentence end a sentence, at the
 speed of its part) and phonemizes only when that bound is over the limit. A request's exact

@@ -1,5 +1,5 @@
 """How fast a voice speaks and what its audio costs, as shipped with it (``"pace"`` in
-``models/voices.json``, written by ``bench/calibrate_pace.py`` from the real voice's audio; never
+``models/voices.json``, written by ``tools/calibrate_pace.py`` from the real voice's audio; never
 measured at load, so every process gives the same estimate without the model).
 
 A sentence of ``n`` symbols (phonemes for Piper, Kokoro's symbols), ``m`` of them pause marks, at
@@ -11,7 +11,7 @@ a frame per model id. The ``scripts`` part bounds what one written character can
 script (Latin, Japanese, other), and ``pauses`` which characters may be pause marks and sentence
 ends: the admission's cheap bound (``duration.bound_seconds``). ``rtf`` prices the work
 (``work``). Kokoro's Latin runs are said at the same symbol pace as its Japanese (calibrated on
-both, bench/results/estimate_pace.json).
+both, tools/results/calibration.json).
 
 A voice with no pace shipped (a drop-in Piper voice, a manifest entry of one's own) gets its
 family's default (``DEFAULTS``), slower and costlier than every shipped voice of the family, so

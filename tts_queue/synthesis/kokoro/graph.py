@@ -11,7 +11,7 @@ Piper's ``Ceil`` output: checked, ``len(audio) == sum(frames) * HOP`` on every c
 ``frames`` gives those samples per token without the audio: the part of the graph that computes
 them (the text encoder and the duration predictor, a third of its nodes) is cut out of it once, on
 the first call, into a session of its own on the CPU provider, and runs in 1/45-1/70 of a
-sentence's synthesis' CPU (``bench/bench_measure.py``). ONNX Runtime would run the whole graph
+sentence's synthesis' CPU (``python -m bench run measure``). ONNX Runtime would run the whole graph
 for that output alone.
 """
 

