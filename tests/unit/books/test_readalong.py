@@ -28,7 +28,8 @@ from redis import Redis
 
 from tests.support import FakeQueue, core_of, migrate
 from tests.unit.books.test_book_assembly import Library, Sentence, chapter
-from tts_queue.books.readalong.build import ReadAlongBuilder, ReadAlongs
+from tts_queue.books.readalong.build import ReadAlongBuilder
+from tts_queue.books.readalong.builds import ReadAlongs
 from tts_queue.books.readalong.overlay import clock, parse_vtt, sentence_clips
 from tts_queue.books.render.captions import Cue
 from tts_queue.broker.names import RedisKeys

@@ -16,6 +16,7 @@ through the service, in ``tests/service/test_books.py``.
 from __future__ import annotations
 
 import io
+import posixpath
 import re
 import zipfile
 from pathlib import Path
@@ -162,23 +163,30 @@ def test_a_source_epubs_own_documents_carry_the_overlays_and_nothing_hostile(lib
     with zipfile.ZipFile(path) as epub:
         names = set(epub.namelist())
         opf = ElementTree.fromstring(epub.read("OEBPS/package.opf"))
-        items = {i.get("href"): i for i in opf.iter(f"{OPF}item")}
-        # Then the source's documents, style, image, cover and navigation are in it, under their
-        # own names, and what was not rendered or is not allowed is not
-        assert {"text/one.xhtml", "text/two.xhtml", "css/style.css", "images/pic.png", "images/cover.svg",
-                "nav.xhtml"} <= set(items)
-        assert "text/three.xhtml" not in items and "js/evil.js" not in items
-        assert "OEBPS/text/three.xhtml" not in names and "OEBPS/js/evil.js" not in names
-        assert items["images/cover.svg"].get("properties") == "cover-image"
-        assert items["nav.xhtml"].get("properties") == "nav"
-        nav = epub.read("OEBPS/nav.xhtml").decode()
-        assert "one.xhtml" in nav and "two.xhtml" in nav and "three.xhtml" not in nav
-        spine = [i.get("idref") for i in opf.iter(f"{OPF}itemref")]
-        ids = {i.get("id"): i.get("href") for i in opf.iter(f"{OPF}item")}
-        assert [ids[i] for i in spine] == ["text/one.xhtml", "text/two.xhtml"]
+        items = {str(i.get("href")): i for i in opf.iter(f"{OPF}item")}
+        ids = {i.get("id"): str(i.get("href")) for i in opf.iter(f"{OPF}item")}
+        spine = [ids[i.get("idref")] for i in opf.iter(f"{OPF}itemref")]
+        by_type = {(i.get("media-type"), i.get("properties")): href for href, i in items.items()
+                   if not href.startswith("readalong/")}
+        # Then the source's two rendered documents, style, image, cover and navigation are in it,
+        # each under a name of ours with the extension of what it is, and what was not rendered or
+        # is not allowed is not
+        assert len(spine) == 2 and all(re.fullmatch(r"text/\d{4}\.xhtml", href) for href in spine)
+        nav_name = by_type[("application/xhtml+xml", "nav")]
+        cover_name = by_type[("image/svg+xml", "cover-image")]
+        css_name, png_name = by_type[("text/css", None)], by_type[("image/png", None)]
+        assert re.fullmatch(r"styles/\d{4}\.css", css_name) and re.fullmatch(r"images/\d{4}\.png", png_name)
+        assert re.fullmatch(r"images/\d{4}\.svg", cover_name) and re.fullmatch(r"text/\d{4}\.xhtml", nav_name)
+        ours = {href for href in items if href.startswith("readalong/")}
+        assert len(items) == len(ours) + 6  # the three documents, the style, the image and the cover
+        assert not [n for n in names if n.startswith("OEBPS/") and not n.startswith("OEBPS/readalong/")
+                    and not re.fullmatch(r"OEBPS/((text|styles|images)/\d{4}\.(xhtml|css|png|svg)|package\.opf)", n)]
+        nav = epub.read(f"OEBPS/{nav_name}").decode()
+        assert [href.split("#")[0] for href in re.findall(r'href="([^"]+)"', nav)] == [
+            posixpath.relpath(name, posixpath.dirname(nav_name)) for name in spine]
         # And every spoken sentence's words are wrapped where they are written, with the
         # captions' cues as their clips, in order
-        for number, href in enumerate(("text/one.xhtml", "text/two.xhtml"), start=1):
+        for number, href in enumerate(spine, start=1):
             overlay = items[href].get("media-overlay")
             smil_href = ids[overlay]
             xhtml = ElementTree.fromstring(epub.read(f"OEBPS/{href}"))
@@ -203,7 +211,7 @@ def test_a_source_epubs_own_documents_carry_the_overlays_and_nothing_hostile(lib
                 assert re.sub(r"\W", "", shown) == re.sub(r"\W", "", said), (shown, said)
             assert all(f"audio/chapter-{number:03d}.mp3" in (a.get("src") or "") for _, a in pars)  # type: ignore[union-attr]
         # And the footnote is kept as text, with no mark
-        one = epub.read("OEBPS/text/one.xhtml").decode()
+        one = epub.read(f"OEBPS/{spine[0]}").decode()
         assert "A footnote that is never read aloud" in one
         note = re.search(r"<p>A footnote[^<]*</p>", one)
         assert note is not None
@@ -215,7 +223,7 @@ def test_a_source_epubs_own_documents_carry_the_overlays_and_nothing_hostile(lib
             assert not re.search(r"<(script|iframe|form|input|foreignObject)\b", text), name
             assert not re.search(r"\son\w+=", text), name
             assert "javascript:" not in text and "evil.example" not in text and "behavior" not in text, name
-        assert "url(../images/pic.png)" in epub.read("OEBPS/css/style.css").decode()
+        assert f"url(../{png_name})" in epub.read(f"OEBPS/{css_name}").decode()
     # And EPUBCheck finds nothing to report
     assert epubcheck(path) == []
 
@@ -263,12 +271,13 @@ def test_documents_named_by_an_escaped_href_or_a_second_manifest_entry_are_marke
     # and an overlay
     with zipfile.ZipFile(path) as epub:
         opf_root = ElementTree.fromstring(epub.read("OEBPS/package.opf"))
-        items = {i.get("href"): i for i in opf_root.iter(f"{OPF}item")}
-        assert "chapter-001.xhtml" not in items
-        for href, name in (("text/one.xhtml", "text/one.xhtml"),
-                           ("text/part%2541%20two.xhtml", "text/part%41 two.xhtml")):
+        items = {str(i.get("href")): i for i in opf_root.iter(f"{OPF}item")}
+        ids = {i.get("id"): str(i.get("href")) for i in opf_root.iter(f"{OPF}item")}
+        spine = [ids[i.get("idref")] for i in opf_root.iter(f"{OPF}itemref")]
+        assert "chapter-001.xhtml" not in items and len(spine) == 2
+        for number, href in enumerate(spine, start=1):
             assert items[href].get("media-overlay"), href
-            assert re.search(r'id="ra-c\d+s1"', epub.read(f"OEBPS/{name}").decode()), href
+            assert re.search(rf'id="ra-c{number}s1"', epub.read(f"OEBPS/{href}").decode()), href
 
 
 def found_marks(root: etree._Element, sentences: list[str]) -> list[Mark]:
@@ -307,7 +316,7 @@ def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path)
     # Given an EPUB 2 whose cover picture is named only by <meta name="cover" content="ID"/>
     from ebooklib import epub
 
-    from tts_queue.books.readalong.from_source import _plan
+    from tts_queue.books.readalong.manifest import plan
 
     data = packed({
         "content.opf": (
@@ -322,7 +331,7 @@ def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path)
     path = tmp_path / "two.epub"
     path.write_bytes(data)
     # When its items are planned for the read-along EPUB
-    _, items, _ = _plan(epub.read_epub(str(path), options={"ignore_ncx": True}), set())
+    items = plan(epub.read_epub(str(path), options={"ignore_ncx": True}), set()).items
     # Then that picture, and only it, is the cover image
     assert {item.path: item.cover for item in items if item.media_type == "image/png"} == {
         "front.png": True, "pic.png": False}

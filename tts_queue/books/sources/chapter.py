@@ -49,7 +49,11 @@ class TextBudget:
 
     def add(self, text: str) -> None:
         """Count ``text``; ``BookTooLarge`` once the total passes the limit."""
-        self.used += len(text)
+        self.charge(len(text))
+
+    def charge(self, size: int) -> None:
+        """Count ``size`` characters; ``BookTooLarge`` once the total passes the limit."""
+        self.used += size
         if self.limit is not None and self.used > self.limit:
             raise BookTooLarge(f"the book has more than {self.limit} characters of text")
 
