@@ -363,8 +363,9 @@ class BookSettings:
     max_unpacked_bytes: int = setting(256 * 1024 * 1024, "most bytes read out of one EPUB, every read "
                                       "of an archive entry counted (256 MB)",
                                       env="TTS_MAX_BOOK_UNPACKED_BYTES")
-    max_chars: int = setting(10_000_000, "most characters of text extracted from one book (War and "
-                             "Peace has about 3.2 million)", env="TTS_MAX_BOOK_CHARS")
+    max_chars: int = setting(10_000_000, "most characters of text in one book, read aloud or not (an "
+                             "EPUB's footnotes, asides and page lists count; War and Peace has about "
+                             "3.2 million)", env="TTS_MAX_BOOK_CHARS")
     max_sentences: int = setting(100_000, "most sentences in one book (War and Peace has about "
                                  "35,000)", env="TTS_MAX_BOOK_SENTENCES")
     max_epub_bytes: int = setting(1024 * 1024 * 1024, "largest read-along EPUB built for a book, in bytes "

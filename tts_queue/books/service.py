@@ -28,8 +28,8 @@ from tts_queue.books.ending import BookEnds
 from tts_queue.books.progress import BookProgress, book_progress
 from tts_queue.books.readalong.build import epub_name
 from tts_queue.books.rows import BookRows
+from tts_queue.books.sources.chapter import MAX_TITLE_CHARS
 from tts_queue.books.sources.upload import (
-    MAX_TITLE_CHARS,
     SENTENCE_FORMAT,
     Upload,
     book_options,

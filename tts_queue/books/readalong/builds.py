@@ -148,7 +148,8 @@ class ReadAlongs:
             yield True
             return
         client = self.redis
-        lock = client.lock(self.keys.readalong_building(book_id), timeout=self.lock_s, blocking=False)
+        lock = client.lock(self.keys.readalong_building(book_id), timeout=self.lock_s, blocking=False,
+                           thread_local=False)  # its token is renewed from another thread
         if not lock.acquire():
             yield False
             return

@@ -29,7 +29,7 @@ from __future__ import annotations
 import posixpath
 import re
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import quote
@@ -62,9 +62,8 @@ from tts_queue.books.readalong.textmarks import (
     word_letters,
 )
 from tts_queue.books.readalong.tree import parse_xml
-from tts_queue.books.sources.chapter import Book, BookLimits, TextBudget
+from tts_queue.books.sources.chapter import MAX_TITLE_CHARS, Book, BookLimits, TextBudget
 from tts_queue.books.sources.epub import open_epub
-from tts_queue.books.sources.upload import MAX_TITLE_CHARS
 from tts_queue.errors import BookError
 
 OWN = OWN_FOLDER  # our files, beside the source's
@@ -180,9 +179,9 @@ class SourceBook:
             document_text, size = document_letters(root)
             budget.charge(size)
             texts.append(document_text)
-            taken.update(m.group(0) for i in root.xpath("//@id") if (m := _PREFIX.match(str(i))))
+            taken |= taken_prefixes(str(i) for i in root.xpath("//@id"))
             del root
-        prefix = next(p for p in (f"ra{n}-" if n else "ra-" for n in range(len(taken) + 1)) if p not in taken)
+        prefix = free_prefix(taken)
         where = {item.path: n for n, item in enumerate(documents)}
         aligner = Aligner(texts)
         overlays: dict[int, _Overlay] = {}
@@ -251,6 +250,17 @@ class SourceBook:
             clean_svg(root, item.path, self.ship)
             return bytes(etree.tostring(root, encoding="utf-8", xml_declaration=True))
         return item.content
+
+
+def taken_prefixes(ids: Iterable[str]) -> set[str]:
+    """The prefixes of ours (``ra-``, ``ra1-``, ``ra2-``...) that ids of the source start with."""
+    return {match.group(0) for i in ids if (match := _PREFIX.match(i))}
+
+
+def free_prefix(taken: set[str]) -> str:
+    """The first of ``ra-``, ``ra1-``, ``ra2-``... not ``taken``: what our ids start with (one
+    lookup per candidate, never a scan of every id per candidate)."""
+    return next(p for p in (f"ra{n}-" if n else "ra-" for n in range(len(taken) + 1)) if p not in taken)
 
 
 def _check(book: Book, rendered: Sequence[tuple[int, str]]) -> None:

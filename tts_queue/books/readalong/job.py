@@ -106,9 +106,10 @@ def _clip_of(raw: list[Any]) -> SentenceClip:
 def write_source(job: SourceJob) -> None:
     """Run ``job`` in this process; ``SourceMismatch`` or a ``BookError`` when the source cannot
     be reused (the build falls back to generated text)."""
+    data = Path(job.upload).read_bytes()
     from tts_queue.books.readalong.from_source import SourceBook  # lxml and ebooklib: for builds only
 
-    source = SourceBook(Path(job.upload).read_bytes(), job.limits, job.chapters)
+    source = SourceBook(data, job.limits, job.chapters)
     with zipfile.ZipFile(job.epub, "a", compression=zipfile.ZIP_DEFLATED) as epub:
         source.write(epub, job.book, job.language, job.narrator, job.heard, job.modified)
 

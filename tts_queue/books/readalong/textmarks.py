@@ -107,8 +107,8 @@ class FlatText:
                     size += len(text)
         self.text = "".join(pieces)
         del pieces
-        self.at = array("q", (match.start() for match in _LETTER.finditer(self.text)))
         self.letters = letters(self.text)
+        self.at = _positions(self.text, len(self.letters))
         self._starts = [slot.start for slot in self.slots]
 
     def span(self, first: int, end: int, widen: bool) -> tuple[int, int]:
@@ -162,6 +162,15 @@ class FlatText:
             slot.element.insert(0, markers[0])
         for previous, marker in zip(markers, markers[1:], strict=False):
             previous.addnext(marker)  # after the marker's own tail (``insert`` at an index is linear)
+
+
+def _positions(text: str, count: int) -> array[int]:
+    """Where each of the ``count`` letters of ``text`` is in it, as machine integers in one buffer
+    allocated once (4 bytes a letter while positions fit in 32 bits)."""
+    at = array("i" if len(text) < 2**31 else "q", [0]) * count
+    for index, match in enumerate(_LETTER.finditer(text)):
+        at[index] = match.start()
+    return at
 
 
 def _text_nodes(body: etree._Element) -> Iterable[tuple[etree._Element, bool | None]]:

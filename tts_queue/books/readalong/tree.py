@@ -61,7 +61,11 @@ def parse_xml(data: bytes) -> etree._Element:
     text, referenced = html_references(data)
     try:
         root = etree.fromstring(text, parser)
-    except (etree.XMLSyntaxError, ValueError) as exc:
+    except etree.XMLSyntaxError as exc:
+        if any(error.type == etree.ErrorTypes.ERR_NO_MEMORY for error in exc.error_log):
+            raise MemoryError("libxml2 ran out of memory") from exc  # a budget, not a malformed document
+        raise InvalidBook(f"a document is not well-formed XML: {exc}") from exc
+    except ValueError as exc:
         raise InvalidBook(f"a document is not well-formed XML: {exc}") from exc
     holders: dict[etree._Element, None] = {}  # elements with an entity reference among their children
     for node in root.iter():

@@ -16,6 +16,7 @@ _INVISIBLE: dict[int, str | None] = {
     **dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None),
     **dict.fromkeys(range(0xD800, 0xE000), "\ufffd"),
 }
+MAX_TITLE_CHARS = 512  # a book's or chapter's title as kept: the column's width, on every database
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _SPACES = re.compile(r"\s+")
 _RANGE = re.compile(r"^(\d{1,6})(?:\s*-\s*(\d{1,6}))?$")
@@ -34,7 +35,8 @@ def without_surrogates(text: str) -> str:
 @dataclass(frozen=True)
 class BookLimits:
     """What reading one book may cost: bytes decompressed out of an EPUB (every read of an entry
-    counts, the same entry read twice counts twice) and characters of extracted text (any format)."""
+    counts, the same entry read twice counts twice) and characters of text (any format; an EPUB's
+    text that is never read aloud too)."""
 
     unpacked_bytes: int
     chars: int

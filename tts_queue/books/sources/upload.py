@@ -16,7 +16,6 @@ from tts_queue.tables import BookOptions
 OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")
 # Sentences are cached as WAV: lossless for stitching, and shared with interactive WAV requests.
 SENTENCE_FORMAT = "wav"
-MAX_TITLE_CHARS = 512  # the column's width, on every database
 MAX_CHAPTER_SPEC_CHARS = 1000
 BATCH_ROWS = 500
 _CHAPTER_SPEC = re.compile(r"\s*\d{1,6}(?:\s*-\s*\d{1,6})?(?:\s*,\s*\d{1,6}(?:\s*-\s*\d{1,6})?)*\s*")
