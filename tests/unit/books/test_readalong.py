@@ -229,7 +229,7 @@ def test_a_build_is_queued_once_and_a_failure_is_answered(library: Library, redi
 
 
 def test_a_long_build_keeps_its_lock_and_never_runs_twice(library: Library, redis_url: str) -> None:
-    # Given a done book whose build holds on until it is let go, and locks of 0.5 s
+    # Given a done book whose build holds on until it is let go, and locks of 0.4 s
     book_id = rendered(library, [chapter(2)], "mp3")
     book = library.books.book(book_id)
     started, release = threading.Event(), threading.Event()
@@ -242,15 +242,15 @@ def test_a_long_build_keeps_its_lock_and_never_runs_twice(library: Library, redi
 
     held = Held(library.core.book_rows, library.assembler(), library.storage, lambda voice: "en-US", 1 << 30)
     queue, redis, keys = FakeQueue(), Redis.from_url(redis_url), RedisKeys(f"test-{uuid.uuid4().hex[:8]}")
-    readalongs = ReadAlongs(held, queue, redis, keys, lock_s=0.5)
+    readalongs = ReadAlongs(held, queue, redis, keys, lock_s=0.4)
     readalongs.request(book)
     results: list[str | None] = []
     worker = threading.Thread(target=lambda: results.append(readalongs.run(book_id)))
     worker.start()
     assert started.wait(30)
-    # When it runs for three times its locks' expiry while the book is asked for again and again,
+    # When it runs for two and a half times its locks' expiry while the book is asked for again,
     # and a second message runs too
-    until = time.monotonic() + 1.5
+    until = time.monotonic() + 1.0
     while time.monotonic() < until:
         readalongs.request(book)
         time.sleep(0.05)

@@ -323,7 +323,7 @@ def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path)
     # Given an EPUB 2 whose cover picture is named only by <meta name="cover" content="ID"/>
     from ebooklib import epub
 
-    from tts_queue.books.readalong.manifest import plan
+    from tts_queue.books.readalong.shipment import plan
 
     data = packed({
         "content.opf": (

@@ -10,7 +10,7 @@ parser changed since) makes the build fall back to text generated from the sente
 - every spine document, except those that hold only chapters that were not rendered (a book
   rendered with ``chapters``), and the navigation document, pruned of links to what is left out;
   an EPUB 2 source, which has none, gets one generated from the rendered chapters;
-- the styles, images and fonts whose bytes are of their declared type (``manifest``);
+- the styles, images and fonts whose bytes are of their declared type (``shipment``);
 - each under a name of ours (``media``: ``text/0003.xhtml``, ``images/0007.png``...), everything
   through ``sanitize``'s allowlist, so a URL inside points at a shipped file of its kind, by that
   name, or is removed.
@@ -36,7 +36,6 @@ from urllib.parse import quote
 
 from lxml import etree
 
-from tts_queue.books.readalong.manifest import Item, obfuscated, package_path, plan
 from tts_queue.books.readalong.media import DOCUMENT_TYPE, Kind
 from tts_queue.books.readalong.overlay import (
     OWN_FOLDER,
@@ -50,6 +49,7 @@ from tts_queue.books.readalong.overlay import (
     opf_metadata,
 )
 from tts_queue.books.readalong.sanitize import clean_css, clean_document, clean_svg
+from tts_queue.books.readalong.shipment import Item, obfuscated, package_path, plan
 from tts_queue.books.readalong.textmarks import (
     XHTML,
     Aligner,
@@ -241,7 +241,7 @@ class SourceBook:
 
     def _resource(self, item: Item) -> bytes:
         """A style sheet or SVG image through the allowlist; other images and fonts (their bytes
-        of their type: ``manifest``) as they are."""
+        of their type: ``shipment``) as they are."""
         if item.media_type == "text/css":
             text = item.content.decode("utf-8", "replace")
             return clean_css(text, item.path, self.ship).encode("utf-8")
