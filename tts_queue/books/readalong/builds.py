@@ -115,7 +115,9 @@ class ReadAlongs:
         """The worker's side: build the EPUB unless its failure is stored or another build runs;
         a failure is kept for the API to answer."""
         if self.builder.storage.size(failure_name(book_id)) is not None:
-            return None  # it failed for good: a second message (queued after the marker expired)
+            if self.redis is not None:  # a second message (queued after the marker expired): nothing runs
+                self.redis.delete(self.keys.readalong_lock(book_id))
+            return None  # it failed for good
         with self._building(book_id) as mine:
             if not mine:
                 log.info("book %s: its read-along EPUB is being built by another worker", book_id)
