@@ -288,12 +288,13 @@ def audiobook(book_id: str) -> BaseResponse:
                         200: ("The EPUB", None, ("application/epub+zip",)),
                         202: ("Being built: ask again after Retry-After", contract.EpubBuilding, JSON),
                         413: ("Over TTS_MAX_EPUB_BYTES", contract.Error, JSON),
-                        422: ("The build failed (asked again later, it is tried again)", contract.Error,
-                              JSON)})
+                        422: ("The build failed: epub_over_budget (past TTS_READALONG_TIMEOUT_S or "
+                              "TTS_READALONG_MAX_MEMORY_MB) or epub_failed, answered as long as the book is "
+                              "kept (after an outage, for a few minutes)", contract.Error, JSON)})
 def readalong(book_id: str) -> BaseResponse:
     """The whole book as an EPUB 3 whose text is highlighted as it is read: stored once built;
     before that, its build is queued on the bulk lane (once, however often this is asked) and the
-    answer is 202 with ``Retry-After``."""
+    answer is 202 with ``Retry-After``; once it failed, why (``ReadAlongs``)."""
     svc = services()
     book = svc.books.touch(book_id, owner())
     if book.status is not BookStatus.DONE:

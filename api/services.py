@@ -18,6 +18,7 @@ from redis import Redis
 
 from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys, Usage
+from tts_queue.books.readalong.job import SourceWriter, write_source
 from tts_queue.books.render.m4b import M4BWriter
 from tts_queue.broker.connection import redis_client
 from tts_queue.broker.doctor import HealthWarning, gpu_pool_warnings, schema_warnings
@@ -52,9 +53,11 @@ class Services(Wiring):
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher | None = None,
               watch: QueueWatch | None = None, plugins: Sequence[WorkerPlugin] = (),
-              m4b_writer: M4BWriter = write_m4b, redis: Redis | None = None) -> Services:
+              m4b_writer: M4BWriter = write_m4b, redis: Redis | None = None,
+              source_writer: SourceWriter = write_source) -> Services:
         """Wire the API's services; with no dispatcher (and watch) given, Celery's (and Redis', on
-        one client for the process's short commands)."""
+        one client for the process's short commands). (The API builds no EPUB: the writers are the
+        base's signature.)"""
         if dispatcher is None:
             from workers.dispatch import CeleryDispatcher, make_client
 
@@ -63,7 +66,7 @@ class Services(Wiring):
         if redis is None and settings.services.redis_url:
             redis = redis_client(settings.services.redis_url)
         core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings, redis), plugins,
-                            m4b_writer, redis)
+                            m4b_writer, redis, source_writer)
         return cls(**{f.name: getattr(core, f.name) for f in fields(Wiring)})
 
 

@@ -442,10 +442,19 @@ class SentenceFailed(WorkFailed):
 
 
 class EpubFailed(WorkFailed):
-    """A book's read-along EPUB could not be built (the log says why); asked for again after a
-    few minutes, it is built again."""
+    """A book's read-along EPUB could not be built (the log says why). A build its source made fail
+    is answered so for as long as the book is kept; one that failed on anything else (an outage)
+    is built again when asked for after a few minutes."""
 
     code = "epub_failed"
+
+
+class EpubOverBudget(EpubFailed):
+    """A book's read-along EPUB was stopped for taking longer than ``TTS_READALONG_TIMEOUT_S`` or
+    more memory than ``TTS_READALONG_MAX_MEMORY_MB`` to build from its source; answered so for as
+    long as the book is kept."""
+
+    code = "epub_over_budget"
 
 
 class AssemblyFailed(WorkFailed):

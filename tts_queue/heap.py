@@ -23,6 +23,7 @@ import ctypes
 import gc
 import logging
 import os
+import resource
 import threading
 from collections.abc import Callable
 
@@ -57,6 +58,19 @@ def resident_bytes() -> int:
             return int(statm.read().split()[1]) * _PAGE
     except OSError:
         return 0
+
+
+def peak_resident_bytes() -> int:
+    """This process's own peak RSS in bytes: Linux's ``VmHWM`` (its memory since the exec; the
+    rusage figure keeps the parent's from before the fork), else the rusage figure."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def trim() -> int:

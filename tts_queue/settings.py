@@ -406,13 +406,21 @@ class BookSettings:
     max_unpacked_bytes: int = setting(256 * 1024 * 1024, "most bytes read out of one EPUB, every read "
                                       "of an archive entry counted (256 MB)",
                                       env="TTS_MAX_BOOK_UNPACKED_BYTES")
-    max_chars: int = setting(10_000_000, "most characters of text extracted from one book (War and "
-                             "Peace has about 3.2 million)", env="TTS_MAX_BOOK_CHARS")
+    max_chars: int = setting(10_000_000, "most characters of text in one book, read aloud or not (an "
+                             "EPUB's footnotes, asides and page lists count; War and Peace has about "
+                             "3.2 million)", env="TTS_MAX_BOOK_CHARS")
     max_sentences: int = setting(100_000, "most sentences in one book (War and Peace has about "
                                  "35,000)", env="TTS_MAX_BOOK_SENTENCES")
     max_epub_bytes: int = setting(1024 * 1024 * 1024, "largest read-along EPUB built for a book, in bytes "
                                   "(1 GiB; a larger one is refused before it is built)",
                                   env="TTS_MAX_EPUB_BYTES")
+    readalong_timeout_s: float = setting(300.0, "longest a read-along EPUB's build from a book's EPUB source "
+                                         "may run in its worker's child process before it is stopped "
+                                         "(`epub_over_budget`, answered for as long as the book is kept)",
+                                         env="TTS_READALONG_TIMEOUT_S")
+    readalong_max_memory_mb: int = setting(1024, "most memory (MB) that child process may allocate: past it "
+                                           "the build stops with `epub_over_budget` (0: no limit)",
+                                           env="TTS_READALONG_MAX_MEMORY_MB")
     ttl_days: float = setting(30.0, "books not read for this long (status, downloads) are deleted by "
                               "the cleanup unless kept", env="TTS_BOOK_TTL_DAYS")
 
@@ -572,6 +580,8 @@ class Settings:
                "TTS_WYOMING_IDLE_S positive")
         yield self.onnx.spin_us < 0, "TTS_SPIN_US must be >= 0"
         yield self.storage.presign_s < 0, "TTS_STORAGE_PRESIGN_S must be >= 0"
+        yield (self.books.readalong_timeout_s <= 0 or self.books.readalong_max_memory_mb < 0,
+               "TTS_READALONG_TIMEOUT_S must be positive and TTS_READALONG_MAX_MEMORY_MB >= 0")
         yield (api.wait_recheck_s <= 0 or worker.consumed_window_s <= 0,
                "TTS_WAIT_RECHECK_S and TTS_CONSUMED_WINDOW_S must be positive")
         yield (min(api.header_timeout_s, api.body_timeout_s) <= 0 or api.body_min_rate < 1

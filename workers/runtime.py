@@ -10,6 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 from redis import Redis
 
@@ -25,7 +26,7 @@ from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.executor import TaskExecutor
 from tts_queue.wiring.plugins import load_plugins, wrapped_synthesizer
 from tts_queue.wiring.root import Wiring
-from workers import m4b
+from workers import m4b, readalong
 
 log = logging.getLogger(__name__)
 # Words without a sentence end, longer than any admitted sentence: cut at the phoneme limit.
@@ -53,8 +54,11 @@ class WorkerRuntime:
         one client for short commands, shared by its markers, heartbeats, watch and board)."""
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the worker at start
         plugins = load_plugins(settings.worker.plugins)
+        books = settings.books  # child processes hold the M4B's memory and read-along builds' parsing
+        source_writer = partial(readalong.build, timeout_s=books.readalong_timeout_s,
+                                max_memory_mb=books.readalong_max_memory_mb)
         core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings, redis), plugins,
-                            m4b_writer=m4b.build, redis=redis)  # a child process holds the M4B's memory
+                            m4b_writer=m4b.build, redis=redis, source_writer=source_writer)
         engine = BatchEngine.for_pool(core.registry, settings, settings.worker.pool).start()
         executor = TaskExecutor(
             core.cache, wrapped_synthesizer(plugins, Synthesizer(core.registry, engine)), core.ends,

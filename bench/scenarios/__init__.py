@@ -18,3 +18,6 @@ register_module("api_uploads", subject="service", takes="about a minute",
 register_module("wyoming", subject="service", takes="about 3 minutes",
                 description="first audio over Wyoming: streamed text from the piece completing the first "
                             "sentence against the sentence sent whole; a chat answer streamed or gathered")
+register_module("readalong_hostile", subject="books", takes="about 3 minutes",
+                description="the read-along build on hostile EPUBs (each family at two sizes) against "
+                            "ordinary books of the same size: CPU ratio and the child's peak memory")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import re
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -360,9 +361,11 @@ def test_a_book_becomes_a_valid_readalong_epub_whose_clips_are_where_each_senten
     core = core_of(service["settings"])
     manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
     with zipfile.ZipFile(path) as epub_file:
-        # (made of the source's own documents, one per chapter here, each with its overlay)
+        # (made of the source's own documents, one per chapter here, each with its overlay, each
+        # under a name of ours)
         overlays = spine_overlays(epub_file)
-        assert [document for document, _ in overlays] == ["part1.xhtml", "part2.xhtml"]
+        assert len(overlays) == 2 and all(re.fullmatch(r"text/\d{4}\.xhtml", name) for name, _ in overlays)
+        assert [b"Part 1" in epub_file.read(f"OEBPS/{name}") for name, _ in overlays] == [True, False]
         for number, chapter in enumerate(manifest["chapters"], start=1):
             audio = decode(epub_file.read(f"OEBPS/readalong/audio/chapter-{number:03d}.mp3"))
             spans = sentence_spans(overlays[number - 1][1])

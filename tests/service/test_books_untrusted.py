@@ -2,9 +2,12 @@
 ``tts-queue up`` does, a real worker (tiny voice), Redis and SQLite.
 
 Each hostile upload is now either a 4xx at once or a book that ends
-``failed`` with a stable code in bounded time, while ``/healthz`` keeps answering fast. Finished
-books can be deleted (files, rows, pins), unfinished ones are cancelled, a book's pin can be
-released, and books nobody read for ``TTS_BOOK_TTL_DAYS`` go with the cleanup.
+``failed`` with a stable code in bounded time, while ``/healthz`` keeps answering fast. A
+read-along build from an EPUB source that runs past its budget (here ``TTS_READALONG_TIMEOUT_S``
+of 50 ms: no build fits) is stopped in its child process and answered with its code for as long as
+the book is kept, never built again. Finished books can be deleted (files, rows, pins), unfinished
+ones are cancelled, a book's pin can be released, and books nobody read for ``TTS_BOOK_TTL_DAYS``
+go with the cleanup.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 import pytest
 import requests
+from redis import Redis
 from sqlalchemy import func, select, update
 
 from tests.support import (
@@ -32,6 +36,7 @@ from tests.support import (
     settings_env,
     wait_until,
 )
+from tests.unit.books.test_book_limits import minimal_epub
 from tts_queue.cli.main import main
 from tts_queue.db import Database, utcnow
 from tts_queue.storage import open_storage
@@ -46,7 +51,8 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             voices_dir: Path) -> Iterator[dict[str, Any]]:
     """The API under gunicorn and one worker whose model calls take 20 ms (tiny voice)."""
     with served(tmp_path_factory.mktemp("books-untrusted"), redis_url, voices_dir, gunicorn=True,
-                worker_env=hooked(TTS_TEST_BATCH_DELAY_MS="20"), TTS_MAX_BOOK_CHARS="2000000") as stack:
+                worker_env=hooked(TTS_TEST_BATCH_DELAY_MS="20"), TTS_MAX_BOOK_CHARS="2000000",
+                TTS_READALONG_TIMEOUT_S="0.05") as stack:
         yield {"settings": stack.settings, "url": stack.url, "db": Database(stack.settings.database_url),
                "dir": stack.data_dir}
 
@@ -161,6 +167,39 @@ def test_hostile_books_never_freeze_the_api(service: dict[str, Any]) -> None:
                for _, code in outcomes.values())
     # And /healthz stayed fast throughout
     assert p95 < 0.1
+
+
+def test_a_readalong_build_past_its_budget_is_answered_for_as_long_as_the_book(
+        service: dict[str, Any], redis_url: str) -> None:
+    url = service["url"]
+    # Given a done book uploaded as an EPUB (its source kept for the read-along)
+    prose = "The fog lay thick on the street, and nobody came to the door all that long evening. " * 2
+    epub = minimal_epub([f"<html><head><title>One</title></head><body><p>{prose}</p></body></html>"])
+    created = requests.post(f"{url}/v1/books", files={"file": ("one.epub", epub)}, data={"format": "wav"},
+                            timeout=10)
+    assert created.status_code == 202, created.text
+    book_id = created.json()["book_id"]
+    assert wait_book(url, book_id)["status"] == "done"
+    # When its read-along EPUB is asked for, and its build runs past its budget in its child
+    first = requests.get(f"{url}/v1/books/{book_id}/readalong.epub", timeout=10)
+    assert first.status_code == 202
+    def answered() -> tuple[int, dict[str, Any]] | None:
+        answer = requests.get(f"{url}/v1/books/{book_id}/readalong.epub", timeout=10)
+        return (answer.status_code, answer.json()) if answer.status_code != 202 else None
+
+    status, failed = wait_until(answered, timeout=60, interval=0.2)
+    # Then the route answers its stable code, naming the budget
+    assert status == 422, failed
+    assert failed["error"]["code"] == "epub_over_budget"
+    assert "TTS_READALONG_TIMEOUT_S" in failed["error"]["message"]
+    # And the failure is kept with the book: with Redis' copy gone, asking again answers it at
+    # once and queues no build
+    client = Redis.from_url(redis_url)
+    keys = [str(key, "utf-8") for key in client.scan_iter(f"*readalong-failed:{book_id}")]
+    assert len(keys) == 1 and client.delete(*keys) == 1
+    again = requests.get(f"{url}/v1/books/{book_id}/readalong.epub", timeout=10)
+    assert again.status_code == 422 and again.json()["error"]["code"] == "epub_over_budget"
+    assert not list(client.scan_iter(f"*readalong-lock:{book_id}"))
 
 
 def storage_names(service: dict[str, Any]) -> set[str]:

@@ -29,9 +29,9 @@ from tts_queue import metrics
 from tts_queue.access.keys import queued_work
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.rows import BookRows, NewSentence
-from tts_queue.books.sources.chapter import Chapter, select_chapters
+from tts_queue.books.sources.chapter import MAX_TITLE_CHARS, Chapter, select_chapters
 from tts_queue.books.sources.segment import Segment, segment_chapter
-from tts_queue.books.sources.upload import BATCH_ROWS, MAX_TITLE_CHARS, SENTENCE_FORMAT
+from tts_queue.books.sources.upload import BATCH_ROWS, SENTENCE_FORMAT
 from tts_queue.books.window import BulkWindow
 from tts_queue.db import utcnow
 from tts_queue.enums import BookStatus

@@ -26,11 +26,11 @@ from sqlalchemy import func, select
 
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.progress import BookProgress, book_progress
-from tts_queue.books.readalong.build import epub_name
+from tts_queue.books.readalong.build import epub_name, failure_name
 from tts_queue.books.rows import BookRows
+from tts_queue.books.sources.chapter import MAX_TITLE_CHARS
 from tts_queue.books.sources.upload import (
     MAX_PATTERN_CHARS,
-    MAX_TITLE_CHARS,
     MAX_TITLE_FIELD_CHARS,
     SENTENCE_FORMAT,
     Upload,
@@ -206,7 +206,7 @@ class BookService:
                 names += [files.manifest, files.audio, files.srt, files.vtt]
         if row.m4b_path and not row.m4b_path.startswith("/"):
             names.append(row.m4b_path)
-        names.append(epub_name(row.id))  # its read-along EPUB, if one was built
+        names += [epub_name(row.id), failure_name(row.id)]  # its read-along EPUB, or why it failed
         if row.source and row.source.get("upload"):
             names.append(str(row.source["upload"]))
         self.storage.delete(names)

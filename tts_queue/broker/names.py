@@ -114,11 +114,18 @@ class RedisKeys:
         return f"{self.prefix}:finishing:{book_id}"
 
     def readalong_lock(self, book_id: str) -> str:
-        """A lock with expiry: a book's read-along EPUB is queued once while it is built (``ReadAlongs``)."""
+        """A marker with expiry: a book's read-along EPUB is queued once while it is queued or
+        built (``ReadAlongs``; a running build keeps it)."""
         return f"{self.prefix}:readalong-lock:{book_id}"
 
+    def readalong_building(self, book_id: str) -> str:
+        """A lock with expiry, renewed while its build runs: one build of a book's read-along EPUB
+        at a time (``ReadAlongs.run``)."""
+        return f"{self.prefix}:readalong-building:{book_id}"
+
     def readalong_failed(self, book_id: str) -> str:
-        """Why a book's read-along EPUB failed, kept a few minutes for the API to answer (``ReadAlongs``)."""
+        """Why a book's read-along EPUB failed, for the API to answer (``ReadAlongs``): a few
+        minutes for an outage, longer (a cache of the book's stored failure) for the rest."""
         return f"{self.prefix}:readalong-failed:{book_id}"
 
     @property

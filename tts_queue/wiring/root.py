@@ -17,7 +17,9 @@ from redis import Redis
 
 from tts_queue.books.ending import BookEnds, SentenceEnd, WindowRefill
 from tts_queue.books.ingest import Ingester
-from tts_queue.books.readalong.build import ReadAlongBuilder, ReadAlongs
+from tts_queue.books.readalong.build import ReadAlongBuilder
+from tts_queue.books.readalong.builds import ReadAlongs
+from tts_queue.books.readalong.job import SourceWriter, write_source
 from tts_queue.books.render.assembler import ChapterAssembler
 from tts_queue.books.render.m4b import M4BWriter
 from tts_queue.books.rows import BookRows
@@ -77,7 +79,7 @@ class Wiring:
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch,
               plugins: Sequence[WorkerPlugin] = (), m4b_writer: M4BWriter = write_m4b,
-              redis: Redis | None = None) -> Wiring:
+              redis: Redis | None = None, source_writer: SourceWriter = write_source) -> Wiring:
         """Wire the core over ``settings``' database, storage, voices (loaded through ``plugins``)
         and Redis (``redis``: the process's client for its short commands, made here if none is
         given); books' M4Bs written by ``m4b_writer`` (in process unless a worker says)."""
@@ -114,7 +116,8 @@ class Wiring:
         builder = ReadAlongBuilder(book_rows, assembler, books.storage,
                                    lambda voice: _language(registry, voice), settings.books.max_epub_bytes,
                                    limits=BookLimits(unpacked_bytes=settings.books.max_unpacked_bytes,
-                                                     chars=settings.books.max_chars))
+                                                     chars=settings.books.max_chars),
+                                   source_writer=source_writer)
         readalongs = ReadAlongs(builder, dispatcher, client, keys, settings.routing.awake)
         return cls(settings, db, storage, cache, registry, dispatcher, watch, board, streams, task_rows,
                    book_rows, callbacks, ends, tasks, window, book_ends, books, assembler, readalongs,

@@ -8,7 +8,8 @@ assembly tests' library: a migrated SQLite file, synthetic sentence audio, the r
   and the clips tile the chapter's audio;
 - an MP3 book's chapter files go in as they are, others as AAC in MP4 of the chapter's length;
 - hostile text is escaped; an EPUB over ``TTS_MAX_EPUB_BYTES`` is refused before it is built, a
-  build is queued once however often it is asked for, and a failed build says why.
+  build is queued once however often it is asked for, a failed build says why, and a build that
+  runs for longer than its lock's expiry keeps its lock: it is neither queued nor run twice.
 
 The builds over a real worker, the CLI and the page's reader are in ``tests/service/test_readalong.py``.
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import io
 import re
+import threading
+import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -28,7 +31,8 @@ from redis import Redis
 
 from tests.support import FakeQueue, core_of, migrate
 from tests.unit.books.test_book_assembly import Library, Sentence, chapter
-from tts_queue.books.readalong.build import ReadAlongBuilder, ReadAlongs
+from tts_queue.books.readalong.build import ReadAlongBuilder
+from tts_queue.books.readalong.builds import ReadAlongs
 from tts_queue.books.readalong.overlay import clock, parse_vtt, sentence_clips
 from tts_queue.books.render.captions import Cue
 from tts_queue.broker.names import RedisKeys
@@ -222,6 +226,42 @@ def test_a_build_is_queued_once_and_a_failure_is_answered(library: Library, redi
     with pytest.raises(EpubFailed):
         readalongs.request(library.books.book(other))
     redis.delete(keys.readalong_failed(other))
+
+
+def test_a_long_build_keeps_its_lock_and_never_runs_twice(library: Library, redis_url: str) -> None:
+    # Given a done book whose build holds on until it is let go, and locks of 0.4 s
+    book_id = rendered(library, [chapter(2)], "mp3")
+    book = library.books.book(book_id)
+    started, release = threading.Event(), threading.Event()
+
+    class Held(ReadAlongBuilder):
+        def build(self, book_id: str) -> str:
+            started.set()
+            assert release.wait(30)
+            return super().build(book_id)
+
+    held = Held(library.core.book_rows, library.assembler(), library.storage, lambda voice: "en-US", 1 << 30)
+    queue, redis, keys = FakeQueue(), Redis.from_url(redis_url), RedisKeys(f"test-{uuid.uuid4().hex[:8]}")
+    readalongs = ReadAlongs(held, queue, redis, keys, lock_s=0.4)
+    readalongs.request(book)
+    results: list[str | None] = []
+    worker = threading.Thread(target=lambda: results.append(readalongs.run(book_id)))
+    worker.start()
+    assert started.wait(30)
+    # When it runs for two and a half times its locks' expiry while the book is asked for again,
+    # and a second message runs too
+    until = time.monotonic() + 1.0
+    while time.monotonic() < until:
+        readalongs.request(book)
+        time.sleep(0.05)
+    second = readalongs.run(book_id)
+    # Then nothing more was queued, the second ended at once, and the first stores the EPUB and
+    # lets both locks go
+    assert len(queue.readalongs) == 1 and second is None
+    release.set()
+    worker.join(30)
+    assert results == [readalongs.stored(book)] and results[0] is not None
+    assert redis.exists(keys.readalong_lock(book_id), keys.readalong_building(book_id)) == 0
 
 
 def test_a_pool_kept_at_zero_has_its_builds_run_by_the_cpu_pool(library: Library, redis_url: str) -> None:

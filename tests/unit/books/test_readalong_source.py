@@ -7,6 +7,9 @@ tests' library: synthetic sentence audio, the real assembler and builder) from a
 - a chapter that was not rendered is left out, and so are the navigation's links to it;
 - the allowlist removed every script, frame, form, handler and remote or ``javascript:`` URL, and
   EPUBCheck finds nothing to report;
+- a file ships only when its bytes are of its declared type, under a name of ours, and nothing
+  links to one that does not ship or to one of another kind;
+- text that is never read aloud counts against the book's character limit;
 - a source that no longer gives the rendered chapters falls back to generated XHTML.
 
 The allowlist's rules one by one are in ``tests/unit/books/test_sanitize.py``; the real voice's EPUB source,
@@ -16,8 +19,10 @@ through the service, in ``tests/service/test_books.py``.
 from __future__ import annotations
 
 import io
+import posixpath
 import re
 import zipfile
+from datetime import datetime, timezone
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -28,11 +33,14 @@ from sqlalchemy import update
 from tests.support import core_of, epubcheck, migrate
 from tests.unit.books.test_book_assembly import Library, Sentence, speech
 from tests.unit.books.test_readalong import builder
+from tts_queue.books.readalong.job import BookIdentity, SourceJob, write_source
 from tts_queue.books.readalong.overlay import clock, parse_vtt
 from tts_queue.books.readalong.textmarks import Aligner, FlatText, Mark, letters, mark, roman
+from tts_queue.books.sources.chapter import BookLimits
 from tts_queue.books.sources.parse import parse_book
 from tts_queue.books.sources.segment import segment_chapter
 from tts_queue.enums import BookStatus
+from tts_queue.errors import BookTooLarge
 from tts_queue.settings import Settings
 from tts_queue.tables import BookRow, ChapterRow
 
@@ -162,23 +170,30 @@ def test_a_source_epubs_own_documents_carry_the_overlays_and_nothing_hostile(lib
     with zipfile.ZipFile(path) as epub:
         names = set(epub.namelist())
         opf = ElementTree.fromstring(epub.read("OEBPS/package.opf"))
-        items = {i.get("href"): i for i in opf.iter(f"{OPF}item")}
-        # Then the source's documents, style, image, cover and navigation are in it, under their
-        # own names, and what was not rendered or is not allowed is not
-        assert {"text/one.xhtml", "text/two.xhtml", "css/style.css", "images/pic.png", "images/cover.svg",
-                "nav.xhtml"} <= set(items)
-        assert "text/three.xhtml" not in items and "js/evil.js" not in items
-        assert "OEBPS/text/three.xhtml" not in names and "OEBPS/js/evil.js" not in names
-        assert items["images/cover.svg"].get("properties") == "cover-image"
-        assert items["nav.xhtml"].get("properties") == "nav"
-        nav = epub.read("OEBPS/nav.xhtml").decode()
-        assert "one.xhtml" in nav and "two.xhtml" in nav and "three.xhtml" not in nav
-        spine = [i.get("idref") for i in opf.iter(f"{OPF}itemref")]
-        ids = {i.get("id"): i.get("href") for i in opf.iter(f"{OPF}item")}
-        assert [ids[i] for i in spine] == ["text/one.xhtml", "text/two.xhtml"]
+        items = {str(i.get("href")): i for i in opf.iter(f"{OPF}item")}
+        ids = {i.get("id"): str(i.get("href")) for i in opf.iter(f"{OPF}item")}
+        spine = [ids[i.get("idref")] for i in opf.iter(f"{OPF}itemref")]
+        by_type = {(i.get("media-type"), i.get("properties")): href for href, i in items.items()
+                   if not href.startswith("readalong/")}
+        # Then the source's two rendered documents, style, image, cover and navigation are in it,
+        # each under a name of ours with the extension of what it is, and what was not rendered or
+        # is not allowed is not
+        assert len(spine) == 2 and all(re.fullmatch(r"text/\d{4}\.xhtml", href) for href in spine)
+        nav_name = by_type[("application/xhtml+xml", "nav")]
+        cover_name = by_type[("image/svg+xml", "cover-image")]
+        css_name, png_name = by_type[("text/css", None)], by_type[("image/png", None)]
+        assert re.fullmatch(r"styles/\d{4}\.css", css_name) and re.fullmatch(r"images/\d{4}\.png", png_name)
+        assert re.fullmatch(r"images/\d{4}\.svg", cover_name) and re.fullmatch(r"text/\d{4}\.xhtml", nav_name)
+        ours = {href for href in items if href.startswith("readalong/")}
+        assert len(items) == len(ours) + 6  # the three documents, the style, the image and the cover
+        ours_or_named = r"OEBPS/(readalong/.*|(text|styles|images)/\d{4}\.(xhtml|css|png|svg)|package\.opf)"
+        assert not [n for n in names if n.startswith("OEBPS/") and not re.fullmatch(ours_or_named, n)]
+        nav = epub.read(f"OEBPS/{nav_name}").decode()
+        assert [href.split("#")[0] for href in re.findall(r'href="([^"]+)"', nav)] == [
+            posixpath.relpath(name, posixpath.dirname(nav_name)) for name in spine]
         # And every spoken sentence's words are wrapped where they are written, with the
         # captions' cues as their clips, in order
-        for number, href in enumerate(("text/one.xhtml", "text/two.xhtml"), start=1):
+        for number, href in enumerate(spine, start=1):
             overlay = items[href].get("media-overlay")
             smil_href = ids[overlay]
             xhtml = ElementTree.fromstring(epub.read(f"OEBPS/{href}"))
@@ -203,7 +218,7 @@ def test_a_source_epubs_own_documents_carry_the_overlays_and_nothing_hostile(lib
                 assert re.sub(r"\W", "", shown) == re.sub(r"\W", "", said), (shown, said)
             assert all(f"audio/chapter-{number:03d}.mp3" in (a.get("src") or "") for _, a in pars)  # type: ignore[union-attr]
         # And the footnote is kept as text, with no mark
-        one = epub.read("OEBPS/text/one.xhtml").decode()
+        one = epub.read(f"OEBPS/{spine[0]}").decode()
         assert "A footnote that is never read aloud" in one
         note = re.search(r"<p>A footnote[^<]*</p>", one)
         assert note is not None
@@ -215,7 +230,7 @@ def test_a_source_epubs_own_documents_carry_the_overlays_and_nothing_hostile(lib
             assert not re.search(r"<(script|iframe|form|input|foreignObject)\b", text), name
             assert not re.search(r"\son\w+=", text), name
             assert "javascript:" not in text and "evil.example" not in text and "behavior" not in text, name
-        assert "url(../images/pic.png)" in epub.read("OEBPS/css/style.css").decode()
+        assert f"url(../{png_name})" in epub.read(f"OEBPS/{css_name}").decode()
     # And EPUBCheck finds nothing to report
     assert epubcheck(path) == []
 
@@ -263,12 +278,13 @@ def test_documents_named_by_an_escaped_href_or_a_second_manifest_entry_are_marke
     # and an overlay
     with zipfile.ZipFile(path) as epub:
         opf_root = ElementTree.fromstring(epub.read("OEBPS/package.opf"))
-        items = {i.get("href"): i for i in opf_root.iter(f"{OPF}item")}
-        assert "chapter-001.xhtml" not in items
-        for href, name in (("text/one.xhtml", "text/one.xhtml"),
-                           ("text/part%2541%20two.xhtml", "text/part%41 two.xhtml")):
+        items = {str(i.get("href")): i for i in opf_root.iter(f"{OPF}item")}
+        ids = {i.get("id"): str(i.get("href")) for i in opf_root.iter(f"{OPF}item")}
+        spine = [ids[i.get("idref")] for i in opf_root.iter(f"{OPF}itemref")]
+        assert "chapter-001.xhtml" not in items and len(spine) == 2
+        for number, href in enumerate(spine, start=1):
             assert items[href].get("media-overlay"), href
-            assert re.search(r'id="ra-c\d+s1"', epub.read(f"OEBPS/{name}").decode()), href
+            assert re.search(rf'id="ra-c{number}s1"', epub.read(f"OEBPS/{href}").decode()), href
 
 
 def found_marks(root: etree._Element, sentences: list[str]) -> list[Mark]:
@@ -307,7 +323,7 @@ def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path)
     # Given an EPUB 2 whose cover picture is named only by <meta name="cover" content="ID"/>
     from ebooklib import epub
 
-    from tts_queue.books.readalong.from_source import _plan
+    from tts_queue.books.readalong.shipment import plan
 
     data = packed({
         "content.opf": (
@@ -322,7 +338,7 @@ def test_an_epub2_cover_named_in_its_metadata_is_the_cover_image(tmp_path: Path)
     path = tmp_path / "two.epub"
     path.write_bytes(data)
     # When its items are planned for the read-along EPUB
-    _, items, _ = _plan(epub.read_epub(str(path), options={"ignore_ncx": True}), set())
+    items = plan(epub.read_epub(str(path), options={"ignore_ncx": True}), set()).items
     # Then that picture, and only it, is the cover image
     assert {item.path: item.cover for item in items if item.media_type == "image/png"} == {
         "front.png": True, "pic.png": False}
@@ -344,3 +360,104 @@ def test_marks_keep_the_text_and_split_an_inline_element_a_sentence_ends_in() ->
     assert placed == set(spans) == {"s0", "s1", "s2", "s3"}
     assert [spans[f"s{n}"] for n in range(4)] == sentences
     assert len(root.findall(f".//{X}em")) == 3  # the <em> split in two where the sentence ends
+
+
+SCRIPT_PAGE = document("Evil", "<script>alert(1)</script><p onclick='alert(1)'>Click.</p>")
+ONLOAD_SVG = '<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"><rect width="1" height="1"/></svg>'
+WOFF = b"wOFF" + bytes(60)
+SHIPPING_OPF = """<?xml version="1.0" encoding="UTF-8"?>
+<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="uid">
+<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier id="uid">urn:uuid:2</dc:identifier>
+<dc:title>Shipping</dc:title><dc:language>en</dc:language></metadata>
+<manifest>
+<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>
+<item id="c1" href="text/one.xhtml" media-type="application/xhtml+xml"/>
+<item id="notes" href="text/notes.xhtml" media-type="application/xhtml+xml"/>
+<item id="evil" href="evil.xhtml" media-type="image/png"/>
+<item id="fake-font" href="fonts/f.woff" media-type="font/woff"/>
+<item id="font" href="fonts/good.woff" media-type="font/woff"/>
+<item id="onload" href="images/onload.png" media-type="image/png"/>
+<item id="css-png" href="css/style.png" media-type="image/png"/>
+<item id="css" href="css/ok.css" media-type="text/css"/>
+<item id="pic" href="images/pic.png" media-type="image/png"/>
+</manifest>
+<spine><itemref idref="c1"/><itemref idref="notes" linear="no"/></spine>
+</package>"""
+SHIPPING_NAV = """<?xml version="1.0" encoding="UTF-8"?>
+<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops"><head><title>Contents</title>
+</head><body><nav epub:type="toc"><ol><li><a href="text/one.xhtml">The First Part</a></li>
+<li><a href="evil.xhtml">Read this</a></li></ol></nav></body></html>"""
+SHIPPING_ONE = document("The First Part", """<h1>The First Part</h1>
+<p>It was late, and the fog lay thick on Baker Street while Holmes waited by the fire for a visitor who
+ never came, and Watson read the evening paper twice.</p>
+<p><a href="../evil.xhtml">a page</a><img src="../evil.xhtml" alt="a"/>
+<img src="../images/onload.png" alt="b"/><img src="../images/pic.png" alt="c"/>
+<img src="data:image/png;base64,PHNjcmlwdD4=" alt="d"/></p>""").replace(
+    '<link rel="stylesheet" type="text/css" href="../css/style.css"/>',
+    '<link rel="stylesheet" href="../css/style.png"/><link rel="stylesheet" href="../css/ok.css"/>')
+SHIPPING_CSS = ("@font-face { font-family: A; src: url(../fonts/f.woff) }\n"
+                "@font-face { font-family: B; src: url(../fonts/good.woff) }\n"
+                "p { background: url(../images/pic.png) }")
+
+
+def shipping_job(tmp_path: Path, notes: str, limits: BookLimits | None = None) -> SourceJob:
+    """A job over a source of one chapter with files declared as what they are not, and a document
+    of ``notes`` outside the reading order."""
+    data = packed({"content.opf": SHIPPING_OPF, "nav.xhtml": SHIPPING_NAV, "text/one.xhtml": SHIPPING_ONE,
+                   "text/notes.xhtml": document("Notes", f"<p>{notes}</p>"), "evil.xhtml": SCRIPT_PAGE,
+                   "fonts/f.woff": SCRIPT_PAGE, "fonts/good.woff": WOFF, "images/onload.png": ONLOAD_SVG,
+                   "css/style.png": "body { background: url(http://evil.example/x.png) }",
+                   "css/ok.css": SHIPPING_CSS, "images/pic.png": PNG})
+    upload = tmp_path / "upload.epub"
+    upload.write_bytes(data)
+    title = parse_book(data).chapters[0].title
+    return SourceJob(str(upload), str(tmp_path / "book.epub"), BookIdentity("b2", "Shipping", None),
+                     ((1, title),), "en", "a voice", datetime(2026, 12, 6, tzinfo=timezone.utc), (), limits)
+
+
+def test_only_files_of_their_declared_type_ship_under_names_of_ours(tmp_path: Path) -> None:
+    # Given a source whose script page, HTML and SVG are declared as a PNG image or a font, whose
+    # style sheet is declared as a PNG, linked from its chapter and its table of contents
+    job = shipping_job(tmp_path, "Notes.")
+    # When its read-along part is written
+    write_source(job)
+    with zipfile.ZipFile(job.epub) as epub:
+        opf = ElementTree.fromstring(epub.read("OEBPS/package.opf"))
+        items = {str(i.get("href")): str(i.get("media-type")) for i in opf.iter(f"{OPF}item")}
+        shipped = {name: epub.read(name) for name in epub.namelist() if not name.endswith("/")}
+    # Then only the real PNG, the real font and the style sheet ship besides the documents, each
+    # under a name of ours with its own extension
+    theirs = {href: kind for href, kind in items.items() if not href.startswith("readalong/")}
+    assert sorted(theirs.values()) == ["application/xhtml+xml"] * 3 + ["font/woff", "image/png", "text/css"]
+    assert all(re.fullmatch(r"(text|styles|images|fonts)/\d{4}\.(xhtml|css|png|woff)", h) for h in theirs)
+    # And nothing that runs is in any file, nor any link to what does not ship
+    for name, content in shipped.items():
+        assert b"<script" not in content and b"onload" not in content and b"alert" not in content, name
+        assert b"evil" not in content and b"onclick" not in content, name
+    [one] = [href for href, kind in theirs.items() if kind == "application/xhtml+xml"
+             and b"Baker Street" in shipped[f"OEBPS/{href}"]]
+    [png] = [href for href, kind in theirs.items() if kind == "image/png"]
+    [font] = [href for href, kind in theirs.items() if kind.startswith("font/")]
+    [css] = [href for href, kind in theirs.items() if kind == "text/css"]
+    chapter = etree.fromstring(shipped[f"OEBPS/{one}"])
+    assert [e.get("src") for e in chapter.iter(f"{X}img")] == [f"../{png}"]
+    assert [e.get("href") for e in chapter.iter(f"{X}link")] == [f"../{css}"]
+    assert [e.get("href") for e in chapter.iter(f"{X}a")] == [None]  # the link's text stays
+    assert shipped[f"OEBPS/{font}"] == WOFF and shipped[f"OEBPS/{png}"] == PNG
+    style = shipped[f"OEBPS/{css}"].decode()
+    assert f"url(../{font})" in style and f"url(../{png})" in style and "f.woff" not in style
+    [nav] = [shipped[f"OEBPS/{href}"] for href in theirs if b"<nav" in shipped[f"OEBPS/{href}"]]
+    assert nav.count(b"<li>") == 1 and b"Read this" not in nav
+
+
+def test_text_never_read_aloud_counts_against_the_character_limit(tmp_path: Path) -> None:
+    # Given a source whose one chapter is short, with 30,000 characters of notes outside the
+    # reading order (never parsed for speech, shipped in the read-along)
+    job = shipping_job(tmp_path, "note " * 6000, BookLimits(unpacked_bytes=10_000_000, chars=20_000))
+    # When its read-along part is written within 20,000 characters, then the source is too large
+    # to be reused (the build falls back to generated text), and within 40,000 it is written
+    with pytest.raises(BookTooLarge):
+        write_source(job)
+    write_source(shipping_job(tmp_path, "note " * 6000, BookLimits(unpacked_bytes=10_000_000, chars=40_000)))
+    with zipfile.ZipFile(job.epub) as epub:
+        assert "OEBPS/package.opf" in epub.namelist()

@@ -20,14 +20,15 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
+from tts_queue.books.readalong.media import Kind
 from tts_queue.books.readalong.sanitize import (
     clean_css,
     clean_document,
     clean_style,
     clean_svg,
-    parse_xml,
     resolve,
 )
+from tts_queue.books.readalong.tree import parse_xml
 from tts_queue.errors import InvalidBook
 
 XHTML = "http://www.w3.org/1999/xhtml"
@@ -37,12 +38,15 @@ OPS = "http://www.idpf.org/2007/ops"
 XLINK = "http://www.w3.org/1999/xlink"
 X = f"{{{XHTML}}}"
 PATH = "text/ch1.xhtml"
+KINDS = {".xhtml": Kind.DOCUMENT, ".png": Kind.IMAGE, ".svg": Kind.IMAGE, ".css": Kind.STYLE,
+         ".woff": Kind.FONT}
 SHIPPED = frozenset({PATH, "text/ch2.xhtml", "images/a.png", "images/cover.svg", "css/style.css",
                      "css/more.css", "fonts/f.woff"})
 
 
-def shipped(path: str) -> bool:
-    return path in SHIPPED
+def shipped(path: str) -> tuple[Kind, str] | None:
+    """Each shipped file's kind, by its extension, under its own name."""
+    return (KINDS[Path(path).suffix], path) if path in SHIPPED else None
 
 
 def cleaned(body: str, head: str = "") -> etree._Element:
@@ -189,7 +193,8 @@ def test_the_root_keeps_its_epub_prefix() -> None:
     ("#n1", True),
     ("../text/ch2.xhtml", True),
     ("ch%32.xhtml", True),
-    ("../images/a.png", True),
+    ("../images/a.png", False),
+    ("../css/style.css", False),
     ("ch3.xhtml", False),
     ("../../ch2.xhtml", False),
     ("/text/ch2.xhtml", False),
@@ -212,8 +217,8 @@ def test_a_link_keeps_its_href_only_when_it_points_inside_the_book(href: str, ke
     # Given a link with that href (XML character references make tabs and line ends)
     root = cleaned(f'<p>see <a href="{href}" class="l">this</a> now</p>')
     a = root.find(f".//{X}a")
-    # Then the link stays with its text; its href only when it points at a shipped file or a
-    # fragment of the document
+    # Then the link stays with its text; its href only when it points at a shipped content
+    # document (an image or a style sheet is not one) or a fragment of the document
     assert a is not None and a.text == "this" and a.get("class") == "l"
     assert (a.get("href") is not None) is kept
 
@@ -227,6 +232,8 @@ def test_a_link_keeps_its_href_only_when_it_points_inside_the_book(href: str, ke
     ("DATA:image/jpeg;base64,/9j/4AAQ", True),
     ("data:image/svg+xml;base64,PHN2Zz4=", False),
     ("data:text/html;base64,PHNjcmlwdD4=", False),
+    ("data:image/png;base64,PHNjcmlwdD4=", False),
+    ("data:image/gif;base64,/9j/4AAQ", False),
     ("data:image/png,not-base64", False),
     ("../images/missing.png", False),
     ("javascript:alert(1)", False),
@@ -240,6 +247,56 @@ def test_an_image_goes_unless_its_source_is_shipped(src: str, kept: bool) -> Non
     # around it stays either way
     assert (root.find(f".//{X}img") is not None) is kept
     assert "".join(root.find(f".//{X}p").itertext()) == "a  b"
+
+
+def test_a_url_points_only_at_a_shipped_file_of_its_kind() -> None:
+    # Given a stylesheet link to an image, an image showing a document and a style sheet, and
+    # a link to a style sheet
+    root = cleaned('<p><img src="ch2.xhtml" alt=""/><img src="../css/style.css" alt=""/>'
+                   '<a href="../css/style.css">s</a></p>',
+                   head='<link rel="stylesheet" href="../images/a.png"/>')
+    # Then each goes: nothing is loaded as what it is not
+    assert root.find(f".//{X}img") is None and root.find(f".//{X}link") is None
+    assert root.find(f".//{X}a").get("href") is None
+
+
+def test_kept_urls_point_at_the_files_shipped_names() -> None:
+    # Given a package that ships each file under a name of its own choosing
+    names = {PATH: (Kind.DOCUMENT, "text/0001.xhtml"), "text/ch2.xhtml": (Kind.DOCUMENT, "text/0002.xhtml"),
+             "images/a.png": (Kind.IMAGE, "images/0003.png"),
+             "css/style.css": (Kind.STYLE, "styles/0004.css"), "fonts/f.woff": (Kind.FONT, "fonts/0005.woff")}
+    root = parse_xml(f'<html xmlns="{XHTML}"><head><title>T</title><link rel="stylesheet" '
+                     'href="../css/style.css"/></head><body><p id="x"><a href="ch2.xhtml#n">n</a>'
+                     '<a href="ch1.xhtml">me</a><a href="#x">here</a><img src="../images/a.png" alt=""/>'
+                     '<span style="background: url(\'../images/a.png\')">s</span></p></body></html>'.encode())
+    # When the document and a style sheet are cleaned
+    clean_document(root, PATH, names.get)
+    css = clean_css('@import "style.css"; @font-face { src: url(../fonts/f.woff) } p { background: '
+                    'image-set("../images/a.png" 1x) }', "css/more.css", names.get)
+    # Then every URL kept points at the shipped name, from where its own file ships
+    hrefs = [e.get("href") or e.get("src") or e.get("style")
+             for e in root.iter() if set(e.attrib) - {"id", "rel"}]
+    assert hrefs == ["../styles/0004.css", "0002.xhtml#n", "0001.xhtml", "#x", "../images/0003.png",
+                     'background: url("../images/0003.png");']
+    assert css == ('@import url("../styles/0004.css");\n@font-face {\nsrc: url(../fonts/0005.woff);\n}\n'
+                   'p {\nbackground: image-set("../images/0003.png" 1x);\n}')
+
+
+@pytest.mark.parametrize("markup", [
+    f'<svg xmlns="{SVG}"><a HREF="javascript:alert(1)" id="k"><rect width="1" height="1"/></a></svg>',
+    f'<svg xmlns="{SVG}"><image href="../images/a.png" SRC="http://evil.example/a.png" id="k"/></svg>',
+    f'<svg xmlns="{SVG}"><rect id="k" STYLE="fill: url(http://evil.example/)" Href="#x"/></svg>',
+    f'<math xmlns="{MATH}" id="k" HREF="javascript:alert(1)" AltImg="http://evil.example/m.png"><mi>x</mi></math>',
+])
+def test_svg_and_mathml_attribute_names_are_compared_without_case(markup: str) -> None:
+    # Given an SVG or MathML element with a URL or style attribute named in another case (an
+    # HTML parser lowercases it)
+    root = cleaned(markup)
+    # Then it goes, and the element stays
+    [kept] = root.iterfind(".//*[@id='k']")
+    assert {etree.QName(k).localname for k in kept.attrib} <= {"id", "href"}
+    assert "evil" not in etree.tostring(root, encoding="unicode")
+    assert "javascript" not in etree.tostring(root, encoding="unicode")
 
 
 def test_other_url_attributes_go_alone() -> None:
@@ -309,7 +366,7 @@ def test_inline_svg_resolves_against_its_document() -> None:
     assert svg is not None
     # Then both references stay, the image found from the document's folder stays, the other
     # goes, and SVG outside an svg element goes
-    assert [dict(e.attrib) for e in svg] == [{f"{{{XLINK}}}href": "#s"}, {"href": "ch1.xhtml#s"},
+    assert [dict(e.attrib) for e in svg] == [{f"{{{XLINK}}}href": "#s"}, {"href": "#s"},
                                              {"href": "../images/a.png"}]
     assert len(list(root.iter(f"{{{SVG}}}rect"))) == 0
 
@@ -344,7 +401,13 @@ def test_elements_of_other_namespaces_go_with_their_content() -> None:
     ('@import "javascript:alert(1)";', ""),
     ("@import url(../images/a.png);", ""),
     ("@import url(missing.css);", ""),
-    ('@import "more.css" print;', '@import "more.css" print;'),
+    ('@import "more.css" print;', '@import url("more.css");'),
+    ('@import url("more.css") supports(background: url(http://evil.example/x)) layer(url(//evil.example/));',
+     '@import url("more.css");'),
+    ("@import url(../images/a.png) screen;", ""),
+    ("@namespace e url(http://evil.example/x);", ""),
+    ("@namespace svg url(http://www.w3.org/2000/svg);", '@namespace svg "http://www.w3.org/2000/svg";'),
+    ("@media (min-width: 1px) and (url(http://evil.example/)) { p { color: red } }", ""),
     ("p { background: url(http://evil.example/a.png); color: red }", "p {\ncolor: red;\n}"),
     ("p { background: url(javascript:alert(1)); color: red }", "p {\ncolor: red;\n}"),
     ("p { background: url('JavaScript:alert(1)') }", "p {\n}"),

@@ -19,14 +19,15 @@ file entry by entry: audio copied in blocks, XHTML and overlay written sentence 
 captions are read (twice: once for the text, once for the overlay), so what is held is one
 chapter's sentence texts and starts, not its audio, its cues or the book; ``estimated_bytes``
 refuses a book whose EPUB would be larger than ``TTS_MAX_EPUB_BYTES`` before anything is built.
-``ReadAlongs`` is what the API and the worker share: the stored EPUB's name, the build's queue
-and lock, a failed build's reason.
+From a kept source, the audio goes in here and the rest is a ``SourceJob`` that appends it (through
+``source_writer``: in a worker, a child process under a time and memory budget). ``builds`` holds
+what the API and the worker share: the stored EPUB's name, the build's queue and locks, a failed
+build's reason.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import logging
 import shutil
 import uuid
@@ -39,6 +40,7 @@ from typing import IO, TYPE_CHECKING
 
 from sqlalchemy import select
 
+from tts_queue.books.readalong.job import BookIdentity, SourceJob, SourceWriter, write_source
 from tts_queue.books.readalong.overlay import (
     CONTAINER_XML,
     OWN_FOLDER,
@@ -54,20 +56,15 @@ from tts_queue.books.readalong.overlay import (
     xml_text,
 )
 from tts_queue.books.sources.chapter import BookLimits
-from tts_queue.broker.names import RedisKeys, queue_name
-from tts_queue.enums import BookStatus, Lane
-from tts_queue.errors import AudioExpired, AudioNotReady, BookError, EpubFailed, EpubTooLarge
+from tts_queue.enums import BookStatus
+from tts_queue.errors import AudioExpired, AudioNotReady, BookError, EpubTooLarge
 from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
 
 if TYPE_CHECKING:
-    from redis import Redis
-
-    from tts_queue.books.readalong.from_source import SourceBook
     from tts_queue.books.render.assembler import ChapterAssembler, ChapterFiles
     from tts_queue.books.rows import BookRows
-    from tts_queue.tasks.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +79,12 @@ NO_SPACE_LANGUAGES = ("ja", "zh")  # sentences run on without a space between th
 def epub_name(book_id: str) -> str:
     """Where a book's read-along EPUB is stored in the books storage (deleted with the book)."""
     return f"readalong/{book_id}.epub"
+
+
+def failure_name(book_id: str) -> str:
+    """Where why a book's read-along EPUB cannot be built is stored, beside it (deleted with the
+    book): the build is not run again while it is there."""
+    return f"readalong/{book_id}.failed.json"
 
 
 def _sentence_id(clip: SentenceClip) -> str:
@@ -170,7 +173,7 @@ class ReadAlongBuilder:
     def __init__(self, rows: BookRows, assembler: ChapterAssembler, storage: Storage,
                  voice_language: Callable[[str | None], str], max_bytes: int,
                  clock_now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 limits: BookLimits | None = None) -> None:
+                 limits: BookLimits | None = None, source_writer: SourceWriter = write_source) -> None:
         self.rows = rows
         self.assembler = assembler
         self.storage = storage  # the books storage
@@ -178,6 +181,7 @@ class ReadAlongBuilder:
         self.max_bytes = max_bytes
         self.now = clock_now
         self.limits = limits  # what reading a kept source again may cost (``None``: the built-in bound)
+        self.source_writer = source_writer  # runs a kept source's part (in process unless a worker says)
 
     @staticmethod
     def name(book_id: str) -> str:
@@ -248,23 +252,14 @@ class ReadAlongBuilder:
             local.unlink(missing_ok=True)
         return name
 
-    def kept_source(self, book: BookRow, chapters: Sequence[ChapterRow]) -> SourceBook | None:
-        """The book's EPUB upload, kept with it and read again, when it still gives its chapters
-        (books rendered earlier, and text sources, have none: their XHTML is generated)."""
-        from tts_queue.books.readalong.from_source import SourceBook, SourceMismatch
-
+    def kept_source(self, book: BookRow) -> str | None:
+        """The name of the book's EPUB upload, kept with it, when it is still there (books rendered
+        earlier, and text sources, have none: their XHTML is generated)."""
         source = book.source or {}
         if source.get("input_format") != "epub" or not source.get("upload"):
             return None
-        try:
-            data = self.storage.read(str(source["upload"]))
-        except FileNotFoundError:
-            return None
-        try:
-            return SourceBook(data, self.limits, chapters)
-        except (SourceMismatch, BookError) as exc:  # a malformed encryption.xml...
-            log.warning("book %s: read-along EPUB generated from its sentences: %s", book.id, exc)
-            return None
+        upload = str(source["upload"])
+        return upload if self.storage.size(upload) is not None else None
 
     def write(self, book: BookRow, path: Path) -> None:
         """The EPUB of a done ``book`` at ``path``, entry after entry: made of its kept source's
@@ -272,10 +267,10 @@ class ReadAlongBuilder:
         from tts_queue.books.readalong.from_source import SourceMismatch
 
         done = self._done_files(book)
-        source = self.kept_source(book, [chapter for chapter, _ in done])
-        if source is not None:
+        upload = self.kept_source(book)
+        if upload is not None:
             try:
-                self._write_source(book, path, done, source)
+                self._write_source(book, path, done, upload)
                 return
             except (SourceMismatch, BookError) as exc:  # a document that does not parse as XML...
                 log.warning("book %s: read-along EPUB generated from its sentences: %s", book.id, exc)
@@ -293,9 +288,11 @@ class ReadAlongBuilder:
                           package_opf(book, language, voice or "the default voice", packed, self.now()))
 
     def _write_source(self, book: BookRow, path: Path, done: Sequence[tuple[ChapterRow, ChapterFiles]],
-                      source: SourceBook) -> None:
-        """The EPUB made of the source's documents: each chapter's audio, then ``source``'s
-        documents, overlays and package."""
+                      upload: str) -> None:
+        """The EPUB made of the source's documents: each chapter's audio here, then the rest by
+        ``source_writer`` from the upload (copied to a scratch file), appended."""
+        from tts_queue.books.readalong.from_source import SourceMismatch
+
         fmt = str(book.options.get("format", "mp3"))
         voice = self.voice_of(book)
         heard = []
@@ -303,9 +300,20 @@ class ReadAlongBuilder:
             for chapter, files in done:
                 clips, duration_ms = self.clips(book, chapter, files)
                 entry = self.audio(epub, chapter, files, fmt, duration_ms, f"OEBPS/{OWN_FOLDER}audio/")
-                heard.append((entry, list(clips())))
-            narrator = voice or "the default voice"
-            source.write(epub, book, self.voice_language(voice), narrator, heard, self.now())
+                heard.append((entry, tuple(clips())))
+        scratch = self.storage.scratch() / f"{book.id}-{uuid.uuid4().hex[:8]}.source.epub"
+        try:
+            try:
+                with self.storage.open(upload) as source, open(scratch, "wb") as copy:
+                    shutil.copyfileobj(source, copy, COPY_BYTES)
+            except FileNotFoundError:
+                raise SourceMismatch("the kept source is gone from the storage") from None
+            self.source_writer(SourceJob(
+                str(scratch), str(path), BookIdentity(book.id, book.title, book.author),
+                tuple((chapter.number, chapter.title) for chapter, _ in done), self.voice_language(voice),
+                voice or "the default voice", self.now(), tuple(heard), self.limits))
+        finally:
+            scratch.unlink(missing_ok=True)
 
     @staticmethod
     def _open(path: Path) -> zipfile.ZipFile:
@@ -380,72 +388,3 @@ class ReadAlongBuilder:
                 shutil.copyfileobj(encoded, out, COPY_BYTES)
         finally:
             scratch.unlink(missing_ok=True)
-
-
-class ReadAlongs:
-    """A book's read-along EPUB as the API offers it: the stored file, else one build queued (a
-    lock in Redis while it runs, so polling queues nothing more), or why the last build failed."""
-
-    LOCK_S = 900  # a build that has not stored its EPUB by then may be queued again
-    FAILED_S = 600  # how long a failed build's reason is answered before a request tries again
-
-    def __init__(self, builder: ReadAlongBuilder, dispatcher: Dispatcher, redis: Redis | None,
-                 keys: RedisKeys, awake: Callable[[str], str] = str) -> None:
-        self.builder = builder
-        self.dispatcher = dispatcher
-        self.redis = redis  # none: every request queues a build (one process, tests)
-        self.keys = keys
-        self.awake = awake  # the pool that builds a pool's EPUBs (``RoutingSettings.awake``)
-
-    def stored(self, book: BookRow) -> str | None:
-        """The EPUB's name in the books storage once it is built, else ``None``."""
-        name = self.builder.name(book.id)
-        return name if self.builder.storage.size(name) is not None else None
-
-    def request(self, book: BookRow) -> None:
-        """Queue the EPUB's build on the book's pool's bulk lane unless one is queued or running;
-        ``AudioNotReady`` before the book is done, ``EpubTooLarge`` over the limit, the failed
-        build's error while its reason is kept. While a build is queued or running, a poll costs
-        two Redis reads: the size estimate (a storage lookup per chapter) is made only by the
-        request that queues the build."""
-        if self.redis is None:
-            self._queue(book)
-            return
-        failed = self.redis.get(self.keys.readalong_failed(book.id))
-        if isinstance(failed, (bytes, str)):
-            error = json.loads(failed)
-            if error.get("code") == AudioExpired.code:
-                raise AudioExpired(str(error.get("message")))
-            raise EpubFailed(str(error.get("message")))
-        lock = self.keys.readalong_lock(book.id)
-        if not self.redis.set(lock, "1", nx=True, ex=self.LOCK_S):
-            return
-        try:
-            self._queue(book)
-        except BaseException:  # too large, or the broker refused: the next request tries again
-            self.redis.delete(lock)
-            raise
-
-    def _queue(self, book: BookRow) -> None:
-        """Check the size estimate, then send the build to the book's pool's bulk lane (the CPU
-        pool's when the book's pool may be at zero)."""
-        self.builder.check(book)
-        self.dispatcher.readalong(book.id, queue_name(self.awake(book.pool), Lane.BULK, self.keys.prefix))
-
-    def run(self, book_id: str) -> str | None:
-        """The worker's side: build the EPUB; a failure is kept (``FAILED_S``) for the API to answer."""
-        try:
-            return self.builder.build(book_id)
-        except Exception as exc:
-            code = exc.code if isinstance(exc, (AudioExpired, EpubTooLarge)) else EpubFailed.code
-            message = (str(exc) if isinstance(exc, (AudioExpired, EpubTooLarge, AudioNotReady))
-                       else "the read-along EPUB could not be built; the error was logged")
-            log.error("book %s: read-along EPUB failed: %s", book_id, exc, exc_info=not isinstance(
-                exc, (AudioExpired, EpubTooLarge, AudioNotReady)))
-            if self.redis is not None:
-                reason = json.dumps({"code": code, "message": message})
-                self.redis.set(self.keys.readalong_failed(book_id), reason, ex=self.FAILED_S)
-            return None
-        finally:
-            if self.redis is not None:
-                self.redis.delete(self.keys.readalong_lock(book_id))

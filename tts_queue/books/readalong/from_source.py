@@ -10,87 +10,72 @@ parser changed since) makes the build fall back to text generated from the sente
 - every spine document, except those that hold only chapters that were not rendered (a book
   rendered with ``chapters``), and the navigation document, pruned of links to what is left out;
   an EPUB 2 source, which has none, gets one generated from the rendered chapters;
-- the styles, images and fonts (core media types, fonts not obfuscated);
-- everything through ``sanitize``'s allowlist, so a URL inside points at something shipped or is
-  removed.
+- the styles, images and fonts whose bytes are of their declared type (``shipment``);
+- each under a name of ours (``media``: ``text/0003.xhtml``, ``images/0007.png``...), everything
+  through ``sanitize``'s allowlist, so a URL inside points at a shipped file of its kind, by that
+  name, or is removed.
 
 Sentences are found in two passes over the documents (``textmarks``): the first reads each
 document's letters and finds every sentence there, the second wraps them and writes the document
-and its overlay. One document's tree is held at a time; the book's sentence and word timings are
-held throughout (bounded by ``TTS_MAX_BOOK_SENTENCES``). Files of ours go under ``readalong/``.
+and its overlay. One document's tree is held at a time; the documents' text, spoken or not, counts
+against ``TTS_MAX_BOOK_CHARS`` (past it the source is not reused); the book's sentence and word
+timings are held throughout (bounded by ``TTS_MAX_BOOK_SENTENCES``). Files of ours go under
+``readalong/``. Each step is linear in what it reads; in a worker, all of it runs in a child
+process under a time and memory budget (``job``).
 """
 
 from __future__ import annotations
 
-import io
 import posixpath
+import re
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from lxml import etree
 
+from tts_queue.books.readalong.media import DOCUMENT_TYPE, Kind
 from tts_queue.books.readalong.overlay import (
     OWN_FOLDER,
     STYLESHEET,
     Clip,
     PackedChapter,
     SentenceClip,
+    Titled,
     nav_xhtml,
     opf_document,
     opf_metadata,
 )
-from tts_queue.books.readalong.sanitize import clean_css, clean_document, clean_svg, parse_xml
+from tts_queue.books.readalong.sanitize import clean_css, clean_document, clean_svg
+from tts_queue.books.readalong.shipment import Item, obfuscated, package_path, plan
 from tts_queue.books.readalong.textmarks import (
     XHTML,
     Aligner,
-    FlatText,
     Mark,
+    document_letters,
     letters,
     local,
     mark,
     roman,
     word_letters,
 )
-from tts_queue.books.sources.chapter import Book, BookLimits
+from tts_queue.books.readalong.tree import parse_xml
+from tts_queue.books.sources.chapter import MAX_TITLE_CHARS, Book, BookLimits, TextBudget
 from tts_queue.books.sources.epub import open_epub
-from tts_queue.books.sources.upload import MAX_TITLE_CHARS
 from tts_queue.errors import BookError
-
-if TYPE_CHECKING:
-    from ebooklib.epub import EpubBook
-
-    from tts_queue.tables import BookRow, ChapterRow
 
 OWN = OWN_FOLDER  # our files, beside the source's
 ROOT = "OEBPS/"
-DOCUMENT = "application/xhtml+xml"
-SHIPPED_TYPES = frozenset({
-    DOCUMENT, "text/css", "image/jpeg", "image/png", "image/gif", "image/webp", "image/svg+xml",
-    "font/ttf", "font/otf", "font/woff", "font/woff2", "application/font-sfnt", "application/font-woff",
-    "application/vnd.ms-opentype",
-})
 NOT_LINEAR = ' linear="no"'
-_OPS = "{http://www.idpf.org/2007/ops}"
 _SVG = "{http://www.w3.org/2000/svg}"
 _MATHML = "{http://www.w3.org/1998/Math/MathML}"
+_PREFIX = re.compile(r"ra(0|[1-9][0-9]*)?-")  # how an id of the source starts that could be one of ours
 
 
 class SourceMismatch(Exception):
     """The kept source no longer reads as the book's chapters (or cannot be reused)."""
-
-
-@dataclass(frozen=True)
-class Item:
-    """One resource of the source that goes into the EPUB."""
-
-    path: str  # package-relative, decoded
-    media_type: str
-    content: bytes
-    cover: bool = False
 
 
 @dataclass
@@ -103,7 +88,7 @@ class _Overlay:
 class SourceBook:
     """The kept EPUB upload, read again: its package, chapters, and what of it is shipped."""
 
-    def __init__(self, data: bytes, limits: BookLimits | None, rendered: Sequence[ChapterRow]) -> None:
+    def __init__(self, data: bytes, limits: BookLimits | None, rendered: Sequence[tuple[int, str]]) -> None:
         try:
             book, package = open_epub(data, limits=limits)
         except BookError as exc:
@@ -111,21 +96,22 @@ class SourceBook:
         _check(book, rendered)
         self.book = book
         self.package = package
-        numbers = {row.number for row in rendered}
-        self.chapter_documents = {c.number: tuple(map(_package_path, c.documents)) for c in book.chapters}
+        self.limits = limits
+        numbers = {number for number, _ in rendered}
+        self.chapter_documents = {c.number: tuple(map(package_path, c.documents)) for c in book.chapters}
         documents = self.chapter_documents.items()
         wanted = {d for n, paths in documents if n in numbers for d in paths}
         unwanted = {d for n, paths in documents if n not in numbers for d in paths} - wanted
-        self.nav, self.items, self.spine = _plan(package, unwanted | _obfuscated(data))
-        self.shipped = {item.path for item in self.items}
-        if any(path.startswith(OWN) for path in self.shipped):
-            raise SourceMismatch(f"the source has files under {OWN}")
+        planned = plan(package, unwanted | obfuscated(data))
+        self.nav, self.items, self.spine = planned.nav, planned.items, planned.spine
+        self.shipped = {item.path: item for item in self.items}
 
-    def is_shipped(self, path: str) -> bool:
-        """Whether a package-relative path is in the EPUB."""
-        return path in self.shipped
+    def ship(self, path: str) -> tuple[Kind, str] | None:
+        """A package-relative path's kind and the name it ships under, when it is shipped."""
+        item = self.shipped.get(path)
+        return None if item is None else (item.kind, item.name)
 
-    def write(self, epub: zipfile.ZipFile, row: BookRow, language: str, narrator: str,
+    def write(self, epub: zipfile.ZipFile, book: Titled, language: str, narrator: str,
               chapters: Sequence[tuple[PackedChapter, Sequence[SentenceClip]]], modified: datetime) -> None:
         """Every shipped item, the overlays and the package into ``epub`` (the chapters' audio
         is there already, under ``readalong/audio/``)."""
@@ -139,12 +125,12 @@ class SourceBook:
             item_id = f"item-{number}"
             properties = ["cover-image"] if item.cover else []
             overlay = ""
-            if item.media_type != DOCUMENT:
-                epub.writestr(ROOT + item.path, self._resource(item))
+            if item.media_type != DOCUMENT_TYPE:
+                epub.writestr(ROOT + item.name, self._resource(item))
             else:
                 index = position.get(item.path)
                 data, kinds, written = self._document(item, None if index is None else overlays.get(index))
-                epub.writestr(ROOT + item.path, data)
+                epub.writestr(ROOT + item.name, data)
                 properties += kinds
                 spine_ids[item.path] = item_id
                 if written is not None:
@@ -155,12 +141,12 @@ class SourceBook:
                     durations.append((f"{item_id}-overlay", written[1]))
                     overlay = f' media-overlay="{item_id}-overlay"'
             props = f' properties="{" ".join(properties)}"' if properties else ""
-            entries.append(f'<item id="{item_id}" href="{quote(item.path)}" media-type="{item.media_type}"'
+            entries.append(f'<item id="{item_id}" href="{quote(item.name)}" media-type="{item.media_type}"'
                            f"{props}{overlay}/>")
-        entries += self._own(epub, row.title, language, [packed for packed, _ in chapters])
+        entries += self._own(epub, book.title, language, [packed for packed, _ in chapters])
         spine = [f'<itemref idref="{spine_ids[path]}"{"" if linear else NOT_LINEAR}/>'
                  for path, linear in self.spine.items() if path in spine_ids]
-        meta = opf_metadata(row, language, narrator, durations, modified)
+        meta = opf_metadata(book, language, narrator, durations, modified)
         epub.writestr(ROOT + "package.opf", opf_document(language, meta, entries, spine))
 
     def _own(self, epub: zipfile.ZipFile, title: str, language: str,
@@ -172,10 +158,13 @@ class SourceBook:
         entries += [f'<item id="{c.stem}-audio" href="{OWN}audio/{c.stem}{c.audio_suffix}" '
                     f'media-type="{c.audio_type}"/>' for c in chapters]
         if self.nav is None:
-            links = [(quote(posixpath.relpath(self.chapter_documents[c.number][0], OWN.rstrip("/"))), c.title)
-                     for c in chapters if self.chapter_documents.get(c.number)]
+            firsts = [(self.shipped.get(self.chapter_documents.get(c.number, ("",))[0]), c.title)
+                      for c in chapters]
+            links = [(quote(posixpath.relpath(item.name, OWN.rstrip("/"))), title)
+                     for item, title in firsts if item is not None]
             epub.writestr(f"{ROOT}{OWN}nav.xhtml", nav_xhtml(title, language, links))
-            entries.append(f'<item id="nav" href="{OWN}nav.xhtml" media-type="{DOCUMENT}" properties="nav"/>')
+            entries.append(f'<item id="nav" href="{OWN}nav.xhtml" media-type="{DOCUMENT_TYPE}" '
+                           'properties="nav"/>')
         return entries
 
     def _align(self, documents: Sequence[Item],
@@ -183,13 +172,16 @@ class SourceBook:
         """Each spoken sentence found in the documents (first pass): per document index, its
         marks in order."""
         texts: list[str] = []
-        taken: set[str] = set()
+        taken: set[str] = set()  # the prefixes ("ra-", "ra1-"...) the source's own ids start with
+        budget = TextBudget(self.limits.chars if self.limits else None)  # every letter held counts
         for item in documents:
             root = self._clean(item)
-            texts.append(FlatText(root).letters)
-            taken.update(str(i) for i in root.xpath("//@id") if str(i).startswith("ra"))
-        prefix = next(p for p in (f"ra{n}-" if n else "ra-" for n in range(len(taken) + 1))
-                      if not any(i.startswith(p) for i in taken))
+            document_text, size = document_letters(root)
+            budget.charge(size)
+            texts.append(document_text)
+            taken |= taken_prefixes(str(i) for i in root.xpath("//@id"))
+            del root
+        prefix = free_prefix(taken)
         where = {item.path: n for n, item in enumerate(documents)}
         aligner = Aligner(texts)
         overlays: dict[int, _Overlay] = {}
@@ -224,7 +216,7 @@ class SourceBook:
         root = parse_xml(item.content)
         if local(root) != "html":
             raise SourceMismatch(f"{item.path} is not an XHTML document")
-        clean_document(root, item.path, self.is_shipped)
+        clean_document(root, item.path, self.ship)
         return root
 
     def _document(self, item: Item, overlay: _Overlay | None,
@@ -236,9 +228,9 @@ class SourceBook:
         if item.path == self.nav:
             _prune_nav(root)
         placed = mark(root, [entry[0] for entry in overlay.entries]) if overlay else set()
-        smil = _overlay_smil(item.path, overlay, placed) if overlay else None
+        smil = _overlay_smil(item.name, overlay, placed) if overlay else None
         if smil is not None:
-            folder = posixpath.dirname(item.path) or "."
+            folder = posixpath.dirname(item.name) or "."
             _link_stylesheet(root, posixpath.relpath(OWN + "readalong.css", folder))
         if root.find(f".//{_SVG}svg") is not None:
             kinds.append("svg")
@@ -248,101 +240,49 @@ class SourceBook:
         return data, kinds, smil
 
     def _resource(self, item: Item) -> bytes:
-        """A style sheet or SVG image through the allowlist; other images and fonts as they are."""
+        """A style sheet or SVG image through the allowlist; other images and fonts (their bytes
+        of their type: ``shipment``) as they are."""
         if item.media_type == "text/css":
             text = item.content.decode("utf-8", "replace")
-            return clean_css(text, item.path, self.is_shipped).encode("utf-8")
+            return clean_css(text, item.path, self.ship).encode("utf-8")
         if item.media_type == "image/svg+xml":
             root = parse_xml(item.content)
-            clean_svg(root, item.path, self.is_shipped)
+            clean_svg(root, item.path, self.ship)
             return bytes(etree.tostring(root, encoding="utf-8", xml_declaration=True))
         return item.content
 
 
-def _check(book: Book, rendered: Sequence[ChapterRow]) -> None:
-    """``SourceMismatch`` unless every rendered chapter is the source's chapter of its number."""
+def taken_prefixes(ids: Iterable[str]) -> set[str]:
+    """The prefixes of ours (``ra-``, ``ra1-``, ``ra2-``...) that ids of the source start with."""
+    return {match.group(0) for i in ids if (match := _PREFIX.match(i))}
+
+
+def free_prefix(taken: set[str]) -> str:
+    """The first of ``ra-``, ``ra1-``, ``ra2-``... not ``taken``: what our ids start with (one
+    lookup per candidate, never a scan of every id per candidate)."""
+    return next(p for p in (f"ra{n}-" if n else "ra-" for n in range(len(taken) + 1)) if p not in taken)
+
+
+def _check(book: Book, rendered: Sequence[tuple[int, str]]) -> None:
+    """``SourceMismatch`` unless every rendered chapter (its number and title) is the source's
+    chapter of its number."""
     parsed = {c.number: c for c in book.chapters}
-    for row in rendered:
-        chapter = parsed.get(row.number)
-        if chapter is None or chapter.title[:MAX_TITLE_CHARS] != row.title or not chapter.documents:
-            raise SourceMismatch(f"chapter {row.number} of the kept source is not the rendered one")
-
-
-def _package_path(name: str) -> str:
-    """An item's package-relative path as the read-along EPUB names it: its manifest href as
-    ebooklib gives it (percent-escapes already decoded, so never decoded twice), normalized."""
-    return posixpath.normpath(name)
-
-
-def _plan(package: EpubBook, left_out: set[str]) -> tuple[str | None, list[Item], dict[str, bool]]:
-    """The navigation document's path (``None``: there is none to keep), the items shipped, and
-    the spine (documents' paths, each with whether it is linear)."""
-    from ebooklib import epub
-
-    # EPUB 2 names its cover <meta name="cover" content="ID"/>: ebooklib files it under "cover" or
-    # under "meta", by how the package declares its namespaces
-    named = package.get_metadata("OPF", "cover") + package.get_metadata("OPF", "meta")
-    cover_ids = {str(attrs.get("content")) for _, attrs in named if attrs.get("name") == "cover"}
-    by_id: dict[str, Item] = {}
-    items: dict[str, Item] = {}
-    nav: str | None = None
-    for source in package.get_items():
-        path = _package_path(source.get_name())
-        media_type = str(source.media_type or "")
-        if media_type not in SHIPPED_TYPES or path.startswith(("../", "/")) or path in left_out:
-            continue
-        if path in items:  # a second manifest entry of one file: the spine may name either
-            by_id.setdefault(source.get_id(), items[path])
-            continue
-        cover = isinstance(source, epub.EpubCover) or source.get_id() in cover_ids
-        item = Item(path, media_type, source.content, cover and media_type.startswith("image/"))  # as stored
-        if isinstance(source, epub.EpubNav) and _has_toc(item):
-            nav = path
-        items[path] = by_id[source.get_id()] = item
-    spine: dict[str, bool] = {}
-    for idref, linear in package.spine:
-        listed = by_id.get(idref)
-        if listed is not None and listed.media_type == DOCUMENT:
-            spine.setdefault(listed.path, linear != "no")
-    kept = [i for i in items.values() if i.media_type != DOCUMENT or i.path in spine or i.path == nav]
-    return nav, kept, spine
-
-
-def _has_toc(item: Item) -> bool:
-    """Whether a navigation document has its table of contents."""
-    try:
-        root = parse_xml(item.content)
-    except BookError:
-        return False
-    return any("toc" in n.get(f"{_OPS}type", "").split() for n in root.iter(f"{XHTML}nav"))
-
-
-def _obfuscated(data: bytes) -> set[str]:
-    """Package-relative paths of what ``META-INF/encryption.xml`` encrypts (obfuscated fonts): they
-    would need that file, so they are left out."""
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        names = set(archive.namelist())
-        if "META-INF/encryption.xml" not in names:
-            return set()
-        container = parse_xml(archive.read("META-INF/container.xml"))
-        encryption = parse_xml(archive.read("META-INF/encryption.xml"))
-    rootfile = next((e.get("full-path", "") for e in container.iter() if local(e) == "rootfile"), "")
-    base = posixpath.dirname(rootfile)
-    return {posixpath.relpath(posixpath.normpath(unquote(str(e.get("URI", "")))), base or ".")
-            for e in encryption.iter() if local(e) == "CipherReference"}
+    for number, title in rendered:
+        chapter = parsed.get(number)
+        if chapter is None or chapter.title[:MAX_TITLE_CHARS] != title or not chapter.documents:
+            raise SourceMismatch(f"chapter {number} of the kept source is not the rendered one")
 
 
 def _prune_nav(root: etree._Element) -> None:
     """Drop the navigation's entries whose link was removed (it pointed at what is not shipped),
-    then lists left empty."""
-    for link in list(root.iter(f"{XHTML}a")):
-        if link.get("href") is not None:
+    then lists left empty; each entry and list looked at once."""
+    for entry in list(root.iter(f"{XHTML}li")):
+        dead = [child for child in entry if local(child) == "a" and child.get("href") is None]
+        if not dead:
             continue
-        entry = link.getparent()
-        if entry is None or local(entry) != "li":
-            continue
-        if entry.find(f"{XHTML}ol") is not None:
-            link.tag = f"{XHTML}span"
+        if any(local(child) == "ol" for child in entry):
+            for link in dead:
+                link.tag = f"{XHTML}span"
         elif entry.getparent() is not None:
             entry.getparent().remove(entry)
     for listing in reversed(list(root.iter(f"{XHTML}ol"))):

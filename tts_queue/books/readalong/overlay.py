@@ -13,18 +13,31 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tts_queue.books.render.captions import Cue
-
-if TYPE_CHECKING:
-    from tts_queue.tables import BookRow
 
 ACTIVE_CLASS = "-epub-media-overlay-active"
 PLAYING_CLASS = "-epub-media-overlay-playing"
 OWN_FOLDER = "readalong/"  # in an EPUB made of the source's documents, where ours go
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _TIMESTAMP = re.compile(r"(\d+):(\d{2}):(\d{2})\.(\d{3})")
+
+
+class Titled(Protocol):
+    """What the package document says of a book (a ``BookRow``, or a job's ``BookIdentity``)."""
+
+    @property
+    def id(self) -> str:
+        """The book's id."""
+
+    @property
+    def title(self) -> str:
+        """Its title."""
+
+    @property
+    def author(self) -> str | None:
+        """Its author, when known."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +162,7 @@ class PackedChapter:
         return f"chapter-{self.number:03d}"
 
 
-def opf_metadata(book: BookRow, language: str, narrator: str, overlays: Sequence[tuple[str, int]],
+def opf_metadata(book: Titled, language: str, narrator: str, overlays: Sequence[tuple[str, int]],
                  modified: datetime) -> list[str]:
     """The package's metadata: title, author, language, narrator, and each overlay's duration
     (``(item id, milliseconds)``) with their total."""

@@ -9,27 +9,26 @@ What is kept is what EPUB 3 allows and nothing that runs or fetches:
   elements (EPUB 2's ``center``, ``font``) unwrapped, their text kept in place;
 - SVG: shapes, text, gradients, patterns, masks and simple filters; no script, no
   ``foreignObject``, no animation; MathML without ``annotation-xml``; any other namespace's
-  elements are removed;
+  elements are removed; attribute names are compared without case (``HREF``, ``Style`` go);
 - CSS: ``sanitize_css``'s rules, with this module's URL policy;
-- every URL (an attribute, a ``url()``, an ``@import``) resolves (``resolve``) to a file that is
-  shipped (``Shipped``) or to a fragment of its own document; a URL that is remote, has a scheme
-  (``javascript:``, ``data:``...), is absolute or climbs out of the package goes, and with it an
-  image, a stylesheet link, a declaration or an ``@import``; a link keeps its text. The one URL
-  with a scheme kept is an image's raster ``data:`` URL (PNG, JPEG, GIF, WebP in base64: nothing
-  fetched, nothing run), as covers often embed their picture so;
-- an entity reference becomes its character where HTML names it (``&nbsp;`` in an EPUB 2
-  document), its text where the document's internal subset declares it (``parse_xml``), else
-  goes; a document whose root is not XHTML's ``html`` (SVG's ``svg``) is refused with
-  ``InvalidBook``.
+- every URL (an attribute, a ``url()``, an ``@import``) resolves (``resolve``) to a shipped file
+  of the kind it may load (``Shipped``: a link a content document, a stylesheet link or
+  ``@import`` a style sheet, an image an image, a ``url()`` an image or a font), or to a fragment
+  of its own document, and is written again pointing at that file's shipped name (``media``); a
+  URL that is remote, has a scheme (``javascript:``, ``data:``...), is absolute, climbs out of the
+  package or points at anything else goes, and with it an image, a stylesheet link, a declaration
+  or an ``@import``; a link keeps its text. The one URL with a scheme kept is an image's raster
+  ``data:`` URL whose bytes are of its type (PNG, JPEG, GIF, WebP in base64: nothing fetched,
+  nothing run), as covers often embed their picture so;
+- a document whose root is not XHTML's ``html`` (SVG's ``svg``) is refused with ``InvalidBook``.
 
-Bounds: ``parse_xml`` loads no DTD, resolves no entity and reads nothing from the network
-(libxml2 refuses entity amplification and elements nested over 256 deep); the tree is walked once
-with an explicit stack, each node judged once.
+Bounds: ``tree.parse_xml`` (no DTD, no entity, no network, at most ``MAX_ATTRIBUTES`` on an
+element); the tree is walked once with an explicit stack, each node judged once, and each
+element's children rewritten in one pass (``tree.splice``): linear in the document.
 """
 
 from __future__ import annotations
 
-import html.entities
 import posixpath
 import re
 from collections.abc import Callable
@@ -37,18 +36,28 @@ from urllib.parse import unquote
 
 from lxml import etree
 
+from tts_queue.books.readalong.media import Kind, raster_data
 from tts_queue.books.readalong.sanitize_css import StyleRules
+from tts_queue.books.readalong.tree import (
+    KEEP,
+    MATHML_NS,
+    OPS_NS,
+    REMOVE,
+    SVG_NS,
+    UNWRAP,
+    XHTML_NS,
+    XLINK_NS,
+    XML_NS,
+    Judge,
+    splice,
+)
 from tts_queue.errors import InvalidBook
 
-Shipped = Callable[[str], bool]
-_RASTER_DATA = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s]*", re.IGNORECASE)
-
-XHTML_NS = "http://www.w3.org/1999/xhtml"
-SVG_NS = "http://www.w3.org/2000/svg"
-MATHML_NS = "http://www.w3.org/1998/Math/MathML"
-XLINK_NS = "http://www.w3.org/1999/xlink"
-XML_NS = "http://www.w3.org/XML/1998/namespace"
-OPS_NS = "http://www.idpf.org/2007/ops"
+# A package-relative path's kind and the path it ships under, when it is shipped.
+Shipped = Callable[[str], tuple[Kind, str] | None]
+LINKED = frozenset({Kind.DOCUMENT})  # what a link (and a citation) may point at
+IMAGES = frozenset({Kind.IMAGE})
+STYLES = frozenset({Kind.STYLE})
 
 # XHTML elements removed with their content, and those kept; any other is unwrapped.
 REMOVED = frozenset({
@@ -100,72 +109,13 @@ SVG_ELEMENTS = frozenset({
 SVG_NS_ATTRIBUTES = frozenset({f"{{{XLINK_NS}}}href", f"{{{XLINK_NS}}}title", f"{{{XML_NS}}}lang",
                                f"{{{XML_NS}}}space"})
 
-_KEEP, _REMOVE, _UNWRAP = "keep", "remove", "unwrap"  # what becomes of an element
-
 _EDGES = "".join(chr(n) for n in range(0x21))  # C0 controls and space: stripped from a URL's ends
 _INSIDE = str.maketrans("", "", "\t\n\r")  # removed anywhere in a URL, as browsers do
 _FIRST_SEGMENT = re.compile(r"[/?#]")
-
-
-def parse_xml(data: bytes) -> etree._Element:
-    """Root element of an XML document (XHTML or SVG) parsed safely: no DTD loaded, no entities
-    resolved, no network, comments and processing instructions removed, huge_tree off;
-    ``InvalidBook`` when it is not well-formed XML.
-
-    The tree holds no entity reference after it: an HTML name (``&eacute;`` in an EPUB 2
-    document, which names no DTD the parser loads) is read as its character, in text and in
-    attribute values alike; a reference to the document's own internal subset
-    (``<!ENTITY me "Watson">``) is replaced with its text as declared, where it stands (all of
-    them together adding at most the document's own size, else ``InvalidBook``: libxml2 already
-    refuses the amplification of nested ones); any other goes.
-    (The document is written again with the plain ``<!DOCTYPE html>``, which declares none.)"""
-    parser = etree.XMLParser(resolve_entities=False, load_dtd=False, no_network=True, huge_tree=False,
-                             remove_comments=True, remove_pis=True, attribute_defaults=False)
-    try:
-        root = etree.fromstring(_html_references(data), parser)
-    except (etree.XMLSyntaxError, ValueError) as exc:
-        raise InvalidBook(f"a document is not well-formed XML: {exc}") from exc
-    subset = root.getroottree().docinfo.internalDTD
-    declared = {entity.name: entity.content or "" for entity in subset.iterentities()} if subset else {}
-    budget = len(data)  # what references may add in all: no more than the document itself
-    for node in list(root.iter()):
-        if isinstance(node, etree._Entity):
-            text = declared.get(node.name or "", "")
-            budget -= len(text)
-            if budget < 0:
-                raise InvalidBook("a document's entity references add more text than the document holds")
-            _drop(node, text)
-        elif isinstance(node.tag, str) and node.attrib:
-            for key, value in node.attrib.items():  # as read: internal entities resolved once
-                node.set(key, value)
-    return root
-
-
-_REFERENCE = re.compile(rb"&([A-Za-z][A-Za-z0-9]{0,31});")
-_CDATA = re.compile(rb"(<!\[CDATA\[.*?\]\]>)", re.DOTALL)
-_DECLARED = re.compile(rb"<!ENTITY\s+([A-Za-z][A-Za-z0-9]*)")
-_XML_NAMES = frozenset({"amp", "lt", "gt", "quot", "apos"})
-
-
-def _html_references(data: bytes) -> bytes:
-    """``data`` with each reference to an HTML character name (not XML's own five) written as a
-    numeric character reference, outside CDATA sections; a name the document declares itself
-    wins (its internal subset is kept as it is)."""
-    if b"&" not in data:
-        return data
-    subset_end = data.find(b"]>") if b"<!ENTITY" in data else -1
-    declared = set(_DECLARED.findall(data[:subset_end])) if subset_end > 0 else set()
-
-    def numeric(match: re.Match[bytes]) -> bytes:
-        name = match.group(1)
-        text = name.decode("ascii")
-        character = html.entities.html5.get(f"{text};")
-        if text in _XML_NAMES or name in declared or character is None:
-            return match.group(0)
-        return b"".join(b"&#%d;" % ord(c) for c in character)
-
-    parts = _CDATA.split(data)
-    return b"".join(part if n % 2 else _REFERENCE.sub(numeric, part) for n, part in enumerate(parts))
+# Attribute names with a meaning of their own in SVG and MathML: compared without case, so a name
+# that is one of them in another case (``HREF``, which an HTML parser reads as ``href``) goes.
+_MEANINGFUL = frozenset({"href", "src", "style", "altimg", "cite", "action", "formaction", "data",
+                         "poster", "background", "srcset", "definitionurl"})
 
 
 def resolve(base: str, url: str) -> str | None:
@@ -224,68 +174,44 @@ def _split(name: str) -> tuple[str, str]:
     return "", name
 
 
-def _drop(node: etree._Element, text: str = "") -> None:
-    """Remove ``node`` from its parent, ``text`` and its tail left in its place."""
-    parent = node.getparent()
-    if parent is None:
-        return
-    kept = text + (node.tail or "")
-    previous = node.getprevious()
-    if kept and previous is not None:
-        previous.tail = (previous.tail or "") + kept
-    elif kept:
-        parent.text = (parent.text or "") + kept
-    parent.remove(node)
-
-
-def _unwrap(node: etree._Element) -> list[etree._Element]:
-    """Replace ``node`` with its text and children (returned), its tail kept after them."""
-    parent = node.getparent()
-    children = list(node)
-    at = parent.index(node)
-    previous = node.getprevious()
-    if node.text and previous is not None:
-        previous.tail = (previous.tail or "") + node.text
-    elif node.text:
-        parent.text = (parent.text or "") + node.text
-    for offset, child in enumerate(children):
-        parent.insert(at + offset, child)  # lxml moves the child's tail with it
-    _drop(node)
-    return children
-
-
 class _Policy:
-    """What a URL may point at, and (``css``) what CSS may say, for one file (``path``) of the package."""
+    """Where a URL in one file (``path``) of the package may point, and (``css``) what CSS may say."""
 
     def __init__(self, path: str, shipped: Shipped) -> None:
         self.path = path
         self.shipped = shipped
-        self.css = StyleRules(self.allows, self.ships)
+        entry = shipped(path)
+        self.home = posixpath.dirname(entry[1] if entry is not None else path) or "."  # where it ships
+        self.css = StyleRules(self.point)
 
-    def allows(self, url: str) -> bool:
-        """Whether ``url`` points at a shipped file or at a fragment of this file."""
+    def point(self, url: str, kinds: frozenset[Kind], here: bool) -> str | None:
+        """``url`` written again to point at the shipped name of the file it resolves to, when
+        that file is shipped as one of ``kinds`` (``here``: or it is a fragment of this file, or
+        this file itself); ``None`` when it may not point there."""
         target = resolve(self.path, url)
         if target is None:
-            return False
+            return None
         file, _, fragment = target.partition("#")
-        return self.shipped(file) or (file == self.path and bool(fragment))
+        suffix = f"#{fragment}" if fragment else ""
+        if file == self.path and not here:
+            return None
+        if file == self.path and fragment:
+            return suffix
+        entry = self.shipped(file)
+        if entry is None or entry[0] not in kinds:
+            return None
+        return posixpath.relpath(entry[1], self.home) + suffix
 
-    def ships(self, url: str, suffix: str = "") -> bool:
-        """Whether ``url`` points at a shipped file other than this one (whose name ends with
-        ``suffix``): what an image or a style sheet must be."""
-        target = resolve(self.path, url)
-        file = "" if target is None else target.partition("#")[0]
-        return file != self.path and file.lower().endswith(suffix) and self.shipped(file)
-
-    def image(self, url: str) -> bool:
-        """Whether ``url`` is what an image may show: a shipped file other than this one, or a
-        raster image written out in the URL itself (``data:image/jpeg;base64,...``: nothing is
-        fetched, and a raster image runs nothing)."""
-        return self.ships(url) or _RASTER_DATA.fullmatch(url.strip()) is not None
+    def image(self, url: str) -> str | None:
+        """``url`` where an image may show it: a shipped image other than this file, or a raster
+        image written out in the URL itself (``data:image/jpeg;base64,...``, its bytes of that
+        type: nothing is fetched, and a raster image runs nothing)."""
+        return url.strip() if raster_data(url) else self.point(url, IMAGES, False)
 
 
 class _Tree:
-    """One document's walk: each node judged once, parents before children, with a stack."""
+    """One document's walk: each element judged once, parents before children, with a stack;
+    each kept element's children rewritten in one pass (``splice``)."""
 
     def __init__(self, policy: _Policy) -> None:
         self.policy = policy
@@ -293,19 +219,19 @@ class _Tree:
     def clean(self, root: etree._Element) -> None:
         """Sanitize ``root`` (XHTML's ``html`` or SVG's ``svg``, which stays) and what is under it."""
         self._judge(root, _split(root.tag)[0])
-        stack = list(root)
+        stack = [root]
         while stack:
-            node = stack.pop()
-            if not isinstance(node.tag, str):  # (parse_xml leaves no entity, comment or PI)
-                _drop(node)
-                continue
-            verdict = self._judge(node, _split(node.getparent().tag)[0])
-            if verdict == _REMOVE:
-                _drop(node)
-            elif verdict == _UNWRAP:
-                stack.extend(_unwrap(node))
-            else:
-                stack.extend(node)
+            parent = stack.pop()
+            stack.extend(splice(parent, self._judging(_split(parent.tag)[0])))
+
+    def _judging(self, parent: str) -> Judge:
+        """What becomes of each child of an element of namespace ``parent`` (``parse_xml`` leaves
+        no entity, comment or PI: any other goes)."""
+
+        def judge(node: etree._Element) -> tuple[str, str]:
+            return (self._judge(node, parent) if isinstance(node.tag, str) else REMOVE), ""
+
+        return judge
 
     def _judge(self, node: etree._Element, parent: str) -> str:
         """What becomes of an element under a parent of namespace ``parent``; a kept element's
@@ -317,69 +243,83 @@ class _Tree:
             return self._svg(node, name)
         if namespace == MATHML_NS and (parent == MATHML_NS or (parent == XHTML_NS and name == "math")):
             return self._mathml(node, name)
-        return _REMOVE
+        return REMOVE
 
     def _html(self, node: etree._Element, name: str) -> str:
         """The verdict on an XHTML element; when kept, its attributes cleaned."""
         if name in REMOVED:
-            return _REMOVE
+            return REMOVE
         if name not in ALLOWED:
-            return _UNWRAP
+            return UNWRAP
         if name == "meta" and node.get("charset") is None and None in (node.get("name"), node.get("content")):
-            return _REMOVE
+            return REMOVE
         if name == "link" and "stylesheet" not in (node.get("rel") or "").lower().split():
-            return _REMOVE
+            return REMOVE
         if name == "style":
             self._stylesheet(node)
         allowed = ELEMENT_ATTRIBUTES.get(name, frozenset())
-        points = (self.policy.image if name == "img" else
-                  self.policy.ships if name in _REQUIRED_URL else self.policy.allows)
         for key in list(node.attrib):
             value = node.attrib[key]
             if not _html_attribute(key, allowed, name == "html"):
                 del node.attrib[key]
             elif key == "style":
                 self._style(node, value)
-            elif key in _URL_ATTRIBUTES and not points(value):
-                del node.attrib[key]
+            elif key in _URL_ATTRIBUTES:
+                self._url(node, key, self.policy.image(value) if name == "img" else
+                          self.policy.point(value, STYLES, False) if name == "link" else
+                          self.policy.point(value, LINKED, True))
         required = _REQUIRED_URL.get(name)
-        return _REMOVE if required is not None and node.get(required) is None else _KEEP
+        return REMOVE if required is not None and node.get(required) is None else KEEP
 
     def _svg(self, node: etree._Element, name: str) -> str:
         """The verdict on an SVG element; when kept, its attributes cleaned."""
         if name not in SVG_ELEMENTS:
-            return _REMOVE
+            return REMOVE
         if name == "style":
             self._stylesheet(node)
-        points = self.policy.image if name == "image" else self.policy.allows
         for key in list(node.attrib):
             value = node.attrib[key]
             namespace, local = _split(key)
-            if local.lower().startswith("on") or (namespace and key not in SVG_NS_ATTRIBUTES):
+            lower = local.lower()
+            if (lower.startswith("on") or (namespace and key not in SVG_NS_ATTRIBUTES)
+                    or (lower in _MEANINGFUL and local not in ("href", "style"))):
                 del node.attrib[key]
             elif key == "style":
                 self._style(node, value)
-            elif not (points(value) if local == "href" else self.policy.css.value(value)):
-                del node.attrib[key]
+            elif local == "href":
+                self._url(node, key, self.policy.image(value) if name == "image" else
+                          self.policy.point(value, LINKED if name == "a" else IMAGES, True))
+            else:
+                self._url(node, key, self.policy.css.value(value))
         if name == "image" and node.get("href") is None and node.get(f"{{{XLINK_NS}}}href") is None:
-            return _REMOVE
-        return _KEEP
+            return REMOVE
+        return KEEP
 
     def _mathml(self, node: etree._Element, name: str) -> str:
         """The verdict on a MathML element; when kept, its attributes cleaned."""
         if name == "annotation-xml":
-            return _REMOVE
+            return REMOVE
         for key in list(node.attrib):
             value = node.attrib[key]
             namespace, local = _split(key)
-            if (local.lower().startswith("on") or local in ("href", "src")
-                    or (namespace and key != f"{{{XML_NS}}}lang")):
+            lower = local.lower()
+            if (lower.startswith("on") or (namespace and key != f"{{{XML_NS}}}lang")
+                    or (lower in _MEANINGFUL and key not in ("style", "altimg"))):
                 del node.attrib[key]
             elif key == "style":
                 self._style(node, value)
-            elif not (self.policy.ships(value) if local == "altimg" else self.policy.css.value(value)):
-                del node.attrib[key]
-        return _KEEP
+            else:
+                written = self.policy.image(value) if key == "altimg" else self.policy.css.value(value)
+                self._url(node, key, written)
+        return KEEP
+
+    @staticmethod
+    def _url(node: etree._Element, key: str, written: str | None) -> None:
+        """An attribute written again as ``written``, or removed when that is ``None``."""
+        if written is None:
+            del node.attrib[key]
+        elif written != node.attrib[key]:
+            node.set(key, written)
 
     def _style(self, node: etree._Element, value: str) -> None:
         """A style attribute cleaned, or removed when nothing is left of it."""

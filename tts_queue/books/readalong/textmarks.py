@@ -5,9 +5,13 @@ A document's text is read as the parser reads it (``FlatText``: every text node 
 never read, such as scripts, ruby readings and navigation, in document order) and compared by
 its letters and digits only: what was spoken differs from what is written in spacing, quotes,
 dashes and invisible characters, never in its letters. ``Aligner`` finds a chapter's sentences one
-after another, each after the last, in the documents the chapter came from; a sentence that is not
-there (a title the navigation added) is left without a mark, and so is text that was never spoken
-(footnotes, front matter); a heading read as a number is looked for as the Roman numeral it was.
+after another, each after the last, in the documents the chapter came from, looking no further
+than ``MAX_GAP`` letters past the last (so a sentence that is not there costs that much, not the
+rest of the document); a sentence that is not there (a title the navigation added, text the
+sanitizer removed) is left without a mark, and so is text that was never spoken (footnotes,
+front matter); a heading read as a number is looked for as the Roman numeral it was. The first
+pass holds a document's letters (``document_letters``); only the second, one document at a
+time, where each letter is in the text (``FlatText.at``: an ``array`` of machine integers).
 
 ``mark`` wraps the marked ranges in ``<span id>``: a boundary is placed as an empty marker element
 in the text where it falls (each text node cut once for all its boundaries), markers at the edge
@@ -24,6 +28,8 @@ span. No recursion.
 from __future__ import annotations
 
 import bisect
+import re
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -44,6 +50,8 @@ MAX_GAP = 5000  # letters a sentence may be found after the last one (skipped no
 SHORT_GAP = 8  # ... when it has fewer letters than LONG_SENTENCE (a short one could be found anywhere)
 LONG_SENTENCE = 16
 OPENING = frozenset("“‘\"'«‹„‚「『（(【〔［[{¡¿")  # marks that belong to the sentence after them
+_LETTER = re.compile(r"[^\W_]")  # what ``str.isalnum`` is true of, one character at a time
+_NOT_LETTERS = re.compile(r"[\W_]+")
 
 
 def local(element: etree._Element) -> str:
@@ -54,7 +62,17 @@ def local(element: etree._Element) -> str:
 
 def letters(text: str) -> str:
     """What a text is compared by: its letters and digits."""
-    return "".join(ch for ch in text if ch.isalnum())
+    return _NOT_LETTERS.sub("", text)
+
+
+def document_letters(root: etree._Element) -> tuple[str, int]:
+    """A document's letters as ``FlatText`` reads them, and the length of its text."""
+    body = root.find(f"{XHTML}body")
+    if body is None:
+        return "", 0
+    text = "".join((element.tail if tail else element.text) or ""
+                   for element, tail in _text_nodes(body) if tail is not None)
+    return letters(text), len(text)
 
 
 @dataclass(frozen=True)
@@ -88,8 +106,9 @@ class FlatText:
                     pieces.append(text)
                     size += len(text)
         self.text = "".join(pieces)
-        self.at = [i for i, ch in enumerate(self.text) if ch.isalnum()]
-        self.letters = "".join(self.text[i] for i in self.at)
+        del pieces
+        self.letters = letters(self.text)
+        self.at = _positions(self.text, len(self.letters))
         self._starts = [slot.start for slot in self.slots]
 
     def span(self, first: int, end: int, widen: bool) -> tuple[int, int]:
@@ -145,6 +164,15 @@ class FlatText:
             previous.addnext(marker)  # after the marker's own tail (``insert`` at an index is linear)
 
 
+def _positions(text: str, count: int) -> array[int]:
+    """Where each of the ``count`` letters of ``text`` is in it, as machine integers in one buffer
+    allocated once (4 bytes a letter while positions fit in 32 bits)."""
+    at = array("i" if len(text) < 2**31 else "q", [0]) * count
+    for index, match in enumerate(_LETTER.finditer(text)):
+        at[index] = match.start()
+    return at
+
+
 def _text_nodes(body: etree._Element) -> Iterable[tuple[etree._Element, bool | None]]:
     """``(element, is_tail)`` for each text node read, in document order (what is never read and
     its text skipped, its tail kept), and ``(element, None)`` where a block ends."""
@@ -189,8 +217,9 @@ class Aligner:
         if not wanted:
             return None
         for document in candidates:
-            at = self.documents[document].find(wanted, self.cursor[document])
-            gap = at - self.cursor[document]
+            cursor = self.cursor[document]  # (a sentence further on than MAX_GAP is not looked for)
+            at = self.documents[document].find(wanted, cursor, cursor + MAX_GAP + len(wanted))
+            gap = at - cursor
             if at >= 0 and (gap <= SHORT_GAP or (len(wanted) >= LONG_SENTENCE and gap <= MAX_GAP)):
                 self.cursor[document] = at + len(wanted)
                 return document, at

@@ -22,7 +22,6 @@ the tests'), or ``workers.m4b.build`` in a worker.
 from __future__ import annotations
 
 import json
-import resource
 import struct
 import sys
 from collections.abc import Iterable, Iterator
@@ -32,6 +31,7 @@ from typing import IO, Protocol
 import numpy as np
 
 from tts_queue.errors import InvalidRequest
+from tts_queue.heap import peak_resident_bytes
 from tts_queue.synthesis.audio import Audio
 
 FRAME = struct.Struct("<cI")  # kind, payload length
@@ -147,21 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - the parent raises it, with this message
         print(json.dumps({"error": type(error).__name__, "message": str(error)}), flush=True)
         return 1
-    print(json.dumps({"chapters": len(marks), "peak_rss": _peak_rss()}), flush=True)
+    print(json.dumps({"chapters": len(marks), "peak_rss": peak_resident_bytes()}), flush=True)
     return 0
-
-
-def _peak_rss() -> int:
-    """This process's own peak RSS in bytes: Linux's ``VmHWM`` (its memory since the exec; the
-    rusage figure keeps the parent's from before the fork), else the rusage figure."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 if __name__ == "__main__":

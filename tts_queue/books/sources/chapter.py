@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from tts_queue.errors import BookTooLarge, UnknownChapters
 from tts_queue.synthesis.frontend.text import normalize_text as normalize_text
 
+MAX_TITLE_CHARS = 512  # a book's or chapter's title as kept: the column's width, on every database
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _RANGE = re.compile(r"^(\d{1,6})(?:\s*-\s*(\d{1,6}))?$")
 
@@ -22,7 +23,8 @@ def without_surrogates(text: str) -> str:
 @dataclass(frozen=True)
 class BookLimits:
     """What reading one book may cost: bytes decompressed out of an EPUB (every read of an entry
-    counts, the same entry read twice counts twice) and characters of extracted text (any format)."""
+    counts, the same entry read twice counts twice) and characters of text (any format; an EPUB's
+    text that is never read aloud too)."""
 
     unpacked_bytes: int
     chars: int
@@ -37,7 +39,11 @@ class TextBudget:
 
     def add(self, text: str) -> None:
         """Count ``text``; ``BookTooLarge`` once the total passes the limit."""
-        self.used += len(text)
+        self.charge(len(text))
+
+    def charge(self, size: int) -> None:
+        """Count ``size`` characters; ``BookTooLarge`` once the total passes the limit."""
+        self.used += size
         if self.limit is not None and self.used > self.limit:
             raise BookTooLarge(f"the book has more than {self.limit} characters of text")
 

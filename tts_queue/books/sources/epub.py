@@ -9,7 +9,8 @@ level is split there into several chapters.
 What a book may cost is bounded by what is really done: every read of an archive entry (ebooklib
 reads the same entry once per manifest item that names it) and every parse of a spine document
 counts its decompressed bytes against ``BookLimits.unpacked_bytes``, stopping as soon as the total
-passes it; the text extracted counts against ``BookLimits.chars``.
+passes it; every character of a parsed document's text, read aloud or not (footnotes, asides, page
+lists: a read-along build holds them all), counts against ``BookLimits.chars``.
 """
 
 from __future__ import annotations
@@ -115,8 +116,7 @@ def open_epub(data: bytes, title: str | None = None,
             budget.charge(len(item.content))
         parsed.add(name)
         document = parse_document(item.content)
-        for block in document.blocks:
-            text.add(block.text)
+        text.charge(document.chars)  # every character of its text, read aloud or not
         if document.types & SKIP_TYPES or not document.blocks:
             continue
         mine = entries.get(name, [])

@@ -16,7 +16,6 @@ from tts_queue.tables import BookOptions
 OPTIONS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")
 # Sentences are cached as WAV: lossless for stitching, and shared with interactive WAV requests.
 SENTENCE_FORMAT = "wav"
-MAX_TITLE_CHARS = 512  # the column's width, on every database
 MAX_CHAPTER_SPEC_CHARS = 1000
 MAX_TITLE_FIELD_CHARS = 100_000  # a title as sent (kept to MAX_TITLE_CHARS)
 MAX_PATTERN_CHARS = 1000  # a split pattern, and a file's name

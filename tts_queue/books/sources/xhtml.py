@@ -63,11 +63,14 @@ class Block:
 
 @dataclass(frozen=True)
 class Document:
-    """A parsed content document: its ``<title>``, semantic types of its body, and its blocks."""
+    """A parsed content document: its ``<title>``, semantic types of its body, its blocks, and how
+    many characters of text its body holds outside what is dropped outright, read aloud or not
+    (footnotes, asides and page lists count: a read-along build holds them)."""
 
     title: str
     types: frozenset[str]
     blocks: tuple[Block, ...]
+    chars: int = 0
 
 
 def semantic_types(tag: Tag) -> set[str]:
@@ -115,7 +118,8 @@ def parse_document(content: bytes | str) -> Document:
     walker = _Walker(survey.skipped, survey.holding)
     walker.walk(body)
     walker.flush()
-    return Document(title=title, types=frozenset(semantic_types(body)), blocks=tuple(walker.blocks))
+    return Document(title=title, types=frozenset(semantic_types(body)), blocks=tuple(walker.blocks),
+                    chars=survey.chars)
 
 
 class _Survey:
@@ -131,6 +135,7 @@ class _Survey:
         self.linked: set[int] = set()  # elements with an <a> inside
         self.skipped: set[int] = set()
         self.holding: set[int] = set()
+        self.chars = 0  # of text, read or not
         order: list[Tag] = []
         stack = [body]
         while stack:  # parents before children; judged in reverse, children before parents
@@ -154,6 +159,7 @@ class _Survey:
                 link = link or child.name == "a" or key in self.linked
                 block = block or (key not in self.skipped and (child.name in BLOCKS or key in self.holding))
             elif isinstance(child, NavigableString) and type(child) in _TEXT_TYPES:
+                self.chars += len(child)
                 text = str(child) if len(child) <= _SHORT else None
             else:
                 continue
