@@ -181,7 +181,9 @@ def run(quick: bool = False) -> dict[str, Any]:
                       f"{ordinary_row['peak_rss_mb']} MB", flush=True)
             small_s, large_s = (row["hostile"]["inprocess_cpu_s"] for row in rows)
             cases[family] = {"sizes": rows, "inprocess_cpu_4x_input": round(large_s / max(small_s, 1e-3), 2)}
-    return {"bench": "readalong_hostile", "quick": quick, "when": datetime.now(timezone.utc).isoformat(),
+    headline = {f"{family}_cpu_4x_input": case["inprocess_cpu_4x_input"] for family, case in cases.items()}
+    return {"headline": headline, "bench": "readalong_hostile", "quick": quick,
+            "when": datetime.now(timezone.utc).isoformat(),
             "machine": {"python": platform.python_version(), "cpus": _cpus()},
             "budget": {"TTS_READALONG_TIMEOUT_S": budget[0], "TTS_READALONG_MAX_MEMORY_MB": budget[1],
                        "TTS_MAX_BOOK_CHARS": settings.books.max_chars},
