@@ -2,7 +2,10 @@
 
 ``tts_queue.tasks.recovery.requeue_lost`` decides from the rows; this module gives it the broker's
 view (``broker_messages``: task ids waiting in the queues or delivered and unacknowledged, read
-from kombu's Redis structures) and sends the chapters whose sentences are all done.
+from kombu's Redis structures) and sends the chapters whose sentences are all done. Between
+sweeps, each worker releases after its beats what workers whose heartbeat stopped held
+(``release_silent_workers``), and, as it starts, what a dead predecessor of its name held
+(``release_predecessor``).
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
+from tts_queue.broker.heartbeat import Heartbeats
 from tts_queue.broker.names import SYNTHESIZE, task_queues
 from tts_queue.enums import POOLS
 from tts_queue.settings import Settings
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.recovery import requeue_lost
+from tts_queue.tasks.recovery import release_silent, requeue_lost
 from tts_queue.tasks.rows import TaskRows
 from tts_queue.wiring.root import Wiring
 from workers.markers import RedisBrokerMarker
@@ -65,6 +69,28 @@ def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: 
     queues = task_queues(settings.services.queue_prefix)
     return requeue_lost(rows, dispatcher, marker, grace,
                         messages=lambda: broker_messages(marker.client, queues))
+
+
+def release_silent_workers(runtime: WorkerRuntime, heartbeats: Heartbeats) -> int:
+    """After a beat: send again what workers whose heartbeat stopped held (a failure is logged;
+    the next beat tries again); how many tasks were sent."""
+    try:
+        return release_silent(runtime.core.task_rows, runtime.core.dispatcher, heartbeats)
+    except Exception as exc:  # noqa: BLE001 - database or broker down: the next beat retries
+        log.warning("could not release the tasks of silent workers: %s", exc)
+        return 0
+
+
+def release_predecessor(runtime: WorkerRuntime, name: str) -> int:
+    """As a worker starts, before it takes anything: rows held under its own name were held by a
+    predecessor that died (a restart keeps the name, and its heartbeat may not even have expired
+    yet); they are released and sent again at once; how many."""
+    released = runtime.core.task_rows.release([name])
+    for task_id, queue in released:
+        runtime.core.dispatcher.dispatch(task_id, queue)
+    if released:
+        log.warning("dispatched %d task(s) again: held by a previous %s that died", len(released), name)
+    return len(released)
 
 
 def sweep(runtime: WorkerRuntime, marker: RedisBrokerMarker) -> int:

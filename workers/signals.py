@@ -16,9 +16,11 @@ neither adds handlers that fire for the first nor keeps it alive.
   delivery tags die with the channel, and the broker only hands them out again after its
   visibility timeout); so the worker stops renewing their leases, and the sweep re-dispatches them
   once the lease lapses, instead of their rows staying held by a live worker for ever;
-- the worker is ready (``worker_ready``): the recovery sweep runs once, the default voice is warmed,
-  the heartbeat thread starts (it also renews the leases of every task held and of every webhook
-  delivery in flight), and the consumed marker is set (its consumer is up);
+- the worker is ready (``worker_ready``): what a dead predecessor of the same name held is
+  released, the recovery sweep runs once, the default voice is warmed, the heartbeat thread starts
+  (after each beat it renews the leases of every task held and of every webhook delivery in
+  flight, then releases what workers whose heartbeat stopped held), and the consumed marker is set
+  (its consumer is up);
 - a task starts (``task_prerun``): the consumed marker is set (``/readyz``);
 - the worker is told to stop (``worker_shutting_down``, SIGTERM): the shutdown budget starts
   (``workers.shutdown``: what still runs when it is spent is handed back);
@@ -42,7 +44,7 @@ from tts_queue.broker.names import SYNTHESIZE
 from tts_queue.errors import ConfigError
 from tts_queue.heap import LOG_LINE, Trimmer, freeze_start_up
 from workers.markers import ConsumedMarker, RedisBrokerMarker
-from workers.recovery import requeue
+from workers.recovery import release_predecessor, release_silent_workers, requeue
 from workers.runtime import RuntimeHolder, WorkerRuntime
 from workers.shutdown import ShutdownBudget
 from workers.webhooks import Deliveries
@@ -142,6 +144,8 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
     if settings.metrics.enabled and settings.metrics.port:  # a worker on its own host: its own /metrics
         metrics.serve(settings.metrics.port)
         log.info("metrics on :%d/metrics", settings.metrics.port)
+    name = getattr(sender, "hostname", None) or runtime.executor.worker_name
+    release_predecessor(runtime, name)
     requeue(settings, runtime.core.task_rows, holder.dispatcher, marker)
     if settings.worker.warmup:
         try:
@@ -149,12 +153,17 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
         except ConfigError as exc:  # a demanded provider is missing: fail loudly, do not serve
             log.critical("worker cannot start: %s", exc.message)
             os._exit(3)
-    name = getattr(sender, "hostname", None) or runtime.executor.worker_name
 
     def describe() -> WorkerInfo:
         return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
 
-    heartbeats.start(describe, stop, then=lease_renewal(runtime, leases, name, deliveries))
+    renew = lease_renewal(runtime, leases, name, deliveries)
+
+    def after_beat() -> None:
+        renew()
+        release_silent_workers(runtime, heartbeats)
+
+    heartbeats.start(describe, stop, then=after_beat)
     # A worker that has just started consumes (its consumer is up): readiness need not wait
     # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
     consumed.mark()

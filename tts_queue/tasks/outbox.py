@@ -1,12 +1,14 @@
 """Task rows as the recovery sweep and the bulk window see them: the leases under which workers
 hold rows, and the outbox (whether and when each row's message was handed to the broker).
 
-A worker holds a row under a lease it renews (``reserve_many``, ``renew``); a row whose lease
-expired lost its worker (``reclaim_stale``); a queued row whose message the broker no longer holds
-was lost with it (``stranded``); a committed row never sent was lost between commit and dispatch
-(``unsent``). Each is marked sent when it is sent again, so the next sweep leaves it alone. The
-bulk window feeds a book's sentences a few at a time (``take_unsent``, ``in_flight``). Part of
-``TaskRows`` (``tts_queue.tasks.rows``), the one owner of a task row's life.
+A worker holds a row under a lease it renews (``reserve_many``, ``renew``); a row held by a worker
+whose heartbeat stopped lost it (``release``), and so did a row whose lease expired
+(``reclaim_stale``: a worker that never beat, or was forgotten); a queued row whose message the
+broker no longer holds was lost with it (``stranded``); a committed row never sent was lost between
+commit and dispatch (``unsent``). Each is marked sent when it is sent again, so the next sweep
+leaves it alone. The bulk window feeds a book's sentences a few at a time (``take_unsent``,
+``in_flight``). Part of ``TaskRows`` (``tts_queue.tasks.rows``), the one owner of a task row's
+life.
 """
 
 from __future__ import annotations
@@ -102,6 +104,24 @@ class OutboxRows:
                 update(TaskRow)
                 .where(TaskRow.status.in_((TaskStatus.QUEUED, *sources(TaskStatus.QUEUED))),
                        TaskRow.worker.is_not(None), TaskRow.claimed_at < now - self.lease)
+                .values(status=TaskStatus.QUEUED, worker=None, claimed_at=now, dispatched_at=now)
+                .returning(TaskRow.id, TaskRow.queue)
+            ).all()
+        return [(task_id, queue) for task_id, queue in rows]
+
+    def release(self, workers: Collection[str]) -> list[tuple[str, str]]:
+        """Rows ``workers`` held (received or running), released at once: their heartbeats
+        stopped, so they are dead (or frozen: their claims' fences make anything they write later
+        void). As ``reclaim_stale`` does for an expired lease: back to ``queued``, ``worker``
+        cleared, dispatch time bumped, attempts kept; returned as ``(id, queue)`` to dispatch again."""
+        if not workers:
+            return []
+        now = self.clock()
+        with self.db.write() as session:
+            rows = session.execute(
+                update(TaskRow)
+                .where(TaskRow.status.in_((TaskStatus.QUEUED, *sources(TaskStatus.QUEUED))),
+                       TaskRow.worker.in_(list(workers)))
                 .values(status=TaskStatus.QUEUED, worker=None, claimed_at=now, dispatched_at=now)
                 .returning(TaskRow.id, TaskRow.queue)
             ).all()

@@ -34,6 +34,25 @@ def test_live_workers_are_read_by_name_without_a_scan(redis_url: str) -> None:
     client.delete(*(keys.status(str(n)) for n in range(200)), keys.workers, keys.worker("alive@host"))
 
 
+def test_a_worker_whose_heartbeat_expired_is_silent_until_forgotten_or_back(redis_url: str) -> None:
+    # Given three workers that beat, two of whose heartbeats have expired since
+    client = redis.Redis.from_url(client_url(redis_url))
+    keys = RedisKeys(f"hb-{uuid.uuid4().hex[:8]}")
+    heartbeats = Heartbeats(client, keys, ttl_s=30)
+    for name in ("alive@host", "dead@host", "frozen@host"):
+        heartbeats.beat(WorkerInfo(name, "cpu"))
+    client.delete(keys.worker("dead@host"), keys.worker("frozen@host"))
+    # Then those two are silent
+    assert heartbeats.silent() == ["dead@host", "frozen@host"]
+    # When the frozen one beats again before it is forgotten, and both are forgotten
+    heartbeats.beat(WorkerInfo("frozen@host", "cpu"))
+    assert heartbeats.forget("dead@host") and not heartbeats.forget("frozen@host")
+    # Then the dead one's name is gone, the one that came back stays listed and live
+    assert heartbeats.silent() == []
+    assert [w.name for w in heartbeats.live()] == ["alive@host", "frozen@host"]
+    client.delete(keys.workers, keys.worker("alive@host"), keys.worker("frozen@host"))
+
+
 def test_a_beat_never_waits_for_the_lease_bookkeeping_after_it(redis_url: str) -> None:
     # Given a worker whose lease bookkeeping blocks (the database's lock held elsewhere) or fails
     client = redis.Redis.from_url(client_url(redis_url))
