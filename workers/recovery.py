@@ -16,11 +16,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
 from tts_queue.broker.heartbeat import Heartbeats
-from tts_queue.broker.names import SYNTHESIZE, task_queues
-from tts_queue.enums import POOLS
+from tts_queue.broker.names import SYNTHESIZE, queue_name, task_queues
+from tts_queue.enums import POOLS, Lane
+from tts_queue.errors import NoWorker, public_error
 from tts_queue.settings import Settings
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.recovery import release_silent, requeue_lost
+from tts_queue.tasks.recovery import fail_unserved, release_silent, requeue_lost
 from tts_queue.tasks.rows import TaskRows
 from tts_queue.wiring.root import Wiring
 from workers.markers import RedisBrokerMarker
@@ -111,7 +112,25 @@ def sweep(runtime: WorkerRuntime, marker: RedisBrokerMarker) -> int:
     lease = timedelta(seconds=settings.worker.lease_s)  # due deliveries whose message was lost; ended books
     for subject_id in core.callbacks.finished_books() + core.callbacks.lost(lease):
         core.dispatcher.deliver(subject_id)
+    fail_unserved_pools(core)
     return sent
+
+
+def fail_unserved_pools(core: Wiring) -> int:
+    """For each pool at zero (``TTS_SCALE_FROM_ZERO``) with still no live worker: fail ``no_worker``
+    its tasks and books being parsed that waited ``TTS_SCALE_FROM_ZERO_WAIT_S``; how many."""
+    routing, prefix = core.settings.routing, core.settings.services.queue_prefix
+    wait = timedelta(seconds=routing.from_zero_wait_s)
+    failed = 0
+    for pool in routing.pools_from_zero:
+        if core.watch.pool_alive(pool):
+            continue
+        queues = [queue_name(pool, lane, prefix) for lane in (Lane.INTERACTIVE, Lane.BULK)]
+        failed += fail_unserved(core.task_rows, core.ends, queues, wait)
+        code, message = public_error(NoWorker("no worker of the pool came within TTS_SCALE_FROM_ZERO_WAIT_S"))
+        for book_id in core.book_rows.unserved(pool, wait):
+            failed += core.book_ends.fail(book_id, code, message)
+    return failed
 
 
 def assemble_due(core: Wiring) -> int:

@@ -179,6 +179,15 @@ class OutboxRows:
                     TaskRow.worker.is_(None)).values(dispatched_at=now))
         return lost
 
+    def unserved(self, queues: Collection[str], wait: timedelta, limit: int = BATCH_IDS) -> list[str]:
+        """Ids of queued rows of ``queues`` (a pool's lanes) made more than ``wait`` ago, at most
+        ``limit``, oldest first: what a pool at zero left waiting for its first worker."""
+        with self.db.read() as session:
+            return list(session.scalars(
+                select(TaskRow.id).where(TaskRow.status == TaskStatus.QUEUED, TaskRow.queue.in_(list(queues)),
+                                         TaskRow.created_at < self.clock() - wait)
+                .order_by(TaskRow.created_at).limit(limit)))
+
     def unsent(self, grace: timedelta) -> list[tuple[str, str]]:
         """Queued rows committed more than ``grace`` ago whose message was never sent (the API
         died, or the broker was down, between commit and dispatch); marked as sent now. Book

@@ -25,16 +25,25 @@ starts; the rows are the truth, Celery's visibility timeout is only a last resor
 - **The broker lost its data** (Redis without persistence restarted, a flush, a failover): a marker
   key in Redis is then missing, and every ``queued`` row is dispatched again.
 
+And one case no sending repairs: **a pool at zero whose worker never came** (``TTS_SCALE_FROM_ZERO``:
+its work is accepted with no worker alive). Once a task of it has waited
+``TTS_SCALE_FROM_ZERO_WAIT_S`` and the pool still has no live worker, it fails ``no_worker``
+(``fail_unserved``): its webhook is called and its waiters wake.
+
+Duplicates are safe: ``TaskExecutor`` skips finished tasks and tasks whose lease another live
+worker holds, and a late result of a claim that was released is dropped (its fence).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
 from typing import Protocol
 
+from tts_queue.errors import NoWorker, public_error
 from tts_queue.tasks.dispatcher import Dispatcher
+from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.rows import TaskRows
 
 log = logging.getLogger(__name__)
@@ -103,3 +112,14 @@ def release_silent(rows: TaskRows, dispatcher: Dispatcher, roster: Roster) -> in
                     ", ".join(silent))
     return len(released)
 
+
+def fail_unserved(rows: TaskRows, ends: TaskEnds, queues: Collection[str], wait: timedelta) -> int:
+    """Fail ``no_worker`` the tasks of ``queues`` (the lanes of a pool at zero, none of whose workers
+    is alive) that waited more than ``wait`` (a batch of them per call: the sweep comes back for the
+    rest); each end runs its effects (webhook, waiters, book). How many failed."""
+    code, message = public_error(NoWorker("no worker of the pool came within TTS_SCALE_FROM_ZERO_WAIT_S"))
+    failed = sum(ends.fail(task_id, code, message) is not None for task_id in rows.unserved(queues, wait))
+    if failed:
+        log.warning("%d task(s) failed no_worker: no worker of their pool came within %.0f s", failed,
+                    wait.total_seconds())
+    return failed
