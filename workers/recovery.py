@@ -75,8 +75,11 @@ def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: 
 def release_silent_workers(runtime: WorkerRuntime, heartbeats: Heartbeats) -> int:
     """After a beat: send again what workers whose heartbeat stopped held (a failure is logged;
     the next beat tries again); how many tasks were sent."""
+    queues = task_queues(runtime.settings.services.queue_prefix)
     try:
-        return release_silent(runtime.core.task_rows, runtime.core.dispatcher, heartbeats)
+        return release_silent(runtime.core.task_rows, runtime.core.dispatcher, heartbeats,
+                              messages=lambda: broker_messages(heartbeats.client, queues),
+                              beat=timedelta(seconds=heartbeats.ttl_s / 3))
     except Exception as exc:  # noqa: BLE001 - database or broker down: the next beat retries
         log.warning("could not release the tasks of silent workers: %s", exc)
         return 0

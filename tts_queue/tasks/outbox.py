@@ -147,16 +147,19 @@ class OutboxRows:
                             .where(TaskRow.status == TaskStatus.QUEUED, TaskRow.worker == worker))
         return handed
 
-    def stranded(self, messages: Mapping[str, float | None]) -> list[tuple[str, str]]:
+    def stranded(self, messages: Mapping[str, float | None],
+                 within: timedelta | None = None) -> list[tuple[str, str]]:
         """Queued rows, sent more than a lease ago and held by no worker, whose message is gone:
         not in the broker at all (a worker popped it and died before the broker recorded the
         delivery), delivered only before the last send (the broker holds an older message of the
         task, from a worker that died with it; the one sent since vanished), or delivered more than
         a lease ago to a receiver that never recorded it (it died at once). ``messages`` maps the
         task ids the broker holds to their latest delivery time (epoch seconds; ``None`` while
-        still waiting in a queue). The rows are marked as sent now."""
+        still waiting in a queue). ``within``: a shorter wait than the lease (a worker was just
+        found dead: a live receiver records what it holds at every beat, so a delivery older than a
+        beat that no row records was the dead one's). The rows are marked as sent now."""
         now = self.clock()
-        cutoff = now - self.lease
+        cutoff = now - (self.lease if within is None else within)
         with self.db.read() as session:
             candidates = session.execute(
                 select(TaskRow.id, TaskRow.queue, TaskRow.dispatched_at)

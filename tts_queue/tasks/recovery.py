@@ -95,23 +95,30 @@ def requeue_lost(
     return len(seen)
 
 
-def release_silent(rows: TaskRows, dispatcher: Dispatcher, roster: Roster) -> int:
+def release_silent(rows: TaskRows, dispatcher: Dispatcher, roster: Roster,
+                   messages: Callable[[], Mapping[str, float | None]] | None = None,
+                   beat: timedelta = timedelta(seconds=5)) -> int:
     """Release every row held by a worker whose heartbeat stopped, dispatch those tasks again, and
-    forget the worker's name; how many were sent. Safe from several workers at once: the release is
-    one guarded update, so each row goes to one of them."""
+    forget the worker's name; how many were sent. ``messages`` (what the broker holds, as for
+    ``requeue_lost``): the messages such a worker had received and not yet recorded in a row (a
+    worker records them at each beat, every ``beat``) are found too, as stranded a beat after
+    their delivery rather than a lease. Safe from several workers at once: the release is one
+    guarded update, so each row goes to one of them (a stranded message may be sent twice: a
+    claim runs it once)."""
     silent = roster.silent()
     if not silent:
         return 0
     released = rows.release(silent)
-    for task_id, queue in released:
+    stranded = rows.stranded(messages(), within=beat) if messages is not None else []
+    sent = dict(released + stranded)
+    for task_id, queue in sent.items():
         dispatcher.dispatch(task_id, queue)
     for name in silent:
         roster.forget(name)
-    if released:
-        log.warning("dispatched %d task(s) again: held by %s, whose heartbeat stopped", len(released),
-                    ", ".join(silent))
-    return len(released)
-
+    if sent:
+        log.warning("dispatched %d task(s) again: held by %s, whose heartbeat stopped (%d of them "
+                    "received, not yet recorded)", len(sent), ", ".join(silent), len(stranded))
+    return len(sent)
 
 def fail_unserved(rows: TaskRows, ends: TaskEnds, queues: Collection[str], wait: timedelta) -> int:
     """Fail ``no_worker`` the tasks of ``queues`` (the lanes of a pool at zero, none of whose workers

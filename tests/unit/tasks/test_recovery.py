@@ -160,12 +160,24 @@ def test_a_silent_workers_tasks_are_sent_again_at_once(db: Database) -> None:
     fresh = NOW - timedelta(seconds=2)
     held = [add(db, status, fresh, worker="gone@h") for status in (TaskStatus.RUNNING, TaskStatus.QUEUED)]
     other = add(db, TaskStatus.RUNNING, fresh, worker="alive@h")
+    # And two messages delivered and not yet recorded in their rows: one 8 s ago (more than a beat:
+    # a live receiver would have recorded it, so the silent one had it), one 1 s ago (a live
+    # worker's, to be recorded at its next beat)
+    unrecorded, fresh_delivery = add(db, TaskStatus.QUEUED), add(db, TaskStatus.QUEUED)
+    delivered = {unrecorded: (NOW - timedelta(seconds=8)).timestamp(),
+                 fresh_delivery: (NOW - timedelta(seconds=1)).timestamp()}
     rows, recorder, roster = TaskRows(db, lambda: NOW, LEASE), Recorder(), Roster(["gone@h"])
-    # When a live worker looks after its beat (twice)
-    sent = release_silent(rows, recorder, roster) + release_silent(rows, recorder, roster)
-    # Then the silent worker's tasks are sent again once, its name is forgotten, the live worker's
-    # task is left alone, and the next sweep sends none of them again
-    assert sent == 2 and sorted(recorder.sent) == sorted((task_id, "tts.cpu") for task_id in held)
+
+    # When a live worker looks after its beat (twice; a beat every 5 s)
+    def look() -> int:
+        return release_silent(rows, recorder, roster, lambda: delivered, beat=timedelta(seconds=5))
+
+    sent = look() + look()
+    # Then the silent worker's tasks, and the message it received unrecorded, are sent again once,
+    # its name is forgotten, the live worker's task and fresh delivery are left alone, and the next
+    # sweep sends none of them again
+    assert sent == 3
+    assert sorted(recorder.sent) == sorted((task_id, "tts.cpu") for task_id in [*held, unrecorded])
     assert roster.forgotten == ["gone@h"]
     with db.read() as session:
         row = session.get(TaskRow, other)
