@@ -1,25 +1,29 @@
-"""Recovery time after a worker SIGKILL, on default settings (goal: at most 60 s).
+"""Recovery after a worker is SIGKILLed, on default settings: from the kill until every task the dead
+worker held runs again, and until every task is done; this tree's workers, or another tree's.
 
-Run from the repository root (about 5 minutes on 2 cores)::
+Run from the repository root (``--quick``: fewer tasks, one run per scenario)::
 
-    .venv/bin/python bench/bench_recovery.py [--runs 3] [--tasks 24] [--out bench/results/recovery.json]
+    git worktree add --detach /tmp/before main      # the tree before, to compare with
+    .venv/bin/python bench/bench_recovery.py --before /tmp/before [--quick] [--out PATH]
 
-Each run starts, in a fresh temporary directory, the pieces ``tts-queue up`` starts: an embedded
-redis-server (append-only, as ``up`` runs it), SQLite, one worker (``celery worker``, 16 threads,
-in its own process group) and the beat scheduler (``celery beat``: the recovery sweep every
-``TTS_SWEEP_INTERVAL_S``), all on default settings (lease 30 s, sweep 15 s, visibility timeout 1 h);
-the API is the Flask app in this process. It submits ``--tasks`` requests of six sentences, waits
-until the worker runs as many as one client's share of its threads (12), SIGKILLs the worker's
-whole process group and at once starts a replacement with the same name (as ``up`` restarts a
-child), then measures from the kill:
+``run(quick)`` measures this tree (``tree``: another); ``main`` runs ``--before``'s tree then this
+one in turn and writes both, with the ratios of before to after. Each run starts, in a fresh
+temporary directory, what ``tts-queue up`` starts: an embedded redis-server (append-only, as
+``up`` runs it), SQLite, workers (``celery worker``, 16 threads, each leading its own process
+group) and the beat scheduler (the recovery sweep every ``TTS_SWEEP_INTERVAL_S``), every setting
+at its default (lease 30 s, sweep 15 s, visibility timeout 1 h; the heartbeat's expiry is half the
+lease); the API is the Flask app in this process. The voice is the tiny test voice with each model
+call held ``DELAY_MS`` (``tests/hooks``): a sentence takes as long as a real one on these cores
+without loading them, so what is timed is the recovery. ``TASKS`` requests of two sentences are
+submitted; once ``KILL_AFTER_DONE`` are done and a worker runs two or more, that worker's whole
+process group is SIGKILLed. Two scenarios:
 
-- ``reclaimed_s``: until every task the dead worker held is running again on the replacement (the
-  recovery itself: lease expiry plus the wait for the next sweep);
-- ``total_s``: until every task is done (recovery plus the processing of what remained);
-- ``replacement_ready_s``: until the replacement answers a ping.
+- ``restart``: one worker, replaced at once by one of the same name (as ``up`` restarts a child);
+- ``survivor``: two workers, the one killed is not replaced: the other must find out.
 
-The median of the runs goes to the headline. Results are written to a JSON file; nothing is
-asserted.
+Figures, from the kill: ``reclaimed_s``, until every task the dead worker held (running or
+received) is running again or done; ``total_s``, until every task is done. Medians of the runs;
+results to a JSON file; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -45,50 +50,32 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from api import create_app  # noqa: E402
+from tests.support import GroupWorkerProcess, hooked, service_settings, settings_env, submit  # noqa: E402
+from tests.support.tiny_voice import write_voice  # noqa: E402
 from tts_queue.cli.embedded_redis import EmbeddedRedis  # noqa: E402
-from tts_queue.cli.launcher import child_env, scheduler_command, worker_command  # noqa: E402
-from tts_queue.cli.supervisor import die_with_parent  # noqa: E402
+from tts_queue.cli.launcher import scheduler_command  # noqa: E402
 from tts_queue.db import Database  # noqa: E402
 from tts_queue.enums import TaskStatus  # noqa: E402
-from tts_queue.fairness.threads import KeyShares  # noqa: E402
-from tts_queue.migrate import upgrade  # noqa: E402
 from tts_queue.settings import Settings  # noqa: E402
 from tts_queue.tables import TaskRow  # noqa: E402
-from workers.dispatch import make_client  # noqa: E402
+from workers.factory import make_celery  # noqa: E402
 
-WORKER = "cpu0@localhost"  # the name ``up`` gives its first worker; a restart keeps it
-# what a dead worker holds running: one key's share of its 16 threads (all but the interactive
-# reserve: the requests here are one client's)
-HELD = KeyShares(Settings().worker.concurrency, Settings().worker.interactive_reserve).share(1)
-TEXT = " ".join(f"Run {{run}}, task {{task}}: this is sentence number {n} of a longer request."
-                for n in range(1, 7))
-
-
-def start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A child in its own process group (as a supervisor starts it), killed if we die."""
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=open(log, "ab"),  # noqa: SIM115
-                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
+SCENARIOS = ("restart", "survivor")
+TASKS, QUICK_TASKS = 60, 24
+KILL_AFTER_DONE = 5
+DELAY_MS = 250  # each model call (one sentence: the CPU pool batches nothing)
+DEADLINE_S = 600.0
+TEXT = "Run {run}, task {task}: this is the first sentence. And this is the second one of {run}."
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the child's group and wait; SIGKILL if it lingers."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-def wait_for(check: Any, timeout: float, what: str, interval: float = 0.1) -> float:
-    """Poll ``check`` until truthy; the monotonic time it became so (``SystemExit`` on timeout)."""
-    deadline = time.monotonic() + timeout
-    while not check():
+def wait_for(check: Callable[[], Any], what: str, interval: float = 0.1) -> Any:
+    """Poll ``check`` until truthy and return it (``SystemExit`` after ``DEADLINE_S``)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not (value := check()):
         if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+            raise SystemExit(f"timed out after {DEADLINE_S:.0f} s waiting for {what}")
         time.sleep(interval)
-    return time.monotonic()
+    return value
 
 
 def rows(db: Database, ids: list[str]) -> dict[str, TaskRow]:
@@ -97,99 +84,137 @@ def rows(db: Database, ids: list[str]) -> dict[str, TaskRow]:
         return {r.id: r for r in session.scalars(select(TaskRow).where(TaskRow.id.in_(ids)))}
 
 
-def one_run(run: int, tasks: int, tmp: Path) -> dict[str, Any]:
-    """Start the pieces, submit, kill the worker holding ``HELD`` tasks, replace it, time the recovery."""
-    broker = EmbeddedRedis(tmp / "broker")
-    settings = Settings.from_env({"TTS_DATA_DIR": str(tmp / "data"), "TTS_REDIS_URL": broker.start()})
-    upgrade(settings.database_url)
-    env = child_env(settings, {k: v for k, v in os.environ.items() if not k.startswith("TTS_")})
-    pool, prefix = settings.worker.pool, settings.services.queue_prefix
-    command = worker_command(pool, settings.worker.concurrency, WORKER, prefix)
-    control = make_client(settings)
-    db = Database(settings.database_url)
-    worker = start(command, env, tmp / "worker-1.log")
-    beat = start(scheduler_command(settings.data_dir), env, tmp / "beat.log")
-    replacement: subprocess.Popen[bytes] | None = None
+class Service:
+    """One run's pieces: an embedded broker, SQLite, the beat scheduler and workers of ``tree``."""
+
+    def __init__(self, tree: Path, tmp: Path) -> None:
+        self.tree, self.tmp = tree, tmp
+        self.broker = EmbeddedRedis(tmp / "broker")
+        write_voice(tmp / "voices")
+        self.settings = service_settings(tmp / "data", self.broker.start(), tmp / "voices")
+        self.env = {"PYTHONPATH": str(tree), **hooked(TTS_TEST_BATCH_DELAY_MS=str(DELAY_MS))}
+        self.worker_class = type("TreeWorker", (GroupWorkerProcess,), {"cwd": tree})
+        self.app = make_celery(self.settings)
+        self.db = Database(self.settings.database_url)
+        self.workers: list[GroupWorkerProcess] = []
+        self.beat = subprocess.Popen(scheduler_command(self.settings.data_dir), cwd=tree,
+                                     env=settings_env(self.settings, **self.env),
+                                     stdout=open(tmp / "beat.log", "ab"),  # noqa: SIM115
+                                     stderr=subprocess.STDOUT)
+
+    def start(self, name: str) -> GroupWorkerProcess:
+        """One more worker named ``name`` (not waited for)."""
+        log = self.tmp / f"{name}.log"
+        worker: GroupWorkerProcess = self.worker_class(self.settings, name, log, **self.env)
+        self.workers.append(worker)
+        return worker
+
+    def stop(self) -> None:
+        """Stop every worker, the scheduler and the broker."""
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                worker.stop(now=True)
+        self.beat.terminate()
+        self.beat.wait(timeout=30)
+        self.db.engine.dispose()
+        self.broker.stop()
+
+
+def one_run(tree: Path, scenario: str, run: int, tasks: int) -> dict[str, Any]:
+    """Start the pieces, submit, kill a worker running tasks, time the recovery."""
+    tmp = Path(tempfile.mkdtemp(prefix="tts-bench-recovery-"))
+    service = Service(tree, tmp)
     try:
-        wait_for(lambda: control.control.ping(destination=[WORKER], timeout=0.5), 120, "the worker")
-        client = create_app(settings).test_client()
-        ids = []
-        for n in range(tasks):
-            response = client.post("/v1/tts", json={"text": TEXT.format(run=run, task=n)})
-            assert response.status_code == 202, response.get_json()
-            ids.append(response.get_json()["task_id"])
+        names = ["cpu0@localhost"] if scenario == "restart" else ["w1@localhost", "w2@localhost"]
+        for worker in [service.start(name) for name in names]:
+            worker.wait_ready(service.app, timeout=DEADLINE_S)
+        client = create_app(service.settings).test_client()
+        ids = [submit(client, TEXT.format(run=run, task=n)) for n in range(tasks)]
 
-        def holding() -> bool:
-            current = rows(db, ids).values()
-            return sum(r.status is TaskStatus.RUNNING and r.worker == WORKER for r in current) >= HELD
+        def victim() -> tuple[GroupWorkerProcess, list[str]] | None:
+            now = rows(service.db, ids)
+            if sum(r.status is TaskStatus.DONE for r in now.values()) < KILL_AFTER_DONE:
+                return None
+            for worker in service.workers:
+                running = [i for i, r in now.items()
+                           if r.status is TaskStatus.RUNNING and r.worker == worker.name]
+                if len(running) >= 2:
+                    return worker, running
+            return None
 
-        wait_for(holding, 120, f"{HELD} running tasks")
-        held = [i for i, r in rows(db, ids).items() if r.status is TaskStatus.RUNNING]
-        os.killpg(worker.pid, signal.SIGKILL)
+        dead, _ = wait_for(victim, f"{KILL_AFTER_DONE} tasks done and a worker running two", 0.05)
+        dead.kill_group()
         killed = time.monotonic()
-        worker.wait()
-        replacement = start(command, env, tmp / "worker-2.log")
-        ready = wait_for(lambda: control.control.ping(destination=[WORKER], timeout=0.5), 120,
-                         "the replacement")
+        held = [i for i, r in rows(service.db, ids).items()
+                if r.worker == dead.name and r.status in (TaskStatus.QUEUED, TaskStatus.RUNNING)]
+        if scenario == "restart":
+            service.start(dead.name)
 
-        def reclaimed() -> bool:  # the held tasks run again (or already finished) on the replacement
-            return all(r.status.finished or (r.attempts >= 2 and r.worker == WORKER)
-                       for r in rows(db, held).values())
+        def reclaimed() -> bool:  # what it held runs again (a new claim) or is done
+            return all(r.status is TaskStatus.DONE or (r.status is TaskStatus.RUNNING and r.attempts >= 2)
+                       for r in rows(service.db, held).values())
 
-        back = wait_for(reclaimed, 600, "the dead worker's tasks to be claimed again", 0.2)
-        done = wait_for(lambda: all(r.status is TaskStatus.DONE for r in rows(db, ids).values()), 600,
-                        "every task to be done", 0.2)
-        final = rows(db, ids)
-        return {
-            "tasks": tasks, "held_by_dead_worker": len(held),
-            "replacement_ready_s": round(ready - killed, 2), "reclaimed_s": round(back - killed, 2),
-            "total_s": round(done - killed, 2),
-            "executions": {str(k): sum(r.attempts == k for r in final.values())
-                           for k in sorted({r.attempts for r in final.values()})},
-        }
+        wait_for(reclaimed, "the dead worker's tasks to run again", 0.2)
+        back = time.monotonic()
+        wait_for(lambda: all(r.status is TaskStatus.DONE for r in rows(service.db, ids).values()),
+                 "every task to be done", 0.2)
+        done = time.monotonic()
+        final = rows(service.db, ids)
+        return {"tasks": tasks, "held_by_dead_worker": len(held), "reclaimed_s": round(back - killed, 2),
+                "total_s": round(done - killed, 2),
+                "executions": dict(sorted(Counter(str(r.attempts) for r in final.values()).items()))}
     finally:
-        for process in (replacement, beat, worker):
-            if process is not None:
-                stop(process)
-        broker.stop()
+        service.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(quick: bool = False, tree: Path = ROOT) -> dict[str, Any]:
+    """Both scenarios on the workers of ``tree`` (this one by default): three runs each of
+    ``TASKS`` requests, or (``quick``) one of ``QUICK_TASKS``; each scenario's runs and medians."""
+    tasks, runs = (QUICK_TASKS, 1) if quick else (TASKS, 3)
+    defaults = Settings()
+    figures: dict[str, Any] = {
+        "tree": str(tree), "quick": quick,
+        "settings": {"lease_s": defaults.worker.lease_s, "sweep_interval_s": defaults.worker.sweep_interval_s,
+                     "visibility_timeout_s": defaults.worker.visibility_timeout_s,
+                     "concurrency": defaults.worker.concurrency, "delay_ms": DELAY_MS},
+        "load_avg_before": os.getloadavg(),
+    }
+    for scenario in SCENARIOS:
+        results = []
+        for n in range(runs):
+            results.append(one_run(tree, scenario, n, tasks))
+            print(f"{tree} {scenario} run {n}: {json.dumps(results[-1])}", flush=True)
+        figures[scenario] = {"runs": results, **{f"median_{key}": statistics.median(r[key] for r in results)
+                                                 for key in ("reclaimed_s", "total_s")}}
+    figures["load_avg_after"] = os.getloadavg()
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and write its JSON results."""
+    """Run the benchmark on ``--before``'s tree (if given) and this one; write the JSON results."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--tasks", type=int, default=24, help=f"requests per run (at least {HELD})")
-    parser.add_argument("--out", default="bench/results/recovery.json")
+    parser.add_argument("--before", type=Path, help="the tree to compare with (a worktree of main)")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_TASKS} tasks, one run per scenario")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "recovery.json")
     args = parser.parse_args(argv)
-    defaults = Settings.from_env({})
-    load_before = os.getloadavg()
-    runs = []
-    for run in range(args.runs):
-        tmp = Path(tempfile.mkdtemp(prefix="tts-bench-recovery-"))
-        try:
-            result = one_run(run, max(args.tasks, HELD), tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        runs.append(result)
-        print(f"run {run}: {json.dumps(result)}", flush=True)
-    headline = {key: statistics.median(r[key] for r in runs)
-                for key in ("replacement_ready_s", "reclaimed_s", "total_s")}
-    results = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(), "load_avg_before": load_before,
-                    "load_avg_after": os.getloadavg()},
-        "settings": {"lease_s": defaults.worker.lease_s, "sweep_interval_s": defaults.worker.sweep_interval_s,
-                     "visibility_timeout_s": defaults.worker.visibility_timeout_s,
-                     "concurrency": defaults.worker.concurrency},
-        "goal_s": 60,
-        "runs": runs,
-        "headline": {"median_" + key: value for key, value in headline.items()},
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-    print(f"median over {len(runs)} runs: {json.dumps(headline)} (goal: recovery <= 60 s); "
-          f"written to {args.out}")
+    results: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                               "machine": f"{platform.platform()}, {os.cpu_count()} cores, "
+                                          f"Python {platform.python_version()}",
+                               "goal_s": 30}
+    if args.before is not None:
+        results["before"] = run(args.quick, args.before.resolve())
+    results["after"] = run(args.quick)
+    if args.before is not None:
+        results["before_over_after"] = {
+            scenario: {key: round(results["before"][scenario][f"median_{key}"]
+                                  / max(results["after"][scenario][f"median_{key}"], 0.01), 2)
+                       for key in ("reclaimed_s", "total_s")} for scenario in SCENARIOS}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps({label: {s: {k: results[label][s][f"median_{k}"] for k in ("reclaimed_s", "total_s")}
+                              for s in SCENARIOS} for label in ("before", "after") if label in results}))
+    print(f"written to {args.out}")
     return 0
 
 

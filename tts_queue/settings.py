@@ -309,7 +309,7 @@ class WorkerSettings:
                                         "of it is a 400 `audio_too_long`")
     lease_s: float = setting(30.0, "a worker renews the lease of the tasks it holds every few "
                              "seconds; the sweep re-dispatches tasks whose lease is older than this. "
-                             "A worker's heartbeat expires after half of it (at most 20 s): the "
+                             "A worker's heartbeat expires after half of it (at most 10 s): the "
                              "live workers then send what it held again at once")
     sweep_interval_s: float = setting(15.0, "how often the scheduler's recovery sweep runs")
     shutdown_budget_s: float = setting(45.0, "a worker told to stop (SIGTERM) takes no new task and "

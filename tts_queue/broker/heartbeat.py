@@ -96,27 +96,37 @@ class Heartbeats:
 
     def start(self, describe: Callable[[], WorkerInfo], stop: threading.Event,
               then: Callable[[], None] | None = None) -> threading.Thread:
-        """Beat every third of the expiry in a daemon thread until ``stop`` is set; after each beat,
-        ``then`` (the worker's lease bookkeeping: it may wait on the database's lock, so it never
-        delays the beat that says the worker lives)."""
+        """Beat every third of the expiry in a daemon thread until ``stop`` is set; the beat thread.
+        ``then`` (the worker's lease bookkeeping and its look for silent workers: it may wait on the
+        database's lock) runs as often in a thread of its own, after the first beat, so it never
+        delays a beat: a worker whose database stalls is not taken for dead."""
+        interval = self.ttl_s / 3
+        first = threading.Event()
 
-        def run() -> None:
+        def beat() -> None:
             while not stop.is_set():
                 try:
                     self.beat(describe())
                 except Exception:  # a broker outage: the next beat retries
                     pass
+                first.set()
+                stop.wait(interval)
+
+        def bookkeeping() -> None:
+            first.wait()
+            while not stop.is_set():
                 try:
                     if then is not None:
                         then()
                 except Exception:  # it logs its own failures; the beats go on
                     pass
-                stop.wait(self.ttl_s / 3)
+                stop.wait(interval)
 
-        thread = threading.Thread(target=run, name="tts-heartbeat", daemon=True)
+        thread = threading.Thread(target=beat, name="tts-heartbeat", daemon=True)
         thread.start()
+        if then is not None:
+            threading.Thread(target=bookkeeping, name="tts-leases", daemon=True).start()
         return thread
-
 
 def _parse(raw: bytes | str) -> WorkerInfo | None:
     """A heartbeat's ``WorkerInfo``, or ``None`` if it is not one."""

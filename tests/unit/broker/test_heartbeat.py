@@ -71,9 +71,16 @@ def test_a_beat_never_waits_for_the_lease_bookkeeping_after_it(redis_url: str) -
 
     thread = heartbeats.start(lambda: WorkerInfo("slow-db@host", "cpu"), stop, then=bookkeeping)
     try:
-        # Then the worker is seen alive while its bookkeeping waits: the beat came first
+        # Then the worker is seen alive while its bookkeeping waits: the beat came first, and the
+        # beats go on meanwhile (a worker whose database stalls is not taken for dead)
         assert blocked.wait(5)
         assert [w.name for w in heartbeats.live()] == ["slow-db@host"]
+        first = client.zscore(keys.workers, "slow-db@host")
+        for _ in range(100):
+            if client.zscore(keys.workers, "slow-db@host") != first:
+                break
+            stop.wait(0.05)
+        assert client.zscore(keys.workers, "slow-db@host") != first and not released.is_set()
         # And once it is released, beats and bookkeeping go on, a failure of it included
         released.set()
         for _ in range(200):  # a beat every second
