@@ -3,7 +3,7 @@
 ``tts_queue.tasks.recovery.requeue_lost`` decides from the rows; this module gives it the broker's
 view (``broker_messages``: task ids waiting in the queues or delivered and unacknowledged, read
 from kombu's Redis structures) and sends the chapters whose sentences are all done. Between
-sweeps, each worker releases after its beats what workers whose heartbeat stopped held
+sweeps, each worker releases as often as it beats what workers whose heartbeat stopped held
 (``release_silent_workers``), and, as it starts, what a dead predecessor of its name held
 (``release_predecessor``).
 """
@@ -73,7 +73,7 @@ def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: 
 
 
 def release_silent_workers(runtime: WorkerRuntime, heartbeats: Heartbeats) -> int:
-    """After a beat: send again what workers whose heartbeat stopped held (a failure is logged;
+    """Beside the beats: send again what workers whose heartbeat stopped held (a failure is logged;
     the next beat tries again); how many tasks were sent."""
     queues = task_queues(runtime.settings.services.queue_prefix)
     try:

@@ -18,9 +18,9 @@ neither adds handlers that fire for the first nor keeps it alive.
   once the lease lapses, instead of their rows staying held by a live worker for ever;
 - the worker is ready (``worker_ready``): what a dead predecessor of the same name held is
   released, the recovery sweep runs once, the default voice is warmed, the heartbeat thread starts
-  (after each beat it renews the leases of every task held and of every webhook delivery in
-  flight, then releases what workers whose heartbeat stopped held), and the consumed marker is set
-  (its consumer is up);
+  (beside it, as often, a thread renews the leases of every task held and of every webhook
+  delivery in flight, then releases what workers whose heartbeat stopped held), and the consumed
+  marker is set (its consumer is up);
 - a task starts (``task_prerun``): the consumed marker is set (``/readyz``);
 - the worker is told to stop (``worker_shutting_down``, SIGTERM): the shutdown budget starts
   (``workers.shutdown``: what still runs when it is spent is handed back);
@@ -159,11 +159,11 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
 
     renew = lease_renewal(runtime, leases, name, deliveries)
 
-    def after_beat() -> None:
+    def bookkeeping() -> None:
         renew()
         release_silent_workers(runtime, heartbeats)
 
-    heartbeats.start(describe, stop, then=after_beat)
+    heartbeats.start(describe, stop, then=bookkeeping)
     # A worker that has just started consumes (its consumer is up): readiness need not wait
     # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
     consumed.mark()

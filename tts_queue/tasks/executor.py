@@ -5,9 +5,9 @@ skipped, a cancelled task is never started, and attempts are counted in the row 
 keeps killing workers is failed instead of redelivered forever. Every write for a task carries the
 fence of its claim (``TaskRow.fence``): its end and cache row (``TaskEnds``), the attempt taken
 back, its stream; a worker that froze while the task ran elsewhere has its late audio deleted
-unpublished. Identical requests (same cache
-key) that reach one worker together are synthesized once: followers wait for the leader's audio
-(``Leaders``). Every end goes through ``TaskEnds`` (``tts_queue.tasks.ending``).
+unpublished. Identical requests (same cache key) that reach one worker together are synthesized
+once: followers wait for the leader's audio (``Leaders``). Every end goes through ``TaskEnds``
+(``tts_queue.tasks.ending``).
 """
 
 from __future__ import annotations

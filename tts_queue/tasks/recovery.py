@@ -1,7 +1,7 @@
 """Repair at-least-once delivery from the task rows: the sweep that runs every few seconds.
 
-A dead worker is found first by its heartbeat (``release_silent``, run by every live worker after
-each of its beats): a worker whose heartbeat expired (``Heartbeats.silent``: it missed its beats
+A dead worker is found first by its heartbeat (``release_silent``, run by every live worker as often
+as it beats): a worker whose heartbeat expired (``Heartbeats.silent``: it missed its beats
 for the heartbeat's ttl) has every row it held released and dispatched again at once, well within
 a lease; so is a restarted worker's predecessor of the same name, as it starts. A worker thought
 dead that was only frozen (a stopped process, a long pause) and comes back finds its claims gone:
