@@ -28,7 +28,7 @@ from workers.tasks import register_tasks
 from workers.wakeup import WakeOnHandOff
 from workers.webhooks import Deliveries
 
-HEARTBEAT_TTL_S = 10.0  # at most: a dead worker's tasks run elsewhere within about 15 s
+HEARTBEAT_TTL_S = 10.0  # at most: a dead worker's tasks run elsewhere within about 20 s
 
 
 def make_celery(settings: Settings) -> Celery:

@@ -63,6 +63,8 @@ class Leases:
     def __init__(self) -> None:
         self._held: set[str] = set()
         self._unrecorded: set[str] = set()
+        self._recorded: set[str] = set()  # held, and its row says so
+        self._let_go: set[str] = set()  # recorded, then dropped unfinished maybe (sent back): rows to free
         self._lock = threading.Lock()
 
     def hold(self, task_id: str) -> None:
@@ -77,18 +79,38 @@ class Leases:
         with self._lock:
             taken = sorted(self._unrecorded)
             self._unrecorded.clear()
+            self._recorded.update(taken)
         return taken
 
     def unrecord(self, task_ids: list[str]) -> None:
         """Recording ``task_ids`` failed: the next beat tries those still held again."""
         with self._lock:
+            self._recorded.difference_update(task_ids)
             self._unrecorded.update(task_id for task_id in task_ids if task_id in self._held)
 
     def drop(self, task_id: str) -> None:
-        """The worker is done with ``task_id`` (finished, failed, or handed back for a retry)."""
+        """The worker is done with ``task_id`` (finished, failed, or handed back for a retry); a
+        row recorded as held here is let go at the next beat (``take_let_go``)."""
         with self._lock:
             self._held.discard(task_id)
             self._unrecorded.discard(task_id)
+            if task_id in self._recorded:
+                self._recorded.discard(task_id)
+                self._let_go.add(task_id)
+
+    def take_let_go(self) -> list[str]:
+        """Ids whose rows were recorded as held here and that this worker no longer holds: a
+        message sent back to the broker (over its key's share, stopping) leaves its row queued, and
+        it must not stay this worker's (only the lease would free it, not its heartbeat)."""
+        with self._lock:
+            taken = sorted(self._let_go - self._held)
+            self._let_go.clear()
+        return taken
+
+    def let_go_later(self, task_ids: list[str]) -> None:
+        """Letting ``task_ids`` go failed: the next beat tries again."""
+        with self._lock:
+            self._let_go.update(task_ids)
 
     def held(self) -> list[str]:
         """The ids held now."""
@@ -174,17 +196,21 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
 
 def lease_renewal(runtime: WorkerRuntime, leases: Leases, name: str,
                   deliveries: Deliveries | None) -> Callable[[], None]:
-    """What each heartbeat does after beating: record the tasks received and still queued, renew
-    the leases of the tasks this worker holds and of its webhook deliveries in flight."""
+    """What runs beside each beat: let go of the rows recorded as held here of the tasks sent back
+    since, record the tasks received and still queued, renew the leases of the tasks this worker
+    holds and of its webhook deliveries in flight."""
 
     def renew() -> None:
-        unrecorded = leases.take_unrecorded()
+        let_go, unrecorded = leases.take_let_go(), leases.take_unrecorded()
         try:
+            runtime.core.task_rows.let_go(let_go, name)  # those dropped unfinished, still queued
+            let_go = []
             runtime.core.task_rows.reserve_many(unrecorded, name)  # those still queued
             runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
             if deliveries is not None:  # and so do the webhook deliveries in flight
                 runtime.core.callbacks.renew(deliveries.held())
         except Exception as exc:  # database down: keep beating; record and renew on the next beat
+            leases.let_go_later(let_go)
             leases.unrecord(unrecorded)
             log.warning("could not renew leases: %s", exc)
 

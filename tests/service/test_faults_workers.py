@@ -441,10 +441,11 @@ def test_a_worker_past_its_shutdown_budget_hands_back_what_runs_and_every_task_e
 def test_a_silent_workers_tasks_run_elsewhere_without_a_sweep_and_a_frozen_one_writes_nothing_late(
     make_fleet: Callable[..., Fleet],
 ) -> None:
-    # Given two workers (a heartbeat that expires in 2 s: half the 4 s lease), tasks of 600 ms a
+    # Given two workers (a heartbeat that expires in 1.5 s: half a 3 s lease), tasks of 300 ms a
     # model call, each with a webhook, and no sweep at all: only the heartbeats can recover
     receiver = Receiver()
-    fleet = make_fleet(delay_ms=600, TTS_WEBHOOK_ALLOW_PRIVATE="true", TTS_WEBHOOK_PORTS=str(receiver.port))
+    fleet = make_fleet(delay_ms=300, TTS_LEASE_S="3", TTS_WEBHOOK_ALLOW_PRIVATE="true",
+                       TTS_WEBHOOK_PORTS=str(receiver.port))
     workers = [fleet.start("beat", ready=False) for _ in range(2)]
     for worker in workers:
         worker.wait_ready(fleet.app)

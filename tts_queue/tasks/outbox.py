@@ -47,6 +47,17 @@ class OutboxRows:
                 ).all())
         return held
 
+    def let_go(self, task_ids: Collection[str], worker: str) -> int:
+        """``worker`` no longer holds these queued rows it had recorded (their messages went back
+        to the broker): held by nobody now, so the stranded rule watches their messages; how many."""
+        if not task_ids:
+            return 0
+        with self.db.write() as session:
+            return len(session.scalars(
+                update(TaskRow).where(TaskRow.id.in_(list(task_ids)), TaskRow.worker == worker,
+                                      TaskRow.status == TaskStatus.QUEUED)
+                .values(worker=None).returning(TaskRow.id)).all())
+
     def renew(self, task_ids: Collection[str], worker: str) -> int:
         """Renew the lease of the rows ``worker`` holds (received or running); how many."""
         if not task_ids:

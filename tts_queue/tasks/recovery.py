@@ -120,6 +120,7 @@ def release_silent(rows: TaskRows, dispatcher: Dispatcher, roster: Roster,
                     "received, not yet recorded)", len(sent), ", ".join(silent), len(stranded))
     return len(sent)
 
+
 def fail_unserved(rows: TaskRows, ends: TaskEnds, queues: Collection[str], wait: timedelta) -> int:
     """Fail ``no_worker`` the tasks of ``queues`` (the lanes of a pool at zero, none of whose workers
     is alive) that waited more than ``wait`` (a batch of them per call: the sweep comes back for the

@@ -101,6 +101,26 @@ def _calls(client: redis.Redis, command: str) -> int:
     return int(entry["calls"]) if isinstance(entry, dict) else 0
 
 
+def test_a_recorded_task_dropped_unfinished_is_let_go_at_the_next_beat() -> None:
+    # Given three messages received and recorded as held, and one received since
+    leases = Leases()
+    for task_id in ("a", "b", "c"):
+        leases.hold(task_id)
+    assert leases.take_unrecorded() == ["a", "b", "c"]
+    leases.hold("d")
+    # When two of the recorded and the unrecorded one leave this worker (sent back over their key's
+    # share, or ended), and one of those comes back to it at once (its message delivered here again)
+    for task_id in ("a", "b", "d"):
+        leases.drop(task_id)
+    leases.hold("b")
+    # Then the next beat lets go of the row of the one recorded and gone, only (the one back is held
+    # again, the unrecorded one's row never said this worker), once unless letting go failed
+    let_go = leases.take_let_go()
+    assert let_go == ["a"] and leases.take_let_go() == []
+    leases.let_go_later(let_go)
+    assert leases.take_let_go() == ["a"]
+
+
 def test_held_tasks_are_recorded_once_unless_recording_failed() -> None:
     # Given three messages received
     leases = Leases()

@@ -237,3 +237,18 @@ def test_release_frees_only_the_silent_workers_rows(any_rows: TaskRows) -> None:
             assert row.dispatched_at == NOW and row.attempts == (1 if task_id == running else 0)
     assert status(rows, ended) is TaskStatus.DONE and status(rows, elsewhere) is TaskStatus.RUNNING
     assert rows.release(["gone@h"]) == []
+
+
+def test_a_worker_lets_go_only_of_its_own_rows_still_queued(rows: TaskRows) -> None:
+    # Given rows recorded as held by this worker: one still queued (its message was sent back), one
+    # it claimed since, and one another worker recorded
+    sent_back = add(rows, TaskStatus.QUEUED, "w@h", NOW)
+    claimed = add(rows, TaskStatus.QUEUED, "w@h", NOW)
+    assert rows.claim(claimed, "w@h") is not None
+    other = add(rows, TaskStatus.QUEUED, "other@h", NOW)
+    # When it lets go of all three
+    # Then only its queued row is held by nobody now
+    assert rows.let_go([sent_back, claimed, other], "w@h") == 1
+    with rows.db.read() as session:
+        assert [session.get(TaskRow, i).worker for i in (sent_back, claimed, other)] == [  # type: ignore[union-attr]
+            None, "w@h", "other@h"]
