@@ -57,7 +57,7 @@ def test_a_beat_never_waits_for_the_lease_bookkeeping_after_it(redis_url: str) -
     # Given a worker whose lease bookkeeping blocks (the database's lock held elsewhere) or fails
     client = redis.Redis.from_url(client_url(redis_url))
     keys = RedisKeys(f"hb-{uuid.uuid4().hex[:8]}")
-    heartbeats = Heartbeats(client, keys, ttl_s=3)
+    heartbeats = Heartbeats(client, keys, ttl_s=1.5)  # a beat (and bookkeeping) every half second
     stop, blocked, released = threading.Event(), threading.Event(), threading.Event()
     calls: list[int] = []
 
@@ -83,7 +83,7 @@ def test_a_beat_never_waits_for_the_lease_bookkeeping_after_it(redis_url: str) -
         assert client.zscore(keys.workers, "slow-db@host") != first and not released.is_set()
         # And once it is released, beats and bookkeeping go on, a failure of it included
         released.set()
-        for _ in range(200):  # a beat every second
+        for _ in range(200):  # a beat every half second
             if len(calls) >= 3:
                 break
             stop.wait(0.05)

@@ -215,8 +215,7 @@ def test_a_released_claim_writes_nothing_more(any_rows: TaskRows) -> None:
     assert rows.finish(task_id, 1, fence=second.fence) is None
 
 
-def test_release_frees_only_the_silent_workers_rows(any_rows: TaskRows) -> None:
-    rows = any_rows
+def test_release_frees_only_the_silent_workers_rows(rows: TaskRows) -> None:
     # Given rows a silent worker runs and holds received, one it finished, and one a live worker runs
     running = add(rows, TaskStatus.QUEUED)
     assert rows.claim(running, "gone@h") is not None
