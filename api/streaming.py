@@ -104,7 +104,7 @@ class _Relay:
                  wait_s: float) -> None:
         self.svc, self.streams, self.view, self.caller, self.wait_s = svc, streams, view, caller, wait_s
         self.after, self.sent, self.read_bytes = "0", False, 0
-        self.claim: int | None = None  # the claim (fence) whose audio was relayed
+        self.attempt: int | None = None
         self.started = self.last_seen = time.monotonic()
 
     def pieces(self) -> Generator[bytes]:
@@ -150,9 +150,9 @@ class _Relay:
     def _take(self, entry: StreamEntry, now: float) -> Generator[bytes, None, bool]:
         """Relay one entry; whether the stream ended with it."""
         self.after, self.last_seen = entry.id, now
-        if self.claim is not None and entry.claim != self.claim and self.sent:
+        if self.attempt is not None and entry.attempt != self.attempt and self.sent:
             raise _broken(self.view.id, "the task was started again (a worker died); its audio would differ")
-        self.claim = entry.claim
+        self.attempt = entry.attempt
         if entry.kind == "data":
             self.sent = True
             self.read_bytes += len(entry.data)

@@ -2,13 +2,13 @@
 the API relays the stream to the client as a chunked response.
 
 One stream per streamed task (``<prefix>:stream:<id>``), entries in order: ``data`` pieces, then
-one ``end`` with the task's final status. Each entry names the claim that wrote it (the row's
-fence), so a reader that already sent audio can tell when a redelivered task starts over (its audio
-may differ: Piper's noise), and give up rather than splice two syntheses. A claim registers itself
-as it starts (``claim``), and appends of an older claim are refused from then on: a worker that
-froze while its task ran elsewhere streams nothing when it comes back. It only carries audio that
-is also being stored: the cache row and the file remain the truth, and a reader that finds no
-stream serves the stored file.
+one ``end`` with the task's final status. Each entry's ``attempt`` names the claim that wrote it
+(the row's fence), so a reader that already sent audio can tell when a redelivered task starts over
+(its audio may differ: Piper's noise), and give up rather than splice two syntheses. A claim
+registers itself as it starts (``claim``), and appends of an older claim are refused from then on:
+a worker that froze while its task ran elsewhere streams nothing when it comes back. It only
+carries audio that is also being stored: the cache row and the file remain the truth, and a reader
+that finds no stream serves the stored file.
 
 A stream is bounded, and lives only while someone reads it:
 
@@ -44,7 +44,7 @@ class StreamEntry:
 
     id: str
     kind: str  # "data" or "end"
-    claim: int  # the fence of the claim that wrote it
+    attempt: int  # the claim that wrote it: the row's fence (every claim of the task takes the next)
     data: bytes = b""
     status: str = ""
 
@@ -115,11 +115,11 @@ class AudioStreams:
         """Append a piece of encoded audio (nothing for an empty piece); ``StreamClosed`` when its
         reader is gone or too far behind, or a later claim streams the task."""
         if data:
-            self._add(task_id, len(data), claim, {"kind": "data", "claim": claim, "data": data})
+            self._add(task_id, len(data), claim, {"kind": "data", "attempt": claim, "data": data})
 
     def end(self, task_id: str, claim: int, status: str) -> None:
         """Append the end: ``status`` is the task's final status (``done`` or ``failed``)."""
-        self._add(task_id, 0, claim, {"kind": "end", "claim": claim, "status": status})
+        self._add(task_id, 0, claim, {"kind": "end", "attempt": claim, "status": status})
 
     def _add(self, task_id: str, size: int, claim: int, fields: dict[str, str | int | bytes]) -> None:
         keys = [self.keys.stream(task_id), self.keys.stream_reader(task_id), self.keys.stream_bytes(task_id),
@@ -146,7 +146,7 @@ class AudioStreams:
             for entry_id, fields in items:
                 entries.append(StreamEntry(
                     id=_text(entry_id), kind=_text(fields.get(b"kind", b"")),
-                    claim=int(fields.get(b"claim", 0)), data=fields.get(b"data", b""),
+                    attempt=int(fields.get(b"attempt", 0)), data=fields.get(b"data", b""),
                     status=_text(fields.get(b"status", b""))))
         return entries
 

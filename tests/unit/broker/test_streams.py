@@ -36,7 +36,7 @@ def test_an_older_claims_pieces_are_refused_once_a_later_claim_started(redis_url
     second.send(b"two")
     second.end("done")
     entries = streams.read(task_id, "0", 0.1)
-    assert [(e.claim, e.kind, e.data) for e in entries] == [
+    assert [(e.attempt, e.kind, e.data) for e in entries] == [
         (1, "data", b"one"), (2, "data", b"two"), (2, "end", b"")]
     # And a claim never lowers the stream's latest one
     streams.claim(task_id, 1)
