@@ -190,8 +190,7 @@ def test_a_stopping_worker_hands_back_only_what_it_still_holds_without_counting_
     assert rows.finish(running, 1) is None and status(rows, running) is TaskStatus.QUEUED
 
 
-def test_a_released_claim_writes_nothing_more(any_rows: TaskRows) -> None:
-    rows = any_rows
+def test_a_released_claim_writes_nothing_more(rows: TaskRows) -> None:
     # Given a task claimed by w1, whose heartbeat then stopped: its rows were released
     task_id = add(rows, TaskStatus.QUEUED)
     first = rows.claim(task_id, "w1@h")
