@@ -133,6 +133,10 @@ class Task(BaseModel):
     audio_url: str | None = None
     duration_s: float | None = None
     error: ErrorDetail | None = None
+    waiting_for: Literal["worker"] | None = Field(
+        None, description="Present while the task is queued for a pool that an autoscaler starts from "
+        "zero (`TTS_SCALE_FROM_ZERO`) and none of its workers is alive yet: it waits for one, at most "
+        "`TTS_SCALE_FROM_ZERO_WAIT_S`, then fails `no_worker`")
 
 
 class TaskList(BaseModel):

@@ -340,7 +340,9 @@ class StorageUnavailable(ServiceUnavailable):
 
 
 class NoWorker(ServiceUnavailable):
-    """No live worker serves the pool the request is routed to, so it would wait for ever."""
+    """No live worker serves the pool the request is routed to, so it would wait for ever; for a
+    pool scaled from zero, none came within TTS_SCALE_FROM_ZERO_WAIT_S (the task fails with it), or
+    TTS_SCALE_FROM_ZERO_MAX_TASKS already wait for one."""
 
     code = "no_worker"
     public = ("no live worker serves the pool this request is routed to; retry later, or start one "

@@ -280,6 +280,17 @@ class RoutingSettings:
                              "from zero workers on their backlog: the API accepts their work while "
                              "none of their workers is alive (it waits, counted in the backlog) "
                              "instead of answering 503 `no_worker`", env="TTS_SCALE_FROM_ZERO")
+    from_zero_wait_s: float = setting(1800.0, "how long a task (or a book's parsing) of a pool in "
+                                      "`TTS_SCALE_FROM_ZERO` waits for the pool's first worker: past "
+                                      "it, with still no live worker, it fails `no_worker` and its "
+                                      "webhook is called. Longer than the worst cold start: a node and "
+                                      "pod started, the image pulled, the voice loaded and a TensorRT "
+                                      "engine built (minutes)", env="TTS_SCALE_FROM_ZERO_WAIT_S")
+    from_zero_max_tasks: int = setting(10_000, "tasks (and books being parsed) that may wait at once for "
+                                       "a pool in `TTS_SCALE_FROM_ZERO` while none of its workers is "
+                                       "alive; a submission over it answers 503 `no_worker`",
+                                       env="TTS_SCALE_FROM_ZERO_MAX_TASKS")
+
     @property
     def pools_from_zero(self) -> tuple[str, ...]:
         """``TTS_SCALE_FROM_ZERO`` as a list of pools."""
@@ -340,7 +351,9 @@ class WorkerSettings:
                                         "times the voice's shipped CPU real-time factor) is over half "
                                         "of it is a 400 `audio_too_long`")
     lease_s: float = setting(30.0, "a worker renews the lease of the tasks it holds every few "
-                             "seconds; the sweep re-dispatches tasks whose lease is older than this")
+                             "seconds; the sweep re-dispatches tasks whose lease is older than this. "
+                             "A worker's heartbeat expires after half of it (at most 10 s): the "
+                             "live workers then send what it held again at once")
     sweep_interval_s: float = setting(15.0, "how often the scheduler's recovery sweep runs")
     shutdown_budget_s: float = setting(45.0, "a worker told to stop (SIGTERM) takes no new task and "
                                        "lets the running ones finish for at most this long; then "
@@ -559,6 +572,8 @@ class Settings:
         for name in self.routing.pools_from_zero:
             yield (name not in POOLS,
                    f"TTS_SCALE_FROM_ZERO item {name!r}: the pool must be one of {', '.join(POOLS)}")
+        yield (self.routing.from_zero_wait_s <= 0 or self.routing.from_zero_max_tasks < 1,
+               "TTS_SCALE_FROM_ZERO_WAIT_S must be positive and TTS_SCALE_FROM_ZERO_MAX_TASKS at least 1")
         for name in POOLS:
             yield self.pool(name).max_batch < 1, f"TTS_{name.upper()}_MAX_BATCH must be at least 1"
             yield not 1 <= self.pool(name).runners <= 16, f"TTS_{name.upper()}_RUNNERS must be from 1 to 16"

@@ -150,6 +150,11 @@ class TaskRow(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # The fence: every claim takes the next number and a worker's writes for the task (its end,
+    # its cache row, its stream) carry the one it claimed with; a worker whose claim another took
+    # since (it froze, was thought dead, its task ran elsewhere) has its late writes dropped.
+    # Never taken back, unlike ``attempts``.
+    fence: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
     error_message: Mapped[str | None] = mapped_column(Text, default=None)
     batch_size: Mapped[int | None] = mapped_column(Integer, default=None)

@@ -28,6 +28,8 @@ from workers.tasks import register_tasks
 from workers.wakeup import WakeOnHandOff
 from workers.webhooks import Deliveries
 
+HEARTBEAT_TTL_S = 10.0  # at most: a dead worker's tasks run elsewhere within about 20 s
+
 
 def make_celery(settings: Settings) -> Celery:
     """A configured worker app with its tasks, schedule and signal handlers."""
@@ -56,7 +58,8 @@ def make_celery(settings: Settings) -> Celery:
     marker = RedisBrokerMarker(client, keys)
     deliveries = Deliveries(settings.webhooks.concurrency)  # webhooks' own threads, not Celery's
     register_tasks(app, holder, marker, AssemblyLock(client, keys), deliveries)
-    heartbeats = Heartbeats(client, keys, ttl_s=min(20.0, settings.worker.lease_s / 2))
+    # a beat every third of the expiry; a worker silent for 10 s (three beats) is taken for dead
+    heartbeats = Heartbeats(client, keys, ttl_s=min(HEARTBEAT_TTL_S, settings.worker.lease_s / 2))
     leases, handlers = connect_signals(app, holder, heartbeats, marker,
                                        ConsumedMarker(client, keys, settings.worker.consumed_window_s),
                                        deliveries)

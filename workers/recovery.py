@@ -2,7 +2,10 @@
 
 ``tts_queue.tasks.recovery.requeue_lost`` decides from the rows; this module gives it the broker's
 view (``broker_messages``: task ids waiting in the queues or delivered and unacknowledged, read
-from kombu's Redis structures) and sends the chapters whose sentences are all done.
+from kombu's Redis structures) and sends the chapters whose sentences are all done. Between
+sweeps, each worker releases as often as it beats what workers whose heartbeat stopped held
+(``release_silent_workers``), and, as it starts, what a dead predecessor of its name held
+(``release_predecessor``).
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
-from tts_queue.broker.names import SYNTHESIZE, task_queues
-from tts_queue.enums import POOLS
+from tts_queue.broker.heartbeat import Heartbeats
+from tts_queue.broker.names import SYNTHESIZE, queue_name, task_queues
+from tts_queue.enums import POOLS, Lane
+from tts_queue.errors import NoWorker, public_error
 from tts_queue.settings import Settings
 from tts_queue.tasks.dispatcher import Dispatcher
-from tts_queue.tasks.recovery import requeue_lost
+from tts_queue.tasks.recovery import fail_unserved, release_silent, requeue_lost
 from tts_queue.tasks.rows import TaskRows
 from tts_queue.wiring.root import Wiring
 from workers.markers import RedisBrokerMarker
@@ -67,6 +72,31 @@ def requeue(settings: Settings, rows: TaskRows, dispatcher: Dispatcher, marker: 
                         messages=lambda: broker_messages(marker.client, queues))
 
 
+def release_silent_workers(runtime: WorkerRuntime, heartbeats: Heartbeats) -> int:
+    """Beside the beats: send again what workers whose heartbeat stopped held (a failure is logged;
+    the next beat tries again); how many tasks were sent."""
+    queues = task_queues(runtime.settings.services.queue_prefix)
+    try:
+        return release_silent(runtime.core.task_rows, runtime.core.dispatcher, heartbeats,
+                              messages=lambda: broker_messages(heartbeats.client, queues),
+                              beat=timedelta(seconds=heartbeats.ttl_s / 3))
+    except Exception as exc:  # noqa: BLE001 - database or broker down: the next beat retries
+        log.warning("could not release the tasks of silent workers: %s", exc)
+        return 0
+
+
+def release_predecessor(runtime: WorkerRuntime, name: str) -> int:
+    """As a worker starts, before it takes anything: rows held under its own name were held by a
+    predecessor that died (a restart keeps the name, and its heartbeat may not even have expired
+    yet); they are released and sent again at once; how many."""
+    released = runtime.core.task_rows.release([name])
+    for task_id, queue in released:
+        runtime.core.dispatcher.dispatch(task_id, queue)
+    if released:
+        log.warning("dispatched %d task(s) again: held by a previous %s that died", len(released), name)
+    return len(released)
+
+
 def sweep(runtime: WorkerRuntime, marker: RedisBrokerMarker) -> int:
     """The recovery sweep (``tts.requeue_lost``, every ``TTS_SWEEP_INTERVAL_S``): send again what a
     broker restart or a dead worker lost, refill the bulk windows, repair chapter counters that lag
@@ -85,7 +115,25 @@ def sweep(runtime: WorkerRuntime, marker: RedisBrokerMarker) -> int:
     lease = timedelta(seconds=settings.worker.lease_s)  # due deliveries whose message was lost; ended books
     for subject_id in core.callbacks.finished_books() + core.callbacks.lost(lease):
         core.dispatcher.deliver(subject_id)
+    fail_unserved_pools(core)
     return sent
+
+
+def fail_unserved_pools(core: Wiring) -> int:
+    """For each pool at zero (``TTS_SCALE_FROM_ZERO``) with still no live worker: fail ``no_worker``
+    its tasks and books being parsed that waited ``TTS_SCALE_FROM_ZERO_WAIT_S``; how many."""
+    routing, prefix = core.settings.routing, core.settings.services.queue_prefix
+    wait = timedelta(seconds=routing.from_zero_wait_s)
+    failed = 0
+    for pool in routing.pools_from_zero:
+        if core.watch.pool_alive(pool):
+            continue
+        queues = [queue_name(pool, lane, prefix) for lane in (Lane.INTERACTIVE, Lane.BULK)]
+        failed += fail_unserved(core.task_rows, core.ends, queues, wait)
+        code, message = public_error(NoWorker("no worker of the pool came within TTS_SCALE_FROM_ZERO_WAIT_S"))
+        for book_id in core.book_rows.unserved(pool, wait):
+            failed += core.book_ends.fail(book_id, code, message)
+    return failed
 
 
 def assemble_due(core: Wiring) -> int:

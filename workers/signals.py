@@ -16,9 +16,11 @@ neither adds handlers that fire for the first nor keeps it alive.
   delivery tags die with the channel, and the broker only hands them out again after its
   visibility timeout); so the worker stops renewing their leases, and the sweep re-dispatches them
   once the lease lapses, instead of their rows staying held by a live worker for ever;
-- the worker is ready (``worker_ready``): the recovery sweep runs once, the default voice is warmed,
-  the heartbeat thread starts (it also renews the leases of every task held and of every webhook
-  delivery in flight), and the consumed marker is set (its consumer is up);
+- the worker is ready (``worker_ready``): what a dead predecessor of the same name held is
+  released, the recovery sweep runs once, the default voice is warmed, the heartbeat thread starts
+  (beside it, as often, a thread renews the leases of every task held and of every webhook
+  delivery in flight, then releases what workers whose heartbeat stopped held), and the consumed
+  marker is set (its consumer is up);
 - a task starts (``task_prerun``): the consumed marker is set (``/readyz``);
 - the worker is told to stop (``worker_shutting_down``, SIGTERM): the shutdown budget starts
   (``workers.shutdown``: what still runs when it is spent is handed back);
@@ -42,7 +44,7 @@ from tts_queue.broker.names import SYNTHESIZE
 from tts_queue.errors import ConfigError
 from tts_queue.heap import LOG_LINE, Trimmer, freeze_start_up
 from workers.markers import ConsumedMarker, RedisBrokerMarker
-from workers.recovery import requeue
+from workers.recovery import release_predecessor, release_silent_workers, requeue
 from workers.runtime import RuntimeHolder, WorkerRuntime
 from workers.shutdown import ShutdownBudget
 from workers.webhooks import Deliveries
@@ -61,6 +63,8 @@ class Leases:
     def __init__(self) -> None:
         self._held: set[str] = set()
         self._unrecorded: set[str] = set()
+        self._recorded: set[str] = set()  # held, and its row says so
+        self._let_go: set[str] = set()  # recorded, then dropped unfinished maybe (sent back): rows to free
         self._lock = threading.Lock()
 
     def hold(self, task_id: str) -> None:
@@ -75,18 +79,38 @@ class Leases:
         with self._lock:
             taken = sorted(self._unrecorded)
             self._unrecorded.clear()
+            self._recorded.update(taken)
         return taken
 
     def unrecord(self, task_ids: list[str]) -> None:
         """Recording ``task_ids`` failed: the next beat tries those still held again."""
         with self._lock:
+            self._recorded.difference_update(task_ids)
             self._unrecorded.update(task_id for task_id in task_ids if task_id in self._held)
 
     def drop(self, task_id: str) -> None:
-        """The worker is done with ``task_id`` (finished, failed, or handed back for a retry)."""
+        """The worker is done with ``task_id`` (finished, failed, or handed back for a retry); a
+        row recorded as held here is let go at the next beat (``take_let_go``)."""
         with self._lock:
             self._held.discard(task_id)
             self._unrecorded.discard(task_id)
+            if task_id in self._recorded:
+                self._recorded.discard(task_id)
+                self._let_go.add(task_id)
+
+    def take_let_go(self) -> list[str]:
+        """Ids whose rows were recorded as held here and that this worker no longer holds: a
+        message sent back to the broker (over its key's share, stopping) leaves its row queued, and
+        it must not stay this worker's (only the lease would free it, not its heartbeat)."""
+        with self._lock:
+            taken = sorted(self._let_go - self._held)
+            self._let_go.clear()
+        return taken
+
+    def let_go_later(self, task_ids: list[str]) -> None:
+        """Letting ``task_ids`` go failed: the next beat tries again."""
+        with self._lock:
+            self._let_go.update(task_ids)
 
     def held(self) -> list[str]:
         """The ids held now."""
@@ -142,6 +166,8 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
     if settings.metrics.enabled and settings.metrics.port:  # a worker on its own host: its own /metrics
         metrics.serve(settings.metrics.port)
         log.info("metrics on :%d/metrics", settings.metrics.port)
+    name = getattr(sender, "hostname", None) or runtime.executor.worker_name
+    release_predecessor(runtime, name)
     requeue(settings, runtime.core.task_rows, holder.dispatcher, marker)
     if settings.worker.warmup:
         try:
@@ -149,12 +175,17 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
         except ConfigError as exc:  # a demanded provider is missing: fail loudly, do not serve
             log.critical("worker cannot start: %s", exc.message)
             os._exit(3)
-    name = getattr(sender, "hostname", None) or runtime.executor.worker_name
 
     def describe() -> WorkerInfo:
         return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
 
-    heartbeats.start(describe, stop, then=lease_renewal(runtime, leases, name, deliveries))
+    renew = lease_renewal(runtime, leases, name, deliveries)
+
+    def bookkeeping() -> None:
+        renew()
+        release_silent_workers(runtime, heartbeats)
+
+    heartbeats.start(describe, stop, then=bookkeeping)
     # A worker that has just started consumes (its consumer is up): readiness need not wait
     # for the scheduler's first sweep. From now on only taking tasks keeps the mark fresh.
     consumed.mark()
@@ -165,17 +196,21 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
 
 def lease_renewal(runtime: WorkerRuntime, leases: Leases, name: str,
                   deliveries: Deliveries | None) -> Callable[[], None]:
-    """What each heartbeat does after beating: record the tasks received and still queued, renew
-    the leases of the tasks this worker holds and of its webhook deliveries in flight."""
+    """What runs beside each beat: let go of the rows recorded as held here of the tasks sent back
+    since, record the tasks received and still queued, renew the leases of the tasks this worker
+    holds and of its webhook deliveries in flight."""
 
     def renew() -> None:
-        unrecorded = leases.take_unrecorded()
+        let_go, unrecorded = leases.take_let_go(), leases.take_unrecorded()
         try:
+            runtime.core.task_rows.let_go(let_go, name)  # those dropped unfinished, still queued
+            let_go = []
             runtime.core.task_rows.reserve_many(unrecorded, name)  # those still queued
             runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
             if deliveries is not None:  # and so do the webhook deliveries in flight
                 runtime.core.callbacks.renew(deliveries.held())
         except Exception as exc:  # database down: keep beating; record and renew on the next beat
+            leases.let_go_later(let_go)
             leases.unrecord(unrecorded)
             log.warning("could not renew leases: %s", exc)
 

@@ -21,3 +21,6 @@ register_module("wyoming", subject="service", takes="about 3 minutes",
 register_module("readalong_hostile", subject="books", takes="about 3 minutes",
                 description="the read-along build on hostile EPUBs (each family at two sizes) against "
                             "ordinary books of the same size: CPU ratio and the child's peak memory")
+register_module("recovery", subject="service", takes="about 10 minutes",
+                description="a SIGKILLed worker's tasks: replaced at once by one of the same name, or found "
+                            "by the worker beside it; from the kill until they run again and all are done")

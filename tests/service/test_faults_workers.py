@@ -9,6 +9,9 @@
 - **A message held but not started** (an ETA, as a retry's) is recorded in its row by the worker's
   next heartbeat, so its lease is the worker's, and it finishes elsewhere when that worker dies.
 - **The outbox**: a row whose API died between commit and dispatch is sent by the sweep.
+- **A worker that stops beating**: its tasks run elsewhere found by its expired heartbeat, with no
+  sweep at all, whether it was frozen (SIGSTOP, then SIGCONT: its late results are dropped, each
+  task ends once with one webhook and one audio file) or killed (SIGKILL).
 - **Scale-in**: a worker SIGTERMed under load finishes what it runs, hands back what it had taken
   and not started, and exits; every task runs and ends once. One whose tasks run past its
   shutdown budget hands them back at once (not after their lease) and exits; each still ends once,
@@ -22,7 +25,9 @@ would. Figures are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
@@ -41,6 +46,7 @@ from api.services import Services
 from tests.support import (
     ROOT,
     Fleet,
+    GroupWorkerProcess,
     Receiver,
     hooked,
     private_redis,
@@ -53,6 +59,7 @@ from tests.support import wait_until as wait_for
 from tts_queue.broker.names import SYNTHESIZE
 from tts_queue.db import utcnow
 from tts_queue.enums import TaskStatus
+from tts_queue.tables import CacheEntry
 from workers.dispatch import CeleryDispatcher
 
 pytestmark = pytest.mark.integration
@@ -425,3 +432,75 @@ def test_a_worker_past_its_shutdown_budget_hands_back_what_runs_and_every_task_e
     assert settle(lambda: len(receiver.calls) >= len(ids), timeout=30)
     time.sleep(0.5)
     assert sorted(c["path"] for c in receiver.calls) == sorted(f"/t{n}" for n in range(6))
+
+
+# --- a worker that stops beating: frozen, then killed --------------------------------------------
+
+
+def test_a_silent_workers_tasks_run_elsewhere_without_a_sweep_and_a_frozen_one_writes_nothing_late(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    # Given two workers (a heartbeat that expires in 1.5 s: half a 3 s lease), tasks of 300 ms a
+    # model call, each with a webhook, and no sweep at all: only the heartbeats can recover
+    receiver = Receiver()
+    fleet = make_fleet(delay_ms=300, TTS_LEASE_S="3", TTS_WEBHOOK_ALLOW_PRIVATE="true",
+                       TTS_WEBHOOK_PORTS=str(receiver.port))
+    workers = [fleet.start("beat", ready=False) for _ in range(2)]
+    for worker in workers:
+        worker.wait_ready(fleet.app)
+    api = create_app(fleet.settings).test_client()
+    ids: list[str] = []
+
+    def running_two(batch: list[str]) -> tuple[GroupWorkerProcess, list[str]] | None:
+        """A live worker running at least two of ``batch``, and those it runs."""
+        rows = fleet.rows(batch)
+        for worker in fleet.live():
+            runs = [i for i, r in rows.items() if r.status is TaskStatus.RUNNING and r.worker == worker.name]
+            if len(runs) >= 2:
+                return worker, runs
+        return None
+
+    def run_and_stop(tag: str, stop: signal.Signals) -> tuple[GroupWorkerProcess, list[str]]:
+        """Submit six tasks, send ``stop`` to a worker's group once it runs two; it and its tasks."""
+        batch = [submit(api, sentence(n, tag), callback_url=f"{receiver.url}/{tag}{n}") for n in range(6)]
+        ids.extend(batch)
+        worker, runs = wait_for(lambda: running_two(batch), timeout=30, interval=0.02)
+        # (frozen between its writes, not inside one: holding SQLite's write lock meanwhile, the
+        # signal finds every worker outside a write transaction; one frozen inside it would stop
+        # every writer until it resumed, docs/limits.md)
+        with fleet.db.write_connection():
+            os.killpg(worker.process.pid, stop)
+        return worker, runs
+
+    def all_done(batch: list[str]) -> bool:
+        return all(r.status is TaskStatus.DONE for r in fleet.rows(batch).values())
+
+    # When a worker running tasks is frozen (SIGSTOP: no beat, no write)
+    frozen, held = run_and_stop("frozen", signal.SIGSTOP)
+    # Then its tasks run to the end on the other worker, found by its silent heartbeat
+    assert wait_for(lambda: all_done(ids), timeout=60, interval=0.1)
+    # And when it comes back (SIGCONT), its late results for them are dropped, unpublished
+    os.killpg(frozen.process.pid, signal.SIGCONT)
+    assert wait_for(lambda: all(f"task {i}: claim 1 no longer holds it" in fleet.log_text() for i in held),
+                    timeout=60, interval=0.2)
+    # When a worker running tasks is then SIGKILLed
+    killed, lost = run_and_stop("killed", signal.SIGKILL)
+    killed.process.wait(timeout=10)
+    # Then its tasks too run to the end on the worker left
+    assert wait_for(lambda: all_done(ids), timeout=60, interval=0.1)
+    rows = fleet.rows(ids)
+    print(f"\nfrozen {frozen.name} held {len(held)}, killed {killed.name} held {len(lost)}; executions "
+          f"per task {attempts_report(rows)}")
+    # And every task ended once, on one claim: the ones the stopped workers held were claimed
+    # again elsewhere, by the fence, and one webhook each was delivered
+    for task_id in held + lost:
+        assert rows[task_id].fence >= 2 and rows[task_id].worker not in (frozen.name, killed.name)
+    assert wait_for(lambda: len(receiver.calls) >= len(ids), timeout=30)
+    assert sorted(c["path"] for c in receiver.calls) == sorted(
+        f"/{tag}{n}" for tag in ("frozen", "killed") for n in range(6))
+    # And the audio store holds each task's one file: none of the frozen worker's late ones
+    audio = fleet.settings.data_dir / "audio"
+    with fleet.db.read() as session:
+        live = {entry.path for entry in session.query(CacheEntry)}
+    assert sorted(p.relative_to(audio).as_posix() for p in audio.rglob("*.wav")) == sorted(live)
+    assert len(live) == len(ids)

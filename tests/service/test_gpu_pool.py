@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -32,6 +32,7 @@ from workers.factory import make_celery
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 SLOW_LOAD_S = 12  # more than one heartbeat interval (5 s here), so beats must fall inside the load
+STARTUP_DEADLINE_S = 300  # a generous deadline for a condition, never a wait of its own
 
 
 def test_only_gpu_pool_workers_on_cpu_are_warned_about() -> None:
@@ -124,16 +125,25 @@ def test_a_pool_scaled_from_zero_takes_work_with_no_worker_and_its_first_worker_
                                           "pool": "gpu"})
     assert book.status_code == 202, book.get_json()
     # Then both wait, counted in the pool's backlog (the book, not parsed yet, as a minute of
-    # audio): what the autoscaler wakes on
+    # audio): what the autoscaler wakes on; the task says it waits for a worker
     view = client.get("/v1/backlog").get_json()
     assert view["pools"]["gpu"]["interactive"]["tasks"] == 2
     assert view["pools"]["gpu"]["interactive"]["audio_seconds"] > 60
-    # And the first worker of the pool that starts runs them
-    worker = WorkerProcess(settings, f"gpu-{uuid.uuid4().hex[:6]}@localhost", tmp_path / "worker.log",
-                           TTS_WORKER_POOL="gpu")
+    assert client.get(f"/v1/tasks/{task_id}").get_json()["waiting_for"] == "worker"
+    # And the first worker of the pool that starts runs them (however long its start takes on a
+    # loaded machine: the test waits for each condition, with a generous deadline)
+    name = f"gpu-{uuid.uuid4().hex[:6]}@localhost"
+    worker = WorkerProcess(settings, name, tmp_path / "worker.log", TTS_WORKER_POOL="gpu")
     try:
-        assert client.get(f"/v1/tasks/{task_id}?wait=60").get_json()["status"] == "done"
+        worker.wait_ready(make_celery(settings), timeout=STARTUP_DEADLINE_S)
         status_url = book.get_json()["status_url"]
-        assert wait_until(lambda: client.get(status_url).get_json()["status"] == "done", timeout=60)
+        for url in (f"/v1/tasks/{task_id}", status_url):
+            def ended_view(url: str = url) -> dict[str, Any] | None:
+                view: dict[str, Any] = client.get(url).get_json()
+                return view if view["status"] in ("done", "failed") else None
+
+            ended = wait_until(ended_view, timeout=STARTUP_DEADLINE_S, interval=0.2)
+            assert ended["status"] == "done", ended
+        assert "waiting_for" not in client.get(f"/v1/tasks/{task_id}").get_json()
     finally:
         worker.stop()

@@ -34,6 +34,7 @@ from tts_queue.db import Database
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = ROOT / "test-artifacts"
+BOOK_DEADLINE_MS = 300_000  # a generous deadline for a book to render on a loaded machine, not a wait
 CHROMIUM = next((path for path in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
                  if path), None)
 
@@ -315,13 +316,22 @@ def test_the_web_page_renders_a_book_and_plays_its_chapter(service: dict[str, An
             # When a book file is chosen and rendered as WAV chapters
             page.get_by_label("Book (EPUB, text, Markdown, HTML)").set_input_files(str(book))
             page.get_by_label("Chapter format", exact=True).select_option("wav")
-            page.get_by_role("button", name="Render the book").click()
-            # Then the progress bar fills and a chapter can be played in the page
-            play = page.get_by_role("button", name="Play chapter 1")
-            play.wait_for(timeout=60_000)
-            assert "done" in page.locator("#book-status").inner_text()
+            with page.expect_response(lambda r: r.url.endswith("/v1/books") and r.request.method == "POST",
+                                      timeout=BOOK_DEADLINE_MS) as posted:
+                page.get_by_role("button", name="Render the book").click()
+            status_url = posted.value.json()["status_url"]
+            # Then the book gets done (its chapter assembled, then its M4B: a chapter can play
+            # before the book is done, so the page is asked only once the API says done)
+            book = wait_until(lambda: (b := requests.get(status_url, timeout=10).json())["status"] in (
+                "done", "failed") and b, timeout=BOOK_DEADLINE_MS / 1000, interval=0.5)
+            assert book["status"] == "done", book
+            # And the page, on its next poll, says so, its progress bar full, and plays the chapter
+            page.wait_for_function(
+                "() => document.getElementById('book-status').textContent.includes(': done,')",
+                timeout=BOOK_DEADLINE_MS)
             progress = page.locator("#book-progress")
             assert progress.get_attribute("value") == progress.get_attribute("max")
+            play = page.get_by_role("button", name="Play chapter 1")
             play.click()
             page.wait_for_function("() => { const a = document.querySelector('#chapters audio');"
                                    " return a !== null && a.duration > 0; }", timeout=15_000)

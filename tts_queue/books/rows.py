@@ -170,6 +170,14 @@ class BookRows(SentenceCounter):
                         BookRow.claimed_at.is_(None) & (BookRow.progress_at < now - lease)))
                 .values(progress_at=now, claimed_at=None).returning(BookRow.id, BookRow.pool))]
 
+    def unserved(self, pool: str, wait: timedelta, limit: int = BATCH_IDS) -> list[str]:
+        """Ids of books of ``pool`` still parsing that were accepted more than ``wait`` ago (a pool
+        at zero whose worker never came: ``TTS_SCALE_FROM_ZERO_WAIT_S``), at most ``limit``."""
+        with self.db.read() as session:
+            return list(session.scalars(select(BookRow.id).where(
+                BookRow.status == BookStatus.PARSING, BookRow.pool == pool,
+                BookRow.created_at < self.clock() - wait).limit(limit)))
+
     def add_chapters(self, book_id: str, chapters: Sequence[tuple[int, str]]) -> None:
         """Insert a parsed book's chapters (``(number, title)``), ``queued`` with empty counters."""
         with self.db.write() as session:

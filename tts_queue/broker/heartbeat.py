@@ -7,7 +7,10 @@ so a reader lists names there and reads their keys (O(workers), never a ``SCAN``
 grows with the tasks' records), and the names of workers gone for ``FORGET_AFTER`` ttls are removed
 by whoever beats next.
 The API reads them for ``/readyz`` (live workers per pool: a live heartbeat is the proof a worker
-lives, no broadcast ping is needed) and ``/v1/voices`` (where voices run).
+lives, no broadcast ping is needed) and ``/v1/voices`` (where voices run). A name still in the set
+whose key expired is a worker that stopped beating (``silent``): killed, or frozen past the expiry;
+the live workers release what it held at once (``tts_queue.tasks.recovery.release_silent``), then
+drop its name (``forget``). Expiry is Redis' own clock, so the hosts' clocks need not agree.
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ if TYPE_CHECKING:
     from redis import Redis
 
 FORGET_AFTER = 10  # ttls after its last beat a worker's name leaves the set (its key expired long before)
+# KEYS: a worker's heartbeat, the set of names. ARGV: its name. Drops the name only while the
+# heartbeat is still gone (a frozen worker that beats again meanwhile stays listed).
+_FORGET = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return 0
+"""
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class Heartbeats:
         self.client = client
         self.keys = keys
         self.ttl_s = ttl_s
+        self._forget = client.register_script(_FORGET)
 
     def beat(self, info: WorkerInfo) -> None:
         """Announce ``info`` for the next ``ttl_s`` seconds."""
@@ -56,38 +68,65 @@ class Heartbeats:
     def live(self) -> list[WorkerInfo]:
         """Every worker whose heartbeat has not expired, by name (a heartbeat that does not parse,
         written by something else under the same prefix, is skipped rather than failing readiness)."""
-        names = cast("list[bytes | str]", self.client.zrange(self.keys.workers, 0, -1))
-        keys = sorted(self.keys.worker(name.decode() if isinstance(name, bytes) else name) for name in names)
         found = []
-        for raw in cast("list[bytes | None]", self.client.mget(keys)) if keys else []:
+        for _, raw in self._read():
             info = _parse(raw) if raw else None
             if info is not None:
                 found.append(info)
         return found
 
+    def silent(self) -> list[str]:
+        """The workers that beat lately but whose heartbeat has expired since: dead (or frozen
+        for longer than ``ttl_s``), by name."""
+        return [name for name, raw in self._read() if raw is None]
+
+    def forget(self, name: str) -> bool:
+        """Drop a silent worker's name from the set once what it held was released (unless it
+        beat again meanwhile); whether it was dropped."""
+        return bool(self._forget(keys=[self.keys.worker(name), self.keys.workers], args=[name]))
+
+    def _read(self) -> list[tuple[str, bytes | None]]:
+        """Every name in the set, sorted, with its heartbeat (``None``: expired): two commands."""
+        members = cast("list[bytes | str]", self.client.zrange(self.keys.workers, 0, -1))
+        names = sorted(name.decode() if isinstance(name, bytes) else name for name in members)
+        if not names:
+            return []
+        raws = cast("list[bytes | None]", self.client.mget([self.keys.worker(name) for name in names]))
+        return list(zip(names, raws, strict=True))
+
     def start(self, describe: Callable[[], WorkerInfo], stop: threading.Event,
               then: Callable[[], None] | None = None) -> threading.Thread:
-        """Beat every third of the expiry in a daemon thread until ``stop`` is set; after each beat,
-        ``then`` (the worker's lease bookkeeping: it may wait on the database's lock, so it never
-        delays the beat that says the worker lives)."""
+        """Beat every third of the expiry in a daemon thread until ``stop`` is set; the beat thread.
+        ``then`` (the worker's lease bookkeeping and its look for silent workers: it may wait on the
+        database's lock) runs as often in a thread of its own, after the first beat, so it never
+        delays a beat: a worker whose database stalls is not taken for dead."""
+        interval = self.ttl_s / 3
+        first = threading.Event()
 
-        def run() -> None:
+        def beat() -> None:
             while not stop.is_set():
                 try:
                     self.beat(describe())
                 except Exception:  # a broker outage: the next beat retries
                     pass
+                first.set()
+                stop.wait(interval)
+
+        def bookkeeping() -> None:
+            first.wait()
+            while not stop.is_set():
                 try:
                     if then is not None:
                         then()
                 except Exception:  # it logs its own failures; the beats go on
                     pass
-                stop.wait(self.ttl_s / 3)
+                stop.wait(interval)
 
-        thread = threading.Thread(target=run, name="tts-heartbeat", daemon=True)
+        thread = threading.Thread(target=beat, name="tts-heartbeat", daemon=True)
         thread.start()
+        if then is not None:
+            threading.Thread(target=bookkeeping, name="tts-leases", daemon=True).start()
         return thread
-
 
 def _parse(raw: bytes | str) -> WorkerInfo | None:
     """A heartbeat's ``WorkerInfo``, or ``None`` if it is not one."""

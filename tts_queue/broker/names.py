@@ -90,6 +90,11 @@ class RedisKeys:
         """How many bytes were appended to ``task_id``'s stream (``AudioStreams``)."""
         return f"{self.prefix}:stream-bytes:{task_id}"
 
+    def stream_claim(self, task_id: str) -> str:
+        """The latest claim (fence) of ``task_id`` that streams its audio: appends of an older
+        claim are refused (``AudioStreams``)."""
+        return f"{self.prefix}:stream-claim:{task_id}"
+
     @property
     def broker_marker(self) -> str:
         """A key with no expiry: missing means the broker lost its data (recovery sweep)."""

@@ -2,11 +2,13 @@
 the API relays the stream to the client as a chunked response.
 
 One stream per streamed task (``<prefix>:stream:<id>``), entries in order: ``data`` pieces, then
-one ``end`` with the task's final status. Each entry names the attempt that wrote it, so a reader
-that already sent audio can tell when a redelivered task starts over (its audio may differ: Piper's
-noise), and give up rather than splice two syntheses. It only carries audio that is also being
-stored: the cache row and the file remain the truth, and a reader that finds no stream serves the
-stored file.
+one ``end`` with the task's final status. Each entry's ``attempt`` names the claim that wrote it
+(the row's fence), so a reader that already sent audio can tell when a redelivered task starts over
+(its audio may differ: Piper's noise), and give up rather than splice two syntheses. A claim
+registers itself as it starts (``claim``), and appends of an older claim are refused from then on:
+a worker that froze while its task ran elsewhere streams nothing when it comes back. It only
+carries audio that is also being stored: the cache row and the file remain the truth, and a reader
+that finds no stream serves the stored file.
 
 A stream is bounded, and lives only while someone reads it:
 
@@ -42,14 +44,18 @@ class StreamEntry:
 
     id: str
     kind: str  # "data" or "end"
-    attempt: int
+    attempt: int  # the claim that wrote it: the row's fence (every claim of the task takes the next)
     data: bytes = b""
     status: str = ""
 
 
-# KEYS: the stream, its reader's mark, its byte count. ARGV: ttl, cap, size, then field, value...
-# Appends only while a reader holds its mark and is at most ``cap`` bytes behind; else drops it all.
+# KEYS: the stream, its reader's mark, its byte count, its latest claim. ARGV: ttl, cap, size, claim,
+# then field, value... Refuses an older claim's append (touching nothing); appends only while a
+# reader holds its mark and is at most ``cap`` bytes behind; else drops it all.
 _APPEND = """
+if tonumber(ARGV[4]) < (tonumber(redis.call('GET', KEYS[4])) or 0) then
+  return -3
+end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[3])
   return -1
@@ -61,13 +67,22 @@ if published - read > tonumber(ARGV[2]) then
   return -2
 end
 local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('XADD', KEYS[1], '*', unpack(fields))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[3], ARGV[1])
+redis.call('SET', KEYS[4], ARGV[4], 'EX', ARGV[1])
 return 1
 """
-GONE, BEHIND = -1, -2  # what an append refused says: no reader any more, or it fell too far behind
+# KEYS: a stream's latest claim. ARGV: ttl, claim. Raises it to ``claim`` (never lowers it).
+_CLAIM = """
+if tonumber(ARGV[2]) > (tonumber(redis.call('GET', KEYS[1])) or 0) then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[1])
+end
+return 1
+"""
+# what an append refused says: no reader any more, it fell too far behind, a later claim streams
+GONE, BEHIND, STALE = -1, -2, -3
 
 
 class StreamClosed(Exception):
@@ -85,29 +100,38 @@ class AudioStreams:
         self.keys = keys
         self.max_bytes = max_bytes  # unread bytes one stream may hold (TTS_STREAM_MAX_BYTES)
         self._append = client.register_script(_APPEND)
+        self._claim = client.register_script(_CLAIM)
 
     def attach(self, task_id: str, read_bytes: int = 0) -> None:
         """A reader reads ``task_id``'s stream (``read_bytes`` so far): set or refresh its mark."""
         self.client.set(self.keys.stream_reader(task_id), read_bytes, ex=self.READER_TTL_S)
 
-    def publish(self, task_id: str, attempt: int, data: bytes) -> None:
+    def claim(self, task_id: str, claim: int) -> None:
+        """A worker's claim ``claim`` (the row's fence) of ``task_id`` starts: appends of older
+        claims are refused from now on."""
+        self._claim(keys=[self.keys.stream_claim(task_id)], args=[self.TTL_S, claim])
+
+    def publish(self, task_id: str, claim: int, data: bytes) -> None:
         """Append a piece of encoded audio (nothing for an empty piece); ``StreamClosed`` when its
-        reader is gone or too far behind."""
+        reader is gone or too far behind, or a later claim streams the task."""
         if data:
-            self._add(task_id, len(data), {"kind": "data", "attempt": attempt, "data": data})
+            self._add(task_id, len(data), claim, {"kind": "data", "attempt": claim, "data": data})
 
-    def end(self, task_id: str, attempt: int, status: str) -> None:
+    def end(self, task_id: str, claim: int, status: str) -> None:
         """Append the end: ``status`` is the task's final status (``done`` or ``failed``)."""
-        self._add(task_id, 0, {"kind": "end", "attempt": attempt, "status": status})
+        self._add(task_id, 0, claim, {"kind": "end", "attempt": claim, "status": status})
 
-    def _add(self, task_id: str, size: int, fields: dict[str, str | int | bytes]) -> None:
-        keys = [self.keys.stream(task_id), self.keys.stream_reader(task_id), self.keys.stream_bytes(task_id)]
+    def _add(self, task_id: str, size: int, claim: int, fields: dict[str, str | int | bytes]) -> None:
+        keys = [self.keys.stream(task_id), self.keys.stream_reader(task_id), self.keys.stream_bytes(task_id),
+                self.keys.stream_claim(task_id)]
         values = [item for pair in fields.items() for item in pair]
-        outcome = int(self._append(keys=keys, args=[self.TTL_S, self.max_bytes, size, *values]))
+        outcome = int(self._append(keys=keys, args=[self.TTL_S, self.max_bytes, size, claim, *values]))
         if outcome == GONE:
             raise StreamClosed(f"task {task_id}: nobody reads its stream any more")
         if outcome == BEHIND:
             raise StreamClosed(f"task {task_id}: its reader is more than {self.max_bytes} bytes behind")
+        if outcome == STALE:
+            raise StreamClosed(f"task {task_id}: claim {claim} no longer holds it (run again elsewhere)")
 
     def trim(self, task_id: str, through: str) -> None:
         """Drop the entries up to ``through`` (read and sent): Redis keeps only what is unread."""
@@ -134,25 +158,34 @@ class AudioStreams:
         """Drop a stream its reader is done with (or gave up on), and the reader's mark: the
         worker stops appending at its next piece."""
         self.client.delete(self.keys.stream(task_id), self.keys.stream_reader(task_id),
-                           self.keys.stream_bytes(task_id))
+                           self.keys.stream_bytes(task_id), self.keys.stream_claim(task_id))
 
 
 class StreamPublisher:
     """The worker's side for one task: encoded pieces go out as they come; a Redis failure stops
     the streaming (the reader then gives up or serves the stored file), never the synthesis."""
 
-    def __init__(self, streams: AudioStreams, task_id: str, attempt: int) -> None:
+    def __init__(self, streams: AudioStreams, task_id: str, claim: int) -> None:
         self.streams = streams
         self.task_id = task_id
-        self.attempt = attempt
+        self.claim_fence = claim  # the row's fence at this worker's claim
         self.broken = False
+
+    def claim(self) -> None:
+        """Register the claim as the task starts (older claims' appends are refused from then on);
+        a Redis failure stops the streaming."""
+        try:
+            self.streams.claim(self.task_id, self.claim_fence)
+        except Exception as exc:  # the broker's Redis hiccupped: the stored audio is still made
+            self.broken = True
+            log.warning("task %s: streaming stopped: %s", self.task_id, exc)
 
     def send(self, data: bytes) -> None:
         """Append a piece, unless an earlier append failed."""
         if self.broken or not data:
             return
         try:
-            self.streams.publish(self.task_id, self.attempt, data)
+            self.streams.publish(self.task_id, self.claim_fence, data)
         except StreamClosed as exc:  # the reader went: the stored audio is still made
             self.broken = True
             log.info("task %s: streaming stopped: %s", self.task_id, exc)
@@ -165,7 +198,7 @@ class StreamPublisher:
         if self.broken:
             return
         try:
-            self.streams.end(self.task_id, self.attempt, status)
+            self.streams.end(self.task_id, self.claim_fence, status)
         except Exception as exc:
             log.warning("task %s: could not end its stream: %s", self.task_id, exc)
 

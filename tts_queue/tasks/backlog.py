@@ -27,7 +27,7 @@ from typing import TypedDict
 
 from sqlalchemy import func, select
 
-from tts_queue.broker.names import lane_of, pool_of
+from tts_queue.broker.names import lane_of, pool_of, queue_name
 from tts_queue.db import Database
 from tts_queue.enums import POOLS, BookStatus, Lane, TaskStatus
 from tts_queue.tables import BookRow, TaskRow
@@ -93,6 +93,18 @@ def count(db: Database) -> dict[tuple[str, str], Place]:
             place.running += int(tasks)
         place.audio_s += float(seconds or 0.0)
     return places
+
+
+def waiting(db: Database, pool: str, prefix: str) -> int:
+    """What waits for ``pool``'s workers now: its queued tasks (both lanes) and books being parsed
+    (the bound on a pool at zero, ``TTS_SCALE_FROM_ZERO_MAX_TASKS``); two index-only counts."""
+    queues = [queue_name(pool, lane, prefix) for lane in LANES]
+    with db.read() as session:
+        tasks = session.scalar(select(func.count()).select_from(TaskRow).where(
+            TaskRow.status == TaskStatus.QUEUED, TaskRow.queue.in_(queues)))
+        books = session.scalar(select(func.count()).select_from(BookRow).where(
+            BookRow.status == BookStatus.PARSING, BookRow.pool == pool))
+    return int(tasks or 0) + int(books or 0)
 
 
 class Backlog:

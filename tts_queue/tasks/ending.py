@@ -59,14 +59,16 @@ class TaskEnds:
 
     def done(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
              timings: dict[str, float | None] | None = None, seconds: float = 0.0,
-             also: Callable[[Executor], None] | None = None) -> Ending | None:
+             also: Callable[[Executor], None] | None = None, fence: int | None = None) -> Ending | None:
         """``running -> done`` (``seconds``: the audio's duration; ``also``: more writes in its
-        transaction); the ending, or ``None``."""
-        return self.run(self.rows.finish(task_id, batch_size, cache_hit, timings, seconds, also))
+        transaction; ``fence``: the worker's claim, which must still hold the row); the ending, or
+        ``None``."""
+        return self.run(self.rows.finish(task_id, batch_size, cache_hit, timings, seconds, also, fence))
 
-    def fail(self, task_id: str, code: str, message: str) -> Ending | None:
-        """``queued|running -> failed``; the ending, or ``None`` if it had ended already."""
-        return self.run(self.rows.fail(task_id, code, message))
+    def fail(self, task_id: str, code: str, message: str, fence: int | None = None) -> Ending | None:
+        """``queued|running -> failed`` (``fence``: a worker's claim, which must still hold the row);
+        the ending, or ``None`` if it had ended already (or the claim was lost)."""
+        return self.run(self.rows.fail(task_id, code, message, fence))
 
     def cancel(self, task_id: str) -> Ending | None:
         """``queued -> cancelled``; the ending, or ``None`` if it was not queued."""

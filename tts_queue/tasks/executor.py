@@ -2,9 +2,12 @@
 
 Safe to run more than once for the same task id (at-least-once delivery): finished tasks are
 skipped, a cancelled task is never started, and attempts are counted in the row so a task that
-keeps killing workers is failed instead of redelivered forever. Identical requests (same cache
-key) that reach one worker together are synthesized once: followers wait for the leader's audio
-(``Leaders``). Every end goes through ``TaskEnds`` (``tts_queue.tasks.ending``).
+keeps killing workers is failed instead of redelivered forever. Every write for a task carries the
+fence of its claim (``TaskRow.fence``): its end and cache row (``TaskEnds``), the attempt taken
+back, its stream; a worker that froze while the task ran elsewhere has its late audio deleted
+unpublished. Identical requests (same cache key) that reach one worker together are synthesized
+once: followers wait for the leader's audio (``Leaders``). Every end goes through ``TaskEnds``
+(``tts_queue.tasks.ending``).
 """
 
 from __future__ import annotations
@@ -138,6 +141,7 @@ class TaskExecutor:
         self._suspects = threading.Lock()
         # set once the worker's shutdown budget is spent: nothing more is claimed here
         self.stopping = threading.Event()
+        self._claims = threading.local()  # each thread's last claim (task id, fence): its late failure
 
     def execute(self, task_id: str, worker_name: str | None = None,
                 stream: bool = False, shared: bool = True) -> TaskStatus | None:
@@ -179,10 +183,14 @@ class TaskExecutor:
         row = self._shown(claimed)
         if row is None:
             return None
-        publisher = StreamPublisher(self.streams, task_id, row.attempts) if stream and self.streams else None
+        self._claims.last = (task_id, row.fence)
+        publisher = StreamPublisher(self.streams, task_id, row.fence) if stream and self.streams else None
+        if publisher is not None:
+            publisher.claim()  # a frozen worker's stream of this task is refused from now on
         if row.attempts > self.max_attempts:
             status = self.fail(task_id, TooManyAttempts.code,
-                               f"gave up after {self.max_attempts} attempts (worker crashes or errors)")
+                               f"gave up after {self.max_attempts} attempts (worker crashes or errors)",
+                               fence=row.fence)
             return self._ended(publisher, status)
         times = TaskTimes(row.created_at, row.started_at or self.rows.clock(), self.rows.clock)
         leads = self.leaders.lead(row.cache_key)
@@ -192,7 +200,7 @@ class TaskExecutor:
             entry = cached[0] if leads and cached else self.cache.peek(row.cache_key)
             if entry is not None:  # in the cache already (or made by the leader we waited for)
                 ending = self.ends.done(task_id, batch_size=None, cache_hit=True, timings=times.timings(),
-                                        seconds=entry.duration_s)
+                                        seconds=entry.duration_s, fence=row.fence)
                 return self._ended(publisher, TaskStatus.DONE if ending else None)
             return self._ended(publisher, self.synthesize(row, times, publisher))
         finally:
@@ -232,10 +240,10 @@ class TaskExecutor:
                 result = self.synthesizer.synthesize(request, priority=lane_priority(row.queue),
                                                      on_audio=encoding.write, owner=row.owner or "")
             except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
-                return self.fail(row.id, *public_error(exc), detail=exc)
+                return self.fail(row.id, *public_error(exc), detail=exc, fence=row.fence)
             stored, store_s = self._store(row, request, result, encoding.finish())
         except (StorageFull, StorageUnavailable):  # waiting for space (or the bucket) is no attempt
-            self.rows.uncount_attempt(row.id)
+            self.rows.uncount_attempt(row.id, row.fence)
             raise
         finally:
             encoding.discard()
@@ -244,10 +252,15 @@ class TaskExecutor:
         # the cache row and the finish in one transaction (the file is in place already)
         ending = self.ends.done(row.id, batch_size=result.batch_size, timings=timings,
                                 seconds=result.duration_s,
-                                also=lambda session: self.cache.record(session, stored, request.voice))
-        if ending is not None:
-            metrics.count(metrics.AUDIO_SECONDS, result.duration_s)
-        return TaskStatus.DONE if ending else None
+                                also=lambda session: self.cache.record(session, stored, request.voice),
+                                fence=row.fence)
+        if ending is None:  # its claim was lost (it ran elsewhere meanwhile): nothing names this file
+            log.warning("task %s: claim %d no longer holds it (run again elsewhere); its audio is "
+                        "dropped", row.id, row.fence)
+            self.cache.store.delete([stored.path])
+            return None
+        metrics.count(metrics.AUDIO_SECONDS, result.duration_s)
+        return TaskStatus.DONE
 
     def _store(self, row: TaskRow, request: SynthesisRequest, result: SynthesisResult,
                path: Path) -> tuple[CachedAudio, float]:
@@ -265,10 +278,11 @@ class TaskExecutor:
                                            result.alignment.to_dict(), mime_type(request.format))
         return stored, time.perf_counter() - began
 
-    def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None) -> TaskStatus:
-        """Fail a task (unless it already ended) with ``message``, which clients read; ``detail``,
-        the exception behind it, goes to the log only."""
-        self.ends.fail(task_id, code, message)
+    def fail(self, task_id: str, code: str, message: str, detail: BaseException | None = None,
+             fence: int | None = None) -> TaskStatus:
+        """Fail a task (unless it already ended, or ``fence``, the claim, no longer holds it) with
+        ``message``, which clients read; ``detail``, the exception behind it, goes to the log only."""
+        self.ends.fail(task_id, code, message, fence)
         if detail is None:
             log.warning("task %s failed: %s: %s", task_id, code, message)
         else:  # the exception's text can name hosts, paths or a URL: the log has it, not the row
@@ -277,9 +291,11 @@ class TaskExecutor:
         return TaskStatus.FAILED
 
     def fail_unexpected(self, task_id: str, exc: BaseException) -> TaskStatus:
-        """Fail a task after retries ran out on an unexpected error: its row says what kind of
-        failure (a sentence per code), the log says what happened."""
-        return self.fail(task_id, *public_error(exc), detail=exc)
+        """Fail a task after retries ran out on an unexpected error (under this thread's claim of
+        it, when it got one): its row says what kind of failure (a sentence per code), the log says
+        what happened."""
+        claimed, fence = getattr(self._claims, "last", (None, None))
+        return self.fail(task_id, *public_error(exc), detail=exc, fence=fence if claimed == task_id else None)
 
 
 def lane_priority(queue: str) -> int:

@@ -1,12 +1,14 @@
 """Task rows as the recovery sweep and the bulk window see them: the leases under which workers
 hold rows, and the outbox (whether and when each row's message was handed to the broker).
 
-A worker holds a row under a lease it renews (``reserve_many``, ``renew``); a row whose lease
-expired lost its worker (``reclaim_stale``); a queued row whose message the broker no longer holds
-was lost with it (``stranded``); a committed row never sent was lost between commit and dispatch
-(``unsent``). Each is marked sent when it is sent again, so the next sweep leaves it alone. The
-bulk window feeds a book's sentences a few at a time (``take_unsent``, ``in_flight``). Part of
-``TaskRows`` (``tts_queue.tasks.rows``), the one owner of a task row's life.
+A worker holds a row under a lease it renews (``reserve_many``, ``renew``); a row held by a worker
+whose heartbeat stopped lost it (``release``), and so did a row whose lease expired
+(``reclaim_stale``: a worker that never beat, or was forgotten); a queued row whose message the
+broker no longer holds was lost with it (``stranded``); a committed row never sent was lost between
+commit and dispatch (``unsent``). Each is marked sent when it is sent again, so the next sweep
+leaves it alone. The bulk window feeds a book's sentences a few at a time (``take_unsent``,
+``in_flight``). Part of ``TaskRows`` (``tts_queue.tasks.rows``), the one owner of a task row's
+life.
 """
 
 from __future__ import annotations
@@ -44,6 +46,17 @@ class OutboxRows:
                     .values(worker=worker, claimed_at=self.clock()).returning(TaskRow.id)
                 ).all())
         return held
+
+    def let_go(self, task_ids: Collection[str], worker: str) -> int:
+        """``worker`` no longer holds these queued rows it had recorded (their messages went back
+        to the broker): held by nobody now, so the stranded rule watches their messages; how many."""
+        if not task_ids:
+            return 0
+        with self.db.write() as session:
+            return len(session.scalars(
+                update(TaskRow).where(TaskRow.id.in_(list(task_ids)), TaskRow.worker == worker,
+                                      TaskRow.status == TaskStatus.QUEUED)
+                .values(worker=None).returning(TaskRow.id)).all())
 
     def renew(self, task_ids: Collection[str], worker: str) -> int:
         """Renew the lease of the rows ``worker`` holds (received or running); how many."""
@@ -107,6 +120,24 @@ class OutboxRows:
             ).all()
         return [(task_id, queue) for task_id, queue in rows]
 
+    def release(self, workers: Collection[str]) -> list[tuple[str, str]]:
+        """Rows ``workers`` held (received or running), released at once: their heartbeats
+        stopped, so they are dead (or frozen: their claims' fences make anything they write later
+        void). As ``reclaim_stale`` does for an expired lease: back to ``queued``, ``worker``
+        cleared, dispatch time bumped, attempts kept; returned as ``(id, queue)`` to dispatch again."""
+        if not workers:
+            return []
+        now = self.clock()
+        with self.db.write() as session:
+            rows = session.execute(
+                update(TaskRow)
+                .where(TaskRow.status.in_((TaskStatus.QUEUED, *sources(TaskStatus.QUEUED))),
+                       TaskRow.worker.in_(list(workers)))
+                .values(status=TaskStatus.QUEUED, worker=None, claimed_at=now, dispatched_at=now)
+                .returning(TaskRow.id, TaskRow.queue)
+            ).all()
+        return [(task_id, queue) for task_id, queue in rows]
+
     def hand_back(self, worker: str) -> list[tuple[str, str]]:
         """A worker stopping past its shutdown budget gives back the rows it holds at once,
         instead of letting their leases lapse: those it runs go back to ``queued`` as the sweep
@@ -127,16 +158,19 @@ class OutboxRows:
                             .where(TaskRow.status == TaskStatus.QUEUED, TaskRow.worker == worker))
         return handed
 
-    def stranded(self, messages: Mapping[str, float | None]) -> list[tuple[str, str]]:
+    def stranded(self, messages: Mapping[str, float | None],
+                 within: timedelta | None = None) -> list[tuple[str, str]]:
         """Queued rows, sent more than a lease ago and held by no worker, whose message is gone:
         not in the broker at all (a worker popped it and died before the broker recorded the
         delivery), delivered only before the last send (the broker holds an older message of the
         task, from a worker that died with it; the one sent since vanished), or delivered more than
         a lease ago to a receiver that never recorded it (it died at once). ``messages`` maps the
         task ids the broker holds to their latest delivery time (epoch seconds; ``None`` while
-        still waiting in a queue). The rows are marked as sent now."""
+        still waiting in a queue). ``within``: a shorter wait than the lease (a worker was just
+        found dead: a live receiver records what it holds at every beat, so a delivery older than a
+        beat that no row records was the dead one's). The rows are marked as sent now."""
         now = self.clock()
-        cutoff = now - self.lease
+        cutoff = now - (self.lease if within is None else within)
         with self.db.read() as session:
             candidates = session.execute(
                 select(TaskRow.id, TaskRow.queue, TaskRow.dispatched_at)
@@ -158,6 +192,15 @@ class OutboxRows:
                     TaskRow.id.in_(ids[start:start + BATCH_IDS]), TaskRow.status == TaskStatus.QUEUED,
                     TaskRow.worker.is_(None)).values(dispatched_at=now))
         return lost
+
+    def unserved(self, queues: Collection[str], wait: timedelta, limit: int = BATCH_IDS) -> list[str]:
+        """Ids of queued rows of ``queues`` (a pool's lanes) made more than ``wait`` ago, at most
+        ``limit``, oldest first: what a pool at zero left waiting for its first worker."""
+        with self.db.read() as session:
+            return list(session.scalars(
+                select(TaskRow.id).where(TaskRow.status == TaskStatus.QUEUED, TaskRow.queue.in_(list(queues)),
+                                         TaskRow.created_at < self.clock() - wait)
+                .order_by(TaskRow.created_at).limit(limit)))
 
     def unsent(self, grace: timedelta) -> list[tuple[str, str]]:
         """Queued rows committed more than ``grace`` ago whose message was never sent (the API

@@ -6,7 +6,10 @@ never move a finished row, and two processes racing on one row agree on who won 
 update matched). A book sentence that ends ``done`` is counted in its chapter by the injected
 ``SentenceCounter`` inside that same transaction: whatever path ended it (synthesis, a cache hit in
 the worker, an identical request in flight, a retry, a rerun, a redelivery), the row moves once,
-so it is counted once. What else happens when a task ends is ``tts_queue.tasks.ending``'s.
+so it is counted once. A worker's moves also carry the fence of its claim (``TaskRow.fence``): a
+worker that froze while its task was released and run elsewhere finds its claim gone when it comes
+back, and its late end, cache row and count are dropped. What else happens when a task ends is
+``tts_queue.tasks.ending``'s.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ TASK_AND_AUDIO = (
 def _claim_statement(first_only: bool) -> ReturningUpdate[Any]:
     """``claim``'s one statement, built once: the row moves to ``running`` (its attempt counted,
     its lease taken) only from a status that may, and not while another worker's lease on it holds;
-    ``first_only``: only if never attempted. Its parameters: ``claim_id``, ``claim_worker``,
-    ``claim_at`` and ``lease_from`` (a lease taken before it has expired)."""
+    ``first_only``: only if never attempted. The claim takes the next fence (``TaskRow.fence``).
+    Its parameters: ``claim_id``, ``claim_worker``, ``claim_at`` and ``lease_from`` (a lease taken
+    before it has expired)."""
     c = TASKS.c
     at = bindparam("claim_at", type_=c.claimed_at.type)
     worker = bindparam("claim_worker", type_=c.worker.type)
@@ -60,7 +64,7 @@ def _claim_statement(first_only: bool) -> ReturningUpdate[Any]:
         where.append(c.attempts == 0)
     return (update(TASKS).where(*where)
             .values(status=TaskStatus.RUNNING, started_at=func.coalesce(c.started_at, at), claimed_at=at,
-                    attempts=c.attempts + 1, worker=worker)
+                    attempts=c.attempts + 1, fence=c.fence + 1, worker=worker)
             .returning(*c))
 
 
@@ -68,11 +72,16 @@ CLAIM_ANY, CLAIM_FIRST = _claim_statement(first_only=False), _claim_statement(fi
 
 
 @functools.cache
-def _move_statement(target: TaskStatus, columns: tuple[str, ...]) -> ReturningUpdate[Any]:
+def _move_statement(target: TaskStatus, columns: tuple[str, ...], fenced: bool) -> ReturningUpdate[Any]:
     """``_move``'s statement to ``target`` setting ``columns``, built once per kind of move: the row
-    moves only from a status that may. Its parameters: ``move_id`` and ``set_<column>``."""
+    moves only from a status that may; ``fenced``: only while the claim that ``move_fence`` names
+    holds it (running, its fence unchanged: no release or later claim since). Its parameters:
+    ``move_id``, ``set_<column>`` and, fenced, ``move_fence``."""
     c = TASKS.c
-    return (update(TASKS).where(c.id == bindparam("move_id"), c.status.in_(sources(target)))
+    where = [c.id == bindparam("move_id"), c.status.in_(sources(target))]
+    if fenced:
+        where += [c.status == TaskStatus.RUNNING, c.fence == bindparam("move_fence", type_=c.fence.type)]
+    return (update(TASKS).where(*where)
             .values(status=target, **{name: bindparam("set_" + name, type_=c[name].type) for name in columns})
             .returning(*c))
 
@@ -257,27 +266,31 @@ class TaskRows(OutboxRows):
 
     def finish(self, task_id: str, batch_size: int | None, cache_hit: bool = False,
                timings: dict[str, float | None] | None = None, seconds: float = 0.0,
-               also: Callable[[Executor], None] | None = None) -> Ending | None:
+               also: Callable[[Executor], None] | None = None, fence: int | None = None) -> Ending | None:
         """``running -> done``; the ending, or ``None`` if the row did not move. ``timings``: where
         the time went (ms); ``seconds``: the audio's duration (a book's counters add it up);
-        ``also``: more writes in the same transaction, whether the row moves or not (the audio's
-        cache row: one commit for both)."""
-        return self._move(task_id, TaskStatus.DONE, seconds, also, finished_at=self.clock(),
+        ``also``: more writes in the same transaction, made only if the row moves (the audio's
+        cache row: one commit for both); ``fence``: the worker's claim (``TaskRow.fence``), which
+        must still hold the row."""
+        return self._move(task_id, TaskStatus.DONE, seconds, also, fence, finished_at=self.clock(),
                           batch_size=batch_size, cache_hit=cache_hit, timings=timings)
 
-    def fail(self, task_id: str, code: str, message: str) -> Ending | None:
-        """``queued|running -> failed`` with an error code and message; the ending, or ``None``."""
-        return self._move(task_id, TaskStatus.FAILED, finished_at=self.clock(), error_code=code,
-                          error_message=message)
+    def fail(self, task_id: str, code: str, message: str, fence: int | None = None) -> Ending | None:
+        """``queued|running -> failed`` with an error code and message (``fence``: a worker's, only
+        while its claim holds the row); the ending, or ``None``."""
+        return self._move(task_id, TaskStatus.FAILED, fence=fence, finished_at=self.clock(),
+                          error_code=code, error_message=message)
 
     def cancel(self, task_id: str) -> Ending | None:
         """``queued -> cancelled``; the ending, or ``None``."""
         return self._move(task_id, TaskStatus.CANCELLED, finished_at=self.clock())
 
-    def uncount_attempt(self, task_id: str) -> None:
-        """Take back the attempt of a claim that could not store its result for want of space."""
+    def uncount_attempt(self, task_id: str, fence: int | None = None) -> None:
+        """Take back the attempt of a claim that could not store its result for want of space
+        (``fence``: only while that claim holds the row)."""
+        held = () if fence is None else (TaskRow.status == TaskStatus.RUNNING, TaskRow.fence == fence)
         with self.db.write() as session:
-            session.execute(update(TaskRow).where(TaskRow.id == task_id, TaskRow.attempts > 0)
+            session.execute(update(TaskRow).where(TaskRow.id == task_id, TaskRow.attempts > 0, *held)
                             .values(attempts=TaskRow.attempts - 1))
 
     def set_keep(self, task_id: str, keep: bool) -> None:
@@ -296,18 +309,20 @@ class TaskRows(OutboxRows):
         return len(moved)
 
     def _move(self, task_id: str, target: TaskStatus, seconds: float = 0.0,
-              also: Callable[[Executor], None] | None = None, **values: object) -> Ending | None:
+              also: Callable[[Executor], None] | None = None, fence: int | None = None,
+              **values: object) -> Ending | None:
         with self.db.write_connection() as session:  # Core: no ORM session in a task's path
-            if also is not None:
-                also(session)
             # a Core statement built once per kind of move, not the ORM's UPDATE ... RETURNING of
             # an entity built per call: the row comes back as columns
             columns = tuple(sorted(values))
-            found = session.execute(_move_statement(target, columns),
-                                    {"move_id": task_id, **{"set_" + name: values[name] for name in columns}}
-                                    ).first()
+            parameters = {"move_id": task_id, **{"set_" + name: values[name] for name in columns}}
+            if fence is not None:
+                parameters["move_fence"] = fence
+            found = session.execute(_move_statement(target, columns, fence is not None), parameters).first()
             if found is None:
                 return None
+            if also is not None:  # after the move: a late worker's cache row is never written
+                also(session)
             row = TaskRow(**found._mapping)
             chapter = None
             if row.book_id is not None and target is TaskStatus.DONE and self.counter is not None:

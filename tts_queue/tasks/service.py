@@ -7,6 +7,7 @@ it is never asked). The queue is reached through the ``Dispatcher`` seam
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -38,6 +39,7 @@ from tts_queue.synthesis.estimate.work import check_work, estimate_of, pinned_es
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
 from tts_queue.tables import CacheEntry, TaskRow
+from tts_queue.tasks.backlog import waiting
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.ending import TaskEnds
@@ -93,12 +95,29 @@ class TaskService:
         routing = self.settings.routing
         return preferred or routing.voice_pools.get(request.voice, routing.default_pool)
 
-    def require_worker(self, pool: str) -> None:
-        """Raise ``NoWorker`` when no live worker serves ``pool`` (cache hits never need one), unless
-        an autoscaler starts its workers from zero on its backlog (``TTS_SCALE_FROM_ZERO``)."""
-        if pool not in self.settings.routing.pools_from_zero and not self.watch.pool_alive(pool):
+    def require_worker(self, pool: str) -> bool:
+        """Whether a live worker serves ``pool`` (cache hits never need one); without one,
+        ``NoWorker``, unless an autoscaler starts its workers from zero on its backlog
+        (``TTS_SCALE_FROM_ZERO``) and fewer than ``TTS_SCALE_FROM_ZERO_MAX_TASKS`` wait for it."""
+        if self.watch.pool_alive(pool):
+            return True
+        routing = self.settings.routing
+        if pool not in routing.pools_from_zero:
             raise NoWorker(f"no live worker serves the {pool!r} pool; start one with "
                            f"`tts-queue worker --pool {pool}` or retry later")
+        held = waiting(self.db, pool, self.settings.services.queue_prefix)
+        if held >= routing.from_zero_max_tasks:
+            raise NoWorker(f"no worker of the {pool!r} pool is alive yet and {held} tasks already wait "
+                           f"for one (TTS_SCALE_FROM_ZERO_MAX_TASKS); retry later")
+        return False
+
+    def waiting_for(self, view: TaskView) -> TaskView:
+        """``view``, saying ``waiting_for: worker`` while it is queued for a pool at zero none of
+        whose workers is alive yet (``TTS_SCALE_FROM_ZERO``)."""
+        if (view.status is TaskStatus.QUEUED and view.pool in self.settings.routing.pools_from_zero
+                and not self.watch.pool_alive(view.pool)):
+            return dataclasses.replace(view, waiting_for="worker")
+        return view
 
     def require_storage(self) -> None:
         """Raise ``StorageFull`` when the audio store has less free space than the reserve."""
@@ -124,11 +143,12 @@ class TaskService:
         chosen_pool = self.pool_for(request, pool)
         check_work(request, self.registry.get(request.voice), chosen_pool, self.settings)
         queue = queue_name(chosen_pool, Lane.INTERACTIVE, self.settings.services.queue_prefix)
+        alive = True
         with self.db.write_connection() as session:
             hit = self.cache.lookup(key, session)
             pin_bytes, estimate_s = None, None
             if hit is None:
-                self.require_worker(chosen_pool)  # nothing is written when no worker would run it
+                alive = self.require_worker(chosen_pool)  # nothing is written when no worker would run it
                 self.require_storage()
                 spec = self.registry.get(request.voice)
                 estimate_s = estimate_of(request, spec)  # the backlog's audio seconds
@@ -160,7 +180,7 @@ class TaskService:
             raise ServiceUnavailable("the job queue is unreachable; nothing was queued") from exc
         view = TaskView.of(row, callback=dict(WAITING_CALLBACK) if callback_url is not None else None)
         self._show(row, view)
-        return view
+        return view if alive else dataclasses.replace(view, waiting_for="worker")
 
     def _show(self, row: TaskRow, view: TaskView) -> None:
         """Put a task's state on the status board, if it has a record there."""
@@ -188,7 +208,7 @@ class TaskService:
         if self.board is not None and not fresh:
             record = self.board.get(task_id)
             if record is not None and (owner is None or record.get("owner") == owner):
-                return TaskView.from_record(record)
+                return self.waiting_for(TaskView.from_record(record))
         row, entry = self._row_and_audio(task_id, owner)
         duration = None
         if row.status is TaskStatus.DONE:
@@ -198,7 +218,7 @@ class TaskService:
         if row.callback:
             with self.db.read() as session:
                 callback = self.callbacks.summary(session, task_id)
-        return TaskView.of(row, duration, callback)
+        return self.waiting_for(TaskView.of(row, duration, callback))
 
     def wait(self, view: TaskView, seconds: float, read_first: bool = True) -> TaskView:
         """A long-poll: ``view`` once its task finished, or as it is after ``seconds``. It waits

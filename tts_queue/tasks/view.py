@@ -41,9 +41,11 @@ class _Recorded(TypedDict):
 
 
 class TaskRecord(_Recorded, total=False):
-    """A status board record (``TaskView.record``); one written before timings were kept has none."""
+    """A status board record (``TaskView.record``); one written before timings (or the pool) were
+    kept has none."""
 
     timings: Timings | None
+    pool: str
 
 
 class ErrorJSON(TypedDict):
@@ -75,6 +77,7 @@ class TaskDocument(_TaskFields, total=False):
     duration_s: float | None
     error: ErrorJSON
     callback: Mapping[str, object]  # {state, attempts, last_status}
+    waiting_for: str  # "worker": queued for a pool at zero, none of whose workers is alive yet
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class TaskView:
     keep: bool = False
     callback: Mapping[str, object] | None = None  # {state, attempts, last_status} when it has one
     timings: Timings | None = None  # ms per stage once finished by a worker (executor.TIMINGS)
+    pool: str = ""  # the pool that runs it ("" in a record written before it was kept)
+    waiting_for: str | None = None  # "worker": queued for a pool at zero with no live worker yet
 
     @classmethod
     def of(cls, row: TaskRow, duration_s: float | None = None,
@@ -105,7 +110,7 @@ class TaskView:
             finished_at=row.finished_at, error_code=row.error_code, error_message=row.error_message,
             duration_s=duration_s, format=row.request.get("format", "wav"),
             voice=row.request.get("voice", ""), cache_hit=bool(row.cache_hit), keep=bool(row.keep),
-            callback=callback, timings=row.timings,
+            callback=callback, timings=row.timings, pool=row.pool or "",
         )
 
     def record(self, owner: str | None) -> TaskRecord:
@@ -114,7 +119,8 @@ class TaskView:
                 "started_at": iso(self.started_at), "finished_at": iso(self.finished_at),
                 "error_code": self.error_code, "error_message": self.error_message,
                 "duration_s": self.duration_s, "format": self.format, "voice": self.voice,
-                "cache_hit": self.cache_hit, "keep": self.keep, "owner": owner, "timings": self.timings}
+                "cache_hit": self.cache_hit, "keep": self.keep, "owner": owner, "timings": self.timings,
+                "pool": self.pool}
 
     @classmethod
     def from_record(cls, record: TaskRecord) -> TaskView:
@@ -127,7 +133,8 @@ class TaskView:
                    started_at=when(record["started_at"]), finished_at=when(record["finished_at"]),
                    error_code=record["error_code"], error_message=record["error_message"],
                    duration_s=record["duration_s"], format=record["format"], voice=record["voice"],
-                   cache_hit=record["cache_hit"], keep=record["keep"], timings=record.get("timings"))
+                   cache_hit=record["cache_hit"], keep=record["keep"], timings=record.get("timings"),
+                   pool=record.get("pool", ""))
 
 
 def task_document(view: TaskView, base_url: str) -> dict[str, object]:
@@ -156,6 +163,8 @@ def task_document(view: TaskView, base_url: str) -> dict[str, object]:
             view.error_code, view.error_message or "", TaskFailed.http_status)}
     if view.callback is not None:
         body["callback"] = view.callback
+    if view.waiting_for is not None and view.status is TaskStatus.QUEUED:
+        body["waiting_for"] = view.waiting_for
     return dict(body)
 
 

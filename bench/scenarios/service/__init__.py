@@ -14,6 +14,5 @@ from bench.scenarios.service import (  # noqa: F401
     overhead,
     piper,
     readyz,
-    recovery,
     throughput,
 )

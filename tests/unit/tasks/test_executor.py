@@ -355,8 +355,9 @@ def test_a_first_attempt_is_two_write_transactions_and_no_read(world: dict[str, 
     begins = [s.upper() for s in statements if s.upper().startswith("BEGIN")]
     assert begins == ["BEGIN IMMEDIATE", "BEGIN IMMEDIATE"], begins
     last = statements[statements.index("BEGIN IMMEDIATE", 1):]
+    # (the fenced move first, the cache row after it: a claim that lost the row writes none)
     assert [s.split()[0].upper() for s in last if s.split()[0].upper() in ("INSERT", "UPDATE")] == \
-        ["INSERT", "UPDATE"]
+        ["UPDATE", "INSERT"]
     entry = world["cache"].peek(row(world, task_id).cache_key)
     assert entry is not None and world["cache"].store.exists(entry.path)
     # And the second, found by that lookup in its claim, ends done as a hit, unsynthesized, in two
@@ -366,3 +367,50 @@ def test_a_first_attempt_is_two_write_transactions_and_no_read(world: dict[str, 
     assert world["executor"].execute(stored) is TaskStatus.DONE
     assert [s.upper() for s in statements if s.upper().startswith("BEGIN")] == ["BEGIN IMMEDIATE"] * 2
     assert world["synth"].calls == calls and row(world, stored).cache_hit
+
+
+def test_a_frozen_workers_late_result_is_dropped_unpublished(world: dict[str, Any]) -> None:
+    # Given a task this worker is synthesizing when it freezes (held inside synthesis)
+    task_id = add_task(world, "Frozen in the middle.")
+    world["synth"].gate.clear()
+    late: list[TaskStatus | None] = []
+    frozen = threading.Thread(target=lambda: late.append(world["executor"].execute(task_id)))
+    frozen.start()
+    synthesizing(world["synth"])
+    # And its heartbeat stopped long enough that its rows were released, and another worker
+    # claimed the task and is synthesizing it too
+    rows = world["executor"].rows
+    assert rows.release(["test-worker"]) == [(task_id, "tts.cpu")]
+    other_synth = Counting(world["registry"], world["synth"].engine)
+    other_synth.gate.clear()
+    other = TaskExecutor(world["cache"], other_synth, world["executor"].ends, "other-worker", None, None)
+    current: list[TaskStatus | None] = []
+    elsewhere = threading.Thread(target=lambda: current.append(other.execute(task_id)))
+    elsewhere.start()
+    synthesizing(other_synth)
+    # When the frozen worker comes back and finishes its synthesis first
+    world["synth"].gate.set()
+    frozen.join(20)
+    # Then its result is dropped: the row still runs under the other worker's claim, no cache row
+    # names its audio, and its file was deleted, never published
+    assert late == [None]
+    held = row(world, task_id)
+    assert (held.status, held.worker, held.fence) == (TaskStatus.RUNNING, "other-worker", 2)
+    assert world["cache"].peek(held.cache_key) is None
+    assert list(world["root"].rglob("*.wav")) == []
+    # And the other worker ends it, once, with its own audio
+    other_synth.gate.set()
+    elsewhere.join(20)
+    assert current == [TaskStatus.DONE]
+    entry = world["cache"].peek(held.cache_key)
+    assert entry is not None and row(world, task_id).worker == "other-worker"
+    files = sorted(p.relative_to(world["root"]).as_posix() for p in world["root"].rglob("*.wav"))
+    assert files == [entry.path]
+
+
+def synthesizing(synth: Counting, timeout: float = 20) -> None:
+    """Until ``synth`` was called (a task is inside synthesis)."""
+    deadline = time.monotonic() + timeout
+    while synth.calls == 0:
+        assert time.monotonic() < deadline, "the task never started synthesizing"
+        threading.Event().wait(0.001)

@@ -12,7 +12,7 @@ from tests.support import FakeQueue
 from tts_queue.db import Database
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
-from tts_queue.tasks.recovery import requeue_lost
+from tts_queue.tasks.recovery import release_silent, requeue_lost
 from tts_queue.tasks.rows import TaskRows
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -137,3 +137,49 @@ def test_a_message_that_vanished_with_its_receiver_is_sent_again(db: Database) -
     assert (first, second) == (3, 0)
     assert sorted(recorder.sent) == sorted([(taken_long_ago, "tts.cpu"), (vanished, "tts.cpu"),
                                             (masked, "tts.cpu")])
+
+
+class Roster:
+    """Workers whose heartbeat stopped, and the names forgotten since."""
+
+    def __init__(self, silent: list[str]) -> None:
+        self.names = list(silent)
+        self.forgotten: list[str] = []
+
+    def silent(self) -> list[str]:
+        return [name for name in self.names if name not in self.forgotten]
+
+    def forget(self, name: str) -> bool:
+        self.forgotten.append(name)
+        return True
+
+
+def test_a_silent_workers_tasks_are_sent_again_at_once(db: Database) -> None:
+    # Given a worker whose heartbeat stopped a moment ago (its leases still fresh), running one task
+    # and holding another received, and a live worker running a third
+    fresh = NOW - timedelta(seconds=2)
+    held = [add(db, status, fresh, worker="gone@h") for status in (TaskStatus.RUNNING, TaskStatus.QUEUED)]
+    other = add(db, TaskStatus.RUNNING, fresh, worker="alive@h")
+    # And two messages delivered and not yet recorded in their rows: one 8 s ago (more than a beat:
+    # a live receiver would have recorded it, so the silent one had it), one 1 s ago (a live
+    # worker's, to be recorded at its next beat)
+    unrecorded, fresh_delivery = add(db, TaskStatus.QUEUED), add(db, TaskStatus.QUEUED)
+    delivered = {unrecorded: (NOW - timedelta(seconds=8)).timestamp(),
+                 fresh_delivery: (NOW - timedelta(seconds=1)).timestamp()}
+    rows, recorder, roster = TaskRows(db, lambda: NOW, LEASE), Recorder(), Roster(["gone@h"])
+
+    # When a live worker looks after its beat (twice; a beat every 5 s)
+    def look() -> int:
+        return release_silent(rows, recorder, roster, lambda: delivered, beat=timedelta(seconds=5))
+
+    sent = look() + look()
+    # Then the silent worker's tasks, and the message it received unrecorded, are sent again once,
+    # its name is forgotten, the live worker's task and fresh delivery are left alone, and the next
+    # sweep sends none of them again
+    assert sent == 3
+    assert sorted(recorder.sent) == sorted((task_id, "tts.cpu") for task_id in [*held, unrecorded])
+    assert roster.forgotten == ["gone@h"]
+    with db.read() as session:
+        row = session.get(TaskRow, other)
+        assert row is not None and row.worker == "alive@h" and row.status is TaskStatus.RUNNING
+    assert sweep(db, recorder, Marker(present=True), NOW + timedelta(seconds=1)) == 0

@@ -188,3 +188,65 @@ def test_a_stopping_worker_hands_back_only_what_it_still_holds_without_counting_
     # not end the handed-back row (it ends once, where it runs next)
     assert status(rows, ended) is TaskStatus.DONE and status(rows, elsewhere) is TaskStatus.RUNNING
     assert rows.finish(running, 1) is None and status(rows, running) is TaskStatus.QUEUED
+
+
+def test_a_released_claim_writes_nothing_more(rows: TaskRows) -> None:
+    # Given a task claimed by w1, whose heartbeat then stopped: its rows were released
+    task_id = add(rows, TaskStatus.QUEUED)
+    first = rows.claim(task_id, "w1@h")
+    assert first is not None and first.fence == 1
+    assert rows.release(["w1@h"]) == [(task_id, "tts.cpu")]
+    # When w1 comes back before anyone claimed the task again, it can neither fail it nor take its
+    # attempt back
+    assert rows.fail(task_id, "synthesis_failed", "late", fence=first.fence) is None
+    rows.uncount_attempt(task_id, first.fence)
+    assert status(rows, task_id) is TaskStatus.QUEUED and rows.attempts(task_id) == 1
+    # And once w2 claimed it, w1's finish moves nothing and writes nothing in its transaction
+    second = rows.claim(task_id, "w2@h")
+    assert second is not None and second.fence == 2 and second.attempts == 2
+    written: list[str] = []
+    assert rows.finish(task_id, 1, also=lambda _: written.append("w1"), fence=first.fence) is None
+    assert rows.fail(task_id, "synthesis_failed", "late", fence=first.fence) is None
+    assert written == [] and status(rows, task_id) is TaskStatus.RUNNING
+    # Then w2's own finish ends it, once, with its cache row written in the same transaction
+    ending = rows.finish(task_id, 1, also=lambda _: written.append("w2"), fence=second.fence)
+    assert ending is not None and ending.row.worker == "w2@h" and written == ["w2"]
+    assert rows.finish(task_id, 1, fence=second.fence) is None
+
+
+def test_release_frees_only_the_silent_workers_rows(rows: TaskRows) -> None:
+    # Given rows a silent worker runs and holds received, one it finished, and one a live worker runs
+    running = add(rows, TaskStatus.QUEUED)
+    assert rows.claim(running, "gone@h") is not None
+    received = add(rows, TaskStatus.QUEUED, "gone@h", NOW - timedelta(seconds=5))
+    ended = add(rows, TaskStatus.QUEUED)
+    assert rows.claim(ended, "gone@h") is not None and rows.finish(ended, 1) is not None
+    elsewhere = add(rows, TaskStatus.QUEUED)
+    assert rows.claim(elsewhere, "alive@h") is not None
+    # When the silent worker's rows are released (its lease still fresh)
+    released = rows.release(["gone@h"])
+    # Then both rows it held are queued, held by nobody, marked sent now, attempts kept, and
+    # returned to send again; the others are untouched; a second release finds nothing
+    assert sorted(released) == sorted([(running, "tts.cpu"), (received, "tts.cpu")])
+    with rows.db.read() as session:
+        for task_id in (running, received):
+            row = session.get(TaskRow, task_id)
+            assert row is not None and row.status is TaskStatus.QUEUED and row.worker is None
+            assert row.dispatched_at == NOW and row.attempts == (1 if task_id == running else 0)
+    assert status(rows, ended) is TaskStatus.DONE and status(rows, elsewhere) is TaskStatus.RUNNING
+    assert rows.release(["gone@h"]) == []
+
+
+def test_a_worker_lets_go_only_of_its_own_rows_still_queued(rows: TaskRows) -> None:
+    # Given rows recorded as held by this worker: one still queued (its message was sent back), one
+    # it claimed since, and one another worker recorded
+    sent_back = add(rows, TaskStatus.QUEUED, "w@h", NOW)
+    claimed = add(rows, TaskStatus.QUEUED, "w@h", NOW)
+    assert rows.claim(claimed, "w@h") is not None
+    other = add(rows, TaskStatus.QUEUED, "other@h", NOW)
+    # When it lets go of all three
+    # Then only its queued row is held by nobody now
+    assert rows.let_go([sent_back, claimed, other], "w@h") == 1
+    with rows.db.read() as session:
+        assert [session.get(TaskRow, i).worker for i in (sent_back, claimed, other)] == [  # type: ignore[union-attr]
+            None, "w@h", "other@h"]
