@@ -121,6 +121,7 @@ def test_requests_may_ask_for_compressed_formats_through_the_one_encoder() -> No
     assert mime_type("aac") == "audio/aac" and mime_type("mp3") == "audio/mpeg"
     # And each encodes a tone into a file of the right kind
     audio = Audio(tone(), RATE)
-    assert encode(audio, "mp3")[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
+    mp3 = encode(audio, "mp3")
+    assert mp3[0] == 0xFF and mp3[1] & 0xE0 == 0xE0  # an MPEG audio frame first: no ID3 tag before it
     assert encode(audio, "opus")[:4] == b"OggS"
     assert encode(audio, "wav")[:4] == b"RIFF"
