@@ -23,7 +23,7 @@ from flask_limiter.errors import RateLimitExceeded
 from pydantic import BaseModel, Field
 
 import api.contract as contract
-from api.auth import KEY, check_quota, owner, rate_limited
+from api.auth import KEY, check_quota, owner, rate_limited, tenant_address
 from api.errors import to_response
 from api.routes import api_root, json_body, slot_owner, slots
 from api.services import Services
@@ -193,7 +193,7 @@ def speech() -> Response:
         raise Busy("every streaming slot (or this key's share of them) is taken")
     try:
         view = svc.tasks.submit(payload, owner=owner(), stream=True, callback_url=speech.callback_url,
-                                base_url=api_root())
+                                base_url=api_root(), address=tenant_address())
     except BaseException:
         slots().give_back(who)
         raise
