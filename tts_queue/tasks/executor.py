@@ -39,7 +39,7 @@ from tts_queue.errors import (
     VoiceError,
     public_error,
 )
-from tts_queue.fairness.threads import KeyShares
+from tts_queue.fairness.threads import Held, KeyShares, OverShare, Parked, Work
 from tts_queue.redact import redacted
 from tts_queue.storage.cache import AudioCache, CachedAudio
 from tts_queue.synthesis.encoder import AudioWriter, StreamEncoder, mime_type, open_writer
@@ -116,7 +116,8 @@ class TaskExecutor:
 
     def __init__(self, cache: AudioCache, synthesizer: Synthesizer, ends: TaskEnds, worker_name: str,
                  board: StatusBoard | None, streams: AudioStreams | None, max_attempts: int = 4,
-                 storage_floor_bytes: int = 0, shares: KeyShares | None = None) -> None:
+                 storage_floor_bytes: int = 0, shares: KeyShares | None = None,
+                 short_task_s: float = 0.0) -> None:
         self.cache = cache
         self.synthesizer = synthesizer
         self.ends = ends
@@ -130,8 +131,11 @@ class TaskExecutor:
         # stops new audio, not the queue.
         self.storage_floor_bytes = storage_floor_bytes
         self.leaders = Leaders()
-        # each key's share of this worker's threads for interactive tasks (``None``: no cap)
+        # each key's share of this worker's threads (``None``: no cap); tasks refused one wait
+        # there until ``resend`` (the worker's: back to the broker) sends them on
         self.shares = shares
+        self.short_task_s = short_task_s  # a request of at most this estimated audio is short
+        self.resend: Callable[[Parked], None] | None = None
         # Tasks that already died with a worker run one at a time: if one of them is a poison that
         # kills the worker again, only it is charged another attempt, not the innocent tasks that
         # happened to be running beside it the first time.
@@ -143,8 +147,8 @@ class TaskExecutor:
                 stream: bool = False, shared: bool = True) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do.
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``).
-        An interactive task whose key holds its share of this worker's threads raises
-        ``OverShare`` unclaimed (its claim rolled back, no attempt counted): send it back
+        A task whose key holds its share of this worker's threads raises ``OverShare`` unclaimed
+        (its claim rolled back, no attempt counted), parked in ``shares`` until a place frees
         (``shared=False``: it runs whatever its key holds, counted all the same). Once the
         worker is stopping (``stopping``), ``WorkerStopping`` is raised unclaimed: send it back."""
         if self.stopping.is_set():
@@ -153,12 +157,16 @@ class TaskExecutor:
         # the cache is looked up in the claim's transaction (an identical request may have stored
         # the audio since submission): one read transaction fewer for a first attempt
         cached: list[CachedAudio | None] = []
-        taken: list[str] = []
+        taken: list[Held] = []
 
         def look(session: Executor, row: TaskRow) -> None:
-            if self.shares is not None and lane_of(row.queue) is not Lane.BULK:
-                self.shares.take(row.owner or "", force=not shared)  # over its share: rolled back
-                taken.append(row.owner or "")
+            if self.shares is not None:
+                work = self.work_of(row)
+                try:
+                    taken.append(self.shares.take(row.tenant, work, force=not shared, task_id=task_id))
+                except OverShare:  # rolled back, and waits here for a place
+                    self.shares.park(Parked(task_id, row.queue, stream, row.tenant, work))
+                    raise
             cached.append(self.cache.peek(row.cache_key, session))
 
         try:
@@ -170,9 +178,34 @@ class TaskExecutor:
                     return self._execute(task_id, self.rows.claim(task_id, worker), stream)
             return self._execute(task_id, claimed, stream, cached)
         finally:
-            for key in taken:
+            for held in taken:
                 assert self.shares is not None
-                self.shares.release(key)
+                self.shares.release(held)
+            if taken:
+                self.send_on()
+
+    def work_of(self, row: TaskRow) -> Work:
+        """What ``row`` asks a thread for: a book sentence, or a short or long request (by its
+        estimated audio; a row without an estimate is long)."""
+        if lane_of(row.queue) is Lane.BULK:
+            return Work.BULK
+        short = row.estimate_s is not None and row.estimate_s <= self.short_task_s
+        return Work.SHORT if short else Work.LONG
+
+    def send_on(self) -> int:
+        """Send on the parked tasks that would now get a place (``KeyShares.due``); how many. A
+        task the broker did not take waits again."""
+        if self.shares is None or self.resend is None:
+            return 0
+        sent = 0
+        for task in self.shares.due():
+            try:
+                self.resend(task)
+                sent += 1
+            except Exception as exc:  # noqa: BLE001 - the broker is down: it waits for the next try
+                log.warning("task %s: could not be sent on (%s); it waits here", task.task_id, exc)
+                self.shares.park(task)
+        return sent
 
     def _execute(self, task_id: str, claimed: TaskRow | Suspect | None, stream: bool,
                  cached: Sequence[CachedAudio | None] = ()) -> TaskStatus | None:
@@ -230,7 +263,7 @@ class TaskExecutor:
         try:
             try:
                 result = self.synthesizer.synthesize(request, priority=lane_priority(row.queue),
-                                                     on_audio=encoding.write, owner=row.owner or "")
+                                                     on_audio=encoding.write, owner=row.tenant)
             except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
                 return self.fail(row.id, *public_error(exc), detail=exc)
             stored, store_s = self._store(row, request, result, encoding.finish())
