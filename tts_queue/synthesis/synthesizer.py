@@ -4,7 +4,8 @@
 turned into a frontend script), phonemizes the script into sentences, runs them through the
 ``BatchEngine`` (so sentences of concurrent requests share ONNX calls; SSML rate changes make one
 call per run of equal rate), and joins the exact per-sentence audio with short silences (an SSML
-break's length where it set one).
+break's length where it set one). The voice stays loaded while the request runs
+(``VoiceRegistry.using``).
 
 ``measured_seconds`` is the length of that audio without making it, from the model's durations
 alone: the tests of the estimate measure a corpus with it. Both follow one ``Plan`` of the
@@ -132,7 +133,12 @@ class Synthesizer:
         sentences, so the pieces joined are exactly the audio; then nothing of it is kept here (the
         result's ``audio`` is empty), so memory does not grow with the request's length. Without
         it, the result holds the audio joined."""
-        voice = self.registry.load(request.voice)
+        with self.registry.using(request.voice) as voice:
+            return self._synthesize(voice, request, priority, on_audio, owner)
+
+    def _synthesize(self, voice: LoadedVoice, request: SynthesisRequest, priority: int,
+                    on_audio: Callable[[np.ndarray[Any, Any], int], None] | None,
+                    owner: str) -> SynthesisResult:
         started = time.perf_counter()
         plan = Plan.of(voice, request)
         phonemized = time.perf_counter()
