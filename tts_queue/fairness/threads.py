@@ -146,6 +146,7 @@ class KeyShares:
     def park(self, task: Parked) -> None:
         """Keep a task refused a place until ``due`` sends it on."""
         with self._lock:
+            self._promised.pop(task.task_id, None)  # sent on but not taken back by the broker
             if task.task_id not in self._parked_ids:
                 self._parked.setdefault(self._queue_of(task), deque()).append(task)
                 self._parked_ids.add(task.task_id)

@@ -9,21 +9,13 @@ key) that reach one worker together are synthesized once: followers wait for the
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO
-
-import numpy as np
-import numpy.typing as npt
 
 from tts_queue import metrics
 from tts_queue.broker.names import lane_of
@@ -42,11 +34,12 @@ from tts_queue.errors import (
 from tts_queue.fairness.threads import Held, KeyShares, OverShare, Parked, Work
 from tts_queue.redact import redacted
 from tts_queue.storage.cache import AudioCache, CachedAudio
-from tts_queue.synthesis.encoder import AudioWriter, StreamEncoder, mime_type, open_writer
+from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
+from tts_queue.tasks.encoding import Encoding, no_room
 from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.rows import Suspect
 from tts_queue.tasks.view import TaskView
@@ -293,7 +286,7 @@ class TaskExecutor:
             raise StorageFull(f"no room to store the audio of task {row.id}: {free} bytes free, the "
                               f"last {self.storage_floor_bytes} are kept for the broker and database")
         began = time.perf_counter()
-        with _no_room(path):
+        with no_room(path):
             stored = self.cache.store_file(row.cache_key, request.format, path, result.duration_s,
                                            result.alignment.to_dict(), mime_type(request.format))
         return stored, time.perf_counter() - began
@@ -318,74 +311,3 @@ class TaskExecutor:
 def lane_priority(queue: str) -> int:
     """Engine priority of a task from its queue: bulk (book) work yields to interactive requests."""
     return 1 if lane_of(queue) is Lane.BULK else 0
-
-
-class Encoding:
-    """A task's audio as it is made: encoded into a scratch file, and, with a ``publisher``, sent
-    piece by piece as it is encoded. A full disk while writing is ``StorageFull`` (the attempt
-    taken back by the caller's handling); the scratch file never outlives the task's run."""
-
-    def __init__(self, fmt: str, scratch: Path, publisher: StreamPublisher | None) -> None:
-        self.format = fmt
-        self.publisher = publisher
-        self.path = scratch / f".{uuid.uuid4().hex}.{fmt}.part"
-        self.handle: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by finish or discard
-        self.stream: StreamEncoder | None = None
-        self.writer: AbstractContextManager[AudioWriter] | None = None
-        self.sink: AudioWriter | None = None
-        self.seconds = 0.0
-
-    def write(self, samples: npt.NDArray[np.float32], sample_rate: int) -> None:
-        """Encode the next piece (publishing what is ready when streaming)."""
-        began = time.perf_counter()
-        with _no_room(self.path):
-            if self.publisher is not None:
-                if self.stream is None:
-                    self.stream = StreamEncoder(self.format, sample_rate, self.handle)
-                piece = self.stream.write(samples)
-            else:
-                if self.writer is None:
-                    self.writer = open_writer(self.handle, self.format, sample_rate)
-                    self.sink = self.writer.__enter__()
-                assert self.sink is not None
-                self.sink.write(samples)
-                piece = b""
-        self.seconds += time.perf_counter() - began
-        if self.publisher is not None:
-            self.publisher.send(piece)
-
-    def finish(self) -> Path:
-        """The whole file, flushed to disk (a stream's last bytes published)."""
-        began = time.perf_counter()
-        with _no_room(self.path):
-            if self.stream is not None:
-                tail = self.stream.close()
-                if self.publisher is not None:
-                    self.publisher.send(tail)
-            elif self.writer is not None:
-                self.writer.__exit__(None, None, None)
-                self.writer = None
-            else:
-                raise SynthesisError("the synthesizer made no audio")
-            self.handle.flush()
-            os.fsync(self.handle.fileno())
-            self.handle.close()
-        self.seconds += time.perf_counter() - began
-        return self.path
-
-    def discard(self) -> None:
-        """Close and remove the scratch file (stored files were moved away already)."""
-        if not self.handle.closed:
-            self.handle.close()
-        self.path.unlink(missing_ok=True)
-
-
-@contextmanager
-def _no_room(path: Path) -> Iterator[None]:
-    """``ENOSPC``/``EDQUOT`` while writing ``path`` is ``StorageFull``: the task waits for space."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StorageFull(f"no room to write audio ({path.name}): {exc}") from exc
-        raise
