@@ -1,10 +1,12 @@
-"""Fairness between keys, as a client sees it: one key's short requests beside another key's long work.
+"""Fairness between keys, as a client sees it: one key's short requests beside another key's long work
+(``--same-key``: beside the same key's, fairness within one tenant).
 
 Run from the repository root (10-20 minutes on 2 cores; a tree with unfair order takes longer,
 since every wait there runs to its bound)::
 
     .venv/bin/python bench/bench_fairness.py --label after [--tree PATH] [--out PATH]
                                              [--only idle|english|japanese|book|many ...]
+                                             [--same-key]
     .venv/bin/python bench/bench_fairness.py --lanes-rounds 5 [--tree PATH]
 
 ``--tree`` is the source tree whose service is measured (default: this repository). The service
@@ -15,7 +17,8 @@ runs that tree's own code: ``tts-queue up`` is started with the same interpreter
 
 Every scenario starts ``tts-queue up`` on a fresh data directory with ``TTS_AUTH=required`` and two
 keys made with ``tts-queue keys create`` (A: the long work, B: the short requests), and is stopped
-after it, so a long render never bleeds into the next scenario:
+after it, so a long render never bleeds into the next scenario (``--same-key``: B's requests are
+sent with A's key, so both are one tenant, as every local client is with keys off):
 
 (1) ``idle``: B's one-sentence ``POST /tts?wait=30`` (unique texts), p50/p95;
 (2) ``english``: beside one request of A of unique long English sentences at an SSML rate of 0.1
@@ -172,7 +175,7 @@ def where_imported(tree: Path, env: dict[str, str], up: subprocess.Popen[bytes])
 class Service:
     """One ``tts-queue up`` of ``tree`` on a fresh data directory, with keys A and B."""
 
-    def __init__(self, tree: Path, overrides: dict[str, str]) -> None:
+    def __init__(self, tree: Path, overrides: dict[str, str], same_key: bool = False) -> None:
         self.tree = tree
         self.tmp = tempfile.TemporaryDirectory(prefix="tts-fair-")
         self.data_dir = Path(self.tmp.name)
@@ -190,6 +193,8 @@ class Service:
         self.ready_s = time.monotonic() - started
         # A queues a whole book (about 6,400 sentences) at once: over the default quota (2,000)
         self.keys = {"fair-a": self._key("fair-a", "--max-queued", "20000"), "fair-b": self._key("fair-b")}
+        if same_key:  # one tenant: B's short requests beside its own long work
+            self.keys["fair-b"] = self.keys["fair-a"]
 
     def _ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -386,7 +391,7 @@ def progress(service: Service, urls: list[str]) -> list[dict[str, Any]]:
 
 def scenario_run(tree: Path, scenario: str, args: argparse.Namespace, overrides: dict[str, str],
                  check_imports: bool) -> dict[str, Any]:
-    service = Service(tree, overrides)
+    service = Service(tree, overrides, args.same_key)
     out: dict[str, Any] = {"ready_s": round(service.ready_s, 1)}
     try:
         if check_imports:
@@ -400,6 +405,7 @@ def scenario_run(tree: Path, scenario: str, args: argparse.Namespace, overrides:
             before = task_ids(service)
             started = time.monotonic()
             urls, out["long_work"] = submit_long(service, scenario, Path(args.book))
+            before |= {url.rstrip("/").rsplit("/", 1)[-1] for url in urls}  # B's tasks only
             out["long_running_after_s"] = round(wait_rendering(service, urls, scenario), 1)
             shorts = paced_shorts(service, scenario, args.busy_n, args.busy_every, args.bound)
             out["long_progress_after"] = progress(service, urls)
@@ -436,7 +442,7 @@ def fairness(args: argparse.Namespace) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": {"overrides": overrides, "bound_s": args.bound, "idle_n": args.idle_n,
                      "idle_every_s": args.idle_every, "busy_n": args.busy_n, "busy_every_s": args.busy_every,
-                     "workers": 1, "auth": "required"},
+                     "workers": 1, "auth": "required", "same_key": args.same_key},
         "scenarios": {}, "not_run": {},
     }
     for n, scenario in enumerate(scenarios):
@@ -562,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="these scenarios (idle always runs)")
     parser.add_argument("--book", default=str(BOOK))
     parser.add_argument("--bound", type=float, default=120.0, help="a short request's longest wait, s")
+    parser.add_argument("--same-key", action="store_true", help="B's requests with A's key: one tenant")
     parser.add_argument("--idle-n", type=int, default=15)
     parser.add_argument("--idle-every", type=float, default=1.0)
     parser.add_argument("--busy-n", type=int, default=12)
