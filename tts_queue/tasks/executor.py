@@ -137,13 +137,13 @@ class TaskExecutor:
         self.stopping = threading.Event()
 
     def execute(self, task_id: str, worker_name: str | None = None,
-                stream: bool = False, shared: bool = True) -> TaskStatus | None:
+                stream: bool = False) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do.
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``).
         A task whose key holds its share of this worker's threads raises ``OverShare`` unclaimed
-        (its claim rolled back, no attempt counted), parked in ``shares`` until a place frees
-        (``shared=False``: it runs whatever its key holds, counted all the same). Once the
-        worker is stopping (``stopping``), ``WorkerStopping`` is raised unclaimed: send it back."""
+        (its claim rolled back, no attempt counted), parked in ``shares`` until a place frees for
+        it (``send_on``). Once the worker is stopping (``stopping``), ``WorkerStopping`` is raised
+        unclaimed: send it back."""
         if self.stopping.is_set():
             raise WorkerStopping(f"task {task_id}: the worker is stopping")
         worker = worker_name or self.worker_name
@@ -156,7 +156,7 @@ class TaskExecutor:
             if self.shares is not None:
                 work = self.work_of(row)
                 try:
-                    taken.append(self.shares.take(row.tenant, work, force=not shared, task_id=task_id))
+                    taken.append(self.shares.take(row.tenant, work, task_id=task_id))
                 except OverShare:  # rolled back, and waits here for a place
                     self.shares.park(Parked(task_id, row.queue, stream, row.tenant, work))
                     raise
