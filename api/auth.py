@@ -79,6 +79,12 @@ def owner() -> str | None:
     return who.id if who is not None else None
 
 
+def tenant_address() -> str | None:
+    """With auth off, the caller's client address: whose fair share of the workers its tasks run
+    in (``TaskRow.tenant``); ``None`` with a key (the key is the tenant)."""
+    return client_address() if principal() is None else None
+
+
 def is_admin() -> bool:
     """Whether the caller may see deployment-wide views (anyone, with auth off)."""
     who = principal()

@@ -28,7 +28,7 @@ from flask_limiter.errors import RateLimitExceeded
 from pydantic import BaseModel, ConfigDict, Field
 
 import api.contract as contract
-from api.auth import KEY, LIST, check_quota, owner, rate_limited
+from api.auth import KEY, LIST, check_quota, owner, rate_limited, tenant_address
 from api.discovery import (
     AudioModels,
     Models,
@@ -188,7 +188,7 @@ def speech() -> Response:
         raise Busy("every streaming slot (or this key's share of them) is taken")
     try:
         view = svc.tasks.submit(payload, owner=owner(), stream=True, callback_url=speech.callback_url,
-                                base_url=api_root())
+                                base_url=api_root(), address=tenant_address())
     except BaseException:
         slots().give_back(who)
         raise

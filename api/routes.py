@@ -18,7 +18,17 @@ from flask import (
 from werkzeug.wrappers import Response as BaseResponse
 
 import api.contract as contract
-from api.auth import ADMIN, KEY, OPEN, check_quota, client_address, is_admin, owner, require_admin
+from api.auth import (
+    ADMIN,
+    KEY,
+    OPEN,
+    check_quota,
+    client_address,
+    is_admin,
+    owner,
+    require_admin,
+    tenant_address,
+)
 from api.downloads import presigned, send_stored
 from api.services import Services
 from api.slots import SLOTS, Slots
@@ -87,7 +97,8 @@ def _submit(stream: bool = False, checked_stream: bool = False) -> TaskView:
     check_quota(keep=bool(speech.keep))
     payload = {k: v for k, v in raw.items() if k not in ("pool", "keep", "callback_url")}
     return services().tasks.submit(payload, pool=speech.pool, keep=speech.keep, owner=owner(), stream=stream,
-                                   callback_url=speech.callback_url, base_url=api_root())
+                                   callback_url=speech.callback_url, base_url=api_root(),
+                                   address=tenant_address())
 
 
 JSON = ("application/json",)

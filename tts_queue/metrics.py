@@ -82,8 +82,8 @@ SENTENCES = Counter("tts_sentences_synthesized", "Sentences the model synthesize
 AUDIO_SECONDS = Counter("tts_audio_seconds", "Seconds of audio produced by synthesis (cache hits excluded)")
 PREEMPTED = Counter("tts_batches_preempted", "Bulk (book) batches stopped in the model so an interactive "
                     "sentence ran first (each runs again after it)")
-OVER_SHARE = Counter("tts_tasks_over_share", "Interactive tasks sent back to the broker unclaimed because "
-                     "their key held its share of a worker's threads")
+OVER_SHARE = Counter("tts_tasks_over_share", "Tasks left unclaimed to wait on their worker because their "
+                     "key held its share of its threads (sent on when a place frees)")
 STALLED = Counter("tts_requests_stalled", "Requests given up in the engine because none of their "
                   "sentences finished for TTS_ENGINE_STALL_S (their waiting sentences taken out)")
 SWEEPS = Counter("tts_recovery_sweeps", "Recovery sweeps run")

@@ -116,8 +116,9 @@ class VoiceSettings:
     default: str = setting("en_US-joe-medium", "voice used when a request names none (text with kana: "
                            "the first Japanese voice)",
                            env="TTS_DEFAULT_VOICE")
-    max_loaded: int = setting(2, "voices kept loaded per process (least recently used out first)",
-                              env="TTS_MAX_LOADED_VOICES")
+    max_loaded: int = setting(2, "models kept loaded per process (Kokoro's voices share one and count "
+                              "as one); the least recently used goes first, never one a request "
+                              "in progress uses", env="TTS_MAX_LOADED_VOICES")
 
 
 @dataclass(frozen=True)
@@ -320,12 +321,17 @@ class WorkerSettings:
                         flag="--pool")
     concurrency: int = setting(16, "requests in flight per worker (threads)",
                                env="TTS_WORKER_CONCURRENCY", flag="--concurrency")
-    interactive_reserve: int = setting(4, "threads of each worker that book sentences never take, "
-                                       "nor one key's requests: a short request finds one at once "
-                                       "(books get at most the concurrency minus this, and at most "
-                                       "two batches plus two; each active key gets an equal part "
-                                       "of the concurrency minus this)",
+    interactive_reserve: int = setting(4, "threads of each worker kept for short requests (see "
+                                       "TTS_SHORT_TASK_S), shared between keys: long requests and "
+                                       "book sentences never take them, so a short request finds "
+                                       "one at once (books get at most the concurrency minus this, "
+                                       "and at most two batches plus two; each active key gets an "
+                                       "equal part of the concurrency minus this, and all keys "
+                                       "together no more than it)",
                                        env="TTS_INTERACTIVE_RESERVE")
+    short_task_s: float = setting(30.0, "a request whose estimated audio is at most this many "
+                                  "seconds is short: it may run on the threads kept by "
+                                  "TTS_INTERACTIVE_RESERVE", env="TTS_SHORT_TASK_S")
     max_call_s: float = setting(1.0, "a model call holds at most this much model time beyond its "
                                 "first sentence (from the voice's past calls), so a short request "
                                 "that comes while long ones run waits for little; a sentence over "

@@ -167,6 +167,9 @@ class TaskRow(Base):
     worker: Mapped[str | None] = mapped_column(String(255), default=None)
     # The API key that submitted it (``None`` with auth off): only that key sees the task.
     owner: Mapped[str | None] = mapped_column(String(36), default=None)
+    # With auth off, the client address that submitted it: whose fair share of a worker's threads
+    # and model it runs in (``tenant``); ``None`` with auth on (the key is) and for book sentences.
+    address: Mapped[str | None] = mapped_column(String(64), default=None)
     # It has a ``callbacks`` row (a webhook): its end makes the delivery due; no status board record.
     callback: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
     # A pinned (``keep``) task's estimated audio bytes while it is queued or running: the pin cap
@@ -183,6 +186,14 @@ class TaskRow(Base):
                             "created_at"),
                       # the backlog (``tasks.backlog``): counted and summed from this index alone
                       Index("ix_tasks_status_queue_estimate", "status", "queue", "estimate_s"))
+
+    @property
+    def tenant(self) -> str:
+        """Whose fair share of a worker it runs in: its key, or with auth off its client's
+        address (``""``: neither, as a book sentence with auth off)."""
+        if self.owner is not None:
+            return self.owner
+        return f"addr:{self.address}" if self.address else ""
 
 
 class Callback(Base):

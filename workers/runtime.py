@@ -65,7 +65,8 @@ class WorkerRuntime:
             name or f"{settings.worker.pool}@{socket.gethostname()}", core.board, core.streams,
             max_attempts=settings.worker.max_retries + 1,
             storage_floor_bytes=settings.cache.storage_reserve_bytes // 2,
-            shares=KeyShares(settings.worker.concurrency, settings.worker.interactive_reserve))
+            shares=KeyShares(settings.worker.concurrency, settings.worker.interactive_reserve),
+            short_task_s=settings.worker.short_task_s)
         ingester = core.ingester(lease=timedelta(seconds=settings.worker.lease_s),
                                  max_attempts=settings.worker.max_retries + 1)
         return cls(core, engine, executor, ingester)

@@ -10,7 +10,10 @@ neither adds handlers that fire for the first nor keeps it alive.
   holds them, under a lease, in one statement for all of them; so the common case, a thread that
   claims at once, writes nothing here (the claim records the worker) and the consumer thread never
   waits on SQL;
-- a task ends (``task_postrun``): its lease is no longer renewed;
+- a task ends (``task_postrun``): its lease is no longer renewed, unless it waits on this worker for
+  a place (``KeyShares.park``): its message is acknowledged but the worker holds its row until
+  it sends it on, to the broker, when a place frees (``send_on``: after each task that held one,
+  and at each heartbeat), or gives it back as it stops (``worker_shutting_down``);
 - the consumer loses its broker connection (``LeasesOnReconnect``, a consumer bootstep): Celery
   drops every message it received and has not started (a reserved task, an ETA or countdown: their
   delivery tags die with the channel, and the broker only hands them out again after its
@@ -22,8 +25,9 @@ neither adds handlers that fire for the first nor keeps it alive.
   delivery in flight, then releases what workers whose heartbeat stopped held), and the consumed
   marker is set (its consumer is up);
 - a task starts (``task_prerun``): the consumed marker is set (``/readyz``);
-- the worker is told to stop (``worker_shutting_down``, SIGTERM): the shutdown budget starts
-  (``workers.shutdown``: what still runs when it is spent is handed back);
+- the worker is told to stop (``worker_shutting_down``, SIGTERM): the tasks waiting on it for a
+  place go back to the broker, and the shutdown budget starts (``workers.shutdown``: what still
+  runs when it is spent is handed back);
 - the worker shuts down (``worker_shutdown``): the heartbeat stops; no new webhook delivery starts.
 """
 
@@ -33,6 +37,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, bootsteps, signals
@@ -42,6 +47,7 @@ from tts_queue import metrics
 from tts_queue.broker.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.broker.names import SYNTHESIZE
 from tts_queue.errors import ConfigError
+from tts_queue.fairness.threads import Parked
 from tts_queue.heap import LOG_LINE, Trimmer, freeze_start_up
 from workers.markers import ConsumedMarker, RedisBrokerMarker
 from workers.recovery import release_predecessor, release_silent_workers, requeue
@@ -134,9 +140,11 @@ def running_task_ids() -> set[str]:
     return {request.id for request in list(state.active_requests)}
 
 
-def leases_on_reconnect(leases: Leases) -> type[bootsteps.StartStopStep]:
+def leases_on_reconnect(leases: Leases,
+                        waiting: Callable[[], set[str]] = set) -> type[bootsteps.StartStopStep]:
     """A consumer bootstep that, whenever the consumer stops (its broker connection lost, or the
-    worker stopping), lets go of the leases of every task held but not running."""
+    worker stopping), lets go of the leases of every task held but not running nor ``waiting``
+    here for a place (those are this worker's, not Celery's)."""
 
     class LeasesOnReconnect(bootsteps.StartStopStep):
         """Lets go of received-but-unstarted tasks' leases when the consumer stops."""
@@ -144,7 +152,7 @@ def leases_on_reconnect(leases: Leases) -> type[bootsteps.StartStopStep]:
         def stop(self, parent: object) -> None:
             from celery.worker import state
 
-            gone = leases.keep_only(running_task_ids())
+            gone = leases.keep_only(running_task_ids() | waiting())
             stopping = state.should_stop is not None and state.should_stop is not False
             if gone and stopping:  # the worker still runs them, or hands them back at its budget
                 log.warning("stopping: %d received task(s) not started yet", gone)
@@ -179,6 +187,7 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
     def describe() -> WorkerInfo:
         return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
 
+    runtime.executor.resend = partial(resend, holder, leases)  # parked tasks go back to the broker
     renew = lease_renewal(runtime, leases, name, deliveries)
 
     def bookkeeping() -> None:
@@ -194,13 +203,25 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
     Trimmer(settings.worker.trim_interval_s, stop).start()
 
 
+def resend(holder: RuntimeHolder, leases: Leases, task: Parked) -> None:
+    """Send a task that waited on this worker back to the broker (whichever worker takes it holds
+    it from then on); raises when the broker does not take it."""
+    holder.dispatcher.dispatch(task.task_id, task.queue, stream=task.stream)
+    leases.drop(task.task_id)
+
+
 def lease_renewal(runtime: WorkerRuntime, leases: Leases, name: str,
                   deliveries: Deliveries | None) -> Callable[[], None]:
-    """What runs beside each beat: let go of the rows recorded as held here of the tasks sent back
+    """What runs beside each beat: send on the tasks waiting here that would now get a place (one
+    missed after a task's end), let go of the rows recorded as held here of the tasks sent back
     since, record the tasks received and still queued, renew the leases of the tasks this worker
-    holds and of its webhook deliveries in flight."""
+    holds (waiting ones too) and of its webhook deliveries in flight."""
 
     def renew() -> None:
+        try:
+            runtime.executor.send_on()
+        except Exception as exc:  # noqa: BLE001 - never stop the heartbeat
+            log.warning("could not send on the tasks waiting for a place: %s", exc)
         let_go, unrecorded = leases.take_let_go(), leases.take_unrecorded()
         try:
             runtime.core.task_rows.let_go(let_go, name)  # those dropped unfinished, still queued
@@ -215,6 +236,34 @@ def lease_renewal(runtime: WorkerRuntime, leases: Leases, name: str,
             log.warning("could not renew leases: %s", exc)
 
     return renew
+
+
+def give_back_waiting(holder: RuntimeHolder, leases: Leases) -> int:
+    """The worker stops: the tasks waiting on it for a place go back to the broker (one the
+    broker does not take is sent again by the sweep once its lease lapses); how many went."""
+    shares = holder.get().executor.shares
+    sent = 0
+    for task in shares.drain() if shares is not None else []:
+        try:
+            resend(holder, leases, task)
+            sent += 1
+        except Exception as exc:  # noqa: BLE001 - the broker is down: the lease lapses, the sweep sends
+            log.warning("stopping: task %s waiting for a place could not go back to the broker (%s)",
+                        task.task_id, exc)
+            leases.drop(task.task_id)
+    return sent
+
+
+def is_waiting(holder: RuntimeHolder, task_id: str) -> bool:
+    """Whether ``task_id`` waits on this worker for a place."""
+    shares = holder.get().executor.shares
+    return shares is not None and shares.waits(task_id)
+
+
+def waiting_ids(holder: RuntimeHolder) -> set[str]:
+    """Ids of the tasks waiting on this worker for a place."""
+    shares = holder.get().executor.shares
+    return shares.waiting_ids() if shares is not None else set()
 
 
 def only_for(app: Celery, handler: Handler) -> Handler:
@@ -249,8 +298,9 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
 
     def ended(sender: object = None, task_id: str | None = None, state: str | None = None,
               **_: object) -> None:
-        # A task handed back for a retry stays held: its lease is renewed until it runs again.
-        if task_id is not None and state != "RETRY":
+        # A task handed back for a retry stays held: its lease is renewed until it runs again; so
+        # does one waiting here for a place, until it is sent on (``resend``).
+        if task_id is not None and state != "RETRY" and not is_waiting(holder, task_id):
             leases.drop(task_id)
 
     def ready(sender: object = None, **_: object) -> None:
@@ -262,6 +312,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
     def shutting_down(sender: object = None, **_: object) -> None:
         # sent from the signal handler with the worker's hostname (not an object of an app)
         if isinstance(sender, str) and sender in names:
+            give_back_waiting(holder, leases)
             budget.start(sender)
 
     def shutdown(sender: object = None, **_: object) -> None:
@@ -278,7 +329,7 @@ def connect_signals(app: Celery, holder: RuntimeHolder, heartbeats: Heartbeats, 
         (signal, only_for(app, handler)) for signal, handler in (
             (signals.task_received, received), (signals.task_postrun, ended), (signals.worker_ready, ready),
             (signals.worker_shutdown, shutdown), (signals.task_prerun, started))]
-    app.steps["consumer"].add(leases_on_reconnect(leases))
+    app.steps["consumer"].add(leases_on_reconnect(leases, partial(waiting_ids, holder)))
     handlers.append((signals.worker_shutting_down, shutting_down))
     for signal, handler in handlers:
         signal.connect(handler, weak=True)

@@ -3,8 +3,9 @@
 - ``tts.ingest_book(book_id)``: ``Ingester.run``: an accepted upload parsed into rows and dispatched;
 
 - ``tts.synthesize(task_id, stream=False)``: ``TaskExecutor.execute`` (whatever happens when the task
-  ends, ``TaskEnds`` does); a task over its key's share of the threads goes back to the broker
-  unclaimed (``tts_queue.fairness.threads``);
+  ends, ``TaskEnds`` does); a task over its key's share of the threads waits on the worker,
+  unclaimed, until a place frees for it (``tts_queue.fairness.threads``; ``workers.signals`` sends it
+  on);
 - ``tts.assemble_chapter(book_id, number)``: ``ChapterAssembler.assemble`` under the chapter's lock;
 - ``tts.build_readalong(book_id)``: ``ReadAlongs.run``: a done book's read-along EPUB, asked for once;
 - ``tts.deliver_callback(subject_id)``: hands one delivery of a finished task's or book's webhook
@@ -43,7 +44,6 @@ from workers.webhooks import Deliveries, hand_over
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_BACKOFF_S = 30
-OVER_SHARE_WAIT_S = 0.5  # a task over its key's share of the threads is delivered again after this
 
 
 def retry_or_give_up(task: Task[..., object], exc: Exception, give_up: Callable[[], T]) -> T:
@@ -70,32 +70,18 @@ def resend_when_storage_blocked(task: Task[..., object], exc: BaseException, wha
     return True
 
 
-def send_back(task: Task[..., object], task_id: str, why: OverShare) -> bool:
-    """Send an over-share task back to the broker, delivered again after ``OVER_SHARE_WAIT_S``;
-    whether the broker took it (this message is acknowledged when the task body returns)."""
-    try:
-        task.signature_from_request(countdown=OVER_SHARE_WAIT_S).apply_async()
-    except Exception as exc:  # noqa: BLE001 - the broker is down: the caller runs it instead
-        log.warning("task %s: %s, but the broker could not take it back (%s); running it", task_id, why, exc)
-        return False
-    log.debug("task %s: %s; sent back", task_id, why)
-    metrics.count(metrics.OVER_SHARE)
-    return True
-
-
 def synthesis(task: Task[..., object], holder: RuntimeHolder, task_id: str, stream: bool) -> str | None:
     """``tts.synthesize``'s body: one task row (``stream``: its audio published as it is made);
-    over its key's share, back to the broker; unexpected errors retried with backoff, then the
-    row failed."""
+    over its key's share, it waits on this worker, unclaimed (its message acknowledged, its lease
+    kept: ``workers.signals``), until a place frees; unexpected errors retried with backoff, then
+    the row failed."""
     try:
         try:
             status = holder.get().executor.execute(task_id, task.request.hostname, stream=stream)
-        except OverShare as exc:  # its key holds its share of the threads: back to the broker
-            if send_back(task, task_id, exc):
-                return None
-            # the broker cannot take it back: it runs here, over the share, rather than be lost
-            status = holder.get().executor.execute(task_id, task.request.hostname, stream=stream,
-                                                   shared=False)
+        except OverShare as exc:  # parked by the executor: sent on when a place frees for it
+            log.debug("task %s: %s; it waits on this worker", task_id, exc)
+            metrics.count(metrics.OVER_SHARE)
+            return None
     except WorkerStopping:  # the worker handed back what it held: back to the broker, unclaimed
         try:
             task.signature_from_request(countdown=0).apply_async()

@@ -24,3 +24,6 @@ register_module("readalong_hostile", subject="books", takes="about 3 minutes",
 register_module("recovery", subject="service", takes="about 10 minutes",
                 description="a SIGKILLed worker's tasks: replaced at once by one of the same name, or found "
                             "by the worker beside it; from the kill until they run again and all are done")
+register_module("flood", subject="fairness", takes="about 3 minutes",
+                description="one worker under 5,000 requests of one tenant, most over its share: tasks sent "
+                            "round the broker a second, and its memory over the next minute")

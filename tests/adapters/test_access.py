@@ -171,6 +171,26 @@ def test_with_auth_off_any_authorization_header_is_ignored(tmp_path: Path, voice
     assert client.get("/v1/cache/stats").status_code == 200
 
 
+def test_a_tasks_tenant_is_its_key_or_with_auth_off_its_client_address(
+    world: dict[str, Any], tmp_path: Path, voices_dir: Path,
+) -> None:
+    # Given the same request sent with a key, and with auth off from two client addresses
+    keyed = world["client"].post("/v1/tts", json={"text": "Whose share?"}, headers=auth(world, "alice"))
+    settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path / "off"),
+                                          "TTS_VOICES_DIR": str(voices_dir), "TTS_DEFAULT_VOICE": "tiny"}))
+    queue = FakeQueue()
+    services = Services.build(settings, dispatcher=queue, watch=queue)
+    client = create_app(settings, services).test_client()
+    sent = [client.post("/v1/tts", json={"text": "Whose share?"}, environ_base={"REMOTE_ADDR": address})
+            for address in ("10.0.0.7", "10.0.0.8")]
+    # Then the keyed task runs in its key's share, the others each in their address's
+    keyed_row = world["services"].tasks.row(keyed.get_json()["task_id"])
+    rows = [services.tasks.row(answer.get_json()["task_id"]) for answer in sent]
+    assert keyed_row.tenant == keyed_row.owner and keyed_row.address is None
+    assert [row.tenant for row in rows] == ["addr:10.0.0.7", "addr:10.0.0.8"]
+    services.db.engine.dispose()
+
+
 def test_a_cache_scope_per_key_separates_the_caches(tmp_path: Path, voices_dir: Path) -> None:
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                           "TTS_DEFAULT_VOICE": "tiny", "TTS_CACHE_SCOPE": "key"}))

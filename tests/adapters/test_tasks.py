@@ -15,18 +15,21 @@ from typing import Any, cast
 import pytest
 import redis
 from celery import Task as CeleryTask
+from celery import signals
 
 from tests.support import local, migrate
 from tts_queue.broker.connection import client_url
 from tts_queue.broker.names import CLEANUP, REQUEUE, SYNTHESIZE, RedisKeys, queue_name
 from tts_queue.db import utcnow
-from tts_queue.enums import TaskStatus
-from tts_queue.fairness.threads import OverShare
+from tts_queue.enums import Lane, TaskStatus
+from tts_queue.fairness.threads import KeyShares, OverShare, Parked, Work
 from tts_queue.settings import Settings
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.executor import TaskExecutor
 from workers.factory import make_celery
+from workers.recovery import broker_messages
 from workers.services import context_of
+from workers.signals import resend
 
 
 @dataclass
@@ -37,6 +40,7 @@ class FakeExecutor:
     calls: list[tuple[str, bool]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     worker_name: str = "fake@worker"
+    shares: KeyShares | None = None
 
     def execute(self, task_id: str, worker_name: str | None = None, stream: bool = False) -> TaskStatus:
         self.calls.append((task_id, stream))
@@ -166,8 +170,6 @@ def test_the_broker_view_keeps_a_waiting_copy_and_the_latest_delivery(redis_url:
     kombu's unacked hash beside a new copy waiting or delivered later."""
     import json as json_lib
 
-    from workers.recovery import broker_messages
-
     client = redis.Redis.from_url(client_url(redis_url))
     queue, index, unacked = f"q-{uuid.uuid4().hex[:8]}", "unacked_index", "unacked"
 
@@ -195,43 +197,48 @@ def test_the_broker_view_keeps_a_waiting_copy_and_the_latest_delivery(redis_url:
 
 @dataclass
 class OverShareExecutor(FakeExecutor):
-    """Refuses a task as over its key's share unless told to run it whatever the share."""
+    """Finds every task over its key's share: parks it, as the real executor does."""
 
-    refusals: int = 1
-    shared: list[bool] = field(default_factory=list)
-
-    def execute(self, task_id: str, worker_name: str | None = None, stream: bool = False,
-                shared: bool = True) -> TaskStatus:
-        self.shared.append(shared)
-        if shared and len(self.shared) <= self.refusals:
-            raise OverShare(f"key alice holds its share ({len(self.shared)})")
-        return TaskStatus.DONE
+    def execute(self, task_id: str, worker_name: str | None = None, stream: bool = False) -> TaskStatus:
+        assert self.shares is not None
+        self.shares.park(Parked(task_id, "tts.cpu", stream, "alice", Work.LONG))
+        raise OverShare("key alice holds its share")
 
 
-def test_a_task_over_its_keys_share_goes_back_to_the_broker(world: dict[str, Any]) -> None:
-    # Given an executor that finds the task's key at its share the first time
-    executor = OverShareExecutor()
-    holder = context_of(world["app"]).holder
-    holder._runtime = replace(holder.get(), executor=cast(TaskExecutor, executor))
-    # When the task body runs
-    result = world["app"].tasks[SYNTHESIZE].apply(args=[str(uuid.uuid4())]).get()
-    # Then it was sent back (eager here: run again at once) and ran the second time, within its share
-    assert result is None and executor.shared == [True, True]
-
-
-def test_a_task_over_its_share_runs_when_the_broker_cannot_take_it_back(
+def test_a_task_over_its_keys_share_waits_on_the_worker_and_sends_no_message(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Given a task over its key's share, and a broker that refuses the message sent back
-    executor = OverShareExecutor()
+    # Given an executor that finds the task's key at its share
+    executor = OverShareExecutor(shares=KeyShares(concurrency=4, reserve=2))
     holder = context_of(world["app"]).holder
     holder._runtime = replace(holder.get(), executor=cast(TaskExecutor, executor))
-
-    def refused(*args: Any, **kwargs: Any) -> Any:
-        raise ConnectionError("the broker is down")
-
-    monkeypatch.setattr(CeleryTask, "signature_from_request", refused)
+    sent: list[Any] = []
+    monkeypatch.setattr(CeleryTask, "signature_from_request", lambda *a, **k: sent.append(a))
+    leases = context_of(world["app"]).leases
+    task_id = str(uuid.uuid4())
+    leases.hold(task_id)  # received
     # When the task body runs
-    result = world["app"].tasks[SYNTHESIZE].apply(args=[str(uuid.uuid4())]).get()
-    # Then it ran here, over the share, rather than be lost
-    assert result == "done" and executor.shared == [True, False]
+    result = world["app"].tasks[SYNTHESIZE].apply(args=[task_id]).get()
+    # Then it ended unclaimed, nothing was sent to the broker, and it waits on the worker
+    assert result is None and sent == []
+    assert executor.shares is not None and executor.shares.waits(task_id)
+    # And as its body returns, its lease is still held (it is this worker's until sent on), where
+    # a task that ended lets its go
+    ended = str(uuid.uuid4())
+    leases.hold(ended)
+    for finished in (task_id, ended):
+        signals.task_postrun.send(sender=world["app"].tasks[SYNTHESIZE], task_id=finished, state="SUCCESS")
+    assert task_id in leases.held() and ended not in leases.held()
+
+
+def test_a_task_sent_on_goes_back_to_its_queue_and_the_worker_lets_it_go(world: dict[str, Any]) -> None:
+    # Given a task waiting on the worker, its lease held
+    context = context_of(world["app"])
+    task_id = str(uuid.uuid4())
+    queue = queue_name("cpu", Lane.INTERACTIVE, world["prefix"])
+    context.leases.hold(task_id)
+    # When it is sent on
+    resend(context.holder, context.leases, Parked(task_id, queue, True, "alice", Work.LONG))
+    # Then its message waits on its queue, and the worker holds it no more
+    assert broker_messages(world["redis"], [queue]).get(task_id, "absent") is None
+    assert task_id not in context.leases.held()

@@ -307,3 +307,19 @@ def test_voice_lists_carry_family_and_languages(client: FlaskClient) -> None:
     assert named["alloy"]["voice"] == "af_alloy" and named["fable"]["voice"] == "bm_fable"
     assert named["shimmer"]["voice"] == "en_US-joe-medium"
     assert voices["zm_yunxi"]["languages"] == ["zh"] and "zm_yunxi" in named
+
+
+def test_cycling_kokoro_voices_keeps_the_default_voice_loaded(client: FlaskClient) -> None:
+    # Given a worker that keeps two models loaded (the default), its default Piper voice warm, and
+    # whatever Kokoro voices the tests before asked for
+    log = client.application.extensions["tts"].settings.data_dir / "worker.log"
+    tag = uuid.uuid4().hex[:4]
+    kana = "".join("あいうえおかきくけこさしすせそた"[int(digit, 16)] for digit in tag)  # a new text, short
+    # When two Kokoro voices in turn (as many as the places), then the default voice, are asked for
+    for body in ({"text": f"{kana}。", "voice": "jf_nezumi"}, {"text": f"{kana}。", "voice": "jm_kumo"},
+                 {"text": f"Hello {tag}."}):
+        task = wait_done(client, client.post("/v1/tts", json=body).get_json()["task_id"])
+        assert task["status"] == "done", task
+    # Then the default voice was loaded once, at the worker's start: the Kokoro voices, sharing
+    # one graph, took one place between them instead of pushing it out (two voices of two places)
+    assert log.read_text(errors="replace").count("loaded en_US-joe-medium.onnx on") == 1

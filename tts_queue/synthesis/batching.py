@@ -67,6 +67,7 @@ class Batch:
     slots: list[tuple[int, ...]] = field(default_factory=list)
     members: list[tuple[Entry, int]] = field(default_factory=list)
     price: float = 1.0  # what each unit of its cost was charged to its keys (model seconds)
+    tags: dict[int, float] = field(default_factory=dict)  # its requests' fair tags when taken
 
     @property
     def padded_size(self) -> int:
@@ -97,17 +98,17 @@ class BatchPolicy:
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def append(self, entry: Entry) -> None:
-        """Queue one sentence."""
+    def append(self, entry: Entry, resume: float | None = None) -> None:
+        """Queue one sentence (``resume``: its request's fair tag, when it is given back)."""
         self._waiting.append(entry)
-        self.shares.arrive(entry)
+        self.shares.arrive(entry, resume)
 
     def put_back(self, batch: Batch, entries: list[Entry] | None = None) -> None:
         """Queue a batch's sentences again, unrun (``entries``: these forms of them), its cost
-        given back to their keys."""
+        given back to their keys and its requests at the tags they had when it was taken."""
         self.shares.charge(batch.members[0][0], batch.entries, batch.price, refund=True)
         for entry in entries if entries is not None else batch.entries:
-            self.append(entry)
+            self.append(entry, batch.tags.get(entry.group))
 
     def withdraw(self, group: int) -> list[Entry]:
         """Remove and return the waiting sentences of request ``group`` (it failed or stopped)."""
@@ -161,6 +162,7 @@ class BatchPolicy:
             taken = {id(entry) for entry, _ in batch.members}
             self._waiting = [e for e in self._waiting if id(e) not in taken]
             batch.price = 1.0 if price is None else price(key)
+            batch.tags = self.shares.tags(batch.entries)
             self.shares.charge(oldest, batch.entries, batch.price)
             for entry in batch.entries:
                 self.shares.leave(entry)

@@ -1,5 +1,10 @@
 """The voice registry: the manifest's voices and drop-in voices (``manifest``), digests, and
-a bounded set of loaded voices (least recently used unloaded first).
+a bounded set of loaded models (least recently used unloaded first).
+
+``TTS_MAX_LOADED_VOICES`` counts models, not voices: Kokoro's voices share one graph (each adds
+only its style table, half a megabyte), so any number of them count as one, and a worker that
+cycles through Kokoro voices keeps its Piper voice loaded beside them. A voice in use (a request
+holds it: ``using``) is never unloaded under it: the bound is met again once it is let go.
 
 Loading a voice (digest, ONNX session; a TensorRT engine build can take minutes) never holds the
 registry's lock: one lock per voice makes a second caller of the same voice wait for the first
@@ -13,11 +18,11 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-
-from cachetools import LRUCache
 
 from tts_queue.errors import DigestMismatch, UnknownVoice, VoiceFilesMissing
 from tts_queue.settings import Settings
@@ -95,7 +100,11 @@ class VoiceRegistry:
             for name in (spec.id, *spec.aliases):
                 self._names[name.lower()] = spec.id
         self._loader = loader
-        self._loaded: LRUCache[str, LoadedVoice] = LRUCache(maxsize=max_loaded)
+        self.max_loaded = max(1, max_loaded)
+        self._loaded: dict[str, LoadedVoice] = {}
+        # the models loaded, least recently used first, each with its voices (in the same order)
+        self._models: OrderedDict[str, dict[str, None]] = OrderedDict()
+        self._using: Counter[str] = Counter()  # requests holding each voice now (``using``)
         self._digests: dict[tuple[tuple[Path, int, int], ...], str] = {}
         self._loaded_files: dict[str, tuple[tuple[Path, int, int], ...]] = {}
         self._lock = threading.Lock()  # held only for dict reads and writes, never across I/O
@@ -219,19 +228,58 @@ class VoiceRegistry:
             files = tuple(_stat_key(path) for path in spec.files)
             voice = self._loader(spec)
             with self._lock:
-                self._loaded.pop(spec.id, None)
                 self._loaded[spec.id] = voice
                 self._loaded_files[spec.id] = files
+                self._touch(spec)
+                self._unload_over()
             return voice
+
+    @contextmanager
+    def using(self, name: str | None) -> Iterator[LoadedVoice]:
+        """The loaded voice of ``name``, kept loaded while the block runs (a request's synthesis:
+        its calls in the engine find it, whatever other voices come meanwhile)."""
+        voice = self.load(name)
+        with self._lock:
+            self._using[voice.spec.id] += 1
+        try:
+            yield voice
+        finally:
+            with self._lock:
+                self._using[voice.spec.id] -= 1
+                if self._using[voice.spec.id] <= 0:
+                    del self._using[voice.spec.id]
+                self._unload_over()
+
+    def _touch(self, spec: VoiceSpec) -> None:
+        """Mark ``spec``'s voice and model most recently used (under the lock)."""
+        voices = self._models.setdefault(model_of(spec), {})
+        voices.pop(spec.id, None)
+        voices[spec.id] = None
+        self._models.move_to_end(model_of(spec))
+
+    def _unload_over(self) -> None:
+        """Unload the least recently used models not in use until at most ``max_loaded`` are
+        (under the lock); a model whose voice a request holds stays, over the bound, until let go,
+        and so does the one used last."""
+        for model in list(self._models)[:-1]:
+            if len(self._models) <= self.max_loaded:
+                return
+            voices = self._models[model]
+            if any(voice in self._using for voice in voices):
+                continue
+            for voice in voices:
+                self._loaded.pop(voice, None)
+                self._loaded_files.pop(voice, None)
+            del self._models[model]
+            log.info("unloaded model %s (%s): over TTS_MAX_LOADED_VOICES", model, ", ".join(voices))
 
     def _current(self, spec: VoiceSpec) -> LoadedVoice | None:
         """The loaded voice of ``spec`` if its files are unchanged, marked most recently used."""
         with self._lock:
-            # pop and re-insert, so the cache's iteration order is its LRU order (``loaded()``)
-            voice = self._loaded.pop(spec.id, None)
+            voice = self._loaded.get(spec.id)
             if voice is None:
                 return None
-            self._loaded[spec.id] = voice
+            self._touch(spec)
             files = self._loaded_files.get(spec.id)
         if self._files_changed(spec, files):
             log.info("voice %s changed on disk; reloading it", spec.id)
@@ -249,9 +297,9 @@ class VoiceRegistry:
         return loaded_from != now
 
     def loaded(self) -> list[str]:
-        """Ids of the voices loaded now, least recently used first."""
+        """Ids of the voices loaded now, least recently used first (by model, then voice)."""
         with self._lock:
-            return list(self._loaded.keys())
+            return [voice for voices in self._models.values() for voice in voices if voice in self._loaded]
 
     def providers(self) -> dict[str, str]:
         """The execution provider each loaded voice really runs on."""
@@ -289,6 +337,15 @@ class VoiceRegistry:
             return kokoro_id_map(config["vocab"])
         id_map: Mapping[str, Sequence[int]] = config["phoneme_id_map"]
         return id_map
+
+
+def model_of(spec: VoiceSpec) -> str:
+    """What a loaded voice counts as against ``TTS_MAX_LOADED_VOICES``: its own model, or for a
+    family whose voices share one (Kokoro's graph), that model (as ``kokoro.voice.Graphs``
+    keys it)."""
+    if spec.family == PIPER:
+        return f"voice:{spec.id}"
+    return "model:" + (spec.sha256 or "|".join(str(path) for path in spec.model_files))
 
 
 def _speaks(spec: VoiceSpec, wanted: str) -> bool:

@@ -4,7 +4,11 @@
 turned into a frontend script), phonemizes the script into sentences, runs them through the
 ``BatchEngine`` (so sentences of concurrent requests share ONNX calls; SSML rate changes make one
 call per run of equal rate), and joins the exact per-sentence audio with short silences (an SSML
-break's length where it set one).
+break's length where it set one). A sentence that would cost more than one call may hold
+(``BatchEngine.call_cap``, ``TTS_MAX_CALL_S`` of its voice's model time) is cut at its clause
+marks (``clauses``; pieces of at least ``MIN_PIECE`` symbols), its pieces joined with no added
+silence: no single sentence, of any family, length or speed, holds the model for long while
+others wait. The voice stays loaded while the request runs (``VoiceRegistry.using``).
 
 ``measured_seconds`` is the length of that audio without making it, from the model's durations
 alone: the tests of the estimate measure a corpus with it. Both follow one ``Plan`` of the
@@ -24,7 +28,7 @@ import numpy as np
 from tts_queue.synthesis.audio import Audio
 from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult
 from tts_queue.synthesis.estimate.duration import effective_speed
-from tts_queue.synthesis.frontend.text import SpokenSentence
+from tts_queue.synthesis.frontend.text import SpokenSentence, clauses
 from tts_queue.synthesis.inference import Scales
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest
@@ -63,6 +67,9 @@ class SynthesisResult:
 
 
 
+MIN_PIECE = 24  # symbols: a clause cut shorter than this would be said without its prosody
+Cap = Callable[[Scales], "float | None"]  # the most cost one call of these scales may hold
+
 
 def _shifted(piece: Callable[[int, SentenceResult], None], offset: int, index: int,
              result: SentenceResult) -> None:
@@ -91,15 +98,38 @@ class Plan:
     runs: list[tuple[int, int, Scales]]
 
     @classmethod
-    def of(cls, voice: LoadedVoice, request: SynthesisRequest) -> Plan:
+    def of(cls, voice: LoadedVoice, request: SynthesisRequest, cap: Cap | None = None) -> Plan:
+        """The plan of ``request``; ``cap``: its sentences that would cost more than one call may
+        hold are cut at their clause marks."""
         script = request.script or (("text", request.text),)
         spoken = voice.script_sentences(script, request.max_sentence_phonemes)
+        if cap is not None:
+            spoken = [part for sentence in spoken for part in _within(voice, request, sentence, cap)]
         gaps = [int(voice.sample_rate * (request.sentence_silence_ms if s.pause_ms is None else s.pause_ms)
                     / 1000) for _, s in spoken]
         runs = [(start, end, voice.scales(effective_speed(request.speed, rate), request.noise_scale,
                                           request.noise_w))
                 for start, end, rate in _runs([s.rate for _, s in spoken])]  # one rate per engine call
         return cls(spoken, gaps, runs)
+
+
+def _within(voice: LoadedVoice, request: SynthesisRequest, sentence: tuple[list[int], SpokenSentence],
+            cap: Cap) -> list[tuple[list[int], SpokenSentence]]:
+    """``sentence``, or its pieces cut at clause marks when it would cost more than ``cap`` allows
+    one call (cost: ids times length scale, as ``BatchEngine`` counts it); the pieces but the last
+    are followed by no silence, the last by the sentence's own."""
+    ids, spoken = sentence
+    scales = voice.scales(effective_speed(request.speed, spoken.rate), request.noise_scale, request.noise_w)
+    budget = cap(scales)
+    if budget is None or len(ids) * scales.length_scale <= budget or not spoken.phonemes:
+        return [sentence]
+    ids_per_symbol = len(ids) / len(spoken.phonemes)
+    limit = max(MIN_PIECE, int(budget / scales.length_scale / ids_per_symbol))
+    pieces = clauses(spoken.phonemes, limit)
+    if len(pieces) <= 1:
+        return [sentence]
+    return [(voice.ids_of(piece), SpokenSentence(piece, spoken.pause_ms if last else 0, spoken.rate))
+            for last, piece in ((n == len(pieces) - 1, piece) for n, piece in enumerate(pieces))]
 
 
 def measured_seconds(voice: LoadedVoice, request: SynthesisRequest) -> float:
@@ -121,6 +151,10 @@ class Synthesizer:
         self.registry = registry
         self.engine = engine
 
+    def _cap(self, voice: str, scales: Scales) -> float | None:
+        """The most cost one call of ``voice`` at ``scales`` may hold (``None``: no cap known)."""
+        return self.engine.call_cap(BatchKey(voice=voice, scales=scales, speaker=None))
+
     def synthesize(self, request: SynthesisRequest, priority: int = 0,
                    on_audio: Callable[[np.ndarray[Any, Any], int], None] | None = None,
                    owner: str = "") -> SynthesisResult:
@@ -132,9 +166,14 @@ class Synthesizer:
         sentences, so the pieces joined are exactly the audio; then nothing of it is kept here (the
         result's ``audio`` is empty), so memory does not grow with the request's length. Without
         it, the result holds the audio joined."""
-        voice = self.registry.load(request.voice)
+        with self.registry.using(request.voice) as voice:
+            return self._synthesize(voice, request, priority, on_audio, owner)
+
+    def _synthesize(self, voice: LoadedVoice, request: SynthesisRequest, priority: int,
+                    on_audio: Callable[[np.ndarray[Any, Any], int], None] | None,
+                    owner: str) -> SynthesisResult:
         started = time.perf_counter()
-        plan = Plan.of(voice, request)
+        plan = Plan.of(voice, request, functools.partial(self._cap, voice.spec.id))
         phonemized = time.perf_counter()
         sentences, gaps = [ids for ids, _ in plan.spoken], plan.gaps
         joined: list[np.ndarray[Any, Any]] = []

@@ -131,6 +131,9 @@ class LoadedVoice(Protocol):
     def sentence_ids(self, cleaned_text: str, max_phonemes: int) -> list[list[int]]:
         """Model ids per sentence for already-cleaned text."""
 
+    def ids_of(self, phonemes: Sequence[str]) -> list[int]:
+        """Model ids of one sentence's symbols (a ``SpokenSentence``'s, or a piece of them)."""
+
     def id_map(self) -> Mapping[str, Sequence[int]]:
         """Symbol -> ids, Piper's shape (captions find word spaces and silent marks with it)."""
 
@@ -207,6 +210,10 @@ class Voice:
         """Model ids per sentence of a frontend script, each with its sentence (pause, rate)."""
         return [(to_ids(s.phonemes, self.config.phoneme_id_map), s)
                 for s in self.phonemizer.script(script, max_phonemes)]
+
+    def ids_of(self, phonemes: Sequence[str]) -> list[int]:
+        """Model ids of one sentence's phonemes."""
+        return to_ids(phonemes, self.config.phoneme_id_map)
 
 
 def resolve_speaker(spec: VoiceSpec, speaker: str | int | None) -> int | None:

@@ -12,21 +12,13 @@ once: followers wait for the leader's audio (``Leaders``). Every end goes throug
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO
-
-import numpy as np
-import numpy.typing as npt
 
 from tts_queue import metrics
 from tts_queue.broker.names import lane_of
@@ -42,14 +34,15 @@ from tts_queue.errors import (
     VoiceError,
     public_error,
 )
-from tts_queue.fairness.threads import KeyShares
+from tts_queue.fairness.threads import Held, KeyShares, OverShare, Parked, Work
 from tts_queue.redact import redacted
 from tts_queue.storage.cache import AudioCache, CachedAudio
-from tts_queue.synthesis.encoder import AudioWriter, StreamEncoder, mime_type, open_writer
+from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
+from tts_queue.tasks.encoding import Encoding, no_room
 from tts_queue.tasks.ending import TaskEnds
 from tts_queue.tasks.rows import Suspect
 from tts_queue.tasks.view import TaskView
@@ -119,7 +112,8 @@ class TaskExecutor:
 
     def __init__(self, cache: AudioCache, synthesizer: Synthesizer, ends: TaskEnds, worker_name: str,
                  board: StatusBoard | None, streams: AudioStreams | None, max_attempts: int = 4,
-                 storage_floor_bytes: int = 0, shares: KeyShares | None = None) -> None:
+                 storage_floor_bytes: int = 0, shares: KeyShares | None = None,
+                 short_task_s: float = 0.0) -> None:
         self.cache = cache
         self.synthesizer = synthesizer
         self.ends = ends
@@ -133,8 +127,11 @@ class TaskExecutor:
         # stops new audio, not the queue.
         self.storage_floor_bytes = storage_floor_bytes
         self.leaders = Leaders()
-        # each key's share of this worker's threads for interactive tasks (``None``: no cap)
+        # each key's share of this worker's threads (``None``: no cap); tasks refused one wait
+        # there until ``resend`` (the worker's: back to the broker) sends them on
         self.shares = shares
+        self.short_task_s = short_task_s  # a request of at most this estimated audio is short
+        self.resend: Callable[[Parked], None] | None = None
         # Tasks that already died with a worker run one at a time: if one of them is a poison that
         # kills the worker again, only it is charged another attempt, not the innocent tasks that
         # happened to be running beside it the first time.
@@ -144,25 +141,29 @@ class TaskExecutor:
         self._claims = threading.local()  # each thread's last claim (task id, fence): its late failure
 
     def execute(self, task_id: str, worker_name: str | None = None,
-                stream: bool = False, shared: bool = True) -> TaskStatus | None:
+                stream: bool = False) -> TaskStatus | None:
         """Process one task; return its final status, or ``None`` if there was nothing to do.
         ``stream``: a client is waiting to relay the audio as it is made (``AudioStreams``).
-        An interactive task whose key holds its share of this worker's threads raises
-        ``OverShare`` unclaimed (its claim rolled back, no attempt counted): send it back
-        (``shared=False``: it runs whatever its key holds, counted all the same). Once the
-        worker is stopping (``stopping``), ``WorkerStopping`` is raised unclaimed: send it back."""
+        A task whose key holds its share of this worker's threads raises ``OverShare`` unclaimed
+        (its claim rolled back, no attempt counted), parked in ``shares`` until a place frees for
+        it (``send_on``). Once the worker is stopping (``stopping``), ``WorkerStopping`` is raised
+        unclaimed: send it back."""
         if self.stopping.is_set():
             raise WorkerStopping(f"task {task_id}: the worker is stopping")
         worker = worker_name or self.worker_name
         # the cache is looked up in the claim's transaction (an identical request may have stored
         # the audio since submission): one read transaction fewer for a first attempt
         cached: list[CachedAudio | None] = []
-        taken: list[str] = []
+        taken: list[Held] = []
 
         def look(session: Executor, row: TaskRow) -> None:
-            if self.shares is not None and lane_of(row.queue) is not Lane.BULK:
-                self.shares.take(row.owner or "", force=not shared)  # over its share: rolled back
-                taken.append(row.owner or "")
+            if self.shares is not None:
+                work = self.work_of(row)
+                try:
+                    taken.append(self.shares.take(row.tenant, work, task_id=task_id))
+                except OverShare:  # rolled back, and waits here for a place
+                    self.shares.park(Parked(task_id, row.queue, stream, row.tenant, work))
+                    raise
             cached.append(self.cache.peek(row.cache_key, session))
 
         try:
@@ -174,9 +175,34 @@ class TaskExecutor:
                     return self._execute(task_id, self.rows.claim(task_id, worker), stream)
             return self._execute(task_id, claimed, stream, cached)
         finally:
-            for key in taken:
+            for held in taken:
                 assert self.shares is not None
-                self.shares.release(key)
+                self.shares.release(held)
+            if taken:
+                self.send_on()
+
+    def work_of(self, row: TaskRow) -> Work:
+        """What ``row`` asks a thread for: a book sentence, or a short or long request (by its
+        estimated audio; a row without an estimate is long)."""
+        if lane_of(row.queue) is Lane.BULK:
+            return Work.BULK
+        short = row.estimate_s is not None and row.estimate_s <= self.short_task_s
+        return Work.SHORT if short else Work.LONG
+
+    def send_on(self) -> int:
+        """Send on the parked tasks that would now get a place (``KeyShares.due``); how many. A
+        task the broker did not take waits again."""
+        if self.shares is None or self.resend is None:
+            return 0
+        sent = 0
+        for task in self.shares.due():
+            try:
+                self.resend(task)
+                sent += 1
+            except Exception as exc:  # noqa: BLE001 - the broker is down: it waits for the next try
+                log.warning("task %s: could not be sent on (%s); it waits here", task.task_id, exc)
+                self.shares.park(task)
+        return sent
 
     def _execute(self, task_id: str, claimed: TaskRow | Suspect | None, stream: bool,
                  cached: Sequence[CachedAudio | None] = ()) -> TaskStatus | None:
@@ -238,7 +264,7 @@ class TaskExecutor:
         try:
             try:
                 result = self.synthesizer.synthesize(request, priority=lane_priority(row.queue),
-                                                     on_audio=encoding.write, owner=row.owner or "")
+                                                     on_audio=encoding.write, owner=row.tenant)
             except PERMANENT as exc:  # the row keeps a sentence per code; the exception's text is logged
                 return self.fail(row.id, *public_error(exc), detail=exc, fence=row.fence)
             stored, store_s = self._store(row, request, result, encoding.finish())
@@ -273,7 +299,7 @@ class TaskExecutor:
             raise StorageFull(f"no room to store the audio of task {row.id}: {free} bytes free, the "
                               f"last {self.storage_floor_bytes} are kept for the broker and database")
         began = time.perf_counter()
-        with _no_room(path):
+        with no_room(path):
             stored = self.cache.store_file(row.cache_key, request.format, path, result.duration_s,
                                            result.alignment.to_dict(), mime_type(request.format))
         return stored, time.perf_counter() - began
@@ -301,74 +327,3 @@ class TaskExecutor:
 def lane_priority(queue: str) -> int:
     """Engine priority of a task from its queue: bulk (book) work yields to interactive requests."""
     return 1 if lane_of(queue) is Lane.BULK else 0
-
-
-class Encoding:
-    """A task's audio as it is made: encoded into a scratch file, and, with a ``publisher``, sent
-    piece by piece as it is encoded. A full disk while writing is ``StorageFull`` (the attempt
-    taken back by the caller's handling); the scratch file never outlives the task's run."""
-
-    def __init__(self, fmt: str, scratch: Path, publisher: StreamPublisher | None) -> None:
-        self.format = fmt
-        self.publisher = publisher
-        self.path = scratch / f".{uuid.uuid4().hex}.{fmt}.part"
-        self.handle: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by finish or discard
-        self.stream: StreamEncoder | None = None
-        self.writer: AbstractContextManager[AudioWriter] | None = None
-        self.sink: AudioWriter | None = None
-        self.seconds = 0.0
-
-    def write(self, samples: npt.NDArray[np.float32], sample_rate: int) -> None:
-        """Encode the next piece (publishing what is ready when streaming)."""
-        began = time.perf_counter()
-        with _no_room(self.path):
-            if self.publisher is not None:
-                if self.stream is None:
-                    self.stream = StreamEncoder(self.format, sample_rate, self.handle)
-                piece = self.stream.write(samples)
-            else:
-                if self.writer is None:
-                    self.writer = open_writer(self.handle, self.format, sample_rate)
-                    self.sink = self.writer.__enter__()
-                assert self.sink is not None
-                self.sink.write(samples)
-                piece = b""
-        self.seconds += time.perf_counter() - began
-        if self.publisher is not None:
-            self.publisher.send(piece)
-
-    def finish(self) -> Path:
-        """The whole file, flushed to disk (a stream's last bytes published)."""
-        began = time.perf_counter()
-        with _no_room(self.path):
-            if self.stream is not None:
-                tail = self.stream.close()
-                if self.publisher is not None:
-                    self.publisher.send(tail)
-            elif self.writer is not None:
-                self.writer.__exit__(None, None, None)
-                self.writer = None
-            else:
-                raise SynthesisError("the synthesizer made no audio")
-            self.handle.flush()
-            os.fsync(self.handle.fileno())
-            self.handle.close()
-        self.seconds += time.perf_counter() - began
-        return self.path
-
-    def discard(self) -> None:
-        """Close and remove the scratch file (stored files were moved away already)."""
-        if not self.handle.closed:
-            self.handle.close()
-        self.path.unlink(missing_ok=True)
-
-
-@contextmanager
-def _no_room(path: Path) -> Iterator[None]:
-    """``ENOSPC``/``EDQUOT`` while writing ``path`` is ``StorageFull``: the task waits for space."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StorageFull(f"no room to write audio ({path.name}): {exc}") from exc
-        raise

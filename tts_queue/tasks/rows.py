@@ -99,6 +99,7 @@ class NewTask:
     cache_hit: bool = False
     book_id: str | None = None
     owner: str | None = None
+    address: str | None = None  # with auth off, the client address (``TaskRow.tenant``)
     keep: bool = False
     callback: bool = False
     dispatched: bool = False  # its message is sent right after the commit (``dispatched_at`` now)
@@ -110,6 +111,7 @@ class NewTask:
         now = self.created_at
         return {"id": self.id, "cache_key": self.cache_key, "request": self.request, "pool": self.pool,
                 "queue": self.queue, "created_at": now, "book_id": self.book_id, "owner": self.owner,
+                "address": self.address,
                 "keep": self.keep, "callback": self.callback, "attempts": 0, "cache_hit": self.cache_hit,
                 "pin_bytes": self.pin_bytes, "estimate_s": self.estimate_s,
                 "status": TaskStatus.DONE if self.cache_hit else TaskStatus.QUEUED,

@@ -129,10 +129,11 @@ class TaskService:
     def submit(
         self, payload: Mapping[str, Any], pool: str | None = None, keep: bool = False,
         owner: str | None = None, stream: bool = False, callback_url: str | None = None,
-        base_url: str = "",
+        base_url: str = "", address: str | None = None,
     ) -> TaskView:
         """Validate and queue a request; a cache hit is answered at once as ``done`` (a new task of
-        ``owner``, whoever's request made the audio). ``stream``: the worker publishes the audio
+        ``owner``, whoever's request made the audio; ``address``: with auth off, the client's,
+        whose fair share of the workers it runs in). ``stream``: the worker publishes the audio
         as it is made (``tts_queue.broker.streams``). ``callback_url``: the task's JSON is POSTed
         there when it finishes (links under ``base_url``)."""
         if callback_url is not None:
@@ -156,8 +157,9 @@ class TaskService:
                     pin_bytes = pinned_estimate(request, spec)
             row = self.rows.add(session, NewTask(
                 str(uuid.uuid4()), key, request.to_dict(), chosen_pool, queue, self.clock(),
-                cache_hit=hit is not None, owner=owner, keep=keep, callback=callback_url is not None,
-                dispatched=True, pin_bytes=pin_bytes, estimate_s=estimate_s))  # sent after this commit
+                cache_hit=hit is not None, owner=owner, address=address, keep=keep,
+                callback=callback_url is not None, dispatched=True, pin_bytes=pin_bytes,
+                estimate_s=estimate_s))  # sent after this commit
             if callback_url is not None:
                 self.callbacks.register(session, row.id, "task", callback_url, base_url,
                                         finished=hit is not None, owner=owner)

@@ -73,15 +73,45 @@ def test_a_key_that_was_idle_cannot_bank_its_idle_time() -> None:
     assert [owner for owner, _ in served(policy, 6)] == ["bob", "alice"] * 3
 
 
-def test_a_keys_own_requests_share_its_turns() -> None:
-    # Given one key with a long request, then a short one of its own
+def test_a_keys_own_short_request_runs_at_the_next_call_not_after_its_long_one() -> None:
+    # Given one key's long request, its third sentence just taken into the model
     policy = BatchPolicy("eager", max_batch=1)
     add(policy, request("alice", group=1, count=10))
     served(policy, 3)
+    # When a short request of the same key comes
     add(policy, request("alice", group=2, count=1, arrived=1.0))
-    # Then the short one runs within the key's next two calls
-    batches = [policy.next_batch(now=0.0) for _ in range(2)]
-    assert any(b is not None and b.members[0][0].group == 2 for b in batches)
+    # Then it is the next call, before the long request's fourth sentence: as another key's would be
+    assert [batch.members[0][0].group for batch in
+            (policy.next_batch(now=0.0) for _ in range(2)) if batch is not None] == [2, 1]
+
+
+def test_a_request_put_back_while_its_keys_long_one_is_in_the_model_keeps_its_place() -> None:
+    # Given one key's long request with a sentence in the model, and a short one of the same key
+    # that a free runner takes and puts back each time (it may not run beside that call)
+    policy = BatchPolicy("eager", max_batch=1)
+    add(policy, request("alice", group=1, count=10))
+    served(policy, 1)
+    add(policy, request("alice", group=2, count=1, arrived=1.0))
+    for _ in range(3):
+        held = policy.next_batch(now=0.0, busy={1})
+        assert held is not None and held.members[0][0].group == 2
+        policy.put_back(held)
+    # When the long request's call ends
+    batch = policy.next_batch(now=0.0)
+    # Then the short one runs next, not behind the long one's next sentence (it had restarted at
+    # the long one's tag on each put-back, lost the tie to the older request, and waited it out)
+    assert batch is not None and batch.members[0][0].group == 2
+
+
+def test_a_keys_requests_take_turns_as_two_keys_do() -> None:
+    # Given one key's two long requests, the second sent while the first one's sentence runs
+    policy = BatchPolicy("eager", max_batch=1)
+    add(policy, request("alice", group=1, count=6))
+    served(policy, 1)
+    add(policy, request("alice", group=2, count=6, arrived=1.0))
+    # Then they take turns sentence by sentence
+    assert [batch.members[0][0].group for batch in
+            (policy.next_batch(now=0.0) for _ in range(6)) if batch is not None] == [2, 1] * 3
 
 
 def test_interactive_work_still_comes_before_bulk_whatever_the_shares() -> None:

@@ -214,6 +214,10 @@ class RecordingEngine:
                 on_result(index, result)
         return results
 
+    def call_cap(self, key: object) -> float | None:
+        """No cap: the model runs each call directly."""
+        return None
+
 
 def test_synthesizer_joins_exact_sentence_audio_with_silences(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry, settings: Settings

@@ -48,6 +48,32 @@ def test_another_keys_short_request_runs_at_the_next_call_not_after_a_long_one(
     np.testing.assert_array_equal(answer.audio.samples, reference_audio(short))
 
 
+@pytest.mark.parametrize("owner", ["alice", "bob"])
+def test_a_short_request_runs_after_the_call_in_the_model_whoever_sent_the_long_one(
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry, owner: str,
+) -> None:
+    # Given two runners and a long request whose calls run alone (a model with no one-core form,
+    # as Kokoro's), its first sentence in the model: a free runner takes a short request and
+    # puts it back, since nothing may run beside that call
+    alone = BatchKey(voice="tiny", scales=SLOW.scales, speaker=None, alone=True)
+    long = [sentence(100 + n, 20) for n in range(12)]
+    short = sentence(7, 3)
+    model = GatedModel(registry.load("tiny"), long[0])
+    engine = make_engine(max_batch=1, runners=2, side_by_side=True)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(engine.run_sentences, alone, long, 0, None, "alice")
+        model.wait_entered(1)
+        # When a short request comes, of the same key or another, and the long call ends
+        second = pool.submit(engine.run_sentences, KEY, [short], 0, None, owner)
+        wait_until(lambda: engine.waiting == 12, timeout=TIMEOUT, interval=0.005)
+        model.release.set()
+        second.result(timeout=TIMEOUT)
+        first.result(timeout=TIMEOUT)
+    # Then the short request was the next call, not after the long one's eleven other sentences
+    entered = [first_id for _, first_id in model.entered]
+    assert entered.index(short[2]) == 1, entered
+
+
 def test_two_keys_long_requests_take_turns(
     make_engine: Callable[..., BatchEngine], registry: VoiceRegistry,
 ) -> None:

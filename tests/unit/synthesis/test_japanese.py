@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tts_queue.errors import NothingToSpeak
 from tts_queue.synthesis.frontend.language import written_in
-from tts_queue.synthesis.frontend.text import Phonemizer
+from tts_queue.synthesis.frontend.text import Phonemizer, clauses
+from tts_queue.synthesis.kokoro.graph import KokoroGraph
 from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer, runs, sentences
 from tts_queue.synthesis.kokoro.symbols import PAD, english_to_kokoro, id_map, to_ids
+from tts_queue.synthesis.kokoro.voice import KokoroModel, KokoroVoice
+from tts_queue.synthesis.request import SynthesisRequest
+from tts_queue.synthesis.synthesizer import MIN_PIECE, Plan
+from tts_queue.synthesis.voice import VoiceSpec
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +168,47 @@ def test_hostile_text_gives_bounded_sentences_or_a_clear_error(phonemizer: Japan
 def test_a_quotation_keeps_its_closing_bracket_and_a_title_keeps_its_name() -> None:
     assert sentences("「どこで生れたか？」とんと見当がつかぬ！Mr. Smith came. J. Doe too.") == [
         "「どこで生れたか？」", "とんと見当がつかぬ！", "Mr. Smith came.", "J. Doe too."]
+
+
+def test_a_sentence_over_the_call_budget_is_cut_at_its_clause_marks(
+    tmp_path: Path, vocab: dict[str, int], phonemizer: JapanesePhonemizer,
+) -> None:
+    # Given a Kokoro voice (this frontend and vocabulary; no graph is run) and a budget of about
+    # forty ids a call
+    spec = VoiceSpec(id="jf_test", model_path=tmp_path / "model.onnx", config_path=tmp_path / "config.json",
+                     family="kokoro", language="ja")
+    voice = KokoroVoice(spec, KokoroModel(KokoroGraph(Unused(), ["CPUExecutionProvider"], "int8"),
+                                          np.zeros((510, 256), np.float32)),
+                        vocab, phonemizer)
+    text = "昔々、ある村に、とても優しいおじいさんと、おばあさんが住んでいました。"
+    request = SynthesisRequest(text=text, voice="jf_test", script=(("text", text),))
+    # When its plan is made at speed 1, then at a quarter speed (four times the cost per id)
+    whole = Plan.of(voice, request)
+    cut = Plan.of(voice, request, lambda scales: 40.0)
+    slow = Plan.of(voice, SynthesisRequest(text=text, voice="jf_test", script=(("text", text),), speed=0.25),
+                   lambda scales: 40.0)
+    # Then the sentence of 80 ids is cut after its commas (、 read as ","), each piece within the
+    # budget where a clause allows, the pieces' symbols together the sentence's
+    [(ids, sentence)] = whole.spoken
+    assert len(ids) > 40
+    assert joined(cut) == ["".join(p) for p in clauses(sentence.phonemes, 38)]
+    assert len(cut.spoken) > 1 and all(s.phonemes[-1] in ",." for _, s in cut.spoken)
+    assert " ".join("".join(s.phonemes) for _, s in cut.spoken) == "".join(sentence.phonemes)
+    # And at a quarter speed (a budget of ten ids) its pieces are as short as a piece may be
+    assert joined(slow) == ["".join(p) for p in clauses(sentence.phonemes, MIN_PIECE)]
+    assert len(slow.spoken) > len(cut.spoken)
+    # And only the last piece is followed by the sentence's silence: no pause is added inside it
+    assert [s.pause_ms for _, s in cut.spoken][:-1] == [0] * (len(cut.spoken) - 1)
+    assert cut.gaps[:-1] == [0] * (len(cut.spoken) - 1)
+
+
+def joined(plan: Plan) -> list[str]:
+    """Each planned sentence's symbols."""
+    return ["".join(s.phonemes) for _, s in plan.spoken]
+
+
+class Unused:
+    """A session no test here runs."""
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the plan runs no model")

@@ -292,6 +292,42 @@ def test_the_least_recently_used_voice_is_unloaded_first(tmp_path: Path) -> None
     assert loader.calls == ["a", "b", "c"]
 
 
+def shared_graph_specs(voices_dir: Path, count: int) -> list[VoiceSpec]:
+    """``count`` voices of a family whose voices share one model (as Kokoro's share its graph)."""
+    return [VoiceSpec(id=f"k{n}", model_path=voices_dir / "tiny.onnx",
+                      config_path=voices_dir / "tiny.onnx.json", family="kokoro", style=f"k{n}")
+            for n in range(count)]
+
+
+def test_cycling_voices_of_one_shared_model_keeps_the_default_voice_loaded(voices_dir: Path) -> None:
+    # Given the default voice and three voices sharing one model, with room for two models
+    loader = CountingLoader()
+    specs = [s for s in discover_specs(voices_dir) if s.id == "tiny"] + shared_graph_specs(voices_dir, 3)
+    registry = VoiceRegistry(specs, loader=loader, default="tiny", max_loaded=2)
+    # When requests cycle through the shared model's voices, a default-voice request between each
+    for _ in range(3):
+        for name in ("k0", "k1", "k2"):
+            registry.load(name)
+            registry.load(None)
+    # Then each voice was loaded once: the shared voices count as one model, so the default stayed
+    assert sorted(loader.calls) == ["k0", "k1", "k2", "tiny"]
+    assert set(registry.loaded()) == {"tiny", "k0", "k1", "k2"}
+
+
+def test_a_voice_in_use_is_never_unloaded_and_the_bound_holds_once_it_is_let_go(voices_dir: Path) -> None:
+    # Given room for one model, and a request holding the tiny voice
+    loader = CountingLoader()
+    registry = VoiceRegistry(discover_specs(voices_dir), loader=loader, default="tiny", max_loaded=1)
+    with registry.using("tiny") as voice:
+        # When another voice is loaded meanwhile
+        registry.load("multi")
+        # Then the voice in use stays loaded (the bound is passed while it is held)
+        assert registry.load("tiny") is voice and registry.loaded() == ["multi", "tiny"]
+    # And once the request lets it go, the bound holds again
+    assert len(registry.loaded()) == 1
+    assert loader.calls == ["tiny", "multi"]
+
+
 # --- speakers -----------------------------------------------------------------------------------
 
 

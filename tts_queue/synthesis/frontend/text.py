@@ -107,6 +107,44 @@ def split_long(phonemes: Sequence[str], max_len: int) -> list[list[str]]:
     return [piece for piece in pieces if any(p.strip() for p in piece)]
 
 
+CLAUSE_MARKS = frozenset(",;:—…")  # where both frontends' symbols mark a clause's end
+
+
+def clauses(phonemes: Sequence[str], limit: int) -> list[list[str]]:
+    """One sentence's symbols cut after its clause marks into pieces of at most ``limit`` symbols
+    where the marks allow: neighbouring clauses joined while they fit, a clause longer than
+    ``limit`` whole, marks with no letters between them kept with the clause before; each piece
+    without the spaces at its edges. Linear in the sentence."""
+    if len(phonemes) <= limit:
+        return [list(phonemes)]
+    found: list[list[str]] = [[]]
+    for symbol in phonemes:
+        found[-1].append(symbol)
+        if symbol in CLAUSE_MARKS:
+            found.append([])
+    pieces: list[list[str]] = []
+    for clause in found:
+        spoken = any(ch.isalpha() for ch in clause)
+        if pieces and (not spoken or len(pieces[-1]) + len(clause) <= limit):
+            pieces[-1].extend(clause)
+        elif clause:
+            pieces.append(list(clause))
+    if len(pieces) > 1 and not any(ch.isalpha() for ch in pieces[0]):  # marks before the first words
+        first = pieces.pop(0)
+        pieces[0] = first + pieces[0]
+    return [_trimmed(piece) for piece in pieces]
+
+
+def _trimmed(symbols: list[str]) -> list[str]:
+    """``symbols`` without spaces at either end."""
+    start, end = 0, len(symbols)
+    while start < end and symbols[start] == " ":
+        start += 1
+    while end > start and symbols[end - 1] == " ":
+        end -= 1
+    return symbols[start:end]
+
+
 def to_ids(phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> list[int]:
     """Phonemes to model ids (BOS, PAD-interleaved phonemes, EOS); unknown phonemes are skipped."""
     from piper.phoneme_ids import phonemes_to_ids

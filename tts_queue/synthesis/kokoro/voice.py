@@ -185,6 +185,10 @@ class KokoroVoice:
         """Kokoro ids per sentence for already-cleaned text."""
         return [ids for ids, _ in self.script_sentences(((TEXT, cleaned_text),), max_phonemes)]
 
+    def ids_of(self, phonemes: Sequence[str]) -> list[int]:
+        """Kokoro ids of one sentence's symbols, between the pads."""
+        return to_ids(phonemes, self.vocab)
+
     def id_map(self) -> Mapping[str, Sequence[int]]:
         """The vocabulary in Piper's id-map shape."""
         return id_map(self.vocab)
