@@ -63,8 +63,13 @@ class KokoroModel:
     graph: KokoroGraph
     styles: npt.NDArray[np.float32]  # [510, 256]: row n - 1 for a sentence of n tokens
 
-    max_batch = 1  # the graph's batch axis is fixed at 1
     has_narrow = False  # no single-threaded twin: each call takes every core, alone
+
+    @property
+    def max_batch(self) -> int:
+        """Sentences one call may take: the pool's budget on the float graph (its decoder takes a
+        padded batch), 1 on the int8 graph (its quantizer's range would span the batch)."""
+        return 0 if self.graph.batches else 1
 
     @property
     def provider(self) -> str:
@@ -78,14 +83,21 @@ class KokoroModel:
 
     def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
                   run_options: Any = None, narrow: bool = False) -> list[ItemAudio]:
-        """Each sentence in its own call (the engine gives one at a time: ``max_batch``); the
+        """The sentences in one padded call on the float graph, each cut to its own frames (on the
+        int8 graph each in its own call: the engine gives one at a time, ``max_batch``); the
         shared session has no single-threaded twin, so ``narrow`` changes nothing."""
         speed = 1.0 / scales.length_scale
-        items = []
-        for sentence in ids:
-            samples, per_id = self.graph.run(sentence, self.style(len(sentence) - 2), speed, run_options)
-            items.append(trimmed(samples, per_id))
-        return items
+        styles = [self.style(len(sentence) - 2) for sentence in ids]
+        made = self.graph.run_batch(ids, styles, [speed] * len(ids), run_options)
+        return [trimmed(samples, per_id) for samples, per_id in made]
+
+    def sentence_frames(self, ids: Sequence[Sequence[int]], scales: Scales) -> list[int] | None:
+        """Each sentence's frames, what it pads to in a batch of the float graph's decoder (from
+        the graph's durations alone); ``None`` on the int8 graph, which takes no batch."""
+        if not self.graph.batches:
+            return None
+        speed = 1.0 / scales.length_scale
+        return [int(self.graph.frames(s, self.style(len(s) - 2), speed).sum()) // HOP for s in ids]
 
     def sentence_samples(self, ids: Sequence[Sequence[int]], scales: Scales,
                          speaker_id: int | None = None) -> list[int]:
