@@ -66,6 +66,9 @@ class PoolSettings:
                           "fuller batch)", choices=POLICIES)
     max_batch: int = setting(4, "most sentences per ONNX call")
     max_padded_phonemes: int = setting(2400, "rows x longest ids per call")
+    max_padded_frames: int = setting(2400, "rows x longest frames per call of a model that pads by "
+                                     "frames (Kokoro's float graph: 40 frames a second of audio, four "
+                                     "times as many at speed 0.25)")
     window_ms: float = setting(200.0, "the `window` policy's longest wait")
     runners: int = setting(1, "model calls a worker runs at once (CPU default 2: under load two calls "
                            "side by side on one core each, a lone call on every core; an interactive "
@@ -255,7 +258,10 @@ class RoutingSettings:
     # at a time on both cores).
     cpu: PoolSettings = setting(PoolSettings(max_batch=1, runners=2), "", env="TTS_CPU_")
     # Eager on GPUs too: an idle worker never waits; under load batches form while one runs.
-    gpu: PoolSettings = setting(PoolSettings(max_batch=32, max_padded_phonemes=16000), "", env="TTS_GPU_")
+    # Kokoro's decoder holds about 0.6 MB of activations per padded frame (a float32 [128, 120F]
+    # tensor and its neighbours): 8,000 frames (200 s of audio a call) stay within a few GB.
+    gpu: PoolSettings = setting(PoolSettings(max_batch=32, max_padded_phonemes=16000, max_padded_frames=8000),
+                                "", env="TTS_GPU_")
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,10 @@ Which sentence leads the next batch is fair between keys and between requests
 (``fairness.FairShares``): interactive before bulk, then the key served least, its request served
 least, the oldest sentence. The others in the batch are those of the same batch key closest to it
 in length, within the budgets: at most ``max_batch`` distinct sequences and ``max_padded`` padded
-ids (rows x longest) per call, no more than an entry's own ``max_batch`` where its model family
-sets one (Kokoro's graph takes one sentence a call, on any pool), and no more than the caller's
+ids (rows x longest) per call, or ``max_padded_frames`` padded frames for entries sized in frames
+(Kokoro's float graph: its decoder, 95% of the cost, pads by frames, and a slower speed makes more
+of them), no more than an entry's own ``max_batch`` where its model sets one (Kokoro's int8 graph
+takes one sentence a call, on any pool), and no more than the caller's
 ``cap`` of cost (``TTS_MAX_CALL_S`` of model time, which the engine turns into cost per voice from
 past calls): a sentence over the cap runs alone, so a call that others wait behind stays short.
 Sentences with equal ids and batch key share one slot (synthesized once). A cancelled task never
@@ -52,11 +54,17 @@ class Entry:
     owner: str = ""  # the key it is served for (``fairness``): keys share the model fairly
     seq: int = 0  # its place in its request
     weight: float = 1.0  # cost per id (the length scale: a slower speed makes more samples)
+    frames: int = 0  # its frames where its model pads by frames (Kokoro's float graph), else 0
 
     @property
     def cost(self) -> float:
         """What it costs in the model: ids times length scale."""
         return len(self.ids) * self.weight
+
+    @property
+    def size(self) -> int:
+        """What it pads to in a batch: its frames where its model pads by them, else its ids."""
+        return self.frames or len(self.ids)
 
 
 @dataclass
@@ -83,13 +91,15 @@ class BatchPolicy:
     """Pure batching state: ``append`` entries, ask ``next_batch(now)``, sleep until ``deadline``."""
 
     def __init__(
-        self, policy: str = "eager", max_batch: int = 4, max_padded: int = 2400, window_s: float = 0.2
+        self, policy: str = "eager", max_batch: int = 4, max_padded: int = 2400, window_s: float = 0.2,
+        max_padded_frames: int = 16000,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown batching policy {policy!r}; use one of {POLICIES}")
         self.policy = policy
         self.max_batch = max(1, max_batch)
         self.max_padded = max_padded
+        self.max_padded_frames = max_padded_frames
         self.window_s = window_s
         self._waiting: list[Entry] = []
         self.shares = FairShares()
@@ -186,24 +196,25 @@ class BatchPolicy:
         entry is always in the batch, so nothing starves.
         """
         anchor = same[0]
-        others = sorted(same[1:], key=lambda e: (e.priority, abs(len(e.ids) - len(anchor.ids)), e.arrived))
+        others = sorted(same[1:], key=lambda e: (e.priority, abs(e.size - anchor.size), e.arrived))
         batch = Batch(key=key)
         limit = self._limit(anchor)
+        budget = self.max_padded_frames if anchor.frames else self.max_padded
         slot_of: dict[tuple[int, ...], int] = {}
-        longest = 0
+        longest, longest_ids = 0, 0
         for entry in (anchor, *others):
             if entry.ids in slot_of:
                 batch.members.append((entry, slot_of[entry.ids]))
                 continue
-            new_longest = max(longest, len(entry.ids))
-            too_big = (len(batch.slots) + 1) * new_longest > self.max_padded or (
-                cap is not None and (len(batch.slots) + 1) * new_longest * entry.weight > cap)
+            new_longest, new_ids = max(longest, entry.size), max(longest_ids, len(entry.ids))
+            too_big = (len(batch.slots) + 1) * new_longest > budget or (
+                cap is not None and (len(batch.slots) + 1) * new_ids * entry.weight > cap)
             if batch.slots and (len(batch.slots) >= limit or too_big):
                 continue
             slot_of[entry.ids] = len(batch.slots)
             batch.slots.append(entry.ids)
             batch.members.append((entry, slot_of[entry.ids]))
-            longest = new_longest
+            longest, longest_ids = new_longest, new_ids
         return batch
 
 

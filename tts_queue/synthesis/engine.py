@@ -117,7 +117,8 @@ class BatchEngine:
         # shares and the call cap; one call slowed by the machine moves neither)
         self._per_cost: dict[str, deque[float]] = {}
         self.policy = BatchPolicy(
-            pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000
+            pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000,
+            pool.max_padded_frames,
         )
         self.clock = clock
         # The most recent batch sizes (bounded: a worker runs for months).
@@ -185,12 +186,15 @@ class BatchEngine:
     ) -> list[SentenceResult]:
         """Synthesize ``sentences`` (model ids) in shared batches, served fairly for ``owner`` (a
         key); blocks until all are done, or raises ``SynthesisStalled`` when none finished for
-        ``stall_s``. ``on_result(index, result)`` is called in sentence order as soon as each one
+        ``stall_s``. A model that pads a batch by frames (Kokoro's float graph) gives each
+        sentence's frames first (from its durations alone): its batches are budgeted in them.
+        ``on_result(index, result)`` is called in sentence order as soon as each one
         (and every one before it) is done: streaming sends a sentence while the next ones are
         synthesized. With ``on_result``, the results returned keep no samples (the caller had
         them): a long request's audio is never all in memory. However it ends, its sentences
         still waiting leave the engine."""
         futures: list[Future[SentenceResult]] = []
+        frames = self.registry.load(key.voice).model.sentence_frames(sentences, key.scales)
         with self._cond:
             now = self.clock()
             group = next(self._groups)
@@ -199,7 +203,8 @@ class BatchEngine:
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
                                          priority=priority, max_batch=key.max_batch, group=group,
                                          alone=key.alone, owner=owner, seq=seq,
-                                         weight=key.scales.length_scale))
+                                         weight=key.scales.length_scale,
+                                         frames=frames[seq] if frames is not None else 0))
                 futures.append(future)
             if priority == 0 and futures:  # interactive work waits for no book sentence
                 self._interactive_at = time.monotonic()

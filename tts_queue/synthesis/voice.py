@@ -106,6 +106,10 @@ class SpeechModel(Protocol):
         """The length in samples ``run_batch`` gives each id sequence, from the model's durations
         alone (without its audio: a fraction of the CPU)."""
 
+    def sentence_frames(self, ids: Sequence[Sequence[int]], scales: Scales) -> list[int] | None:
+        """Each sentence's frames where the model pads a batch by frames (Kokoro's float graph),
+        which the engine then budgets its batches in; ``None`` where it pads by ids."""
+
 
 class LoadedVoice(Protocol):
     """A loaded voice of any family, as the registry, engine and synthesizer use it."""

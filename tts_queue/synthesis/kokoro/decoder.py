@@ -53,9 +53,18 @@ class Edits:
 
 
 def encoder(model: Any, durations: str) -> Any:
-    """The part of ``model`` (the whole graph, an ``onnx.ModelProto``) from its inputs to the
-    decoder's inputs and ``durations``; a new model, ``model`` untouched."""
-    return part(model, [i.name for i in model.graph.input], [ASR, F0, NOISE, durations])
+    """The part of ``model`` (the int8 graph as shipped, an ``onnx.ModelProto``, untouched) from
+    its inputs to the decoder's inputs and ``durations``, dequantized as the float graph is."""
+    from tts_queue.synthesis.kokoro.dequantize import dequantize
+
+    return dequantize(part(model, [i.name for i in model.graph.input], [ASR, F0, NOISE, durations]))
+
+
+def durations_part(model: Any, durations: str) -> Any:
+    """The part of ``model`` (as ``encoder`` takes it) that computes ``durations`` alone."""
+    from tts_queue.synthesis.kokoro.dequantize import dequantize
+
+    return dequantize(part(model, [i.name for i in model.graph.input], [durations]))
 
 
 def decoder(model: Any, hop: int, edits: Edits = Edits()) -> Any:

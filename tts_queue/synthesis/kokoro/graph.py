@@ -105,11 +105,10 @@ def split(blob: bytes, edits: Edits | None = None) -> tuple[bytes, bytes]:
     """The float graph's two parts (``decoder``): the encoder, as ``patched`` makes it, and the
     decoder, batchable (``edits``: all of them unless a test leaves one out)."""
     from tts_queue.synthesis.kokoro.decoder import decoder, encoder
-    from tts_queue.synthesis.kokoro.dequantize import dequantize
 
     model = with_durations(blob)
     second = decoder(model, HOP, edits) if edits is not None else decoder(model, HOP)
-    first = encoder(dequantize(model), DURATIONS)
+    first = encoder(model, DURATIONS)
     return bytes(first.SerializeToString()), bytes(second.SerializeToString())
 
 
@@ -166,8 +165,14 @@ class KokoroGraph:
         actual = _landed(session, wanted)
 
         def durations() -> Any:  # the same bytes, read and checked again: nothing kept meanwhile
-            return ort.InferenceSession(graph_part(patched(read_parts(parts, sha256), graph), DURATIONS),
-                                        sess_options=session_options(config), providers=[CPU])
+            blob = read_parts(parts, sha256)
+            if graph == "float":
+                from tts_queue.synthesis.kokoro.decoder import durations_part
+
+                model = durations_part(with_durations(blob), DURATIONS).SerializeToString()
+            else:
+                model = graph_part(patched(blob, graph), DURATIONS)
+            return ort.InferenceSession(model, sess_options=session_options(config), providers=[CPU])
 
         loaded = cls(session, actual, graph, durations, decoder)
         loaded.load_s = time.perf_counter() - started
@@ -196,12 +201,13 @@ class KokoroGraph:
             asr, f0, noise, frames = self._call(self.session, _feeds(sentence, style, speed), run_options,
                                                 len(sentence))
             encoded.append((asr, f0, noise, np.asarray(frames)))
-        feeds = batch_feeds(encoded, styles)
+        order = sorted(range(len(encoded)), key=lambda k: -encoded[k][0].shape[2])  # longest first
+        feeds = batch_feeds([encoded[k] for k in order], [styles[k] for k in order])
         (audio,) = self._call(self.decoder, feeds, run_options, sum(len(i) for i in ids))
-        out = []
-        for row, (sentence, (_, _, _, frames)) in enumerate(zip(ids, encoded, strict=True)):
+        out: list[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]] = [None] * len(ids)  # type: ignore[list-item]
+        for row, k in enumerate(order):
             samples = np.asarray(audio[row, : int(feeds["frames"][row]) * HOP], dtype=np.float32)
-            out.append((samples, _checked(frames, len(sentence), len(samples))))
+            out[k] = (samples, _checked(encoded[k][3], len(ids[k]), len(samples)))
         return out
 
     def _call(self, session: Any, feeds: dict[str, Any], run_options: Any, ids: int) -> list[Any]:
@@ -239,10 +245,14 @@ def _feeds(ids: Sequence[int], style: npt.NDArray[np.float32], speed: float) -> 
 
 
 def batch_feeds(encoded: Sequence[Encoded], styles: Sequence[npt.NDArray[np.float32]]) -> dict[str, Any]:
-    """The batched decoder's inputs: each item's encoder outputs zero-padded to the longest's
-    frames, its style and its frame count."""
+    """The batched decoder's inputs: each item's encoder outputs zero-padded to one frame beyond
+    the longest's frames, its style and its frame count.
+
+    The frame beyond, with the longest item in row 0 (``run_batch``), keeps the longest item's
+    audio the same to the bit as alone: ONNX Runtime's vectorized sums and sines treat a tensor's
+    first row and its last few elements (there: padding) apart from the rest."""
     frames = np.asarray([asr.shape[2] for asr, _, _, _ in encoded], dtype=np.int64)
-    rows, longest = len(encoded), int(frames.max())
+    rows, longest = len(encoded), int(frames.max()) + 1
     asr = np.zeros((rows, encoded[0][0].shape[1], longest), dtype=np.float32)
     f0 = np.zeros((rows, 2 * longest), dtype=np.float32)
     noise = np.zeros((rows, 2 * longest), dtype=np.float32)
