@@ -34,6 +34,7 @@ SENTENCES = [
     ("jm_kumo", "はい。", 4.0), ("zf_xiaoxiao", "好。", 3.0), ("af_heart", "Hi.", 4.0),
     ("ef_dora", "No.", 4.0),
 ]
+BATCHES = {2: [15, 3], 4: [12, 4, 14, 9], 8: [0, 2, 5, 6, 9, 11, 12, 8], 16: list(range(16))}
 Item = tuple[list[int], Any, float]  # ids, style, speed
 
 

@@ -36,6 +36,7 @@ from tts_queue.errors import ConfigError, DigestMismatch, ModelLoadError, Synthe
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.inference import BuiltOnce, Preempted, graph_part, session_options
 from tts_queue.synthesis.kokoro.decoder import Edits
+from tts_queue.synthesis.kokoro.tensorrt import DecoderProfile, open_decoder
 from tts_queue.synthesis.providers import (
     CPU,
     GPU,
@@ -53,6 +54,10 @@ HOP = 600  # samples per duration frame at 24 kHz
 SAMPLE_RATE = 24000
 DURATIONS = "/encoder/Clip_output_0"
 INPUTS = ("tokens", "style", "speed")
+# "Hello, today the weather is nice!" in Kokoro's symbols (the fp16 check's sentence), its pads too
+CHECK_IDS = (0, 50, 83, 54, 156, 31, 3, 16, 21, 51, 171, 56, 62, 162, 52, 86, 171, 56, 62, 162, 52, 86,
+             171, 56, 21, 162, 51, 173, 16, 23, 83, 171, 56, 58, 63, 173, 20, 162, 65, 57, 173, 5, 0)
+CHECK_TOKENS = len(CHECK_IDS) - 2
 GRAPHS = ("int8", "float")
 
 
@@ -140,9 +145,10 @@ class KokoroGraph:
 
     @classmethod
     def load(cls, parts: Sequence[Path], sha256: str | None, config: SessionConfig,
-             plan: SessionPlan | None = None) -> KokoroGraph:
+             plan: SessionPlan | None = None, style: npt.NDArray[np.float32] | None = None) -> KokoroGraph:
         """Read, check, patch and open the graph (see the module docstring); ``plan`` bounds the
-        batches a TensorRT decoder is built for and says where its engines are kept."""
+        batches a TensorRT decoder is built for and says where its engines are kept, ``style`` (a
+        voice's, for ``CHECK_TOKENS`` tokens) is what its fp16 check says ``CHECK_IDS`` with."""
         import onnxruntime as ort
 
         started = time.perf_counter()
@@ -151,14 +157,21 @@ class KokoroGraph:
         wanted = [p for p in chosen if p != TENSORRT] or [CPU]  # the encoder never runs on TensorRT
         graph = graph_for(config.kokoro_graph, wanted)
         blob = read_parts(parts, sha256)
-        decoder = None
+        decoder_model = b""
         if graph == "float":
             model, decoder_model = split(blob)
-            decoder = _decoder_session(ort, decoder_model, chosen, config, plan or SessionPlan())
         else:
             model = patched(blob, graph)
         del blob
         session = _open(ort, model, wanted, config)
+        decoder = None
+        if decoder_model:
+            plan = plan or SessionPlan()
+            check = style if style is not None else np.zeros(256, dtype=np.float32)
+            decoder = open_decoder(ort, decoder_model, chosen, config,
+                                   DecoderProfile.for_pool(plan.max_batch, plan.max_frames), plan.engine_dir,
+                                   lambda: _check_feeds(session, check))
+            _landed(decoder.fallback, wanted)
         names = {i.name for i in session.get_inputs()}
         if not set(INPUTS) <= names:
             raise ModelLoadError("the Kokoro graph does not have inputs tokens, style and speed")
@@ -293,10 +306,7 @@ def _landed(session: Any, wanted: Sequence[str]) -> list[str]:
     return actual
 
 
-def _decoder_session(ort: Any, model: bytes, chosen: Sequence[str], config: SessionConfig,
-                     plan: SessionPlan) -> Any:
-    """The batched decoder's session (TensorRT where it loads: ``kokoro.tensorrt``)."""
-    wanted = [p for p in chosen if p != TENSORRT] or [CPU]
-    session = _open(ort, model, wanted, config)
-    _landed(session, wanted)
-    return session
+def _check_feeds(encoder: Any, style: npt.NDArray[np.float32]) -> dict[str, Any]:
+    """A decoder batch of ``CHECK_IDS`` at two speeds, made by ``encoder``."""
+    encoded = [tuple(encoder.run(None, _feeds(CHECK_IDS, style, speed))) for speed in (1.0, 1.3)]
+    return batch_feeds(encoded, [style, style])

@@ -25,10 +25,11 @@ from tts_queue.errors import ModelLoadError
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.inference import ItemAudio, Scales
 from tts_queue.synthesis.kokoro.espeak import ESPEAK_VOICES, EspeakKokoroPhonemizer
-from tts_queue.synthesis.kokoro.graph import HOP, SAMPLE_RATE, KokoroGraph
+from tts_queue.synthesis.kokoro.graph import CHECK_TOKENS, HOP, SAMPLE_RATE, KokoroGraph
 from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
 from tts_queue.synthesis.kokoro.phonemizer import KokoroPhonemizer
 from tts_queue.synthesis.kokoro.symbols import id_map, to_ids
+from tts_queue.synthesis.providers import SessionPlan
 from tts_queue.synthesis.text import TEXT, Phonemizer, SpokenSentence
 from tts_queue.synthesis.voice import VoiceSpec
 
@@ -40,8 +41,9 @@ EDGE = 2 * HOP  # samples of silence each pad keeps (50 ms): the request's sente
 class Graphs:
     """The Kokoro graphs loaded in this process, by model digest; each lives while a voice holds it."""
 
-    def __init__(self, session: SessionConfig) -> None:
+    def __init__(self, session: SessionConfig, plan: SessionPlan | None = None) -> None:
         self.session = session
+        self.plan = plan
         self._graphs: weakref.WeakValueDictionary[str, KokoroGraph] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
@@ -51,7 +53,8 @@ class Graphs:
         with self._lock:  # a second voice waits for the first load instead of loading it twice
             graph = self._graphs.get(key)
             if graph is None:
-                graph = KokoroGraph.load(spec.model_files, spec.sha256, self.session)
+                graph = KokoroGraph.load(spec.model_files, spec.sha256, self.session, self.plan,
+                                         styles_of(spec)[CHECK_TOKENS - 1])
                 self._graphs[key] = graph
             return graph
 
