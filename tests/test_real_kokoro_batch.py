@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import voice_packs
-from tests.support import ONE_THREAD
+from tests.support import ONE_THREAD, ROOT
 from tts_queue.settings import Settings
 from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.kokoro.decoder import Edits, decoder
@@ -161,3 +161,24 @@ def test_a_gpu_pool_on_the_cpu_batches_kokoro_float_sentences_of_several_request
         assert len(samples) == len(expected.samples)
         assert float(np.max(np.abs(samples - expected.samples))) <= 1e-5
         assert results[index].alignment.phoneme_samples[0] == tuple(expected.phoneme_samples.tolist())
+
+
+def test_the_batching_bench_runs_in_its_quick_form(settings: Settings, registry: VoiceRegistry) -> None:
+    import importlib.util
+
+    found = importlib.util.spec_from_file_location("kokoro_batching", ROOT / "bench" / "kokoro_batching.py")
+    assert found is not None and found.loader is not None
+    bench = importlib.util.module_from_spec(found)
+    found.loader.exec_module(bench)
+    # When the bench runs its quick form on this module's registry
+    report = bench.run(quick=True, core=(registry, settings))
+    # Then it has each model's curve at 1 and 4 clients, batched and not, and the float graph's
+    # batches against the int8 graph, each with figures
+    for model in ("piper", "kokoro"):
+        curve = report["curve"][model]
+        assert [row["clients"] for row in curve["batched"]] == [1, 4]
+        assert all(row["audio_s_per_s"] > 0 and row["first_audio_p95_s"] > 0
+                   for rows in (curve["batched"], curve["one_at_a_time"]) for row in rows)
+        assert all(row["mean_batch"] == 1 for row in curve["one_at_a_time"])
+    variants = report["cpu_float_vs_int8"]["variants"]
+    assert set(variants) == {"int8 one at a time", "float batch 1", "float batch 2"}

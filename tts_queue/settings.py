@@ -98,9 +98,12 @@ class SessionConfig:
         "takes the first algorithm", choices=("heuristic", "exhaustive", "default"))
     io_binding: bool = setting(True, "CUDA and TensorRT sessions bind inputs and outputs (ONNX Runtime I/O "
                                "binding), so the audio is written once, into host memory")
-    trt_fp16: bool = setting(True, "TensorRT sessions may run layers in fp16")
-    kokoro_graph: str = setting("auto", "which Kokoro graph runs: `int8` (as shipped), `float` (its weights "
-                                "dequantized once at load), `auto` (int8 on the CPU, float on a GPU: "
+    trt_fp16: bool = setting(True, "TensorRT sessions may run layers in fp16 (Kokoro's decoder only where "
+                             "a check at load finds it within 0.98 log-spectral similarity of fp32, "
+                             "else fp32)")
+    kokoro_graph: str = setting("auto", "which Kokoro graph runs: `int8` (as shipped, one sentence a call), "
+                                "`float` (its weights dequantized once at load; its decoder takes a "
+                                "batch), `auto` (int8 on the CPU, float on a GPU: "
                                 "the int8 graph's integer convolutions have no CUDA kernels)",
                                 choices=("auto", "int8", "float"))
     trt_cache_dir: Path | None = setting(None, "where TensorRT keeps built engines and its timing cache "

@@ -194,7 +194,8 @@ class BatchEngine:
         them): a long request's audio is never all in memory. However it ends, its sentences
         still waiting leave the engine."""
         futures: list[Future[SentenceResult]] = []
-        frames = self.registry.load(key.voice).model.sentence_frames(sentences, key.scales)
+        frames = (self.registry.load(key.voice).model.sentence_frames(sentences, key.scales)
+                  if self.policy.max_batch > 1 else None)  # (one sentence a call needs no budget)
         with self._cond:
             now = self.clock()
             group = next(self._groups)

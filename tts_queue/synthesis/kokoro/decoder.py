@@ -31,7 +31,7 @@ from typing import Any
 
 from tts_queue.errors import ModelLoadError
 from tts_queue.synthesis.kokoro.masks import NO_TIME, Masking, add_masks, frame_rates
-from tts_queue.synthesis.kokoro.plain import _constants, _outer_names, plain_products, prune
+from tts_queue.synthesis.kokoro.plain import constants, outer_names, plain_products, prune
 from tts_queue.synthesis.kokoro.source import source_per_item
 
 # Where the graph is cut: the tensors the decoder reads, as kokoro-onnx's export names them.
@@ -69,7 +69,7 @@ def durations_part(model: Any, durations: str) -> Any:
 
 def decoder(model: Any, hop: int, edits: Edits = Edits()) -> Any:
     """The decoder of ``model`` (the int8 graph as shipped, untouched) made batchable."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     from tts_queue.synthesis.kokoro.dequantize import dequantize
 
@@ -89,9 +89,9 @@ def decoder(model: Any, hop: int, edits: Edits = Edits()) -> Any:
     cut = plain_products(cut) if edits.plain_products else dequantize(cut)
     graph = cut.graph
     _batch_axes(graph, helper)
-    constant = _constants(graph, numpy_helper)
+    constant = constants(graph)
 
-    def known(name: str) -> Any:
+    def known(name: str) -> Any:  # a constant's value, or None
         try:
             return constant(name)
         except ModelLoadError:
@@ -126,7 +126,7 @@ def part(model: Any, inputs: list[str], outputs: list[str]) -> Any:
         if name in inputs or node is None or id(node) in chosen:
             continue
         chosen.add(id(node))
-        for source in [*node.input, *_outer_names(node)]:
+        for source in [*node.input, *outer_names(node)]:
             if source and source not in needed:
                 needed.add(source)
                 wanted.append(source)
@@ -193,7 +193,7 @@ def _ordered(graph: Any) -> None:
     readers: dict[str, list[int]] = defaultdict(list)
     missing = []
     for index, node in enumerate(nodes):
-        needs = {name for name in [*node.input, *_outer_names(node)] if name and name not in available}
+        needs = {name for name in [*node.input, *outer_names(node)] if name and name not in available}
         missing.append(needs)
         for name in needs:
             readers[name].append(index)

@@ -217,11 +217,11 @@ class KokoroGraph:
         order = sorted(range(len(encoded)), key=lambda k: -encoded[k][0].shape[2])  # longest first
         feeds = batch_feeds([encoded[k] for k in order], [styles[k] for k in order])
         (audio,) = self._call(self.decoder, feeds, run_options, sum(len(i) for i in ids))
-        out: list[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]] = [None] * len(ids)  # type: ignore[list-item]
+        out = {}
         for row, k in enumerate(order):
             samples = np.asarray(audio[row, : int(feeds["frames"][row]) * HOP], dtype=np.float32)
             out[k] = (samples, _checked(encoded[k][3], len(ids[k]), len(samples)))
-        return out
+        return [out[k] for k in range(len(ids))]
 
     def _call(self, session: Any, feeds: dict[str, Any], run_options: Any, ids: int) -> list[Any]:
         """``session.run`` on ``feeds``: a stopped call raises ``Preempted``, a failed one

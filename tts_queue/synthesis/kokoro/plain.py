@@ -30,7 +30,7 @@ def plain_products(model: Any) -> Any:
     from onnx import helper, numpy_helper
 
     graph = model.graph
-    constant = _constants(graph, numpy_helper)
+    constant = constants(graph)
     producer = {out: node for node in graph.node for out in node.output}
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
@@ -79,7 +79,7 @@ def prune(model: Any) -> Any:
         if needed.intersection(node.output):
             kept.append(node)
             needed.update(name for name in node.input if name)
-            needed.update(_outer_names(node))
+            needed.update(outer_names(node))
     del graph.node[:]
     graph.node.extend(reversed(kept))
     initializers = [i for i in graph.initializer if i.name in needed]
@@ -89,7 +89,7 @@ def prune(model: Any) -> Any:
     return model
 
 
-def _outer_names(node: Any) -> set[str]:
+def outer_names(node: Any) -> set[str]:
     """The names a node's subgraphs (a Loop's body) read from the graph around them."""
     names: set[str] = set()
     for attribute in node.attribute:
@@ -99,12 +99,15 @@ def _outer_names(node: Any) -> set[str]:
             inner.update(i.name for i in attribute.g.initializer)
             for sub in attribute.g.node:
                 names.update(n for n in sub.input if n and n not in inner)
-                names.update(_outer_names(sub))
+                names.update(outer_names(sub))
     return names
 
 
-def _constants(graph: Any, numpy_helper: Any) -> Callable[[str], npt.NDArray[np.float32]]:
-    """A reader of the graph's constant tensors (initializers and ``Constant`` nodes) as float32."""
+def constants(graph: Any) -> Callable[[str], npt.NDArray[np.float32]]:
+    """A reader of the graph's constant tensors (initializers and ``Constant`` nodes) as float32;
+    ``ModelLoadError`` for a name that is not one."""
+    from onnx import numpy_helper
+
     values = {i.name: i for i in graph.initializer}
     nodes = {node.output[0]: node for node in graph.node if node.op_type == "Constant"}
 
