@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tts_queue.errors import SynthesisError
 from tts_queue.settings import SessionConfig, Settings
 from tts_queue.synthesis.batching import BatchPolicy, Entry
 from tts_queue.synthesis.family import KOKORO, family
@@ -66,6 +67,18 @@ def test_neighbours_are_the_closest_in_frames_and_a_slow_speed_counts_its_frames
     batch = policy.next_batch(now=1.0)
     # Then the first sentence's neighbour is the one closest in frames, not in ids (equal here)
     assert batch is not None and [e.frames for e in batch.entries] == [60, 64]
+
+
+def test_sentences_of_keys_that_share_calls_fill_one_batch_each_in_its_own_slot() -> None:
+    # Given the same ids said by two voices whose model shares its calls, and a third sentence
+    policy = BatchPolicy("eager", max_batch=8, max_padded_frames=10_000)
+    for voice, ids, frames in (("alpha", (0, 1, 0), 30), ("kumo", (0, 1, 0), 32), ("alpha", (0, 2, 0), 40)):
+        policy.append(Entry(key=voice, ids=ids, arrived=0.0, ticket=object(), frames=frames, share="graph"))
+    # When a batch is asked for
+    batch = policy.next_batch(now=0.0)
+    # Then all three run in one call of the shared key, the same ids of two voices in two slots
+    assert batch is not None and batch.key == "graph"
+    assert batch.slots == [(0, 1, 0), (0, 1, 0), (0, 2, 0)] and batch.slot_keys == ["alpha", "kumo", "alpha"]
 
 
 # --- the model's batch follows its graph --------------------------------------------------------
@@ -124,6 +137,25 @@ def test_a_float_batch_runs_longest_first_and_each_item_is_cut_to_its_own_frames
     assert len(short.samples) == 7 * HOP - 2 * (2 * HOP - EDGE)
     assert np.all(short.samples == STYLES[0, 0]) and np.all(long.samples == STYLES[2, 0])
     assert long.phoneme_samples.tolist() == [EDGE, 2 * HOP, 2 * HOP, 2 * HOP, EDGE]
+
+
+def test_a_shared_call_gives_each_sentence_its_own_voice_and_speed() -> None:
+    # Given two voices of one float graph, and a voice of another graph
+    decoder = FakeDecoder()
+    graph = KokoroGraph(FakeEncoder({3: [2, 3, 2], 5: [3, 2, 2, 2, 3]}), [CPU], "float", decoder=decoder)
+    alpha, kumo = KokoroModel(graph, STYLES), KokoroModel(graph, STYLES * 2)
+    other = KokoroModel(KokoroGraph(FakeEncoder({}), [CPU], "float", decoder=FakeDecoder()), STYLES)
+    assert alpha.shared == kumo.shared != other.shared and alpha.shared
+    # When one sentence of each voice runs in one call, at speeds 1 and 2
+    first, second = alpha.run_shared([alpha, kumo], [[0, 5, 6, 7, 0], [0, 5, 0]],
+                                     [Scales(0.0, 1.0, 0.0), Scales(0.0, 0.5, 0.0)])
+    # Then each went through the encoder at its speed and the decoder with its voice's style
+    [feeds] = decoder.feeds
+    assert float(feeds["asr"][0, 0, 0]) == 1.0 and float(feeds["asr"][1, 0, 0]) == 2.0
+    assert np.all(first.samples == STYLES[2, 0]) and np.all(second.samples == 2 * STYLES[0, 0])
+    # And a voice of another graph cannot join the call
+    with pytest.raises(SynthesisError):
+        alpha.run_shared([alpha, other], [[0, 5, 0], [0, 5, 0]], [Scales(0.0, 1.0, 0.0)] * 2)
 
 
 def test_batch_feeds_pad_with_zeros_one_frame_beyond_the_longest() -> None:

@@ -131,8 +131,8 @@ def test_a_gpu_pool_on_the_cpu_batches_kokoro_float_sentences_of_several_request
     # Given a GPU-pool engine (its window holds a batch until three sentences wait) on this CPU
     engine = BatchEngine.for_pool(registry, settings, "gpu").start()
     synthesizer = Synthesizer(registry, engine)
-    said = [2, 6, 10]  # Hi., Oh., Yes. at speed 3
-    requests = [build_request({"text": SENTENCES[i][1], "voice": "af_heart", "speed": 3.0},
+    said = [2, 5, 12]  # three voices, three languages, speeds 3 and 4
+    requests = [build_request({"text": SENTENCES[i][1], "voice": SENTENCES[i][0], "speed": SENTENCES[i][2]},
                               registry, settings) for i in said]
     results: dict[int, Any] = {}
 
@@ -151,16 +151,16 @@ def test_a_gpu_pool_on_the_cpu_batches_kokoro_float_sentences_of_several_request
     # Then their sentences ran in one call, each cut back to exactly what it is alone, with its own
     # samples per id (the captions' timings)
     assert [results[i].batch_size for i in range(3)] == [3, 3, 3]
-    # (their frames, which the batch was budgeted in, known beforehand from the durations alone)
-    voice = registry.load("af_heart")
-    frames = voice.model.sentence_frames([items[i][0] for i in said], voice.scales(3.0))
-    assert frames == [int(alone[i][1].sum()) // HOP for i in said]
     for index, item in enumerate(said):
         expected = trimmed(*alone[item])
         samples = results[index].audio.samples
         assert len(samples) == len(expected.samples)
         assert float(np.max(np.abs(samples - expected.samples))) <= 1e-5
         assert results[index].alignment.phoneme_samples[0] == tuple(expected.phoneme_samples.tolist())
+        # (its frames, which the batch was budgeted in, known beforehand from the durations alone)
+        voice = registry.load(SENTENCES[item][0])
+        assert voice.model.sentence_frames([items[item][0]], voice.scales(SENTENCES[item][2])) == \
+            [int(alone[item][1].sum()) // HOP]
 
 
 def test_the_batching_bench_runs_in_its_quick_form(settings: Settings, registry: VoiceRegistry) -> None:

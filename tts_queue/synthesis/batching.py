@@ -19,9 +19,11 @@ of them), no more than an entry's own ``max_batch`` where its model sets one (Ko
 takes one sentence a call, on any pool), and no more than the caller's
 ``cap`` of cost (``TTS_MAX_CALL_S`` of model time, which the engine turns into cost per voice from
 past calls): a sentence over the cap runs alone, so a call that others wait behind stays short.
-Sentences with equal ids and batch key share one slot (synthesized once). A cancelled task never
-reaches the policy: the executor skips it before synthesis (``TaskRows.claim``); a request that
-fails or stops takes its waiting sentences back (``withdraw``).
+Sentences with equal ids and batch key share one slot (synthesized once). Entries whose model
+takes each sentence's own voice and speed in one call (Kokoro's float graph) name the calls they
+may join (``share``): sentences of several voices and speeds then fill one batch. A cancelled
+task never reaches the policy: the executor skips it before synthesis (``TaskRows.claim``); a
+request that fails or stops takes its waiting sentences back (``withdraw``).
 """
 
 from __future__ import annotations
@@ -55,11 +57,19 @@ class Entry:
     seq: int = 0  # its place in its request
     weight: float = 1.0  # cost per id (the length scale: a slower speed makes more samples)
     frames: int = 0  # its frames where its model pads by frames (Kokoro's float graph), else 0
+    # the key of calls that other keys' sentences may join (a model that takes each sentence's own
+    # voice and speed in one call: Kokoro's float graph); None: its key's calls only
+    share: Hashable = None
 
     @property
     def cost(self) -> float:
         """What it costs in the model: ids times length scale."""
         return len(self.ids) * self.weight
+
+    @property
+    def call_key(self) -> Hashable:
+        """The key of the calls it may run in: ``share`` where set, else its own key."""
+        return self.key if self.share is None else self.share
 
     @property
     def size(self) -> int:
@@ -74,6 +84,7 @@ class Batch:
     key: Hashable
     slots: list[tuple[int, ...]] = field(default_factory=list)
     members: list[tuple[Entry, int]] = field(default_factory=list)
+    slot_keys: list[Hashable] = field(default_factory=list)  # each slot's own key (a shared call mixes them)
     price: float = 1.0  # what each unit of its cost was charged to its keys (model seconds)
 
     @property
@@ -161,8 +172,8 @@ class BatchPolicy:
         """
         order = sorted((e for e in self._waiting if not _held(e, interactive_only, busy)),
                        key=self.shares.order)
-        for key in dict.fromkeys(e.key for e in order):
-            same = [e for e in order if e.key == key]
+        for key in dict.fromkeys(e.call_key for e in order):
+            same = [e for e in order if e.call_key == key]
             batch = self._fill(key, same, None if cap is None else cap(key))
             oldest = batch.members[0][0]
             full = len(batch.slots) >= self._limit(oldest) or len(batch.members) < len(same)
@@ -200,20 +211,21 @@ class BatchPolicy:
         batch = Batch(key=key)
         limit = self._limit(anchor)
         budget = self.max_padded_frames if anchor.frames else self.max_padded
-        slot_of: dict[tuple[int, ...], int] = {}
+        slot_of: dict[tuple[Hashable, tuple[int, ...]], int] = {}
         longest, longest_ids = 0, 0
         for entry in (anchor, *others):
-            if entry.ids in slot_of:
-                batch.members.append((entry, slot_of[entry.ids]))
+            if (entry.key, entry.ids) in slot_of:
+                batch.members.append((entry, slot_of[entry.key, entry.ids]))
                 continue
             new_longest, new_ids = max(longest, entry.size), max(longest_ids, len(entry.ids))
             too_big = (len(batch.slots) + 1) * new_longest > budget or (
                 cap is not None and (len(batch.slots) + 1) * new_ids * entry.weight > cap)
             if batch.slots and (len(batch.slots) >= limit or too_big):
                 continue
-            slot_of[entry.ids] = len(batch.slots)
+            slot_of[entry.key, entry.ids] = len(batch.slots)
             batch.slots.append(entry.ids)
-            batch.members.append((entry, slot_of[entry.ids]))
+            batch.slot_keys.append(entry.key)
+            batch.members.append((entry, slot_of[entry.key, entry.ids]))
             longest, longest_ids = new_longest, new_ids
         return batch
 

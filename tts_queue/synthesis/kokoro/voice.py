@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tts_queue.errors import ModelLoadError
+from tts_queue.errors import ModelLoadError, SynthesisError
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.inference import ItemAudio, Scales
 from tts_queue.synthesis.kokoro.espeak import ESPEAK_VOICES, EspeakKokoroPhonemizer
@@ -92,6 +92,23 @@ class KokoroModel:
         speed = 1.0 / scales.length_scale
         styles = [self.style(len(sentence) - 2) for sentence in ids]
         made = self.graph.run_batch(ids, styles, [speed] * len(ids), run_options)
+        return [trimmed(samples, per_id) for samples, per_id in made]
+
+    @property
+    def shared(self) -> str:
+        """The float graph's calls are shared by its voices, each sentence with its own style and
+        speed (the engine fills one batch with several voices'); the int8 graph's are not."""
+        return f"kokoro-graph-{id(self.graph):x}" if self.graph.batches else ""
+
+    def run_shared(self, models: Sequence[Any], ids: Sequence[Sequence[int]], scales: Sequence[Scales],
+                   run_options: Any = None) -> list[ItemAudio]:
+        """Sentences of several voices of this graph (``models``, one per sentence) at their own
+        speeds, in one padded call of the float graph, each cut to its own frames."""
+        if not all(isinstance(m, KokoroModel) and m.graph is self.graph for m in models):
+            raise SynthesisError("a shared Kokoro call takes voices of its own graph only")
+        styles = [m.style(len(s) - 2) for m, s in zip(models, ids, strict=True)]
+        speeds = [1.0 / scale.length_scale for scale in scales]
+        made = self.graph.run_batch(ids, styles, speeds, run_options)
         return [trimmed(samples, per_id) for samples, per_id in made]
 
     def sentence_frames(self, ids: Sequence[Sequence[int]], scales: Scales) -> list[int] | None:
