@@ -133,8 +133,9 @@ def curve(registry: VoiceRegistry, settings: Settings, model: str, levels: Seque
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
     offset = 0
     try:
-        warm = build_request({"text": texts[-1], "voice": MODELS[model]}, registry, settings)
-        Synthesizer(registry, engines["batched"]).synthesize(warm)  # untimed: loading, first calls
+        if not quick:  # untimed: loading, first calls (a smoke run needs no figures)
+            warm = build_request({"text": texts[-1], "voice": MODELS[model]}, registry, settings)
+            Synthesizer(registry, engines["batched"]).synthesize(warm)
         for index, clients in enumerate(levels):
             count = clients if quick else max(4, clients)
             order = list(engines.items())
