@@ -66,6 +66,9 @@ class PoolSettings:
                           "fuller batch)", choices=POLICIES)
     max_batch: int = setting(4, "most sentences per ONNX call")
     max_padded_phonemes: int = setting(2400, "rows x longest ids per call")
+    max_padded_frames: int = setting(2400, "rows x longest frames per call of a model that pads by "
+                                     "frames (Kokoro's float graph: 40 frames a second of audio, four "
+                                     "times as many at speed 0.25)")
     window_ms: float = setting(200.0, "the `window` policy's longest wait")
     runners: int = setting(1, "model calls a worker runs at once (CPU default 2: under load two calls "
                            "side by side on one core each, a lone call on every core; an interactive "
@@ -95,9 +98,12 @@ class SessionConfig:
         "takes the first algorithm", choices=("heuristic", "exhaustive", "default"))
     io_binding: bool = setting(True, "CUDA and TensorRT sessions bind inputs and outputs (ONNX Runtime I/O "
                                "binding), so the audio is written once, into host memory")
-    trt_fp16: bool = setting(True, "TensorRT sessions may run layers in fp16")
-    kokoro_graph: str = setting("auto", "which Kokoro graph runs: `int8` (as shipped), `float` (its weights "
-                                "dequantized once at load), `auto` (int8 on the CPU, float on a GPU: "
+    trt_fp16: bool = setting(True, "TensorRT sessions may run layers in fp16 (Kokoro's decoder only where "
+                             "a check at load finds it within 0.98 log-spectral similarity of fp32, "
+                             "else fp32)")
+    kokoro_graph: str = setting("auto", "which Kokoro graph runs: `int8` (as shipped, one sentence a call), "
+                                "`float` (its weights dequantized once at load; its decoder takes a "
+                                "batch), `auto` (int8 on the CPU, float on a GPU: "
                                 "the int8 graph's integer convolutions have no CUDA kernels)",
                                 choices=("auto", "int8", "float"))
     trt_cache_dir: Path | None = setting(None, "where TensorRT keeps built engines and its timing cache "
@@ -310,7 +316,10 @@ class RoutingSettings:
     # at a time on both cores).
     cpu: PoolSettings = setting(PoolSettings(max_batch=1, runners=2), "", env="TTS_CPU_")
     # Eager on GPUs too: an idle worker never waits; under load batches form while one runs.
-    gpu: PoolSettings = setting(PoolSettings(max_batch=32, max_padded_phonemes=16000), "", env="TTS_GPU_")
+    # Kokoro's decoder holds about 0.6 MB of activations per padded frame (a float32 [128, 120F]
+    # tensor and its neighbours): 8,000 frames (200 s of audio a call) stay within a few GB.
+    gpu: PoolSettings = setting(PoolSettings(max_batch=32, max_padded_phonemes=16000, max_padded_frames=8000),
+                                "", env="TTS_GPU_")
 
 
 @dataclass(frozen=True)

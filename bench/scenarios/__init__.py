@@ -27,3 +27,7 @@ register_module("recovery", subject="service", takes="about 10 minutes",
 register_module("flood", subject="fairness", takes="about 3 minutes",
                 description="one worker under 5,000 requests of one tenant, most over its share: tasks sent "
                             "round the broker a second, and its memory over the next minute")
+register_module("kokoro_batching", subject="engine", takes="about 30 minutes",
+                description="the batching curve: audio seconds a second and first-audio p50/p95 at 1, 4, 16 "
+                            "and 64 clients, Piper and Kokoro, batched against one at a time; Kokoro's float "
+                            "graph in batches of 1-8 against int8 one at a time")

@@ -13,13 +13,17 @@ Which sentence leads the next batch is fair between keys and between requests
 (``fairness.FairShares``): interactive before bulk, then the key served least, its request served
 least, the oldest sentence. The others in the batch are those of the same batch key closest to it
 in length, within the budgets: at most ``max_batch`` distinct sequences and ``max_padded`` padded
-ids (rows x longest) per call, no more than an entry's own ``max_batch`` where its model family
-sets one (Kokoro's graph takes one sentence a call, on any pool), and no more than the caller's
+ids (rows x longest) per call, or ``max_padded_frames`` padded frames for entries sized in frames
+(Kokoro's float graph: its decoder, 95% of the cost, pads by frames, and a slower speed makes more
+of them), no more than an entry's own ``max_batch`` where its model sets one (Kokoro's int8 graph
+takes one sentence a call, on any pool), and no more than the caller's
 ``cap`` of cost (``TTS_MAX_CALL_S`` of model time, which the engine turns into cost per voice from
 past calls): a sentence over the cap runs alone, so a call that others wait behind stays short.
-Sentences with equal ids and batch key share one slot (synthesized once). A cancelled task never
-reaches the policy: the executor skips it before synthesis (``TaskRows.claim``); a request that
-fails or stops takes its waiting sentences back (``withdraw``).
+Sentences with equal ids and batch key share one slot (synthesized once). Entries whose model
+takes each sentence's own voice and speed in one call (Kokoro's float graph) name the calls they
+may join (``share``): sentences of several voices and speeds then fill one batch. A cancelled
+task never reaches the policy: the executor skips it before synthesis (``TaskRows.claim``); a
+request that fails or stops takes its waiting sentences back (``withdraw``).
 """
 
 from __future__ import annotations
@@ -52,11 +56,25 @@ class Entry:
     owner: str = ""  # the key it is served for (``fairness``): keys share the model fairly
     seq: int = 0  # its place in its request
     weight: float = 1.0  # cost per id (the length scale: a slower speed makes more samples)
+    frames: int = 0  # its frames where its model pads by frames (Kokoro's float graph), else 0
+    # the key of calls that other keys' sentences may join (a model that takes each sentence's own
+    # voice and speed in one call: Kokoro's float graph); None: its key's calls only
+    share: Hashable = None
 
     @property
     def cost(self) -> float:
         """What it costs in the model: ids times length scale."""
         return len(self.ids) * self.weight
+
+    @property
+    def call_key(self) -> Hashable:
+        """The key of the calls it may run in: ``share`` where set, else its own key."""
+        return self.key if self.share is None else self.share
+
+    @property
+    def size(self) -> int:
+        """What it pads to in a batch: its frames where its model pads by them, else its ids."""
+        return self.frames or len(self.ids)
 
 
 @dataclass
@@ -66,6 +84,7 @@ class Batch:
     key: Hashable
     slots: list[tuple[int, ...]] = field(default_factory=list)
     members: list[tuple[Entry, int]] = field(default_factory=list)
+    slot_keys: list[Hashable] = field(default_factory=list)  # each slot's own key (a shared call mixes them)
     price: float = 1.0  # what each unit of its cost was charged to its keys (model seconds)
     tags: dict[int, float] = field(default_factory=dict)  # its requests' fair tags when taken
 
@@ -84,13 +103,15 @@ class BatchPolicy:
     """Pure batching state: ``append`` entries, ask ``next_batch(now)``, sleep until ``deadline``."""
 
     def __init__(
-        self, policy: str = "eager", max_batch: int = 4, max_padded: int = 2400, window_s: float = 0.2
+        self, policy: str = "eager", max_batch: int = 4, max_padded: int = 2400, window_s: float = 0.2,
+        max_padded_frames: int = 16000,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown batching policy {policy!r}; use one of {POLICIES}")
         self.policy = policy
         self.max_batch = max(1, max_batch)
         self.max_padded = max_padded
+        self.max_padded_frames = max_padded_frames
         self.window_s = window_s
         self._waiting: list[Entry] = []
         self.shares = FairShares()
@@ -152,8 +173,8 @@ class BatchPolicy:
         """
         order = sorted((e for e in self._waiting if not _held(e, interactive_only, busy)),
                        key=self.shares.order)
-        for key in dict.fromkeys(e.key for e in order):
-            same = [e for e in order if e.key == key]
+        for key in dict.fromkeys(e.call_key for e in order):
+            same = [e for e in order if e.call_key == key]
             batch = self._fill(key, same, None if cap is None else cap(key))
             oldest = batch.members[0][0]
             full = len(batch.slots) >= self._limit(oldest) or len(batch.members) < len(same)
@@ -188,24 +209,26 @@ class BatchPolicy:
         entry is always in the batch, so nothing starves.
         """
         anchor = same[0]
-        others = sorted(same[1:], key=lambda e: (e.priority, abs(len(e.ids) - len(anchor.ids)), e.arrived))
+        others = sorted(same[1:], key=lambda e: (e.priority, abs(e.size - anchor.size), e.arrived))
         batch = Batch(key=key)
         limit = self._limit(anchor)
-        slot_of: dict[tuple[int, ...], int] = {}
-        longest = 0
+        budget = self.max_padded_frames if anchor.frames else self.max_padded
+        slot_of: dict[tuple[Hashable, tuple[int, ...]], int] = {}
+        longest, longest_ids = 0, 0
         for entry in (anchor, *others):
-            if entry.ids in slot_of:
-                batch.members.append((entry, slot_of[entry.ids]))
+            if (entry.key, entry.ids) in slot_of:
+                batch.members.append((entry, slot_of[entry.key, entry.ids]))
                 continue
-            new_longest = max(longest, len(entry.ids))
-            too_big = (len(batch.slots) + 1) * new_longest > self.max_padded or (
-                cap is not None and (len(batch.slots) + 1) * new_longest * entry.weight > cap)
+            new_longest, new_ids = max(longest, entry.size), max(longest_ids, len(entry.ids))
+            too_big = (len(batch.slots) + 1) * new_longest > budget or (
+                cap is not None and (len(batch.slots) + 1) * new_ids * entry.weight > cap)
             if batch.slots and (len(batch.slots) >= limit or too_big):
                 continue
-            slot_of[entry.ids] = len(batch.slots)
+            slot_of[entry.key, entry.ids] = len(batch.slots)
             batch.slots.append(entry.ids)
-            batch.members.append((entry, slot_of[entry.ids]))
-            longest = new_longest
+            batch.slot_keys.append(entry.key)
+            batch.members.append((entry, slot_of[entry.key, entry.ids]))
+            longest, longest_ids = new_longest, new_ids
         return batch
 
 

@@ -26,6 +26,10 @@ beside others only if it is of another request
 (a request's sentences run one at a time) and all of them cost no more than the largest single
 call (``largest_call``), so a worker's memory stays bounded by one such call.
 
+A model that takes each sentence's own voice and speed in one call (Kokoro's float graph, shared
+by its voices: ``SharedKey``) has its sentences budgeted in frames and batched across voices and
+speeds; the others batch one voice and one set of scales a call (``BatchKey``).
+
 Fair in time: the policy serves sentences, not requests, in fair order between keys and between a
 key's requests (``fairness``), and a call holds at most ``TTS_MAX_CALL_S`` of model time beyond its
 first sentence (the seconds per cost of past calls of its voice), so a short request that comes
@@ -75,6 +79,21 @@ class BatchKey:
     alone: bool = False  # its model has no one-core form (Kokoro): side by side, each call runs alone
 
 
+@dataclass(frozen=True)
+class SharedKey:
+    """The calls of a model that takes each sentence's own voice and speed (Kokoro's float graph,
+    shared by its voices): sentences of several ``BatchKey`` share them."""
+
+    model: str
+
+
+def _priced(key: object) -> str | None:
+    """Whose past calls price ``key``'s: its voice's, or its shared model's."""
+    if isinstance(key, BatchKey):
+        return key.voice
+    return key.model if isinstance(key, SharedKey) else None
+
+
 NO_SAMPLES = np.zeros(0, dtype=np.float32)
 
 
@@ -117,7 +136,8 @@ class BatchEngine:
         # shares and the call cap; one call slowed by the machine moves neither)
         self._per_cost: dict[str, deque[float]] = {}
         self.policy = BatchPolicy(
-            pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000
+            pool.policy, pool.max_batch, pool.max_padded_phonemes, pool.window_ms / 1000,
+            pool.max_padded_frames,
         )
         self.clock = clock
         # The most recent batch sizes (bounded: a worker runs for months).
@@ -185,12 +205,17 @@ class BatchEngine:
     ) -> list[SentenceResult]:
         """Synthesize ``sentences`` (model ids) in shared batches, served fairly for ``owner`` (a
         key); blocks until all are done, or raises ``SynthesisStalled`` when none finished for
-        ``stall_s``. ``on_result(index, result)`` is called in sentence order as soon as each one
+        ``stall_s``. A model that pads a batch by frames (Kokoro's float graph) gives each
+        sentence's frames first (from its durations alone): its batches are budgeted in them.
+        ``on_result(index, result)`` is called in sentence order as soon as each one
         (and every one before it) is done: streaming sends a sentence while the next ones are
         synthesized. With ``on_result``, the results returned keep no samples (the caller had
         them): a long request's audio is never all in memory. However it ends, its sentences
         still waiting leave the engine."""
         futures: list[Future[SentenceResult]] = []
+        model = self.registry.load(key.voice).model if self.policy.max_batch > 1 else None
+        frames = model.sentence_frames(sentences, key.scales) if model is not None else None
+        share = SharedKey(model.shared) if model is not None and model.shared else None
         with self._cond:
             now = self.clock()
             group = next(self._groups)
@@ -199,7 +224,8 @@ class BatchEngine:
                 self.policy.append(Entry(key=key, ids=tuple(ids), arrived=now, ticket=future,
                                          priority=priority, max_batch=key.max_batch, group=group,
                                          alone=key.alone, owner=owner, seq=seq,
-                                         weight=key.scales.length_scale))
+                                         weight=key.scales.length_scale,
+                                         frames=frames[seq] if frames is not None else 0, share=share))
                 futures.append(future)
             if priority == 0 and futures:  # interactive work waits for no book sentence
                 self._interactive_at = time.monotonic()
@@ -261,7 +287,7 @@ class BatchEngine:
     def call_price(self, key: object) -> float:
         """Model seconds per unit of cost of ``key``'s voice, from its past calls (a voice not run
         yet: the slowest known, else a millisecond); fair shares are charged in these."""
-        known = self._rate(key.voice) if isinstance(key, BatchKey) else None
+        known = self._rate(_priced(key) or "")
         return known or max((r for r in map(self._rate, list(self._per_cost)) if r), default=1e-3)
 
     def _rate(self, voice: str) -> float | None:
@@ -271,9 +297,9 @@ class BatchEngine:
 
     def call_cap(self, key: object) -> float | None:
         """The most cost a call of ``key`` may hold: ``max_call_s`` of its voice's model time."""
-        if self.max_call_s is None or not isinstance(key, BatchKey):
+        if self.max_call_s is None or _priced(key) is None:
             return None
-        rate = self._rate(key.voice)
+        rate = self._rate(_priced(key) or "")
         return None if not rate else self.max_call_s / rate
 
     def _worth_stopping(self, running: _Running) -> bool:
@@ -373,12 +399,15 @@ class BatchEngine:
     def _run(self, index: int, batch: Batch, options: Any, narrow: bool = False) -> None:
         """Run ``batch`` (registered in ``_running[index]`` by the loop) and hand out its results."""
         key = batch.key
-        assert isinstance(key, BatchKey)
         started = time.monotonic()
         try:
-            voice = self.registry.load(key.voice)
-            items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options,
-                                          narrow=narrow)
+            if isinstance(key, SharedKey):
+                items = self._run_shared(batch, options)
+            else:
+                assert isinstance(key, BatchKey)
+                voice = self.registry.load(key.voice)
+                items = voice.model.run_batch(batch.slots, key.scales, key.speaker, run_options=options,
+                                              narrow=narrow)
         except Preempted:  # an interactive sentence came: it runs first, this batch after it
             with self._cond:
                 self.policy.put_back(batch, [replace(entry, stopped=True) for entry in batch.entries
@@ -400,7 +429,8 @@ class BatchEngine:
             elapsed = time.monotonic() - started
             rate = elapsed / batch.padded_size
             self._s_per_id = rate if self._s_per_id is None else 0.8 * self._s_per_id + 0.2 * rate
-            self._per_cost.setdefault(key.voice, deque(maxlen=PACE_CALLS)).append(elapsed / cost(batch))
+            self._per_cost.setdefault(_priced(key) or "", deque(maxlen=PACE_CALLS)).append(
+                elapsed / cost(batch))
         size = len(batch.slots)
         self.batch_sizes.append(size)
         metrics.observe(metrics.BATCH_SIZE, size)
@@ -412,6 +442,12 @@ class BatchEngine:
         for entry, slot in batch.members:
             if not entry.ticket.done():  # a withdrawn request's sentence: nobody waits for it
                 entry.ticket.set_result(SentenceResult(audio=items[slot], batch_size=size))
+
+    def _run_shared(self, batch: Batch, options: Any) -> list[ItemAudio]:
+        """A shared call (``SharedKey``): each slot with its own voice's model and speed."""
+        keys = [key for key in batch.slot_keys if isinstance(key, BatchKey)]
+        models = [self.registry.load(key.voice).model for key in keys]
+        return models[0].run_shared(models, batch.slots, [key.scales for key in keys], run_options=options)
 
 
 class _Progress:
@@ -451,10 +487,8 @@ def _bulk(batch: Batch) -> bool:
 
 def cost(batch: Batch) -> float:
     """What a batch's call costs in the model: its padded ids times its length scale (a slower
-    speed makes more samples of the same ids)."""
-    key = batch.key
-    assert isinstance(key, BatchKey)
-    return batch.padded_size * key.scales.length_scale
+    speed makes more samples of the same ids; a shared call's slowest)."""
+    return batch.padded_size * max(entry.weight for entry in batch.entries)
 
 
 def largest_call(pool: PoolSettings, max_sentence_phonemes: int, min_speed: float) -> float:

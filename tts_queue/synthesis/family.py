@@ -9,8 +9,10 @@ routes only see those seams. Two families are known:
   espeak-ng phonemes, a dynamic batch axis cut back exactly with the graph's ``Ceil`` output,
   noise scales, 22,050 Hz for medium voices.
 - ``kokoro``: Kokoro-82M (``synthesis.kokoro``): pyopenjtalk readings romanized by misaki, Latin
-  words through espeak-ng, a style vector per voice and token count, a batch axis fixed at 1 (one
-  sentence per call on any pool), no noise inputs, 24 kHz, at most 510 tokens a call.
+  words through espeak-ng, a style vector per voice and token count, batches that depend on the
+  graph (the float graph's decoder takes a batch padded by frames, cut back exactly with each
+  item's durations; the int8 graph one sentence a call: its loaded model says so), no noise
+  inputs, 24 kHz, at most 510 tokens a call.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ class Family:
 
     name: str
     title: str
-    max_batch: int = 0  # sentences one model call may take; 0: the pool's budget decides
+    # sentences one model call may take; 0: the pool's budget decides (a loaded model may take
+    # fewer: Kokoro's int8 graph takes one, its float graph a batch)
+    max_batch: int = 0
     noise: bool = True  # whether noise_scale and noise_w change the audio
     max_tokens: int = 0  # ids one call may take (the context), 0: unbounded
     timings: str = "phoneme"  # what the model's durations give captions
@@ -34,7 +38,7 @@ class Family:
 
 FAMILIES: dict[str, Family] = {
     PIPER: Family(PIPER, "Piper VITS"),
-    KOKORO: Family(KOKORO, "Kokoro-82M", max_batch=1, noise=False, max_tokens=510),
+    KOKORO: Family(KOKORO, "Kokoro-82M", noise=False, max_tokens=510),
 }
 
 

@@ -331,6 +331,17 @@ class VoiceModel:
         totals = [int(frames[row, :length].sum()) * self.hop_length for row, length in enumerate(lengths)]
         return [min(total, max(totals)) for total in totals]  # as run_batch cuts the padded audio
 
+    def sentence_frames(self, ids: Sequence[Sequence[int]], scales: Scales) -> list[int] | None:
+        """``None``: a batch pads by ids (VITS masks them with ``input_lengths``)."""
+        return None
+
+    shared = ""  # one voice and one set of scales a call: ``scales`` and ``sid`` serve the batch
+
+    def run_shared(self, models: Sequence[Any], ids: Sequence[Sequence[int]], scales: Sequence[Scales],
+                   run_options: Any = None) -> list[ItemAudio]:
+        """Never called: a Piper voice shares no call with other voices (``shared`` is empty)."""
+        raise NotImplementedError("a Piper voice's calls hold one voice and one set of scales")
+
     def run_batch(
         self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
         run_options: Any = None, narrow: bool = False,

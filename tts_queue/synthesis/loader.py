@@ -21,7 +21,7 @@ class VoiceLoader:
 
         self.session = session
         self.plan = plan
-        self.graphs = Graphs(session)
+        self.graphs = Graphs(session, plan)
 
     def __call__(self, spec: VoiceSpec) -> LoadedVoice:
         """The loaded voice (the caller verified the digest)."""

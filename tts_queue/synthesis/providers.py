@@ -109,18 +109,20 @@ class Shapes:
 
 @dataclass(frozen=True)
 class SessionPlan:
-    """What a worker's sessions need beyond ``SessionConfig``: the pool's batch bound, the longest
+    """What a worker's sessions need beyond ``SessionConfig``: the pool's batch bounds, the longest
     sentence, and where TensorRT engines are cached."""
 
     max_batch: int = 32
     max_phonemes: int = 400
     engine_dir: Path | None = None
+    max_frames: int = 8000  # padded frames per call of a model that pads by frames (Kokoro's)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SessionPlan:
         """The plan of a worker serving ``settings.worker.pool``."""
-        return cls(settings.pool(settings.worker.pool).max_batch,
-                   settings.request.max_sentence_phonemes, settings.trt_cache_dir)
+        pool = settings.pool(settings.worker.pool)
+        return cls(pool.max_batch, settings.request.max_sentence_phonemes, settings.trt_cache_dir,
+                   pool.max_padded_frames)
 
     def shapes(self, id_map: Mapping[str, Sequence[int]]) -> Shapes:
         """The dynamic axes' bounds for a voice with this id map."""

@@ -106,6 +106,21 @@ class SpeechModel(Protocol):
         """The length in samples ``run_batch`` gives each id sequence, from the model's durations
         alone (without its audio: a fraction of the CPU)."""
 
+    def sentence_frames(self, ids: Sequence[Sequence[int]], scales: Scales) -> list[int] | None:
+        """Each sentence's frames where the model pads a batch by frames (Kokoro's float graph),
+        which the engine then budgets its batches in; ``None`` where it pads by ids."""
+
+    @property
+    def shared(self) -> str:
+        """What a call of several voices' and speeds' sentences runs on, where the model takes
+        each sentence's own (Kokoro's float graph, shared by its voices); empty: one voice and
+        speed a call."""
+
+    def run_shared(self, models: Sequence[SpeechModel], ids: Sequence[Sequence[int]],
+                   scales: Sequence[Scales], run_options: Any = None) -> list[ItemAudio]:
+        """One call of sentences, each with its own voice's model (all ``shared`` alike) and
+        scales: exact per-item audio (only where ``shared`` is set)."""
+
 
 class LoadedVoice(Protocol):
     """A loaded voice of any family, as the registry, engine and synthesizer use it."""

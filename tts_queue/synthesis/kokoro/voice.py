@@ -21,15 +21,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tts_queue.errors import ModelLoadError
+from tts_queue.errors import ModelLoadError, SynthesisError
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.frontend.text import TEXT, Phonemizer, SpokenSentence
 from tts_queue.synthesis.inference import ItemAudio, Scales
 from tts_queue.synthesis.kokoro.espeak import ESPEAK_VOICES, EspeakKokoroPhonemizer
-from tts_queue.synthesis.kokoro.graph import HOP, SAMPLE_RATE, KokoroGraph
+from tts_queue.synthesis.kokoro.graph import CHECK_TOKENS, HOP, SAMPLE_RATE, KokoroGraph
 from tts_queue.synthesis.kokoro.japanese import JapanesePhonemizer
 from tts_queue.synthesis.kokoro.phonemizer import KokoroPhonemizer
 from tts_queue.synthesis.kokoro.symbols import id_map, to_ids
+from tts_queue.synthesis.providers import SessionPlan
 from tts_queue.synthesis.voice import VoiceSpec
 
 ENGLISH = "en-us"  # espeak-ng's voice for the Latin runs
@@ -40,8 +41,9 @@ EDGE = 2 * HOP  # samples of silence each pad keeps (50 ms): the request's sente
 class Graphs:
     """The Kokoro graphs loaded in this process, by model digest; each lives while a voice holds it."""
 
-    def __init__(self, session: SessionConfig) -> None:
+    def __init__(self, session: SessionConfig, plan: SessionPlan | None = None) -> None:
         self.session = session
+        self.plan = plan
         self._graphs: weakref.WeakValueDictionary[str, KokoroGraph] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
@@ -51,7 +53,8 @@ class Graphs:
         with self._lock:  # a second voice waits for the first load instead of loading it twice
             graph = self._graphs.get(key)
             if graph is None:
-                graph = KokoroGraph.load(spec.model_files, spec.sha256, self.session)
+                graph = KokoroGraph.load(spec.model_files, spec.sha256, self.session, self.plan,
+                                         styles_of(spec)[CHECK_TOKENS - 1])
                 self._graphs[key] = graph
             return graph
 
@@ -63,8 +66,13 @@ class KokoroModel:
     graph: KokoroGraph
     styles: npt.NDArray[np.float32]  # [510, 256]: row n - 1 for a sentence of n tokens
 
-    max_batch = 1  # the graph's batch axis is fixed at 1
     has_narrow = False  # no single-threaded twin: each call takes every core, alone
+
+    @property
+    def max_batch(self) -> int:
+        """Sentences one call may take: the pool's budget on the float graph (its decoder takes a
+        padded batch), 1 on the int8 graph (its quantizer's range would span the batch)."""
+        return 0 if self.graph.batches else 1
 
     @property
     def provider(self) -> str:
@@ -78,14 +86,38 @@ class KokoroModel:
 
     def run_batch(self, ids: Sequence[Sequence[int]], scales: Scales, speaker_id: int | None = None,
                   run_options: Any = None, narrow: bool = False) -> list[ItemAudio]:
-        """Each sentence in its own call (the engine gives one at a time: ``max_batch``); the
+        """The sentences in one padded call on the float graph, each cut to its own frames (on the
+        int8 graph each in its own call: the engine gives one at a time, ``max_batch``); the
         shared session has no single-threaded twin, so ``narrow`` changes nothing."""
         speed = 1.0 / scales.length_scale
-        items = []
-        for sentence in ids:
-            samples, per_id = self.graph.run(sentence, self.style(len(sentence) - 2), speed, run_options)
-            items.append(trimmed(samples, per_id))
-        return items
+        styles = [self.style(len(sentence) - 2) for sentence in ids]
+        made = self.graph.run_batch(ids, styles, [speed] * len(ids), run_options)
+        return [trimmed(samples, per_id) for samples, per_id in made]
+
+    @property
+    def shared(self) -> str:
+        """The float graph's calls are shared by its voices, each sentence with its own style and
+        speed (the engine fills one batch with several voices'); the int8 graph's are not."""
+        return f"kokoro-graph-{id(self.graph):x}" if self.graph.batches else ""
+
+    def run_shared(self, models: Sequence[Any], ids: Sequence[Sequence[int]], scales: Sequence[Scales],
+                   run_options: Any = None) -> list[ItemAudio]:
+        """Sentences of several voices of this graph (``models``, one per sentence) at their own
+        speeds, in one padded call of the float graph, each cut to its own frames."""
+        if not all(isinstance(m, KokoroModel) and m.graph is self.graph for m in models):
+            raise SynthesisError("a shared Kokoro call takes voices of its own graph only")
+        styles = [m.style(len(s) - 2) for m, s in zip(models, ids, strict=True)]
+        speeds = [1.0 / scale.length_scale for scale in scales]
+        made = self.graph.run_batch(ids, styles, speeds, run_options)
+        return [trimmed(samples, per_id) for samples, per_id in made]
+
+    def sentence_frames(self, ids: Sequence[Sequence[int]], scales: Scales) -> list[int] | None:
+        """Each sentence's frames, what it pads to in a batch of the float graph's decoder (from
+        the graph's durations alone); ``None`` on the int8 graph, which takes no batch."""
+        if not self.graph.batches:
+            return None
+        speed = 1.0 / scales.length_scale
+        return [int(self.graph.frames(s, self.style(len(s) - 2), speed).sum()) // HOP for s in ids]
 
     def sentence_samples(self, ids: Sequence[Sequence[int]], scales: Scales,
                          speaker_id: int | None = None) -> list[int]:
