@@ -65,9 +65,10 @@ class Services(Wiring):
         load_lexicon(settings.request.lexicon)  # a malformed TTS_LEXICON stops the API at start
         if redis is None and settings.services.redis_url:
             redis = redis_client(settings.services.redis_url)
-        core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings, redis), plugins,
-                            m4b_writer, redis, source_writer)
-        return cls(**{f.name: getattr(core, f.name) for f in fields(Wiring)})
+        watch = watch or RedisWatch.from_settings(settings, redis)
+        wiring = Wiring.build(settings, dispatcher, watch, plugins,
+                              m4b_writer, redis, source_writer)
+        return cls(**{f.name: getattr(wiring, f.name) for f in fields(Wiring)})
 
 
 

@@ -274,7 +274,7 @@ def distances(settings: Settings) -> dict[str, Any]:
     return {"sentences": rows}
 
 
-def run(quick: bool = False, core: tuple[VoiceRegistry, Settings] | None = None) -> dict[str, Any]:
+def run(quick: bool = False, pipeline: tuple[VoiceRegistry, Settings] | None = None) -> dict[str, Any]:
     """The whole benchmark (module docstring); its report. ``core``: a registry (its Kokoro voices
     on the float graph) and its settings to use, instead of this run's own."""
     import onnxruntime as ort
@@ -282,8 +282,8 @@ def run(quick: bool = False, core: tuple[VoiceRegistry, Settings] | None = None)
     with tempfile.TemporaryDirectory() as data:
         env = {"TTS_DATA_DIR": data, "TTS_KOKORO_GRAPH": "float", "TTS_MAX_LOADED_VOICES": "4",
                **{k: v for k, v in os.environ.items() if k in ("TTS_PROVIDERS", "TTS_INTRA_OP_THREADS")}}
-        settings = core[1] if core is not None else Settings.from_env(env)
-        registry = core[0] if core is not None else VoiceRegistry.from_settings(settings)
+        settings = pipeline[1] if pipeline is not None else Settings.from_env(env)
+        registry = pipeline[0] if pipeline is not None else VoiceRegistry.from_settings(settings)
         started = time.perf_counter()
         report: dict[str, Any] = {
             "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "quick": quick,

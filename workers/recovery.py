@@ -77,7 +77,7 @@ def release_silent_workers(runtime: WorkerRuntime, heartbeats: Heartbeats) -> in
     the next beat tries again); how many tasks were sent."""
     queues = task_queues(runtime.settings.services.queue_prefix)
     try:
-        return release_silent(runtime.core.task_rows, runtime.core.dispatcher, heartbeats,
+        return release_silent(runtime.wiring.task_rows, runtime.wiring.dispatcher, heartbeats,
                               messages=lambda: broker_messages(heartbeats.client, queues),
                               beat=timedelta(seconds=heartbeats.ttl_s / 3))
     except Exception as exc:  # noqa: BLE001 - database or broker down: the next beat retries
@@ -89,9 +89,9 @@ def release_predecessor(runtime: WorkerRuntime, name: str) -> int:
     """As a worker starts, before it takes anything: rows held under its own name were held by a
     predecessor that died (a restart keeps the name, and its heartbeat may not even have expired
     yet); they are released and sent again at once; how many."""
-    released = runtime.core.task_rows.release([name])
+    released = runtime.wiring.task_rows.release([name])
     for task_id, queue in released:
-        runtime.core.dispatcher.dispatch(task_id, queue)
+        runtime.wiring.dispatcher.dispatch(task_id, queue)
     if released:
         log.warning("dispatched %d task(s) again: held by a previous %s that died", len(released), name)
     return len(released)
@@ -102,44 +102,44 @@ def sweep(runtime: WorkerRuntime, marker: RedisBrokerMarker) -> int:
     broker restart or a dead worker lost, refill the bulk windows, repair chapter counters that lag
     their rows, assemble the chapters whose sentences are all done but never were, resend stalled
     ingestions and lost callback deliveries; how many tasks were sent."""
-    core = runtime.core
-    settings = core.settings
-    sent = requeue(settings, core.task_rows, core.dispatcher, marker)
+    wiring = runtime.wiring
+    settings = wiring.settings
+    sent = requeue(settings, wiring.task_rows, wiring.dispatcher, marker)
     for pool in POOLS:  # book sentences whose window was not refilled (a worker died meanwhile)
-        sent += core.window.feed(pool)
-    core.book_rows.repair()
-    assemble_due(core)
+        sent += wiring.window.feed(pool)
+    wiring.book_rows.repair()
+    assemble_due(wiring)
     for book_id, pool in runtime.ingester.stalled():
         log.warning("book %s: its ingestion stalled; sending it again", book_id)
-        core.dispatcher.ingest(book_id, core.books.ingest_queue(pool))
+        wiring.dispatcher.ingest(book_id, wiring.books.ingest_queue(pool))
     lease = timedelta(seconds=settings.worker.lease_s)  # due deliveries whose message was lost; ended books
-    for subject_id in core.callbacks.finished_books() + core.callbacks.lost(lease):
-        core.dispatcher.deliver(subject_id)
-    fail_unserved_pools(core)
+    for subject_id in wiring.callbacks.finished_books() + wiring.callbacks.lost(lease):
+        wiring.dispatcher.deliver(subject_id)
+    fail_unserved_pools(wiring)
     return sent
 
 
-def fail_unserved_pools(core: Wiring) -> int:
+def fail_unserved_pools(wiring: Wiring) -> int:
     """For each pool at zero (``TTS_SCALE_FROM_ZERO``) with still no live worker: fail ``no_worker``
     its tasks and books being parsed that waited ``TTS_SCALE_FROM_ZERO_WAIT_S``; how many."""
-    routing, prefix = core.settings.routing, core.settings.services.queue_prefix
+    routing, prefix = wiring.settings.routing, wiring.settings.services.queue_prefix
     wait = timedelta(seconds=routing.from_zero_wait_s)
     failed = 0
     for pool in routing.pools_from_zero:
-        if core.watch.pool_alive(pool):
+        if wiring.watch.pool_alive(pool):
             continue
         queues = [queue_name(pool, lane, prefix) for lane in (Lane.INTERACTIVE, Lane.BULK)]
-        failed += fail_unserved(core.task_rows, core.ends, queues, wait)
+        failed += fail_unserved(wiring.task_rows, wiring.ends, queues, wait)
         code, message = public_error(NoWorker("no worker of the pool came within TTS_SCALE_FROM_ZERO_WAIT_S"))
-        for book_id in core.book_rows.unserved(pool, wait):
-            failed += core.book_ends.fail(book_id, code, message)
+        for book_id in wiring.book_rows.unserved(pool, wait):
+            failed += wiring.book_ends.fail(book_id, code, message)
     return failed
 
 
-def assemble_due(core: Wiring) -> int:
+def assemble_due(wiring: Wiring) -> int:
     """Send the assembly of every chapter whose sentences are all done but that was never
     assembled (its worker died in between), to its book's pool; how many."""
-    due = core.book_rows.due_assemblies()
+    due = wiring.book_rows.due_assemblies()
     for book_id, number, pool in due:
-        core.window.assemble(book_id, number, pool)
+        wiring.window.assemble(book_id, number, pool)
     return len(due)

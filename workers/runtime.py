@@ -1,4 +1,4 @@
-"""Everything a worker process builds once: the core (``tts_queue.wiring.root``), plus the batch
+"""Everything a worker process builds once: the wiring of the core (``tts_queue.wiring.root``), plus the batch
 engine, the executor and the ingester."""
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ LONGEST_WARM_UP = " ".join(["and the warm up goes on"] * 120) + "."
 
 @dataclass
 class WorkerRuntime:
-    """The worker's long-lived services: the core and what only a worker runs."""
+    """The worker's long-lived services: the wiring and what only a worker runs."""
 
-    core: Wiring
+    wiring: Wiring
     engine: BatchEngine
     executor: TaskExecutor
     ingester: Ingester
@@ -45,7 +45,7 @@ class WorkerRuntime:
     @property
     def settings(self) -> Settings:
         """The worker's settings."""
-        return self.core.settings
+        return self.wiring.settings
 
     @classmethod
     def build(cls, settings: Settings, dispatcher: Dispatcher, watch: QueueWatch | None = None,
@@ -57,19 +57,20 @@ class WorkerRuntime:
         books = settings.books  # child processes hold the M4B's memory and read-along builds' parsing
         source_writer = partial(readalong.build, timeout_s=books.readalong_timeout_s,
                                 max_memory_mb=books.readalong_max_memory_mb)
-        core = Wiring.build(settings, dispatcher, watch or RedisWatch.from_settings(settings, redis), plugins,
-                            m4b_writer=m4b.build, redis=redis, source_writer=source_writer)
-        engine = BatchEngine.for_pool(core.registry, settings, settings.worker.pool).start()
+        watch = watch or RedisWatch.from_settings(settings, redis)
+        wiring = Wiring.build(settings, dispatcher, watch, plugins,
+                              m4b_writer=m4b.build, redis=redis, source_writer=source_writer)
+        engine = BatchEngine.for_pool(wiring.registry, settings, settings.worker.pool).start()
         executor = TaskExecutor(
-            core.cache, wrapped_synthesizer(plugins, Synthesizer(core.registry, engine)), core.ends,
-            name or f"{settings.worker.pool}@{socket.gethostname()}", core.board, core.streams,
+            wiring.cache, wrapped_synthesizer(plugins, Synthesizer(wiring.registry, engine)), wiring.ends,
+            name or f"{settings.worker.pool}@{socket.gethostname()}", wiring.board, wiring.streams,
             max_attempts=settings.worker.max_retries + 1,
             storage_floor_bytes=settings.cache.storage_reserve_bytes // 2,
             shares=KeyShares(settings.worker.concurrency, settings.worker.interactive_reserve),
             short_task_s=settings.worker.short_task_s)
-        ingester = core.ingester(lease=timedelta(seconds=settings.worker.lease_s),
+        ingester = wiring.ingester(lease=timedelta(seconds=settings.worker.lease_s),
                                  max_attempts=settings.worker.max_retries + 1)
-        return cls(core, engine, executor, ingester)
+        return cls(wiring, engine, executor, ingester)
 
     def warm_up(self) -> None:
         """Load the default voice and run one sentence so the first request is not slow (a
@@ -80,7 +81,7 @@ class WorkerRuntime:
         ``no-patterns-pregrow``). A GPU-pool worker whose voice landed on the CPU says so in a
         warning."""
         started = time.perf_counter()
-        voice = self.core.registry.load(None)
+        voice = self.wiring.registry.load(None)
         loaded = time.perf_counter()
         limit = self.settings.request.max_sentence_phonemes
         short = voice.sentence_ids("Warm up.", limit)

@@ -74,18 +74,18 @@ class ShutdownBudget:
         """Give back the rows ``worker`` still holds and send them again, and the leases of its
         webhook deliveries in flight; how many tasks were sent."""
         runtime = self.holder.get()
-        core = runtime.core
+        wiring = runtime.wiring
         runtime.executor.stopping.set()  # from now on a task starting here goes back unclaimed
         sent = 0
         try:
             # twice: a claim already under way when claiming stopped may commit after the first
             for wait_s in (0.0, SETTLE_S):
                 time.sleep(wait_s)
-                for task_id, queue in core.task_rows.hand_back(worker):
-                    core.dispatcher.dispatch(task_id, queue)
+                for task_id, queue in wiring.task_rows.hand_back(worker):
+                    wiring.dispatcher.dispatch(task_id, queue)
                     sent += 1
             for subject_id in self.deliveries.held() if self.deliveries else []:
-                core.callbacks.release(subject_id)
+                wiring.callbacks.release(subject_id)
         except Exception as exc:  # noqa: BLE001 - the database or broker is down: the leases lapse
             log.error("the shutdown budget is spent, but handing back failed (%s): the recovery "
                       "sweep sends what this worker held once its leases lapse", exc)

@@ -176,7 +176,7 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
         log.info("metrics on :%d/metrics", settings.metrics.port)
     name = getattr(sender, "hostname", None) or runtime.executor.worker_name
     release_predecessor(runtime, name)
-    requeue(settings, runtime.core.task_rows, holder.dispatcher, marker)
+    requeue(settings, runtime.wiring.task_rows, holder.dispatcher, marker)
     if settings.worker.warmup:
         try:
             runtime.warm_up()
@@ -185,7 +185,7 @@ def start_worker(sender: object, holder: RuntimeHolder, heartbeats: Heartbeats, 
             os._exit(3)
 
     def describe() -> WorkerInfo:
-        return WorkerInfo(name, settings.worker.pool, runtime.core.registry.providers())
+        return WorkerInfo(name, settings.worker.pool, runtime.wiring.registry.providers())
 
     runtime.executor.resend = partial(resend, holder, leases)  # parked tasks go back to the broker
     renew = lease_renewal(runtime, leases, name, deliveries)
@@ -224,12 +224,12 @@ def lease_renewal(runtime: WorkerRuntime, leases: Leases, name: str,
             log.warning("could not send on the tasks waiting for a place: %s", exc)
         let_go, unrecorded = leases.take_let_go(), leases.take_unrecorded()
         try:
-            runtime.core.task_rows.let_go(let_go, name)  # those dropped unfinished, still queued
+            runtime.wiring.task_rows.let_go(let_go, name)  # those dropped unfinished, still queued
             let_go = []
-            runtime.core.task_rows.reserve_many(unrecorded, name)  # those still queued
-            runtime.core.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
+            runtime.wiring.task_rows.reserve_many(unrecorded, name)  # those still queued
+            runtime.wiring.task_rows.renew(leases.held(), name)  # the tasks this worker holds stay its own
             if deliveries is not None:  # and so do the webhook deliveries in flight
-                runtime.core.callbacks.renew(deliveries.held())
+                runtime.wiring.callbacks.renew(deliveries.held())
         except Exception as exc:  # database down: keep beating; record and renew on the next beat
             leases.let_go_later(let_go)
             leases.unrecord(unrecorded)

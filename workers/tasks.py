@@ -103,7 +103,7 @@ def assembly(task: Task[..., object], holder: RuntimeHolder, lock: AssemblyLock,
         with lock.held(book_id, number) as mine:
             if not mine:  # the sweep or a second last sentence asked while it is being done
                 return "busy"
-            status = holder.get().core.assembler.assemble(book_id, number)
+            status = holder.get().wiring.assembler.assemble(book_id, number)
     except Exception as exc:
         wait_s = holder.settings.cache.storage_retry_s
         if resend_when_storage_blocked(task, exc, f"book {book_id} chapter {number}", wait_s):
@@ -128,7 +128,7 @@ def fail_book(holder: RuntimeHolder, book_id: str, number: int, exc: Exception) 
     """Fail a book whose chapter ``number`` (0: its parsing) could not be made; the error is logged."""
     log.error("book %s chapter %d: %s", book_id, number, exc, exc_info=exc)
     code, what = (AssemblyFailed.code, f"chapter {number}") if number else (InvalidBook.code, "the book")
-    holder.get().core.book_ends.fail(book_id, code, f"{what} could not be made; the error was logged")
+    holder.get().wiring.book_ends.fail(book_id, code, f"{what} could not be made; the error was logged")
     return "failed"
 
 
@@ -158,14 +158,14 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
     def build_readalong(book_id: str) -> str | None:
         """Build a done book's read-along EPUB into the storage; a failure is kept for the API to
         answer (``ReadAlongs.run``), and a crash leaves its lock to expire, so asking again builds it."""
-        return holder.get().core.readalongs.run(book_id)
+        return holder.get().wiring.readalongs.run(book_id)
 
     @app.task(name=DELIVER, shared=False)
     def deliver_callback(subject_id: str, busy: int = 0) -> str:
         """Hand a finished task's or book's webhook over to the worker's own delivery threads (or,
         with all of them busy, send this again shortly); the POST never runs on this thread
         (``workers.webhooks``)."""
-        return hand_over(holder.get().core, deliveries, subject_id, busy)
+        return hand_over(holder.get().wiring, deliveries, subject_id, busy)
 
     @app.task(name=REQUEUE, shared=False)
     def requeue_lost_tasks() -> int:
@@ -185,10 +185,10 @@ def register_tasks(app: Celery, holder: RuntimeHolder, marker: RedisBrokerMarker
 def retention(holder: RuntimeHolder) -> CleanupReportJSON:
     """``tts.cleanup``'s body: expire by age and pressure, purge, drop old task rows, repair
     drift, expire unread books; one cleaner at a time."""
-    core = holder.get().core
-    report = core.cleaner().run()
+    wiring = holder.get().wiring
+    report = wiring.cleaner().run()
     if not report.skipped:
-        report.books = core.books.expire(timedelta(days=holder.settings.books.ttl_days))
+        report.books = wiring.books.expire(timedelta(days=holder.settings.books.ttl_days))
         metrics.count(metrics.CLEANUPS)
         for kind, amount in (("audio_entries", report.entries), ("audio_bytes", report.bytes),
                              ("task_rows", report.task_rows), ("books", report.books)):

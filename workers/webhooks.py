@@ -112,11 +112,11 @@ class Deliveries:
         self._executor.shutdown(wait=False)
 
 
-def hand_over(core: Wiring, deliveries: Deliveries, subject_id: str, busy: int = 0) -> str:
+def hand_over(wiring: Wiring, deliveries: Deliveries, subject_id: str, busy: int = 0) -> str:
     """The task body: start ``subject_id``'s due delivery on a delivery thread of its key's share,
     or send this message again later when none is free (``busy``: how many turns it found none
     before: the wait doubles); what happened."""
-    callbacks = core.callbacks
+    callbacks = wiring.callbacks
     callback = callbacks.claim(subject_id)
     if callback is None:
         return _counted("not due")  # delivered, failed, early, or in flight elsewhere
@@ -124,34 +124,34 @@ def hand_over(core: Wiring, deliveries: Deliveries, subject_id: str, busy: int =
     if not deliveries.reserve(owner):
         wait = busy_retry_s(busy)
         callbacks.release(subject_id, later_s=wait)
-        core.dispatcher.deliver(subject_id, countdown=wait, busy=busy + 1)
+        wiring.dispatcher.deliver(subject_id, countdown=wait, busy=busy + 1)
         return _counted("busy")
     try:
-        deliveries.start(subject_id, functools.partial(deliver, core, callback), owner)
+        deliveries.start(subject_id, functools.partial(deliver, wiring, callback), owner)
     except RuntimeError:  # the worker is shutting down: the sweep sends it once its lease is given back
         callbacks.release(subject_id)
         return _counted("busy")
     return "handed over"
 
 
-def deliver(core: Wiring, callback: Callback) -> str:
+def deliver(wiring: Wiring, callback: Callback) -> str:
     """One delivery of a leased callback, under the total deadline; records and returns its
     outcome (a retry is this callback's message sent again with the backoff as countdown). An
     unexpected error is a failed attempt too, so a callback that cannot be sent runs out of
     attempts instead of coming back from the sweep forever."""
     try:
-        return _attempt(core, callback)
+        return _attempt(wiring, callback)
     except Exception as exc:
         log.exception("callback of %s: the delivery failed", callback.subject_id)
-        return _outcome(core, callback.subject_id, None, f"internal: {type(exc).__name__}")
+        return _outcome(wiring, callback.subject_id, None, f"internal: {type(exc).__name__}")
 
 
-def _attempt(core: Wiring, callback: Callback) -> str:
-    hooks = core.settings.webhooks
-    callbacks = core.callbacks
+def _attempt(wiring: Wiring, callback: Callback) -> str:
+    hooks = wiring.settings.webhooks
+    callbacks = wiring.callbacks
     subject_id = callback.subject_id
-    body = json.dumps(document(core, callback)).encode()
-    secret = webhook_secret(core.db, callback.owner) or hooks.secret
+    body = json.dumps(document(wiring, callback)).encode()
+    secret = webhook_secret(wiring.db, callback.owner) or hooks.secret
     deadline = Deadline(hooks.timeout_s)
     status: int | None
     error: str | None
@@ -165,16 +165,16 @@ def _attempt(core: Wiring, callback: Callback) -> str:
         return _counted("refused")
     else:
         status, error = post(where, body, headers(where, body, callback.kind, secret), deadline)
-    return _outcome(core, subject_id, status, error)
+    return _outcome(wiring, subject_id, status, error)
 
 
-def _outcome(core: Wiring, subject_id: str, status: int | None, error: str | None) -> str:
+def _outcome(wiring: Wiring, subject_id: str, status: int | None, error: str | None) -> str:
     """Record one attempt's outcome; send the retry, if one is due."""
-    hooks, callbacks = core.settings.webhooks, core.callbacks
+    hooks, callbacks = wiring.settings.webhooks, wiring.callbacks
     wait = callbacks.record(subject_id, status, error, hooks.max_attempts, hooks.backoff_s)
     if wait is not None:
         log.info("callback of %s answered %s; retrying in %.2f s", subject_id, status or error, wait)
-        core.dispatcher.deliver(subject_id, countdown=wait)
+        wiring.dispatcher.deliver(subject_id, countdown=wait)
         return _counted("retrying")
     return _counted("delivered" if status is not None and 200 <= status < 300 and error is None else "failed")
 
@@ -184,15 +184,15 @@ def _counted(outcome: str) -> str:
     return outcome
 
 
-def document(core: Wiring, callback: Callback) -> dict[str, Any]:
+def document(wiring: Wiring, callback: Callback) -> dict[str, Any]:
     """The JSON a callback POSTs: the task's or the book's, as the API shows it (links under
     ``TTS_PUBLIC_URL`` when it is set), and ``callback_url``, the receiver it is sent to: the
     signature covers it, so a body signed for one receiver fails the check at another."""
-    base_url = core.settings.api.public_url or callback.base_url
+    base_url = wiring.settings.api.public_url or callback.base_url
     if callback.kind == "book":
-        found = book_document(core.books.progress(callback.subject_id), base_url)
+        found = book_document(wiring.books.progress(callback.subject_id), base_url)
     else:
-        found = task_document(core.tasks.get(callback.subject_id, fresh=True), base_url)
+        found = task_document(wiring.tasks.get(callback.subject_id, fresh=True), base_url)
     return {**found, "callback_url": callback.url}
 
 

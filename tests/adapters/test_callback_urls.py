@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 
 from api.services import Services
-from tests.support import FakeQueue, core_of, migrate
+from tests.support import FakeQueue, migrate, wiring_of
 from tts_queue.settings import Settings
 from tts_queue.tables import BookRow, Callback, TaskRow
 from tts_queue.webhooks.address import Resolver
@@ -99,10 +99,10 @@ def test_a_stored_url_that_cannot_be_sent_is_given_up_at_its_first_delivery(
     claimed = callbacks.claim(task["task_id"])
     assert claimed is not None
     names.asked.clear()
-    core = core_of(services.settings, FakeQueue())
-    core.callbacks.policy = services.tasks.callbacks.policy
+    wiring = wiring_of(services.settings, FakeQueue())
+    wiring.callbacks.policy = services.tasks.callbacks.policy
     # When a worker delivers it
-    outcome = deliver(core, claimed)
+    outcome = deliver(wiring, claimed)
     # Then it is refused once and for all: one attempt, no retry, nothing looked up or sent
     assert outcome == "refused" and names.asked == []
     with callbacks.db.read() as session:

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.support import FakeQueue, core_of, migrate
+from tests.support import FakeQueue, migrate, wiring_of
 from tts_queue.books.sources.upload import Upload
 from tts_queue.enums import BookStatus, TaskStatus
 from tts_queue.errors import NoWorker
@@ -27,13 +27,13 @@ HOOK = "http://127.0.0.1/hook"
 def zero(settings: Settings, queue: FakeQueue) -> Wiring:
     """The core with the gpu pool scaled from zero and no gpu worker alive (the cpu pool has one)."""
     queue.alive_pools = {"cpu"}
-    return core_of(migrate(settings.replace(**{"routing.from_zero": "gpu", "webhooks.allow_private": True,
+    return wiring_of(migrate(settings.replace(**{"routing.from_zero": "gpu", "webhooks.allow_private": True,
                                                "routing.from_zero_max_tasks": 3})), queue)
 
 
-def backdate(core: Wiring, seconds: float) -> None:
+def backdate(wiring: Wiring, seconds: float) -> None:
     """Every task and book was made ``seconds`` earlier (the wait passes without a sleep)."""
-    with core.db.write() as session:
+    with wiring.db.write() as session:
         for row in [*session.query(TaskRow), *session.query(BookRow)]:
             row.created_at -= timedelta(seconds=seconds)
 

@@ -66,8 +66,8 @@ def world(tmp_path: Path, redis_url: str) -> Iterator[dict[str, Any]]:
     executor = FakeExecutor()
     holder._runtime = replace(real, executor=cast(TaskExecutor, executor))
     client = redis.Redis.from_url(client_url(redis_url))
-    yield {"app": app, "core": real.core, "executor": executor, "redis": client, "keys": RedisKeys(prefix),
-           "db": real.core.db, "prefix": prefix}
+    yield {"app": app, "core": real.wiring, "executor": executor, "redis": client, "keys": RedisKeys(prefix),
+           "db": real.wiring.db, "prefix": prefix}
     real.engine.stop()
     for key in client.scan_iter(match=f"{prefix}*"):
         client.delete(key)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import FakeQueue, Tarpit, core_of, free_port, migrate, wait_until
+from tests.support import FakeQueue, Tarpit, free_port, migrate, wait_until, wiring_of
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback
 from tts_queue.webhooks.callbacks import CallbackRows, Target
@@ -117,9 +117,9 @@ def queue() -> FakeQueue:
 
 
 @pytest.fixture
-def core(settings: Settings, queue: FakeQueue) -> Wiring:
+def wiring(settings: Settings, queue: FakeQueue) -> Wiring:
     """The core over SQLite with the fake queue (where re-sent deliveries go)."""
-    return core_of(migrate(settings), queue)
+    return wiring_of(migrate(settings), queue)
 
 
 def due(callbacks: CallbackRows) -> str:
@@ -131,9 +131,9 @@ def due(callbacks: CallbackRows) -> str:
 
 
 def test_with_every_thread_busy_the_task_sends_itself_again_later_each_time(
-        core: Wiring, queue: FakeQueue) -> None:
+        wiring: Wiring, queue: FakeQueue) -> None:
     # Given a worker whose one delivery thread is taken, and a due callback
-    callbacks = core.callbacks
+    callbacks = wiring.callbacks
     deliveries = Deliveries(1)
     assert deliveries.reserve()
     subject_id = due(callbacks)
@@ -143,7 +143,7 @@ def test_with_every_thread_busy_the_task_sends_itself_again_later_each_time(
     # When its message arrives, and again after each wait
     outcomes = []
     for busy in range(3):
-        outcomes.append(hand_over(core, deliveries, subject_id, busy))
+        outcomes.append(hand_over(wiring, deliveries, subject_id, busy))
         waited += queue.countdowns[-1][1]
     # Then nothing is sent to the receiver from this thread: the message comes back, each time
     # twice as late, and the row's time moved with it (the sweep does not take it for lost)
@@ -156,16 +156,16 @@ def test_with_every_thread_busy_the_task_sends_itself_again_later_each_time(
     deliveries.close()
 
 
-def test_a_delivery_in_flight_is_not_handed_over_twice(core: Wiring, queue: FakeQueue) -> None:
+def test_a_delivery_in_flight_is_not_handed_over_twice(wiring: Wiring, queue: FakeQueue) -> None:
     # Given a delivery already leased by another worker
-    callbacks = core.callbacks
+    callbacks = wiring.callbacks
     subject_id = due(callbacks)
     assert callbacks.claim(subject_id) is not None
     deliveries = Deliveries(2)
     # When a duplicate message arrives, with threads free or not
-    assert hand_over(core, deliveries, subject_id) == "not due"
+    assert hand_over(wiring, deliveries, subject_id) == "not due"
     assert deliveries.reserve("a") and deliveries.reserve("b")
-    assert hand_over(core, deliveries, subject_id) == "not due"
+    assert hand_over(wiring, deliveries, subject_id) == "not due"
     # Then it is dropped: not started, not sent again
     assert deliveries.held() == [] and queue.countdowns == []
     deliveries.close()
@@ -175,16 +175,16 @@ def test_a_dispatch_that_fails_ends_the_task_like_any_failure(settings: Settings
     from tts_queue.errors import ServiceUnavailable
     from tts_queue.tables import TaskRow
 
-    core = core_of(migrate(settings.replace(**{"webhooks.allow_private": True})), queue)
+    wiring = wiring_of(migrate(settings.replace(**{"webhooks.allow_private": True})), queue)
     # Given a broker that takes no message
     queue.broken = True
     # When a request with a webhook is submitted
     with pytest.raises(ServiceUnavailable):
-        core.tasks.submit({"text": f"Nobody queues this {uuid.uuid4()}."},
+        wiring.tasks.submit({"text": f"Nobody queues this {uuid.uuid4()}."},
                           callback_url="http://127.0.0.1/hook", base_url="http://api/")
     # Then its row failed with the code, its webhook is due (the sweep sends it once the broker is
     # back), and a waiter on it was woken, as for any failed task
-    with core.db.read() as session:
+    with wiring.db.read() as session:
         row = session.query(TaskRow).one()
         callback = session.get(Callback, row.id)
     assert row.error_code == ServiceUnavailable.code

@@ -35,7 +35,7 @@ OVER = 1.5  # on ordinary prose at speed 1, at most this multiple of it
 
 
 @pytest.fixture(scope="module")
-def core(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, VoiceRegistry]:
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, VoiceRegistry]:
     """One registry for the module: each voice loads once."""
     settings = Settings.from_env({"TTS_DATA_DIR": str(tmp_path_factory.mktemp("estimate")),
                                   "TTS_PROVIDERS": "cpu", "TTS_MAX_LOADED_VOICES": "3",
@@ -43,9 +43,9 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, VoiceRegis
     return settings, VoiceRegistry.from_settings(settings)
 
 
-def measured(core: tuple[Settings, VoiceRegistry], item: dict[str, Any]) -> tuple[float, float]:
+def measured(pipeline: tuple[Settings, VoiceRegistry], item: dict[str, Any]) -> tuple[float, float]:
     """(real seconds, estimated seconds) of one corpus item, sent as a request would be."""
-    settings, registry = core
+    settings, registry = pipeline
     fields = ("text", "voice", "speed", "normalize", "text_type")
     payload: dict[str, object] = {key: item[key] for key in fields if key in item}
     request = build_request(payload, registry, settings)  # admitted: under TTS_MAX_AUDIO_S
@@ -56,9 +56,10 @@ def measured(core: tuple[Settings, VoiceRegistry], item: dict[str, Any]) -> tupl
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_estimate_holds_the_real_audio_within_bounds(
-        core: tuple[Settings, VoiceRegistry], kind: str) -> None:
+        pipeline: tuple[Settings, VoiceRegistry], kind: str) -> None:
     # Given every held-in request of one kind, measured on the real voice
-    found = [(item["text"][:50], *measured(core, item)) for item in CORPUS["items"] if item["kind"] == kind]
+    found = [(item["text"][:50], *measured(pipeline, item))
+             for item in CORPUS["items"] if item["kind"] == kind]
     ratios = [(text, real / estimate) for text, real, estimate in found]
     shown = ", ".join(f"{text!r} real/estimate {ratio:.2f}" for text, ratio in ratios)
     # Then no estimate is under the real audio by more than a quarter

@@ -53,29 +53,29 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def core(settings: Settings) -> Iterator[tuple[VoiceRegistry, Synthesizer]]:
+def pipeline(settings: Settings) -> Iterator[tuple[VoiceRegistry, Synthesizer]]:
     registry = VoiceRegistry.from_settings(settings)
     engine = BatchEngine(registry, settings.pool("cpu")).start()
     yield registry, Synthesizer(registry, engine)
     engine.stop()
 
 
-def say(core: tuple[VoiceRegistry, Synthesizer], settings: Settings, **payload: Any) -> Any:
-    registry, synthesizer = core
+def say(pipeline: tuple[VoiceRegistry, Synthesizer], settings: Settings, **payload: Any) -> Any:
+    registry, synthesizer = pipeline
     request = build_request(payload, registry, settings)
     return request, synthesizer.synthesize(request)
 
 
 def test_japanese_text_goes_to_the_japanese_voice_and_lasts_as_long_as_its_morae(
-        core: tuple[VoiceRegistry, Synthesizer], settings: Settings) -> None:
+        pipeline: tuple[VoiceRegistry, Synthesizer], settings: Settings) -> None:
     # Given Japanese text that names neither a voice nor a language
-    request, result = say(core, settings, text=TWO)
+    request, result = say(pipeline, settings, text=TWO)
     # Then the default Japanese voice says it, at 24 kHz, two sentences, as long as its morae take
     assert request.voice == "jf_alpha" and request.normalizer == 0
     assert result.audio.sample_rate == 24000 and result.sentences == 2
     assert plausible(result.audio.duration_s, TWO), result.audio.duration_s
     # And the length measured from the graph's durations alone is the synthesized one, exactly
-    assert measured_seconds(core[0].load(request.voice), request) == result.duration_s
+    assert measured_seconds(pipeline[0].load(request.voice), request) == result.duration_s
     # And it is speech, not silence or noise: loud enough, with quiet gaps around the pause
     assert 0.02 < float(np.sqrt(np.mean(result.audio.samples ** 2))) < 0.5
     # And each sentence's samples per token add up exactly to its audio (the graph's durations)
@@ -87,9 +87,9 @@ def test_japanese_text_goes_to_the_japanese_voice_and_lasts_as_long_as_its_morae
     assert starts[0] + sum(result.alignment.phoneme_samples[0]) + int(0.2 * 24000) == starts[1]
 
 
-def test_language_picks_the_voice_and_speed_shortens_it(core: tuple[VoiceRegistry, Synthesizer],
+def test_language_picks_the_voice_and_speed_shortens_it(pipeline: tuple[VoiceRegistry, Synthesizer],
                                                        settings: Settings) -> None:
-    registry, _ = core
+    registry, _ = pipeline
     assert build_request({"text": "Hello.", "language": "ja"}, registry, settings).voice == "jf_alpha"
     assert build_request({"text": "Hello.", "language": "en"}, registry, settings).voice == "en_US-joe-medium"
     assert build_request({"text": "I love 寿司."}, registry, settings).voice == "en_US-joe-medium"
@@ -98,15 +98,15 @@ def test_language_picks_the_voice_and_speed_shortens_it(core: tuple[VoiceRegistr
     assert english.normalizer == 0 and english.script == (("text", "りんごを3本。"),)
     # Kokoro has no noise inputs: they are dropped, so they never split the cache
     assert build_request({"text": GREETING, "noise_scale": 0.3}, registry, settings).noise_scale is None
-    _, normal = say(core, settings, text=GREETING, voice="jm_kumo")
-    request, fast = say(core, settings, text=GREETING, voice="jm_kumo", speed=2.0)
+    _, normal = say(pipeline, settings, text=GREETING, voice="jm_kumo")
+    request, fast = say(pipeline, settings, text=GREETING, voice="jm_kumo", speed=2.0)
     assert 0.35 < fast.audio.duration_s / normal.audio.duration_s < 0.65
     assert measured_seconds(registry.load("jm_kumo"), request) == fast.duration_s  # at speed 2 too
 
 
 def test_every_format_and_the_streamed_pieces_are_the_same_speech(
-        core: tuple[VoiceRegistry, Synthesizer], settings: Settings) -> None:
-    registry, synthesizer = core
+        pipeline: tuple[VoiceRegistry, Synthesizer], settings: Settings) -> None:
+    registry, synthesizer = pipeline
     request = build_request({"text": GREETING, "voice": "jf_nezumi"}, registry, settings)
     pieces: list[np.ndarray[Any, Any]] = []
     streamed = synthesizer.synthesize(request, on_audio=lambda samples, rate: pieces.append(samples))
@@ -123,9 +123,9 @@ def test_every_format_and_the_streamed_pieces_are_the_same_speech(
             assert len(data) > 1000, fmt
 
 
-def test_latin_words_reach_the_model_as_english_phonemes(core: tuple[VoiceRegistry, Synthesizer],
+def test_latin_words_reach_the_model_as_english_phonemes(pipeline: tuple[VoiceRegistry, Synthesizer],
                                                          settings: Settings) -> None:
-    registry, _ = core
+    registry, _ = pipeline
     voice = registry.load("jf_alpha")
     assert isinstance(voice, KokoroVoice)
     symbol = {index: ch for ch, index in voice.vocab.items()}
@@ -151,8 +151,8 @@ def test_latin_words_reach_the_model_as_english_phonemes(core: tuple[VoiceRegist
 
 
 def test_the_voices_share_one_graph_and_have_their_own_digests(
-        core: tuple[VoiceRegistry, Synthesizer]) -> None:
-    registry, _ = core
+        pipeline: tuple[VoiceRegistry, Synthesizer]) -> None:
+    registry, _ = pipeline
     alpha, kumo = registry.load("jf_alpha"), registry.load("jm_kumo")
     assert isinstance(alpha, KokoroVoice) and isinstance(kumo, KokoroVoice)
     assert alpha.model.graph is kumo.model.graph
@@ -162,9 +162,9 @@ def test_the_voices_share_one_graph_and_have_their_own_digests(
     assert registry.status(registry.get("jf_alpha")) == "verified"
 
 
-def test_the_float_graph_says_the_same_speech(core: tuple[VoiceRegistry, Synthesizer]) -> None:
+def test_the_float_graph_says_the_same_speech(pipeline: tuple[VoiceRegistry, Synthesizer]) -> None:
     # Given the shipped int8 graph and the float graph made from it at load time
-    registry, _ = core
+    registry, _ = pipeline
     spec = registry.get("jf_alpha")
     voice = registry.load("jf_alpha")
     assert isinstance(voice, KokoroVoice)

@@ -63,7 +63,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def core(settings: Settings) -> Iterator[tuple[VoiceRegistry, Synthesizer]]:
+def pipeline(settings: Settings) -> Iterator[tuple[VoiceRegistry, Synthesizer]]:
     registry = VoiceRegistry.from_settings(settings)
     engine = BatchEngine(registry, settings.pool("cpu")).start()
     yield registry, Synthesizer(registry, engine)
@@ -73,9 +73,9 @@ def core(settings: Settings) -> Iterator[tuple[VoiceRegistry, Synthesizer]]:
 @pytest.mark.parametrize(("language", "voice_id", "text", "symbols"), SENTENCES,
                          ids=[s[0] for s in SENTENCES])
 def test_each_language_reaches_the_model_as_reviewed_and_lasts_as_estimated(
-        core: tuple[VoiceRegistry, Synthesizer], settings: Settings,
+        pipeline: tuple[VoiceRegistry, Synthesizer], settings: Settings,
         language: str, voice_id: str, text: str, symbols: str) -> None:
-    registry, _ = core
+    registry, _ = pipeline
     # When a sentence names only its language
     request = build_request({"text": text, "language": language}, registry, settings)
     # Then the language's first voice says it (American English keeps the default Piper voice)
@@ -97,8 +97,8 @@ def test_each_language_reaches_the_model_as_reviewed_and_lasts_as_estimated(
 
 
 def test_a_mandarin_sentence_with_an_english_word_reaches_the_model_as_reviewed(
-        core: tuple[VoiceRegistry, Synthesizer]) -> None:
-    registry, _ = core
+        pipeline: tuple[VoiceRegistry, Synthesizer]) -> None:
+    registry, _ = pipeline
     voice = registry.load("zf_xiaoxiao")
     assert isinstance(voice, KokoroVoice)
     # Then its ids are the reviewed ones: the English word kept, in English
@@ -106,8 +106,8 @@ def test_a_mandarin_sentence_with_an_english_word_reaches_the_model_as_reviewed(
 
 
 def test_mandarin_text_goes_to_the_mandarin_voice_and_lasts_as_its_estimate_says(
-        core: tuple[VoiceRegistry, Synthesizer], settings: Settings) -> None:
-    registry, synthesizer = core
+        pipeline: tuple[VoiceRegistry, Synthesizer], settings: Settings) -> None:
+    registry, synthesizer = pipeline
     # When Mandarin text naming neither voice nor language is synthesized
     text = "我冒了严寒，回到相隔二千余里的故乡去。我有3个苹果。"
     request = build_request({"text": text}, registry, settings)
@@ -133,8 +133,8 @@ JAPANESE_DIGESTS = {  # with the packages above and the Japanese rules' version 
 
 
 def test_a_changed_style_file_is_refused_and_japanese_digests_keep_their_rules(
-        core: tuple[VoiceRegistry, Synthesizer], tmp_path: Path) -> None:
-    registry, _ = core
+        pipeline: tuple[VoiceRegistry, Synthesizer], tmp_path: Path) -> None:
+    registry, _ = pipeline
     spec = registry.get("zf_xiaoxiao")
     # Given the voice's style file changed after it was installed
     changed = tmp_path / "zf_xiaoxiao.bin"

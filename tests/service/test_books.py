@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 
 from api import create_app
 from tests.conftest import sherlock_epub
-from tests.support import QUEUE_PREFIX, core_of, epubcheck, served, wait_until
+from tests.support import QUEUE_PREFIX, epubcheck, served, wait_until, wiring_of
 from tts_queue.books.render.assembler import decode
 from tts_queue.books.sources.parse import parse_book
 from tts_queue.db import Database
@@ -91,7 +91,7 @@ def test_a_small_book_renders_in_order_with_captions_and_an_m4b(service: dict[st
     assert book["chapters_total"] == book["chapters_done"] == 2
     assert book["sentences_done"] == book["sentences_total"] > 6
     # (a text upload is deleted once it is parsed; an EPUB's is kept, below)
-    assert core_of(service["settings"]).books.storage.size(f"uploads/{book_id}") is None
+    assert wiring_of(service["settings"]).books.storage.size(f"uploads/{book_id}") is None
     manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
     for chapter in manifest["chapters"]:
         sentences = chapter["sentences"]
@@ -358,7 +358,7 @@ def test_a_book_becomes_a_valid_readalong_epub_whose_clips_are_where_each_senten
     # And each chapter's clips are where each sentence is heard: the chapter's audio between a
     # sentence's first clip begin and last clip end matches that sentence's own cached WAV better
     # than it matches its neighbours'
-    core = core_of(service["settings"])
+    wiring = wiring_of(service["settings"])
     manifest = client.get(f"/v1/books/{book_id}/manifest").get_json()
     with zipfile.ZipFile(path) as epub_file:
         # (made of the source's own documents, one per chapter here, each with its overlay, each
@@ -371,7 +371,7 @@ def test_a_book_becomes_a_valid_readalong_epub_whose_clips_are_where_each_senten
             spans = sentence_spans(overlays[number - 1][1])
             sentences = chapter["sentences"]
             assert len(spans) == len(sentences) >= 3
-            wavs = [cached_wav(core, s["cache_key"]) for s in sentences]
+            wavs = [cached_wav(wiring, s["cache_key"]) for s in sentences]
             for index, (begin, end) in enumerate(spans):
                 clip = audio.samples[int(begin * audio.sample_rate): int(end * audio.sample_rate)]
                 own = best_match(clip, wavs[index])
@@ -381,7 +381,7 @@ def test_a_book_becomes_a_valid_readalong_epub_whose_clips_are_where_each_senten
             assert spans[0][0] == 0.0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
             assert abs(spans[-1][1] - chapter["duration_s"]) < 0.002
     # And the EPUB upload, its documents' source, is kept with the book until the book is deleted
-    storage = core.books.storage
+    storage = wiring.books.storage
     assert storage.size(f"uploads/{book_id}") is not None
     assert client.delete(f"/v1/books/{book_id}").get_json()["deleted"] is True
     assert storage.size(f"uploads/{book_id}") is None and storage.size(f"readalong/{book_id}.epub") is None
@@ -423,11 +423,11 @@ def sentence_spans(smil: bytes) -> list[tuple[float, float]]:
     return spans
 
 
-def cached_wav(core: Wiring, key: str) -> np.ndarray:
+def cached_wav(wiring: Wiring, key: str) -> np.ndarray:
     """A sentence's audio as the cache holds it (float32)."""
     import soundfile
 
-    entry = core.cache.peek(key)
+    entry = wiring.cache.peek(key)
     assert entry is not None
-    samples, _ = soundfile.read(io.BytesIO(core.cache.store.read(entry.path)), dtype="float32")
+    samples, _ = soundfile.read(io.BytesIO(wiring.cache.store.read(entry.path)), dtype="float32")
     return np.asarray(samples, dtype=np.float32)

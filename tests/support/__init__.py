@@ -706,7 +706,7 @@ class FakeQueue:
         return {}
 
 
-def core_of(settings: Settings, queue: FakeQueue | None = None) -> Wiring:
+def wiring_of(settings: Settings, queue: FakeQueue | None = None) -> Wiring:
     """The core over ``settings`` (its database migrated by the caller) with the fake queue as its
     dispatcher and its watch."""
     from tts_queue.wiring.root import Wiring

@@ -182,7 +182,7 @@ def _masked(text: str, url: str) -> str:
     return text.replace(str(password), "***") if password else text
 
 
-def _core(settings: Settings) -> Wiring:
+def _wiring(settings: Settings) -> Wiring:
     """The core over a migrated database, for commands that change rows but queue no work (a due
     callback or a complete chapter is left to the sweep)."""
     from tts_queue.broker.watch import NoWatch, RedisWatch
@@ -200,11 +200,11 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     from tts_queue.cli.flags import parse_duration
 
     older = parse_duration(args.older_than) if args.older_than else None
-    core = _core(settings)
-    report = core.cleaner().run(older_than=older, dry_run=args.dry_run)
+    wiring = _wiring(settings)
+    report = wiring.cleaner().run(older_than=older, dry_run=args.dry_run)
     if not report.skipped:  # books nobody read for TTS_BOOK_TTL_DAYS, unless kept
         ttl = timedelta(days=settings.books.ttl_days)
-        report.books = len(core.book_rows.stale(ttl)) if report.dry_run else core.books.expire(ttl)
+        report.books = len(wiring.book_rows.stale(ttl)) if report.dry_run else wiring.books.expire(ttl)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
         return 0

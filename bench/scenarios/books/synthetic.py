@@ -140,7 +140,7 @@ def prepare(data: Path, book_id: str, mode: str, fmt: str) -> None:
         shutil.rmtree(data / "books" / "m4b", ignore_errors=True)
 
 
-def core(data: Path) -> Any:
+def wiring(data: Path) -> Any:
     """The core over ``data``, dispatching nothing and loading no voice."""
     from tts_queue.broker.watch import NoWatch
     from tts_queue.tasks.dispatcher import NoQueue
@@ -151,7 +151,7 @@ def core(data: Path) -> Any:
 
 def assemble(data: str, book_id: str) -> dict[str, Any]:
     """Assemble chapter 1 of the book in this process; wall time and memory."""
-    found = core(Path(data))
+    found = wiring(Path(data))
     found.books.book(book_id)  # the database open and warm, the book not yet read
     before, started = status_kib("VmRSS"), time.perf_counter()
     status = found.assembler.assemble(book_id, 1)
@@ -163,7 +163,7 @@ def assemble(data: str, book_id: str) -> dict[str, Any]:
 
 def build(data: str, book_id: str) -> dict[str, Any]:
     """Build the done book's read-along EPUB in this process; wall time and memory."""
-    found = core(Path(data))
+    found = wiring(Path(data))
     book = found.books.book(book_id)
     before, started = status_kib("VmRSS"), time.perf_counter()
     name = found.readalongs.builder.build(book_id)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from tests.support import core_of, migrate
+from tests.support import migrate, wiring_of
 from tts_queue.books.render.assembler import ChapterAssembler, ChapterFiles, word_starts_of
 from tts_queue.books.render.captions import chapter_cues, to_srt, to_vtt
 from tts_queue.books.render.stitch import StitchSettings, stitch
@@ -64,10 +64,10 @@ class Library:
     cache: AudioCache
     storage: Storage
     books: BookService
-    core: Wiring
+    wiring: Wiring
 
     def assembler(self, **options: Any) -> ChapterAssembler:
-        return ChapterAssembler(self.core.book_rows, self.core.book_ends, self.cache, self.storage,
+        return ChapterAssembler(self.wiring.book_rows, self.wiring.book_ends, self.cache, self.storage,
                                 id_map=lambda voice: ID_MAP, **options)
 
     def add_book(self, chapters: list[list[Sentence]], fmt: str = "wav", salt: str = "") -> str:
@@ -106,8 +106,8 @@ class Library:
 @pytest.fixture
 def library(tmp_path: Path, registry: VoiceRegistry) -> Library:
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path / "data")}))
-    core = core_of(settings)
-    return Library(core.db, core.cache, core.books.storage, core.books, core)
+    wiring = wiring_of(settings)
+    return Library(wiring.db, wiring.cache, wiring.books.storage, wiring.books, wiring)
 
 
 def wav_bytes(samples: np.ndarray) -> bytes:

@@ -29,7 +29,7 @@ import av
 import pytest
 from redis import Redis
 
-from tests.support import FakeQueue, core_of, migrate
+from tests.support import FakeQueue, migrate, wiring_of
 from tests.unit.books.test_book_assembly import Library, Sentence, chapter
 from tts_queue.books.readalong.build import ReadAlongBuilder
 from tts_queue.books.readalong.builds import ReadAlongs
@@ -48,12 +48,12 @@ EPUB_NS = "{http://www.idpf.org/2007/ops}"
 @pytest.fixture
 def library(tmp_path: Path) -> Library:
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path / "data")}))
-    core = core_of(settings)
-    return Library(core.db, core.cache, core.books.storage, core.books, core)
+    wiring = wiring_of(settings)
+    return Library(wiring.db, wiring.cache, wiring.books.storage, wiring.books, wiring)
 
 
 def builder(library: Library, max_bytes: int = 1 << 30) -> ReadAlongBuilder:
-    return ReadAlongBuilder(library.core.book_rows, library.assembler(), library.storage,
+    return ReadAlongBuilder(library.wiring.book_rows, library.assembler(), library.storage,
                             lambda voice: "en-US", max_bytes)
 
 
@@ -240,7 +240,8 @@ def test_a_long_build_keeps_its_lock_and_never_runs_twice(library: Library, redi
             assert release.wait(30)
             return super().build(book_id)
 
-    held = Held(library.core.book_rows, library.assembler(), library.storage, lambda voice: "en-US", 1 << 30)
+    held = Held(library.wiring.book_rows, library.assembler(), library.storage, lambda voice: "en-US",
+                1 << 30)
     queue, redis, keys = FakeQueue(), Redis.from_url(redis_url), RedisKeys(f"test-{uuid.uuid4().hex[:8]}")
     readalongs = ReadAlongs(held, queue, redis, keys, lock_s=0.4)
     readalongs.request(book)

@@ -30,7 +30,7 @@ import pytest
 from lxml import etree
 from sqlalchemy import update
 
-from tests.support import core_of, epubcheck, migrate
+from tests.support import epubcheck, migrate, wiring_of
 from tests.unit.books.test_book_assembly import Library, Sentence, speech
 from tests.unit.books.test_readalong import builder
 from tts_queue.books.readalong.job import BookIdentity, SourceJob, write_source
@@ -134,8 +134,8 @@ def hostile_epub(two: str = TWO, opf: str = OPF_TEXT, two_name: str = "text/two.
 @pytest.fixture
 def library(tmp_path: Path) -> Library:
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path / "data")}))
-    core = core_of(settings)
-    return Library(core.db, core.cache, core.books.storage, core.books, core)
+    wiring = wiring_of(settings)
+    return Library(wiring.db, wiring.cache, wiring.books.storage, wiring.books, wiring)
 
 
 def rendered_source(library: Library, data: bytes, numbers: tuple[int, ...]) -> str:

@@ -26,7 +26,7 @@ def test_the_warm_up_runs_the_longest_admitted_sentence_unless_told_not_to(
         "TTS_WARM_LONGEST": str(longest).lower()}))
     queue = FakeQueue()
     runtime = WorkerRuntime.build(settings, queue, watch=queue)
-    voice = runtime.core.registry.load(None)
+    voice = runtime.wiring.registry.load(None)
     calls: list[list[int]] = []
     narrow: list[bool] = []
     real = voice.model.run_batch

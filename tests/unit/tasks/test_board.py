@@ -12,7 +12,7 @@ import pytest
 import redis
 from sqlalchemy import event
 
-from tests.support import FakeQueue, core_of, migrate, service_settings
+from tests.support import FakeQueue, migrate, service_settings, wiring_of
 from tts_queue.broker.connection import client_url
 from tts_queue.broker.names import RedisKeys
 from tts_queue.enums import TaskStatus
@@ -43,10 +43,10 @@ def board_service(tmp_path: Path, voices_dir: Path, board: StatusBoard) -> tuple
     """A core on the tiny voice and a task service over it whose ends show tasks on ``board``."""
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path), "TTS_VOICES_DIR": str(voices_dir),
                                           "TTS_DEFAULT_VOICE": "tiny"}))
-    core = core_of(settings)
-    board_ends = TaskEnds(core.task_rows, [ShowOnBoard(board, lambda key: None)], board)
-    return core, TaskService(settings, core.db, core.cache, core.registry, FakeQueue(), board_ends,
-                             core.callbacks, board, None, FakeQueue())
+    wiring = wiring_of(settings)
+    board_ends = TaskEnds(wiring.task_rows, [ShowOnBoard(board, lambda key: None)], board)
+    return wiring, TaskService(settings, wiring.db, wiring.cache, wiring.registry, FakeQueue(), board_ends,
+                             wiring.callbacks, board, None, FakeQueue())
 
 
 def test_a_record_never_goes_back_and_only_a_finished_one_lives_long(board: StatusBoard) -> None:
@@ -73,8 +73,8 @@ def test_a_status_read_from_the_board_runs_no_sql_and_honours_owners(
     tmp_path: Path, voices_dir: Path, board: StatusBoard
 ) -> None:
     # Given a task service with a board, and a submitted task
-    core, tasks = board_service(tmp_path, voices_dir, board)
-    db = core.db
+    wiring, tasks = board_service(tmp_path, voices_dir, board)
+    db = wiring.db
     view = tasks.submit({"text": "Hello there."}, owner="alice")
     statements: list[str] = []
     event.listen(db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
@@ -96,10 +96,10 @@ def test_a_hit_answered_at_submission_has_no_record_and_its_read_falls_back_to_t
     tmp_path: Path, voices_dir: Path, board: StatusBoard
 ) -> None:
     # Given a task service with a board, and audio for a text in the cache
-    core, tasks = board_service(tmp_path, voices_dir, board)
+    wiring, tasks = board_service(tmp_path, voices_dir, board)
     first = tasks.submit({"text": "Asked twice."})
     audio = Audio(np.zeros(4410, dtype=np.float32), 22050)
-    core.cache.put(tasks.row(first.id).cache_key, "wav", "tiny", encode(audio, "wav"), audio.duration_s)
+    wiring.cache.put(tasks.row(first.id).cache_key, "wav", "tiny", encode(audio, "wav"), audio.duration_s)
     # When the same text is asked again: a hit, answered done at submission
     hit = tasks.submit({"text": "Asked twice."})
     assert hit.status is TaskStatus.DONE and hit.cache_hit and hit.duration_s == pytest.approx(0.2)
@@ -107,7 +107,7 @@ def test_a_hit_answered_at_submission_has_no_record_and_its_read_falls_back_to_t
     assert board.get(hit.id) is None
     # And a later status read answers the same from the row
     statements: list[str] = []
-    event.listen(core.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    event.listen(wiring.db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
     read = tasks.get(hit.id)
     assert statements and read.status is TaskStatus.DONE and read.cache_hit
     assert read.duration_s == pytest.approx(0.2) and read.created_at == hit.created_at

@@ -202,12 +202,12 @@ def japanese_starts(text: str, units: Sequence[str], morae: Sequence[SpokenWord]
 def _syllables(unit: str) -> int:
     """Syllables a written unit of Chinese text is expected to take: a character one, a number
     one per digit or point, an acronym one per letter, another Latin word one."""
-    core = [ch for ch in unit if ch.isalnum() or ch == "."]
-    if len(core) <= 1:
+    letters = [ch for ch in unit if ch.isalnum() or ch == "."]
+    if len(letters) <= 1:
         return 1
-    if all(ch.isdigit() or ch == "." for ch in core):
-        return len(core)
-    return len(core) if "".join(core).isupper() and len(core) <= 5 else 1
+    if all(ch.isdigit() or ch == "." for ch in letters):
+        return len(letters)
+    return len(letters) if "".join(letters).isupper() and len(letters) <= 5 else 1
 
 
 def _characters(text: str) -> list[str]:

@@ -29,13 +29,13 @@ class Word:
     end: int
     text: str
     lead: str
-    core: str
+    body: str
     tail: str
 
     @property
     def bare(self) -> str:
         """The core without trailing periods."""
-        return self.core.rstrip(".")
+        return self.body.rstrip(".")
 
 
 def tokens_of(text: str) -> list[Word]:
@@ -72,27 +72,27 @@ class Context:
         return self.words[at] if 0 <= at < len(self.words) else None
 
     @property
-    def prev_core(self) -> str:
+    def prev_body(self) -> str:
         """The previous word's core ("" at the start)."""
         prev = self._at(-1)
-        return prev.core if prev else ""
+        return prev.body if prev else ""
 
     @property
-    def next_core(self) -> str:
+    def next_body(self) -> str:
         """The next word's core ("" at the end)."""
         nxt = self._at(1)
-        return nxt.core if nxt else ""
+        return nxt.body if nxt else ""
 
     @property
     def next_bare(self) -> str:
         """The next word's core without trailing periods."""
-        return self.next_core.rstrip(".")
+        return self.next_body.rstrip(".")
 
     @property
     def after_next_core(self) -> str:
         """The core of the word after the next ("" past the end)."""
         word = self._at(2)
-        return word.core if word else ""
+        return word.body if word else ""
 
     @property
     def at_start(self) -> bool:
@@ -100,7 +100,7 @@ class Context:
         prev = self._at(-1)
         if prev is None:
             return True
-        if prev.core in r.ABBREVIATIONS and prev.core not in r.MAY_END:
+        if prev.body in r.ABBREVIATIONS and prev.body not in r.MAY_END:
             return False
         return bool(_SENTENCE_END.search(prev.text[-3:])) and not prev.tail.startswith((",", ";"))
 
@@ -108,15 +108,15 @@ class Context:
     def after_name(self) -> bool:
         """Whether a capitalized word or a number, not at a sentence start, comes just before."""
         prev = self._at(-1)
-        if prev is None or Context(self.words, self.index - 1).at_start and not prev.core[:1].isdigit():
+        if prev is None or Context(self.words, self.index - 1).at_start and not prev.body[:1].isdigit():
             return False
-        return prev.core[:1].isupper() or prev.core[:1].isdigit()
+        return prev.body[:1].isupper() or prev.body[:1].isdigit()
 
     @property
     def next_capital(self) -> bool:
         """Whether the next word starts with a capital letter."""
         nxt = self._at(1)
-        return nxt is not None and (nxt.lead + nxt.core)[:1].isupper()
+        return nxt is not None and (nxt.lead + nxt.body)[:1].isupper()
 
     @property
     def alone(self) -> bool:
@@ -126,16 +126,16 @@ class Context:
     @property
     def year_context(self) -> bool:
         """Whether a four-digit number here is a year ("in 1885", "May 4, 1990", "1066 AD")."""
-        prev, before = self.prev_core, self._at(-2)
-        if prev.lower() in r.YEAR_BEFORE or prev in _MONTH_NAMES or self.next_core in r.YEAR_AFTER:
+        prev, before = self.prev_body, self._at(-2)
+        if prev.lower() in r.YEAR_BEFORE or prev in _MONTH_NAMES or self.next_body in r.YEAR_AFTER:
             return True
         day = prev.rstrip("stndrh")
-        return day.isdigit() and before is not None and before.core in _MONTH_NAMES
+        return day.isdigit() and before is not None and before.body in _MONTH_NAMES
 
     @property
     def next_is_fraction(self) -> bool:
         """Whether the next word is a proper fraction such as "3/4"."""
-        parts = self.next_core.replace("⁄", "/").split("/")
+        parts = self.next_body.replace("⁄", "/").split("/")
         return len(parts) == 2 and all(p.isdigit() and len(p) < 7 for p in parts) and \
             0 < int(parts[0]) < int(parts[1])
 
@@ -145,6 +145,6 @@ class Context:
         if abbreviation not in r.MAY_END or self.word.tail:
             return said
         nxt = self._at(1)
-        if nxt is None or (self.next_capital and nxt.core not in r.MERIDIEM):
+        if nxt is None or (self.next_capital and nxt.body not in r.MERIDIEM):
             return said + "."
         return said

@@ -70,11 +70,11 @@ def expand(text: str, date_order: str = "mdy", lexicon: Mapping[str, str] | None
         word = words[index]
         entry = lexicon.get(word.bare) if lexicon else None
         if entry is not None:
-            dots = word.core[len(word.bare):]
+            dots = word.body[len(word.bare):]
             ipa = entry.strip("/") if _is_ipa(entry) else None
             said, used = (word.bare if ipa else entry + dots), 1
         else:
-            said, used = say(ctx) if rules else (word.core, 1)
+            said, used = say(ctx) if rules else (word.body, 1)
             ipa = None
         last = words[index + used - 1]
         lead = "" if used > 1 and word.tail else word.lead  # "(555) 123-4567": the pair goes

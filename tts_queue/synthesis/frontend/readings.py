@@ -45,7 +45,7 @@ _ROMAN_LETTERS = frozenset("IVXLCDM")
 
 def say(ctx: Context) -> tuple[str, int]:
     """What the token at ``ctx`` says, and how many tokens that used (at least one)."""
-    dotted = ctx.word.core
+    dotted = ctx.word.body
     bare = dotted.rstrip(".")
     if not bare or len(dotted) > MAX_TOKEN:
         return (n.digits(bare), 1) if bare.isdigit() else (dotted, 1)
@@ -60,7 +60,7 @@ def say(ctx: Context) -> tuple[str, int]:
     for rule in _RULES:
         said = rule(ctx, bare)
         if said is not None:
-            dots = dotted[len(bare):] if said[1] == 1 else ctx.words[ctx.index + said[1] - 1].core
+            dots = dotted[len(bare):] if said[1] == 1 else ctx.words[ctx.index + said[1] - 1].body
             return said[0] + ("." if dots.endswith(".") and _ends(ctx, said[1]) else ""), said[1]
     return _symbols(bare) + dotted[len(bare):], 1
 
@@ -79,37 +79,37 @@ def _ends(ctx: Context, used: int) -> bool:
     return last.alone or last.next_capital or used == 1
 
 
-def _abbreviation(ctx: Context, core: str) -> tuple[str, int] | None:
-    nxt = ctx.next_core
-    if core in r.BEFORE_NUMBER and nxt[:1].isdigit():
-        return r.BEFORE_NUMBER[core], 1
-    if core == "St.":
+def _abbreviation(ctx: Context, body: str) -> tuple[str, int] | None:
+    nxt = ctx.next_body
+    if body in r.BEFORE_NUMBER and nxt[:1].isdigit():
+        return r.BEFORE_NUMBER[body], 1
+    if body == "St.":
         said = "Street" if ctx.after_name or not ctx.next_capital else "Saint"
-        return ctx.end_period(said, core if said == "Street" else ""), 1
-    if core == "Dr.":
+        return ctx.end_period(said, body if said == "Street" else ""), 1
+    if body == "Dr.":
         said = "Drive" if ctx.after_name and not ctx.next_capital else "Doctor"
-        return ctx.end_period(said, core if said == "Drive" else ""), 1
-    if core in r.ABBREVIATIONS:
-        said = r.ABBREVIATIONS[core]
+        return ctx.end_period(said, body if said == "Drive" else ""), 1
+    if body in r.ABBREVIATIONS:
+        said = r.ABBREVIATIONS[body]
         if said in r.MONTHS and nxt[:1].isdigit():
             return said, 1
-        if core in r.AMBIGUOUS_DATES and not _is_date(ctx):
+        if body in r.AMBIGUOUS_DATES and not _is_date(ctx):
             return None  # "the Sun.", "Jan." the name: read as written
-        return ctx.end_period(said, core), 1
+        return ctx.end_period(said, body), 1
     return None
 
 
 def _is_date(ctx: Context) -> bool:
     """Whether a weekday or month abbreviation here is one: a comma after it, a number or
     another such abbreviation next to it, or a word such as "on" or "from" before it."""
-    return bool(ctx.word.tail.startswith(",") or ctx.next_core[:1].isdigit()
-                or ctx.next_core in r.AMBIGUOUS_DATES or ctx.prev_core in r.ABBREVIATIONS
-                or ctx.next_core in r.ABBREVIATIONS and r.ABBREVIATIONS[ctx.next_core] in r.WEEKDAYS
-                or ctx.prev_core.lower() in r.DATE_BEFORE)
+    return bool(ctx.word.tail.startswith(",") or ctx.next_body[:1].isdigit()
+                or ctx.next_body in r.AMBIGUOUS_DATES or ctx.prev_body in r.ABBREVIATIONS
+                or ctx.next_body in r.ABBREVIATIONS and r.ABBREVIATIONS[ctx.next_body] in r.WEEKDAYS
+                or ctx.prev_body.lower() in r.DATE_BEFORE)
 
 
-def _currency(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _CURRENCY.fullmatch(core)
+def _currency(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _CURRENCY.fullmatch(body)
     if not match:
         return None
     sign, amount, suffix = match.groups()
@@ -129,15 +129,15 @@ def _currency(ctx: Context, core: str) -> tuple[str, int] | None:
     return " and ".join(words), 1
 
 
-def _time(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _TIME.fullmatch(core)
-    hour_only = _HOUR_MERIDIEM.fullmatch(core)
+def _time(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _TIME.fullmatch(body)
+    hour_only = _HOUR_MERIDIEM.fullmatch(body)
     if hour_only:
         return f"{n.cardinal(str(int(hour_only[1])))} {r.MERIDIEM[hour_only[2]]}", 1
     if not match or int(match[1]) > 24 or int(match[2]) > 59:
         following = _meridiem(ctx)
-        if core.isdigit() and len(core) <= 2 and following and 0 < int(core) <= 12:
-            return f"{n.cardinal(str(int(core)))} {r.MERIDIEM[following]}", 2
+        if body.isdigit() and len(body) <= 2 and following and 0 < int(body) <= 12:
+            return f"{n.cardinal(str(int(body)))} {r.MERIDIEM[following]}", 2
         return None
     meridiem = match[4] or _meridiem(ctx)
     used = 2 if meridiem and not match[4] else 1
@@ -153,14 +153,14 @@ def _time(ctx: Context, core: str) -> tuple[str, int] | None:
 
 def _meridiem(ctx: Context) -> str | None:
     """The next word if it is "am", "PM", "p.m." and the like."""
-    for form in (ctx.next_core, ctx.next_bare):
+    for form in (ctx.next_body, ctx.next_bare):
         if form in r.MERIDIEM:
             return form
     return None
 
 
-def _date(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _DATE.fullmatch(core)
+def _date(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _DATE.fullmatch(body)
     if not match:
         return None
     first, _, second, third = match.groups()
@@ -176,54 +176,54 @@ def _date(ctx: Context, core: str) -> tuple[str, int] | None:
     return f"{r.MONTHS[int(month) - 1]} {n.ordinal(str(int(day)))}, {n.year(year)}", 1
 
 
-def _phone(ctx: Context, core: str) -> tuple[str, int] | None:
+def _phone(ctx: Context, body: str) -> tuple[str, int] | None:
     raw = ctx.word.text.rstrip(".,;:!?")
     if raw.startswith("(") and raw.endswith(")") and len(raw) == 5 and raw[1:4].isdigit() \
                 and _SHORT_PHONE.fullmatch(ctx.next_bare):
         return ", ".join(n.digits(g) for g in (raw[1:4], *ctx.next_bare.split("-"))), 2
-    match = _PHONE.fullmatch(core) or _SHORT_PHONE.fullmatch(core)
-    if not match or not any(sep in core for sep in "-.()"):
+    match = _PHONE.fullmatch(body) or _SHORT_PHONE.fullmatch(body)
+    if not match or not any(sep in body for sep in "-.()"):
         return None
     return ", ".join(n.digits(group) for group in match.groups() if group), 1
 
 
-def _percent(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _PERCENT.fullmatch(core)
+def _percent(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _PERCENT.fullmatch(body)
     return (f"{n.number(match[1])} percent", 1) if match else None
 
 
-def _degrees(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _DEGREES.fullmatch(core)
+def _degrees(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _DEGREES.fullmatch(body)
     if not match:
         return None
     one, many = r.UNITS[match[2]]
     return f"{n.number(match[1])} {one if match[1] == '1' else many}", 1
 
 
-def _ordinal(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _ORDINAL.fullmatch(core)
+def _ordinal(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _ORDINAL.fullmatch(body)
     return (n.ordinal(match[1]), 1) if match else None
 
 
-def _fraction(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _FRACTION.fullmatch(core)
+def _fraction(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _FRACTION.fullmatch(body)
     if not match:
         return None
     top, bottom = match.groups()
-    if core == "24/7":
+    if body == "24/7":
         return "twenty-four seven", 1
     if not 0 < int(top) < int(bottom) or int(bottom) > 100:
         return f"{n.cardinal(top)} slash {n.cardinal(bottom)}", 1
     said = n.fraction(top, bottom)
-    unit = _unit(ctx.next_core, plural=True)
+    unit = _unit(ctx.next_body, plural=True)
     if unit is None:
         return said, 1
-    mixed = ctx.prev_core.isdigit()  # "1 3/4 cups": the whole number said "one and"
+    mixed = ctx.prev_body.isdigit()  # "1 3/4 cups": the whole number said "one and"
     return (f"{said} {unit[1]}" if mixed else f"{said} of a {unit[0]}"), 2
 
 
-def _decade(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _DECADE.fullmatch(core)
+def _decade(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _DECADE.fullmatch(body)
     if not match:
         return None
     words = n.year(match[1]) if match[1] else n.cardinal(match[2])
@@ -232,8 +232,8 @@ def _decade(ctx: Context, core: str) -> tuple[str, int] | None:
     return f"{head} {last}".strip(), 1
 
 
-def _range(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _RANGE.fullmatch(core)
+def _range(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _RANGE.fullmatch(body)
     if not match:
         return None
     a, b = match.groups()
@@ -242,12 +242,12 @@ def _range(ctx: Context, core: str) -> tuple[str, int] | None:
     return f"{n.cardinal(a)} to {n.cardinal(b)}", 1
 
 
-def _number(ctx: Context, core: str) -> tuple[str, int] | None:
-    attached = _UNIT_NUMBER.fullmatch(core)
+def _number(ctx: Context, body: str) -> tuple[str, int] | None:
+    attached = _UNIT_NUMBER.fullmatch(body)
     if attached and _unit(attached[2]):
         amount, unit, used = attached[1], attached[2], 1
-    elif NUMBER.fullmatch(core):
-        amount, unit, used = core, ctx.next_bare, 2
+    elif NUMBER.fullmatch(body):
+        amount, unit, used = body, ctx.next_bare, 2
     else:
         return None
     names = _unit(unit)
@@ -263,12 +263,12 @@ def _number(ctx: Context, core: str) -> tuple[str, int] | None:
 
 def _bare_number(ctx: Context, amount: str) -> str:
     """A number without a unit: a year, a day of the month, a mixed fraction or a count."""
-    nxt = ctx.next_core
+    nxt = ctx.next_body
     if re.fullmatch(r"\d{4}", amount) and 1000 <= int(amount) <= 2099 and ctx.year_context:
         return n.year(amount)
-    if amount.isdigit() and 1 <= int(amount) <= 31 and ctx.prev_core in _MONTHS:
+    if amount.isdigit() and 1 <= int(amount) <= 31 and ctx.prev_body in _MONTHS:
         return n.ordinal(amount)
-    if amount.isdigit() and 1 <= int(amount) <= 31 and nxt in _MONTHS and not ctx.prev_core.lower() == "the":
+    if amount.isdigit() and 1 <= int(amount) <= 31 and nxt in _MONTHS and not ctx.prev_body.lower() == "the":
         return f"the {n.ordinal(amount)} of"
     if amount.isdigit() and _FRACTION.fullmatch(nxt) and ctx.next_is_fraction:
         return f"{n.cardinal(amount)} and"
@@ -279,8 +279,8 @@ def _unit(word: str, plural: bool = False) -> tuple[str, str] | None:
     return r.UNITS.get(word) or r.UNITS.get(word.rstrip(".")) if word else None
 
 
-def _alnum(ctx: Context, core: str) -> tuple[str, int] | None:
-    match = _ALNUM.fullmatch(core)
+def _alnum(ctx: Context, body: str) -> tuple[str, int] | None:
+    match = _ALNUM.fullmatch(body)
     if not match:
         return None
     if match[1]:
@@ -288,33 +288,33 @@ def _alnum(ctx: Context, core: str) -> tuple[str, int] | None:
     return f"{n.cardinal(match[3])} {match[4]}", 1
 
 
-def _roman(ctx: Context, core: str) -> tuple[str, int] | None:
-    bare = core.rstrip(".")
+def _roman(ctx: Context, body: str) -> tuple[str, int] | None:
+    bare = body.rstrip(".")
     value = n.roman_value(bare)
     if value is None or not ctx.word.text[:1].isupper():
         return None
-    prev = ctx.prev_core.rstrip(".,")
-    stop = "." if core.endswith(".") else ""  # not an abbreviation: a period ends the sentence
+    prev = ctx.prev_body.rstrip(".,")
+    stop = "." if body.endswith(".") else ""  # not an abbreviation: a period ends the sentence
     if prev in r.REGNAL_NAMES:
         return f"the {n.ordinal(str(value))}{stop}", 1
     if prev.lower() in r.ROMAN_CARDINAL_AFTER:
         return n.cardinal(str(value)) + stop, 1
-    if ctx.at_start and (core.endswith(".") and (len(bare) > 1 or ctx.next_capital) or ctx.alone):
+    if ctx.at_start and (body.endswith(".") and (len(bare) > 1 or ctx.next_capital) or ctx.alone):
         return n.cardinal(str(value)).capitalize() + stop, 1
     return None
 
 
-def _era(ctx: Context, core: str) -> tuple[str, int] | None:
+def _era(ctx: Context, body: str) -> tuple[str, int] | None:
     """"BC", "A.D." after a number, said letter by letter."""
-    if core in r.ERAS and ctx.prev_core.rstrip(".,")[-1:].isdigit():
-        return r.ERAS[core] + ("." if core.endswith(".") and _ends(ctx, 1) else ""), 1
+    if body in r.ERAS and ctx.prev_body.rstrip(".,")[-1:].isdigit():
+        return r.ERAS[body] + ("." if body.endswith(".") and _ends(ctx, 1) else ""), 1
     return None
 
 
-def _web(ctx: Context, core: str) -> tuple[str, int] | None:
-    if not (_EMAIL.fullmatch(core) or _URL.fullmatch(core)) or core in r.ABBREVIATIONS:
+def _web(ctx: Context, body: str) -> tuple[str, int] | None:
+    if not (_EMAIL.fullmatch(body) or _URL.fullmatch(body)) or body in r.ABBREVIATIONS:
         return None
-    text = core.split("://", 1)[-1]
+    text = body.split("://", 1)[-1]
     said = []
     for part in _URL_PARTS.findall(text):
         if part.isdigit():
@@ -326,21 +326,21 @@ def _web(ctx: Context, core: str) -> tuple[str, int] | None:
     return " ".join(p for p in said if p.strip()), 1
 
 
-def _symbols(core: str) -> str:
+def _symbols(body: str) -> str:
     """Symbols inside or around a word: "R&D", "#1", "@home", "and/or", "+5", a lone "&"."""
-    if core in r.SYMBOLS:
-        return r.SYMBOLS[core]
-    if core[0] in "#@+~" and len(core) > 1:
-        rest = core[1:]
-        head = r.SYMBOLS[core[0]] if core[0] != "#" or rest[:1].isdigit() else "hashtag"
+    if body in r.SYMBOLS:
+        return r.SYMBOLS[body]
+    if body[0] in "#@+~" and len(body) > 1:
+        rest = body[1:]
+        head = r.SYMBOLS[body[0]] if body[0] != "#" or rest[:1].isdigit() else "hashtag"
         return f"{head} {n.number(rest) if NUMBER.fullmatch(rest) else _symbols(rest)}"
-    if "&" in core:
-        return core.replace("&", " and ")
-    if core == "and/or":
+    if "&" in body:
+        return body.replace("&", " and ")
+    if body == "and/or":
         return "and or"
-    if "/" in core and all(p.isalpha() for p in core.split("/")):
-        return " or ".join(core.split("/")) if core.count("/") == 1 else " ".join(core.split("/"))
-    return core
+    if "/" in body and all(p.isalpha() for p in body.split("/")):
+        return " or ".join(body.split("/")) if body.count("/") == 1 else " ".join(body.split("/"))
+    return body
 
 
 _RULES = (_currency, _time, _date, _phone, _percent, _degrees, _ordinal,
