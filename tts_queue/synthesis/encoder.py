@@ -91,11 +91,9 @@ STREAMED: dict[str, AudioFormat] = {
     "opus": dataclasses.replace(FORMATS["opus"], options=(("page_duration", "60000"),)),
 }
 # Audiobook brand, and the index moved to the front so players can seek before the file is all there.
-# FFmpeg's "fast" AAC coder, not its default "twoloop": on this voice's speech 10 s of CPU per hour
-# of audio instead of 25 (a book's M4B is encoded after its last sentence: the book's tail), the
-# same size, and closer to the source by every measure taken (SNR 37.4 against 29.9 dB, log-spectral
-# distance 2.22 against 2.39 dB, Whisper's word error 0.146 against 0.160; the source's own 0.142):
-# bench/bench_m4b_coder.py, bench/results/m4b_coder.json.
+# FFmpeg's "fast" AAC coder, not its default "twoloop": less CPU for the book's tail (its M4B is
+# encoded after its last sentence), the same size, and closer to the source (`python -m bench run
+# m4b_coder`; the figures: bench/HISTORY.md, "the fast AAC coder").
 M4B = AudioFormat("m4b", "audio/mp4", ".m4b", container="ipod", codec="aac", bit_rate=64_000,
                   options=(("brand", "M4B "), ("movflags", "+faststart")),
                   codec_options=(("aac_coder", "fast"),))

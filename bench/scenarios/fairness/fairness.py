@@ -8,7 +8,9 @@ request of A of unique long English sentences at an SSML rate of 0.1; ``japanese
 request of about 1,500 characters of unique Japanese sentences (``jf_alpha``, Kokoro); ``book``:
 beside A's rendering of a book (``POST /v1/books``); ``many``: beside ``many`` (16) long English
 requests of A at speed 0.25. B's requests start at a fixed pace once A's work runs: their p50, p95
-and the first one's latency, each as a ratio to idle, and each B task's claim delay. A request not
+and the first one's latency, each as a ratio to idle, and each B task's claim delay. With
+``same_key`` B is A: the short requests come from the key whose long work runs (fair within one
+tenant, as every local client is with keys off). A request not
 answered within ``bound`` seconds counts as the bound; ``budget_s`` is the worker's shutdown budget
 (the long work left running is not waited for). Before fair order: ``--against 6a0867e``."""
 
@@ -85,7 +87,8 @@ def running(up: Up, key: str, urls: list[str], part: str, swing_s: float, timeou
 
 def one_part(up: Up, part: str, options: dict[str, Any]) -> dict[str, Any]:
     """One part on ``up``."""
-    a, b = up.key("fair-a", "--max-queued", "20000"), up.key("fair-b")  # a book: about 6,400 tasks
+    a = up.key("fair-a", "--max-queued", "20000")  # a book: about 6,400 tasks
+    b = a if options["same_key"] else up.key("fair-b")
     found: dict[str, Any] = {"ready_s": round(getattr(up, "ready_s", 0.0), 1)}
     with up.session(b) as http:
         short(http, up.url, short_text("warm", 0), options["bound"])  # the voice loaded
@@ -116,10 +119,11 @@ def one_part(up: Up, part: str, options: dict[str, Any]) -> dict[str, Any]:
                 "Japanese, a book, 16 long requests), as ratios to idle")
 def fairness(run: Run, voice: str = "default", parts: str = ",".join(PARTS), bound: float = 120.0,
              idle_n: int = 15, idle_every: float = 1.0, busy_n: int = 12, busy_every: float = 1.5,
-             swing_s: float = 3.0, many: int = 16, budget_s: float = 0.0) -> Figures:
+             swing_s: float = 3.0, many: int = 16, budget_s: float = 0.0, same_key: bool = False) -> Figures:
     """Idle first (every ratio is to this run's own idle), then each part asked."""
     options: dict[str, Any] = {"voice": voice, "bound": bound, "idle_n": idle_n, "idle_every": idle_every,
-                               "busy_n": busy_n, "busy_every": busy_every, "swing_s": swing_s, "many": many}
+                               "busy_n": busy_n, "busy_every": busy_every, "swing_s": swing_s, "many": many,
+                               "same_key": same_key}
     options["book"] = book_path(run.quick, run.work)
     chosen = ["idle", *(p for p in PARTS if p in parts.split(",") and p != "idle")]
     found: dict[str, Any] = {}
@@ -140,4 +144,4 @@ def fairness(run: Run, voice: str = "default", parts: str = ",".join(PARTS), bou
             headline |= {f"{part}_p50_s": result["p50_s"],
                          f"{part}_p50_over_idle": round(result["ratio"]["p50"], 3),
                          f"{part}_timeouts": result["timeouts"]}
-    return {"headline": headline, "bound_s": bound, "auth": "required", "parts": found}
+    return {"headline": headline, "bound_s": bound, "auth": "required", "same_key": same_key, "parts": found}

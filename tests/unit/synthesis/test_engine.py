@@ -18,6 +18,7 @@ from tests.support import wait_until
 from tests.support.tiny_voice import HOP_LENGTH, SAMPLE_RATE, reference_audio
 from tts_queue.errors import SynthesisError, UnknownVoice
 from tts_queue.settings import PoolSettings, Settings
+from tts_queue.synthesis import engine as engine_module
 from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult, largest_call
 from tts_queue.synthesis.inference import Scales, VoiceModel
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
@@ -554,8 +555,15 @@ def test_side_by_side_an_interactive_call_waits_for_stopping_book_calls_then_tak
     assert model.narrow[first_id(short)] is False
 
 
+@pytest.fixture
+def interactive_lately(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interactive work counts as recent for the whole test: the engine's three-second window
+    must not run out while a loaded machine schedules the test's threads."""
+    monkeypatch.setattr(engine_module, "INTERACTIVE_QUIET_S", 3600.0)
+
+
 def test_side_by_side_book_calls_run_one_at_a_time_on_one_core_while_interactive_work_comes(
-    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry, interactive_lately: None
 ) -> None:
     # Given a CPU pool's engine that has just served an interactive request, whose model holds
     # the first book sentence until released
@@ -582,7 +590,7 @@ def test_side_by_side_book_calls_run_one_at_a_time_on_one_core_while_interactive
 
 
 def test_side_by_side_a_book_call_on_one_core_just_begun_is_stopped_for_a_short_request(
-    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry
+    make_engine: Callable[..., BatchEngine], registry: VoiceRegistry, interactive_lately: None
 ) -> None:
     # Given a CPU pool's engine that has just served an interactive request, with a book
     # sentence just begun in its model, on one core (held there until released)
