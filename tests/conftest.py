@@ -20,9 +20,9 @@ from tests.support.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.settings import PoolSettings, SessionConfig, Settings
 from tts_queue.synthesis.engine import BatchEngine
-from tts_queue.synthesis.inference import VoiceModel
+from tts_queue.synthesis.inference import PiperModel
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
-from tts_queue.synthesis.voice import Voice, VoiceSpec
+from tts_queue.synthesis.voice import PiperVoice, VoiceSpec
 
 CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 
@@ -32,9 +32,9 @@ CPU_SESSION = SessionConfig(providers="cpu", intra_op_threads=1)
 pytest_plugins = ["tests.plugins.order", "tests.plugins.quick_exit", "tests.plugins.timeline"]
 
 
-def load_voice(spec: VoiceSpec) -> Voice:
+def load_voice(spec: VoiceSpec) -> PiperVoice:
     """The registry loader the tests use: CPU only, one thread."""
-    return Voice.load(spec, CPU_SESSION)
+    return PiperVoice.load(spec, CPU_SESSION)
 
 
 @pytest.fixture(scope="session")
@@ -56,15 +56,15 @@ def tiny_files(voices_dir: Path) -> VoiceFiles:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tiny_files: VoiceFiles) -> VoiceModel:
+def tiny_model(tiny_files: VoiceFiles) -> PiperModel:
     """The tiny voice's ONNX session."""
-    return VoiceModel.load(tiny_files.model_path, CPU_SESSION, hop_length=HOP_LENGTH)
+    return PiperModel.load(tiny_files.model_path, CPU_SESSION, hop_length=HOP_LENGTH)
 
 
 @pytest.fixture(scope="session")
-def multi_model(voices_dir: Path) -> VoiceModel:
+def multi_model(voices_dir: Path) -> PiperModel:
     """The three-speaker tiny voice's ONNX session."""
-    return VoiceModel.load(voices_dir / "multi.onnx", CPU_SESSION, hop_length=HOP_LENGTH)
+    return PiperModel.load(voices_dir / "multi.onnx", CPU_SESSION, hop_length=HOP_LENGTH)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ client (so gunicorn's own share, HTTP parsing and the access log, is not here: s
 - profiles ``--n`` more of each with cProfile: the functions with the most own time and the
   most cumulative time, as shares of the profiled total.
 
-And the model call alone (``model_call``): the tiny voice's ``VoiceModel.run_batch`` on one
+And the model call alone (``model_call``): the tiny voice's ``PiperModel.run_batch`` on one
 sentence, every 20 ms as interactive requests come, with ONNX Runtime's own spin
 (``TTS_SPIN_US=0``), the default brief spin and spinning off: wall time per call and the process's
 CPU per call, the pool threads' busy-wait after each call included.

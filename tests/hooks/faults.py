@@ -25,18 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales, VoiceModel
+from tts_queue.synthesis.inference import ItemAudio, PiperModel, Preempted, Scales
 from tts_queue.synthesis.registry import Loader
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
-from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec
+from tts_queue.synthesis.voice import LoadedVoice, PiperVoice, VoiceSpec
 
 
-class SlowModel(VoiceModel):
+class SlowModel(PiperModel):
     """The voice's model, each call made ``delay_s`` slower (and the first call with ``hang_ids``
     in it ``hang_s`` more)."""
 
-    def __init__(self, model: VoiceModel, delay_s: float, hang_ids: Sequence[int] = (),
+    def __init__(self, model: PiperModel, delay_s: float, hang_ids: Sequence[int] = (),
                  hang_s: float = 0.0) -> None:
         self.__dict__.update(model.__dict__)  # the same session and outputs: a copy, not a load
         self.delay_s = delay_s
@@ -91,7 +91,7 @@ class Faults:
             if spec.id == self.slow_voice:
                 time.sleep(self.slow_s)
             voice = load(spec)
-            if (self.delay_s or self.hang_s) and isinstance(voice, Voice):  # a Piper voice: its own model
+            if (self.delay_s or self.hang_s) and isinstance(voice, PiperVoice):  # its own model
                 hang = voice.sentence_ids(self.hang_sentence, 400)[0] if self.hang_sentence else ()
                 voice.model = SlowModel(voice.model, self.delay_s, hang, self.hang_s)
             return voice

@@ -28,7 +28,7 @@ from tts_queue.synthesis.inference import Scales
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs, manifest_specs
 from tts_queue.synthesis.request import build_request
 from tts_queue.synthesis.synthesizer import Synthesizer, measured_seconds
-from tts_queue.synthesis.voice import Voice
+from tts_queue.synthesis.voice import PiperVoice
 
 pytestmark = pytest.mark.integration
 
@@ -71,14 +71,14 @@ def registry() -> VoiceRegistry:
 
 
 @pytest.fixture(scope="module")
-def voice(registry: VoiceRegistry) -> Voice:
+def voice(registry: VoiceRegistry) -> PiperVoice:
     loaded = registry.load(None)
-    assert isinstance(loaded, Voice)
+    assert isinstance(loaded, PiperVoice)
     return loaded
 
 
 @pytest.fixture
-def voice_copy(voice: Voice, tmp_path: Path) -> Path:
+def voice_copy(voice: PiperVoice, tmp_path: Path) -> Path:
     """A copy of the default voice's files in a temp dir; returns the model path."""
     model = tmp_path / "joe-copy.onnx"
     shutil.copyfile(voice.spec.model_path, model)
@@ -87,7 +87,7 @@ def voice_copy(voice: Voice, tmp_path: Path) -> Path:
 
 
 def test_default_voice_is_the_manifest_voice_and_its_digest_is_verified(
-    registry: VoiceRegistry, voice: Voice
+    registry: VoiceRegistry, voice: PiperVoice
 ) -> None:
     # Given the default installation
     spec = registry.get(None)
@@ -102,7 +102,7 @@ def test_default_voice_is_the_manifest_voice_and_its_digest_is_verified(
     assert voice.model.multi_speaker is False
 
 
-def test_padded_batch_equals_each_sentence_alone(voice: Voice) -> None:
+def test_padded_batch_equals_each_sentence_alone(voice: PiperVoice) -> None:
     # Given eight sentences of mixed lengths and noise switched off (deterministic output)
     ids = [voice.sentence_ids(clean_text(s, 5000), 400)[0] for s in SENTENCES]
     scales = Scales(noise_scale=0.0, length_scale=1.0, noise_w=0.0)
@@ -158,7 +158,7 @@ def test_truncated_copy_without_a_digest_is_a_model_load_error(voice_copy: Path)
     assert registry.loaded() == []
 
 
-def test_phonemizer_survives_gibberish_and_odd_unicode(voice: Voice) -> None:
+def test_phonemizer_survives_gibberish_and_odd_unicode(voice: PiperVoice) -> None:
     # Given words that are gibberish, in other scripts, or full of symbols
     max_id = voice.config.num_symbols - 1
     spoken: list[list[int]] = []
@@ -237,7 +237,7 @@ def test_synthesizer_end_to_end(registry: VoiceRegistry, engine: BatchEngine,
     assert registry.model_digest(spec) == MANIFEST_SHA256
 
 
-def test_an_interactive_sentence_stops_the_book_sentence_in_the_model(voice: Voice,
+def test_an_interactive_sentence_stops_the_book_sentence_in_the_model(voice: PiperVoice,
                                                                       engine: BatchEngine) -> None:
     """A short request behind a long book sentence does not wait for it: the bulk call is stopped
     (``RunOptions.terminate``), the short one runs, and the book sentence runs again, whole, and

@@ -13,8 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Retired: each meant something else in a module that also used SQLAlchemy Core or a webhook's
 # other words. The composition root is ``Wiring``, a callback row's owner ``CallbackRows``, the end
-# effect that makes a webhook due ``DeliveryDue``.
-RETIRED = {"Core": "Wiring", "Callbacks": "CallbackRows", "CallBack": "DeliveryDue"}
+# effect that makes a webhook due ``DeliveryDue``; Piper's session is ``PiperModel`` (Kokoro has its
+# own), and ``core_of`` meant the wiring (``core`` alone is still the framework-free package).
+RETIRED = {"Core": "Wiring", "Callbacks": "CallbackRows", "CallBack": "DeliveryDue",
+           "VoiceModel": "PiperModel", "core_of": "wiring_of"}
+# Retired where they come from: ``Voice`` still names the OpenAPI schema of a listed voice (api) and
+# a Wyoming voice choice (wyoming_server), but a Piper voice is ``PiperVoice``.
+RETIRED_IMPORTS = {("tts_queue.synthesis.voice", "Voice"): "PiperVoice"}
 # One noun on two sides of a layer: the adapter beside the core module it adapts, or the task's
 # and the book's owner of the same thing.
 PARALLEL = {
@@ -60,6 +65,19 @@ def test_no_retired_name_is_used(path: Path) -> None:
     assert not used, f"{path.relative_to(ROOT)} uses {sorted(used)}: say {[RETIRED[n] for n in sorted(used)]}"
 
 
+def imported(tree: ast.AST) -> set[tuple[str, str]]:
+    """The (module, name) pairs a module imports with ``from module import name``."""
+    return {(node.module or "", alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_retired_import_is_used(path: Path) -> None:
+    used = imported(ast.parse(path.read_text(encoding="utf-8"))) & set(RETIRED_IMPORTS)
+    instead = [RETIRED_IMPORTS[pair] for pair in sorted(used)]
+    assert not used, f"{path.relative_to(ROOT)} imports {sorted(used)}: say {instead}"
+
+
 def test_no_two_modules_share_a_name_unless_they_are_one_noun_across_a_layer() -> None:
     names = Counter(p.name for p in sources()
                     if p.parts[len(ROOT.parts)] in ("tts_queue", "api", "workers", "wyoming_server"))
@@ -71,3 +89,5 @@ def test_no_two_modules_share_a_name_unless_they_are_one_noun_across_a_layer() -
 def test_the_checks_catch_a_retired_name() -> None:
     assert identifiers(ast.parse("from tts_queue.wiring.root import Core\nCore.build()")) >= {"Core"}
     assert "Core" not in identifiers(ast.parse('"""SQLAlchemy Core statements."""  # a Core INSERT'))
+    found = imported(ast.parse("from tts_queue.synthesis.voice import Voice, VoiceSpec"))
+    assert found & set(RETIRED_IMPORTS) == {("tts_queue.synthesis.voice", "Voice")}

@@ -1,6 +1,6 @@
 """The ONNX Runtime session of a voice: providers, threads, and exact batched inference.
 
-``VoiceModel.load`` patches the graph in memory so it also returns the per-phoneme frame counts
+``PiperModel.load`` patches the graph in memory so it also returns the per-phoneme frame counts
 (the output of its one ``Ceil`` node), then ``run_batch`` pads many id sequences into one call
 and cuts the padded output back into exact per-item audio with those counts. Nothing else in the
 project calls ``session.run``.
@@ -34,7 +34,7 @@ from tts_queue.synthesis.providers import (
     provider_options,
 )
 
-__all__ = ["ItemAudio", "Scales", "VoiceModel", "choose_providers", "session_options"]
+__all__ = ["ItemAudio", "Scales", "PiperModel", "choose_providers", "session_options"]
 
 log = logging.getLogger(__name__)
 _ARENA = threading.Lock()
@@ -171,7 +171,7 @@ def _preload_cuda(ort: Any) -> None:
         log.warning("could not preload the CUDA libraries: %s", exc)
 
 
-class VoiceModel:
+class PiperModel:
     """An ONNX voice session that synthesizes padded batches and trims them exactly.
 
     With ``io_binding`` (CUDA and TensorRT sessions, ``TTS_IO_BINDING``) a batch runs through ONNX
@@ -237,7 +237,7 @@ class VoiceModel:
     def load(
         cls, model_path: Path, config: SessionConfig, hop_length: int = 256,
         shapes: Shapes | None = None, engine_dir: Path | None = None,
-    ) -> VoiceModel:
+    ) -> PiperModel:
         """Build the session with the ordered provider list and report where it really landed.
 
         Each provider gets its options (``providers.provider_options``: ``shapes`` bound

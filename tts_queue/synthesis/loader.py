@@ -1,6 +1,6 @@
 """The registry's loader: a voice of any family from its spec (``family.FAMILIES``).
 
-Piper voices load alone (``voice.Voice.load``); Kokoro voices share one graph per process, kept
+Piper voices load alone (``voice.PiperVoice.load``); Kokoro voices share one graph per process, kept
 by the loader (``kokoro.voice.Graphs``), so the five Japanese voices cost one model in memory.
 """
 
@@ -10,7 +10,7 @@ from tts_queue.errors import ModelLoadError
 from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.family import KOKORO, PIPER
 from tts_queue.synthesis.providers import SessionPlan
-from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec
+from tts_queue.synthesis.voice import LoadedVoice, PiperVoice, VoiceSpec
 
 
 class VoiceLoader:
@@ -26,7 +26,7 @@ class VoiceLoader:
     def __call__(self, spec: VoiceSpec) -> LoadedVoice:
         """The loaded voice (the caller verified the digest)."""
         if spec.family == PIPER:
-            return Voice.load(spec, self.session, self.plan)
+            return PiperVoice.load(spec, self.session, self.plan)
         if spec.family == KOKORO:
             from tts_queue.synthesis.kokoro.voice import KokoroVoice
 

@@ -1,7 +1,7 @@
 """A voice: what the registry knows about it (``VoiceSpec``), the seams every family's loaded form
-offers (``LoadedVoice``, ``SpeechModel``) and the Piper family's loaded voice (``Voice``).
+offers (``LoadedVoice``, ``SpeechModel``) and the Piper family's loaded voice (``PiperVoice``).
 
-Loading follows Piper's shape: one ``Voice.load`` builds config + ONNX session + phonemizer; the
+Loading follows Piper's shape: one ``PiperVoice.load`` builds config + ONNX session + phonemizer; the
 staged pipeline is text -> sentences of phonemes -> ids -> batched audio. Kokoro voices
 (``synthesis.kokoro``) offer the same seams, so nothing after the registry knows the family.
 """
@@ -19,7 +19,7 @@ from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.estimate.pace import Pace
 from tts_queue.synthesis.family import PIPER, Family, family
 from tts_queue.synthesis.frontend.text import Phonemizer, SpokenSentence, to_ids
-from tts_queue.synthesis.inference import ItemAudio, Scales, VoiceModel
+from tts_queue.synthesis.inference import ItemAudio, PiperModel, Scales
 from tts_queue.synthesis.providers import SessionPlan
 
 
@@ -167,19 +167,19 @@ def speaker_names(config: dict[str, Any]) -> tuple[str, ...]:
 
 
 @dataclass
-class Voice:
+class PiperVoice:
     """A loaded voice: Piper config, ONNX model and phonemizer."""
 
     spec: VoiceSpec
     config: Any
-    model: VoiceModel
+    model: PiperModel
     phonemizer: Phonemizer = field(init=False)
 
     def __post_init__(self) -> None:
         self.phonemizer = Phonemizer(self.config.espeak_voice)
 
     @classmethod
-    def load(cls, spec: VoiceSpec, session: SessionConfig, plan: SessionPlan | None = None) -> Voice:
+    def load(cls, spec: VoiceSpec, session: SessionConfig, plan: SessionPlan | None = None) -> PiperVoice:
         """Read the config and build the ONNX session (the caller verified the digest); ``plan``
         bounds the shapes a GPU session is built for and says where TensorRT engines are kept."""
         from piper.config import PiperConfig
@@ -187,7 +187,7 @@ class Voice:
         spec.require_files()
         config = PiperConfig.from_dict(read_config(spec.config_path))
         plan = plan or SessionPlan()
-        model = VoiceModel.load(spec.model_path, session, hop_length=config.hop_length,
+        model = PiperModel.load(spec.model_path, session, hop_length=config.hop_length,
                                 shapes=plan.shapes(config.phoneme_id_map), engine_dir=plan.engine_dir)
         return cls(spec=spec, config=config, model=model)
 

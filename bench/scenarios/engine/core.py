@@ -4,7 +4,7 @@ Each mode synthesizes the same fixed sentences with the voice's default noise, a
 modes run interleaved, the first mode rotating, over ``rounds``; figures are medians over rounds,
 and ``best`` ones add each call's fastest round (robust to other processes sharing the CPU).
 ``bare``: one ``session.run`` per sentence, unpatched model, batch 1 (the raw model's limit).
-``core_single``: ``VoiceModel.run_batch`` per sentence (patched model, trimming).
+``core_single``: ``PiperModel.run_batch`` per sentence (patched model, trimming).
 ``synth_<policy>``: the full ``Synthesizer`` path, lone requests one at a time (window: max batch 4,
 so a lone request waits out the window).
 ``batch<N>_arrival|policy``: ``run_batch`` on batches of N cut in arrival order or picked by
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tts_queue.settings import PoolSettings, Settings
     from tts_queue.synthesis.inference import Scales
     from tts_queue.synthesis.registry import VoiceRegistry
-    from tts_queue.synthesis.voice import Voice
+    from tts_queue.synthesis.voice import PiperVoice
 
 BATCH_SIZES = (2, 4, 8, 16)
 LOAD_POOLS = (("eager", 1), ("eager", 4), ("eager", 8), ("window", 4))
@@ -92,7 +92,7 @@ def bare_mode(session: Any) -> Mode:
     return run
 
 
-def batch_mode(voice: Voice, size: int, by_policy: bool) -> Mode:
+def batch_mode(voice: PiperVoice, size: int, by_policy: bool) -> Mode:
     """``run_batch`` on batches of ``size``: arrival-order chunks or ``BatchPolicy``'s choice."""
     from tts_queue.synthesis.batching import BatchPolicy, Entry
 
@@ -190,10 +190,10 @@ def summarize(runs: list[Pass], bare: list[Pass], rate: int) -> dict[str, Any]:
 def build_modes(registry: VoiceRegistry, settings: Settings, bare: Any, threads: int,
                 passes: int) -> dict[str, Mode]:
     """Every mode, in the order they run in a round."""
-    from tts_queue.synthesis.voice import Voice
+    from tts_queue.synthesis.voice import PiperVoice
 
     voice, cpu = registry.load(None), settings.routing.cpu
-    assert isinstance(voice, Voice), "core measures a Piper-shaped voice (batching)"
+    assert isinstance(voice, PiperVoice), "core measures a Piper-shaped voice (batching)"
     modes: dict[str, Mode] = {
         "bare": bare_mode(bare), "core_single": batch_mode(voice, 1, False),
         "synth_eager": synth_mode(registry, replace(cpu, policy="eager")),

@@ -1,5 +1,5 @@
 """The GPU pool's batching: throughput and per-batch latency by batch size, and the defaults they
-suggest, through the exact path a worker runs (``VoiceModel.run_batch``: pad, run, trim).
+suggest, through the exact path a worker runs (``PiperModel.run_batch``: pad, run, trim).
 
 ``equal``: batches of N copies of one mid-length sentence (no padding); ``mixed``: the sentences in
 arrival order, N at a time (padding as a worker sees it). Each size gets one untimed batch first
@@ -24,10 +24,11 @@ from bench.harness.texts import SENTENCES
 
 if TYPE_CHECKING:
     from tts_queue.synthesis.inference import Scales
-    from tts_queue.synthesis.voice import Voice
+    from tts_queue.synthesis.voice import PiperVoice
 
 
-def measure(voice: Voice, batches: Sequence[list[list[int]]], scales: Scales, rounds: int) -> dict[str, Any]:
+def measure(voice: PiperVoice, batches: Sequence[list[list[int]]], scales: Scales,
+            rounds: int) -> dict[str, Any]:
     """Run ``batches`` ``rounds`` times (after one untimed batch); rates, latencies, padding."""
     import numpy as np
 
@@ -65,7 +66,7 @@ def suggest(curve: dict[int, dict[str, Any]], threshold: float) -> int:
     return sizes[-1]
 
 
-def exactness(voice: Voice, ids: list[list[int]]) -> dict[str, Any]:
+def exactness(voice: PiperVoice, ids: list[list[int]]) -> dict[str, Any]:
     """Batched == single with noise off: lengths equal, and the largest sample difference."""
     import numpy as np
 
@@ -88,13 +89,13 @@ def gpu(run: Run, provider: str = "cuda", voice: str = "default", sizes: str = "
     """The batch curve on ``provider`` (demanded), its suggestion, and exactness."""
     from tts_queue.settings import Settings
     from tts_queue.synthesis.registry import VoiceRegistry
-    from tts_queue.synthesis.voice import Voice
+    from tts_queue.synthesis.voice import PiperVoice
 
     chosen = [int(s) for s in sizes.split(",")]
     settings = Settings.from_env(run.env(voice, TTS_PROVIDERS=provider, TTS_WORKER_POOL="gpu",
                                          TTS_GPU_MAX_BATCH=str(max(chosen))))
     loaded = VoiceRegistry.from_settings(settings).load(None)
-    assert isinstance(loaded, Voice), "gpu measures a Piper-shaped voice (a batch axis)"
+    assert isinstance(loaded, PiperVoice), "gpu measures a Piper-shaped voice (a batch axis)"
     limit = settings.request.max_sentence_phonemes
     ids = [seq for text in SENTENCES[:sentences] for seq in loaded.sentence_ids(text, limit)]
     middle = sorted(ids, key=len)[len(ids) // 2]

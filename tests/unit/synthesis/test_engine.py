@@ -20,11 +20,11 @@ from tts_queue.errors import SynthesisError, UnknownVoice
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis import engine as engine_module
 from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult, largest_call
-from tts_queue.synthesis.inference import Scales, VoiceModel
+from tts_queue.synthesis.inference import PiperModel, Scales
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
 from tts_queue.synthesis.request import build_request
 from tts_queue.synthesis.synthesizer import Synthesizer
-from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec
+from tts_queue.synthesis.voice import LoadedVoice, PiperVoice, VoiceSpec
 
 T = TypeVar("T")
 TIMEOUT = 20.0
@@ -164,9 +164,9 @@ def test_model_failure_is_a_synthesis_error_for_the_caller(
     make_engine: Callable[..., BatchEngine], voices_dir: Path
 ) -> None:
     # Given a registry whose voice's model fails at run time
-    def broken_loader(spec: VoiceSpec) -> Voice:
+    def broken_loader(spec: VoiceSpec) -> PiperVoice:
         voice = load_voice(spec)
-        voice.model = VoiceModel(_FailingSession(), ["CPUExecutionProvider"], HOP_LENGTH, False)
+        voice.model = PiperModel(_FailingSession(), ["CPUExecutionProvider"], HOP_LENGTH, False)
         return voice
 
     registry = VoiceRegistry(discover_specs(voices_dir), loader=broken_loader, default="tiny")

@@ -15,7 +15,7 @@ from tests.conftest import CPU_SESSION
 from tests.support.tiny_voice import HOP_LENGTH, JUNK, VoiceFiles, build_model, frames_per_id, reference_audio
 from tts_queue.errors import ConfigError, ModelLoadError, SynthesisError
 from tts_queue.settings import SessionConfig, Settings
-from tts_queue.synthesis.inference import Scales, VoiceModel, choose_providers, session_options
+from tts_queue.synthesis.inference import PiperModel, Scales, choose_providers, session_options
 
 TRT, CUDA, CPU = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
 SCALES = Scales(noise_scale=0.667, length_scale=1.0, noise_w=0.8)
@@ -97,7 +97,7 @@ def test_load_reports_the_provider_the_session_really_uses(
     monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
     # When the voice loads with auto
     with caplog.at_level(logging.WARNING, logger="tts_queue.synthesis.inference"):
-        model = VoiceModel.load(tiny_files.model_path, SessionConfig(providers="auto"), HOP_LENGTH)
+        model = PiperModel.load(tiny_files.model_path, SessionConfig(providers="auto"), HOP_LENGTH)
     # Then the session was asked for CUDA first, but the model reports CPU, where it really runs
     assert model.provider == CPU
     assert "asked for CUDAExecutionProvider, running on CPUExecutionProvider" in caplog.text
@@ -113,7 +113,7 @@ def test_load_fails_when_a_demanded_provider_falls_back(
     # When CUDA is demanded
     # Then loading fails loudly instead of running on CPU
     with pytest.raises(ConfigError, match="fell back to CPUExecutionProvider"):
-        VoiceModel.load(tiny_files.model_path, SessionConfig(providers="cuda"), HOP_LENGTH)
+        PiperModel.load(tiny_files.model_path, SessionConfig(providers="cuda"), HOP_LENGTH)
 
 
 @pytest.mark.parametrize("requested", ["rocm", "cuda,openvino", "gpu"])
@@ -150,8 +150,8 @@ def test_scales_tensor_is_noise_length_noise_w_in_float32() -> None:
 # --- load ---------------------------------------------------------------------------------------
 
 
-def test_tiny_voice_loads_on_cpu_with_the_alignment_output(tiny_model: VoiceModel) -> None:
-    # Given the tiny voice loaded through VoiceModel.load
+def test_tiny_voice_loads_on_cpu_with_the_alignment_output(tiny_model: PiperModel) -> None:
+    # Given the tiny voice loaded through PiperModel.load
     # Then it runs on CPU, is single-speaker, and its session also returns w_ceil
     assert tiny_model.provider == CPU
     assert tiny_model.multi_speaker is False
@@ -160,7 +160,7 @@ def test_tiny_voice_loads_on_cpu_with_the_alignment_output(tiny_model: VoiceMode
     assert outputs == ["output", "w_ceil"]
 
 
-def test_multi_speaker_voice_is_detected_by_its_sid_input(multi_model: VoiceModel) -> None:
+def test_multi_speaker_voice_is_detected_by_its_sid_input(multi_model: PiperModel) -> None:
     # Given a voice graph with a ``sid`` input
     # Then the loaded model feeds speaker ids
     assert multi_model.multi_speaker is True
@@ -173,7 +173,7 @@ def test_a_model_already_patched_loads_too(tmp_path: Path) -> None:
     path = tmp_path / "patched.onnx"
     onnx.save(model, str(path))
     # When it is loaded
-    voice = VoiceModel.load(path, CPU_SESSION, hop_length=HOP_LENGTH)
+    voice = PiperModel.load(path, CPU_SESSION, hop_length=HOP_LENGTH)
     # Then it works as the unpatched one does
     item = voice.run_batch([SENTENCES[0]], SCALES)[0]
     np.testing.assert_array_equal(item.samples, reference_audio(SENTENCES[0]))
@@ -188,7 +188,7 @@ def test_truncated_model_file_is_a_model_load_error(tmp_path: Path, fraction: fl
     # When it is loaded
     # Then ModelLoadError is raised (a VoiceError, 503), not a protobuf or ORT exception
     with pytest.raises(ModelLoadError) as info:
-        VoiceModel.load(path, CPU_SESSION)
+        PiperModel.load(path, CPU_SESSION)
     assert info.value.http_status == 503
 
 
@@ -199,7 +199,7 @@ def test_garbage_model_file_is_a_model_load_error(tmp_path: Path) -> None:
     path = tmp_path / "garbage.onnx"
     path.write_bytes(b"\xff\x00not an onnx model" * 50)
     with pytest.raises(ModelLoadError):
-        VoiceModel.load(path, CPU_SESSION)
+        PiperModel.load(path, CPU_SESSION)
 
 
 def _model_with_ceil_count(count: int) -> onnx.ModelProto:
@@ -223,7 +223,7 @@ def test_model_without_exactly_one_ceil_cannot_be_cut_exactly(
     # When it is loaded as a voice
     # Then ModelLoadError explains that batches cannot be cut
     with pytest.raises(ModelLoadError, match="Ceil"):
-        VoiceModel.load(path, CPU_SESSION)
+        PiperModel.load(path, CPU_SESSION)
 
 
 def test_model_without_piper_inputs_is_a_model_load_error(tmp_path: Path) -> None:
@@ -233,13 +233,13 @@ def test_model_without_piper_inputs_is_a_model_load_error(tmp_path: Path) -> Non
     # When it is loaded
     # Then the signature check rejects it
     with pytest.raises(ModelLoadError, match="signature"):
-        VoiceModel.load(path, CPU_SESSION)
+        PiperModel.load(path, CPU_SESSION)
 
 
 # --- run_batch ----------------------------------------------------------------------------------
 
 
-def test_padded_batch_is_cut_to_exactly_each_item_alone(tiny_model: VoiceModel) -> None:
+def test_padded_batch_is_cut_to_exactly_each_item_alone(tiny_model: PiperModel) -> None:
     # Given sentences of mixed lengths
     # When they run as one padded batch and each alone
     batched = tiny_model.run_batch(SENTENCES, SCALES)
@@ -256,7 +256,7 @@ def test_padded_batch_is_cut_to_exactly_each_item_alone(tiny_model: VoiceModel) 
         assert not np.any(item.samples == np.float32(JUNK))
 
 
-def test_phoneme_samples_sum_to_the_item_length(tiny_model: VoiceModel) -> None:
+def test_phoneme_samples_sum_to_the_item_length(tiny_model: PiperModel) -> None:
     # Given a padded batch
     items = tiny_model.run_batch(SENTENCES, SCALES)
     # Then each item's samples per phoneme id add up to its length, one count per id
@@ -266,7 +266,7 @@ def test_phoneme_samples_sum_to_the_item_length(tiny_model: VoiceModel) -> None:
         np.testing.assert_array_equal(item.phoneme_samples, frames_per_id(ids) * HOP_LENGTH)
 
 
-def test_untrimmed_batch_output_has_junk_padding(tiny_model: VoiceModel) -> None:
+def test_untrimmed_batch_output_has_junk_padding(tiny_model: PiperModel) -> None:
     # Given the raw session output for a short and a long item together
     # (this is what run_batch must cut away; the test shows the tiny voice makes it visible)
     short, long = SENTENCES[0], SENTENCES[1]
@@ -286,7 +286,7 @@ def test_untrimmed_batch_output_has_junk_padding(tiny_model: VoiceModel) -> None
     assert np.all(audio[0, 0, 0, short_len:] == np.float32(JUNK))
 
 
-def test_length_scale_stretches_every_item(tiny_model: VoiceModel) -> None:
+def test_length_scale_stretches_every_item(tiny_model: PiperModel) -> None:
     # Given a slower speed (length_scale 2)
     slow = Scales(noise_scale=0.667, length_scale=2.0, noise_w=0.8)
     # When the batch runs
@@ -297,13 +297,13 @@ def test_length_scale_stretches_every_item(tiny_model: VoiceModel) -> None:
         np.testing.assert_array_equal(item.samples, reference_audio(ids, length_scale=2.0))
 
 
-def test_empty_batch_returns_nothing(tiny_model: VoiceModel) -> None:
+def test_empty_batch_returns_nothing(tiny_model: PiperModel) -> None:
     # Given no sequences
     # Then nothing runs and nothing comes back
     assert tiny_model.run_batch([], SCALES) == []
 
 
-def test_speaker_id_reaches_the_model(multi_model: VoiceModel) -> None:
+def test_speaker_id_reaches_the_model(multi_model: PiperModel) -> None:
     # Given the multi-speaker tiny voice
     # When the same ids run for speakers 0 and 2
     ids = SENTENCES[2]
@@ -322,7 +322,7 @@ class _FailingSession:
 
 def test_model_failure_is_a_synthesis_error() -> None:
     # Given a session that fails at run time
-    model = VoiceModel(_FailingSession(), [CPU], HOP_LENGTH, multi_speaker=False)
+    model = PiperModel(_FailingSession(), [CPU], HOP_LENGTH, multi_speaker=False)
     # When a batch runs
     # Then SynthesisError names the batch size and keeps the cause
     with pytest.raises(SynthesisError, match="batch of 2") as info:
@@ -358,8 +358,8 @@ def test_a_session_on_every_core_has_a_single_threaded_twin_that_makes_the_same_
     tiny_files: VoiceFiles,
 ) -> None:
     # Given the tiny voice on every core (the default threads) and on one thread
-    wide = VoiceModel.load(tiny_files.model_path, SessionConfig(providers="cpu"), hop_length=HOP_LENGTH)
-    single = VoiceModel.load(tiny_files.model_path, CPU_SESSION, hop_length=HOP_LENGTH)
+    wide = PiperModel.load(tiny_files.model_path, SessionConfig(providers="cpu"), hop_length=HOP_LENGTH)
+    single = PiperModel.load(tiny_files.model_path, CPU_SESSION, hop_length=HOP_LENGTH)
     # Then only the first has a twin, and it is built at its first narrow call, once
     assert wide.has_narrow and not single.has_narrow
     assert wide._narrow is None
@@ -386,7 +386,7 @@ def test_a_twin_that_cannot_be_built_leaves_narrow_calls_on_the_one_session(
     tiny_files: VoiceFiles, caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Given a model whose twin fails to build (say, out of memory)
-    wide = VoiceModel.load(tiny_files.model_path, SessionConfig(providers="cpu"), hop_length=HOP_LENGTH)
+    wide = PiperModel.load(tiny_files.model_path, SessionConfig(providers="cpu"), hop_length=HOP_LENGTH)
 
     def failing() -> Any:
         raise MemoryError("no room for a second session")

@@ -16,7 +16,7 @@ from tests.support.tiny_voice import HOP_LENGTH, VoiceFiles, build_model
 from tts_queue.errors import ConfigError
 from tts_queue.settings import SessionConfig, Settings
 from tts_queue.synthesis.frontend.text import to_ids
-from tts_queue.synthesis.inference import Scales, VoiceModel
+from tts_queue.synthesis.inference import PiperModel, Scales
 from tts_queue.synthesis.providers import (
     CPU,
     CUDA,
@@ -201,7 +201,7 @@ def test_engine_folders_differ_per_model(tiny_files: VoiceFiles, voices_dir: Pat
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     spy = SessionSpy(monkeypatch, [TENSORRT, CPU])
     for model in (tiny_files.model_path, voices_dir / "multi.onnx", tiny_files.model_path):
-        VoiceModel.load(model, SessionConfig(), HOP_LENGTH, Shapes(), tmp_path)
+        PiperModel.load(model, SessionConfig(), HOP_LENGTH, Shapes(), tmp_path)
     folders = [call[0][1]["trt_engine_cache_path"] for call in spy.calls]
     assert folders[0] == folders[2] != folders[1]
 
@@ -214,7 +214,7 @@ def test_io_binding_is_used_only_where_the_session_runs_on_a_gpu(
 ) -> None:
     # Given a CUDA that falls back to CPU: no binding on a CPU session
     SessionSpy(monkeypatch, [CUDA, CPU])
-    model = VoiceModel.load(tiny_files.model_path, SessionConfig(providers="cuda,cpu"), HOP_LENGTH)
+    model = PiperModel.load(tiny_files.model_path, SessionConfig(providers="cuda,cpu"), HOP_LENGTH)
     assert model.provider == CPU and model.io_binding is False
 
 
@@ -222,8 +222,8 @@ def test_io_binding_is_used_only_where_the_session_runs_on_a_gpu(
 def test_the_io_binding_path_gives_the_same_audio(voices_dir: Path, multi: bool) -> None:
     # Given the same voice loaded twice on CPU, once with I/O binding forced on
     path = voices_dir / ("multi.onnx" if multi else "tiny.onnx")
-    plain = VoiceModel.load(path, CPU_SESSION, HOP_LENGTH)
-    bound = VoiceModel.load(path, CPU_SESSION, HOP_LENGTH)
+    plain = PiperModel.load(path, CPU_SESSION, HOP_LENGTH)
+    bound = PiperModel.load(path, CPU_SESSION, HOP_LENGTH)
     bound.io_binding = True
     ids = [[1, 0, 20, 0, 2], [1, 0, *range(14, 40), 2], [1, 0, 25, 0, 26, 0, 2]]
     scales = Scales(0.0, 1.3, 0.0)
@@ -238,7 +238,7 @@ def test_the_io_binding_path_gives_the_same_audio(voices_dir: Path, multi: bool)
 def test_the_io_binding_path_fails_as_a_synthesis_error(tiny_files: VoiceFiles) -> None:
     from tts_queue.errors import SynthesisError
 
-    model = VoiceModel.load(tiny_files.model_path, CPU_SESSION, HOP_LENGTH)
+    model = PiperModel.load(tiny_files.model_path, CPU_SESSION, HOP_LENGTH)
     model.io_binding = True
     model.multi_speaker = True  # feeds a sid the graph does not have
     with pytest.raises(SynthesisError):

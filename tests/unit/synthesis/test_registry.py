@@ -21,7 +21,7 @@ from tts_queue.errors import (
 )
 from tts_queue.settings import Settings
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs, file_sha256, manifest_specs
-from tts_queue.synthesis.voice import LoadedVoice, Voice, VoiceSpec, resolve_speaker
+from tts_queue.synthesis.voice import LoadedVoice, PiperVoice, VoiceSpec, resolve_speaker
 
 
 def write_manifest(directory: Path, entries: list[dict[str, Any]]) -> Path:
@@ -55,7 +55,7 @@ class CountingLoader:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def __call__(self, spec: VoiceSpec) -> Voice:
+    def __call__(self, spec: VoiceSpec) -> PiperVoice:
         self.calls.append(spec.id)
         return load_voice(spec)
 
@@ -178,7 +178,7 @@ def test_load_builds_a_voice_from_config_and_model(registry: VoiceRegistry) -> N
     # Given a registry
     # When the default voice is loaded
     voice = registry.load(None)
-    assert isinstance(voice, Voice)  # a Piper voice (its family's adapter)
+    assert isinstance(voice, PiperVoice)  # a Piper voice (its family's adapter)
     # Then it has the config's sample rate, hop length and espeak voice
     assert voice.spec.id == "tiny"
     assert voice.sample_rate == SAMPLE_RATE
@@ -380,7 +380,7 @@ def test_loaded_voice_resolves_speakers_like_its_spec(registry: VoiceRegistry) -
     # Given the loaded three-speaker voice
     # Then it resolves speakers as its spec does
     voice = registry.load("multi")
-    assert isinstance(voice, Voice)
+    assert isinstance(voice, PiperVoice)
     assert voice.model.multi_speaker is True
     assert voice.speaker_id("carol") == 2
     with pytest.raises(UnknownSpeaker):
@@ -417,7 +417,7 @@ class SlowLoader:
         self.finish = threading.Event()
         self.calls: list[str] = []
 
-    def __call__(self, spec: VoiceSpec) -> Voice:
+    def __call__(self, spec: VoiceSpec) -> PiperVoice:
         self.calls.append(spec.id)
         if spec.id == self.slow:
             self.started.set()
@@ -482,7 +482,7 @@ def test_a_voice_is_loaded_once_however_many_threads_ask_for_it(voices_dir: Path
 def test_a_failed_load_leaves_the_voice_unloaded_and_is_tried_again(voices_dir: Path) -> None:
     attempts: list[str] = []
 
-    def flaky(spec: VoiceSpec) -> Voice:
+    def flaky(spec: VoiceSpec) -> PiperVoice:
         attempts.append(spec.id)
         if len(attempts) == 1:
             raise ModelLoadError("first try fails")

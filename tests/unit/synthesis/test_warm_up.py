@@ -12,7 +12,7 @@ import pytest
 
 from tests.support import FakeQueue, migrate, tiny_voice_env
 from tts_queue.settings import Settings
-from tts_queue.synthesis.inference import VoiceModel
+from tts_queue.synthesis.inference import PiperModel
 from workers.runtime import LONGEST_WARM_UP, WorkerRuntime
 
 
@@ -51,5 +51,5 @@ def test_the_warm_up_runs_the_longest_admitted_sentence_unless_told_not_to(
     assert narrow == [False, True] + ([False, True, True] if longest else [])
     assert longer > admitted > short[0]
     model = voice.model
-    assert isinstance(model, VoiceModel)
+    assert isinstance(model, PiperModel)
     assert runtime.engine.side_by_side and model.narrow_session() is not model.session
