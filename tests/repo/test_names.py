@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # Retired: each meant something else in a module that also used SQLAlchemy Core or a webhook's
 # other words. The composition root is ``Wiring``, a callback row's owner ``CallbackRows``, the end
 # effect that makes a webhook due ``DeliveryDue``; Piper's session is ``PiperModel`` (Kokoro has its
-# own), and ``core_of`` meant the wiring (``core`` alone is still the framework-free package).
+# own), and ``core_of`` meant the wiring (``core`` alone is still the framework-free package); a
+# task's end is an end everywhere, its Redis signal too (``EndSignals``).
 RETIRED = {"Core": "Wiring", "Callbacks": "CallbackRows", "CallBack": "DeliveryDue",
-           "VoiceModel": "PiperModel", "core_of": "wiring_of"}
+           "VoiceModel": "PiperModel", "core_of": "wiring_of", "FinishSignals": "EndSignals"}
 # Retired where they come from: ``Voice`` still names the OpenAPI schema of a listed voice (api) and
 # a Wyoming voice choice (wyoming_server), but a Piper voice is ``PiperVoice``.
 RETIRED_IMPORTS = {("tts_queue.synthesis.voice", "Voice"): "PiperVoice"}

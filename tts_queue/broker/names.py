@@ -71,7 +71,7 @@ class RedisKeys:
     prefix: str = "tts"
 
     def finished(self, task_id: str) -> str:
-        """The list that signals ``task_id`` finished (``FinishSignals``)."""
+        """The list that signals ``task_id`` finished (``EndSignals``)."""
         return f"{self.prefix}:finished:{task_id}"
 
     def status(self, task_id: str) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tts_queue.broker.connection import redis_client
 from tts_queue.broker.doctor import HealthWarning, redis_warnings
-from tts_queue.broker.finish import FinishSignals
+from tts_queue.broker.end_signals import EndSignals
 from tts_queue.broker.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.broker.names import RedisKeys
 from tts_queue.settings import Settings
@@ -61,7 +61,7 @@ class QueueWatch(Protocol):
 class RedisWatch:
     """``QueueWatch`` over the broker's Redis: a few commands each, with a 2 s timeout."""
 
-    def __init__(self, client: Redis, keys: RedisKeys, signals: FinishSignals) -> None:
+    def __init__(self, client: Redis, keys: RedisKeys, signals: EndSignals) -> None:
         self.client = client
         self.keys = keys
         self.signals = signals
@@ -76,7 +76,7 @@ class RedisWatch:
         short commands; the finish signals' blocking waits have a client of their own)."""
         assert settings.services.redis_url, "a watch needs TTS_REDIS_URL"
         keys = RedisKeys(settings.services.queue_prefix)
-        signals = FinishSignals.from_url(settings.services.redis_url, settings.services.queue_prefix,
+        signals = EndSignals.from_url(settings.services.redis_url, settings.services.queue_prefix,
                                          max_block_s=settings.api.wait_recheck_s)
         return cls(client or redis_client(settings.services.redis_url, socket_timeout=2), keys, signals)
 

@@ -1,4 +1,5 @@
-"""Finished-task signals through Redis, so long-poll waiters block instead of polling the database.
+"""End signals through Redis (a task reaching done, failed or cancelled), so long-poll waiters
+block instead of polling the database.
 
 The worker pushes the final status onto a short-lived list per task; a waiter blocks on it with
 ``BLMOVE`` from the list to itself, which leaves the value for every other waiter. A lost signal
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from redis import Redis
 
 
-class FinishSignals:
+class EndSignals:
     """Signals that a task finished (worker side) and waits for them (API side)."""
 
     TTL_S = 600
@@ -27,7 +28,7 @@ class FinishSignals:
         self.max_block_s = max_block_s
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "tts", max_block_s: float = 5.0) -> FinishSignals:
+    def from_url(cls, url: str, prefix: str = "tts", max_block_s: float = 5.0) -> EndSignals:
         """Signals over the Redis at ``url``; one wait blocks at most ``max_block_s`` seconds."""
         # socket_timeout above the longest block, so a dead connection cannot hang a waiter
         return cls(redis_client(url, socket_timeout=max_block_s + 5), RedisKeys(prefix), max_block_s)
