@@ -1,7 +1,8 @@
 """What the server's poller makes of a whole request head, off the threads: the head itself
 (``parse_head``, a plain HTTP/1.x head or ``None`` for gunicorn to judge), whether its body is
-still arriving (``body_waiting``), the answer to a health probe (``probe_answer``: ``GET /healthz``
-needs no thread) and gunicorn's own error pages as the API's JSON errors (``json_error_response``).
+still arriving (``body_waiting``) and small enough to be read here too (``small_body``), the
+answer to a health probe (``probe_answer``: ``GET /healthz`` needs no thread) and gunicorn's own
+error pages as the API's JSON errors (``json_error_response``).
 
 Every function is linear in the head's size, and a head is at most ``HEAD_READ_LIMIT`` bytes.
 """
@@ -22,6 +23,9 @@ HEAD_END = b"\r\n\r\n"
 # A head this long without its blank line is answered 431 and closed in the poller: a thread never
 # waits on one (gunicorn's own limits would let a head grow to about 800 KB in a thread).
 HEAD_READ_LIMIT = 64 * 1024
+# A body of at most this many bytes (every usual JSON request) is read in the poller with its head,
+# under the head's deadline: it takes no thread and no upload place while it arrives.
+SMALL_BODY = 64 * 1024
 PROBE = "/healthz"  # answered in the poller, as the route answers it (``api.routes.healthz``)
 PROBE_BODY = b'{"status":"ok"}\n'
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
@@ -74,6 +78,17 @@ def body_waiting(head: Head, buffered: int) -> bool:
     if not length.isascii() or not length.isdigit():
         return False
     return len(length) > _LONGEST_LENGTH or int(length) > buffered
+
+
+def small_body(head: Head) -> int | None:
+    """The length of ``head``'s body when it is a ``Content-Length`` of at most ``SMALL_BODY`` bytes
+    (the poller reads it with the head), else ``None`` (chunked, or larger: an upload)."""
+    if "transfer-encoding" in head.headers:
+        return None
+    length = head.headers.get("content-length", "")
+    if not length.isascii() or not length.isdigit() or len(length) > _LONGEST_LENGTH:
+        return None
+    return int(length) if int(length) <= SMALL_BODY else None
 
 
 def probe_answer(head: Head, open_after: bool, most_bytes: int,

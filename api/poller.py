@@ -85,7 +85,7 @@ class PollerWorker(ThreadWorker):  # type: ignore[misc]
 
     def _await_head(self, conn: Connection) -> None:
         """Read ``conn``'s next head in the poller, until it is whole or its deadline."""
-        conn.head = bytearray()
+        conn.head, conn.body_due = bytearray(), 0
         self.in_poller[conn] = time.monotonic() + self.api.header_timeout_s
         conn.sock.setblocking(False)
         self.poller.register(conn.sock, selectors.EVENT_READ, functools.partial(self._read_head, conn))
@@ -107,8 +107,14 @@ class PollerWorker(ThreadWorker):  # type: ignore[misc]
 
     def _received(self, conn: Connection, data: bytes) -> None:
         """More of ``conn``'s head: serve what is whole (only the new bytes are searched, so a head
-        trickled in costs what it sends), refuse one grown past its limit."""
+        trickled in costs what it sends), refuse one grown past its limit. A small body after its
+        head (``body_due``) is taken until it is all in, then the head is served with it."""
         conn.head += data
+        if conn.body_due:
+            if len(conn.head) >= conn.body_due:
+                conn.body_due = 0
+                self.take_heads(conn)
+            return
         if conn.head.find(heads.HEAD_END, max(0, len(conn.head) - len(data) - 3)) >= 0:
             self.take_heads(conn)
         elif len(conn.head) >= heads.HEAD_READ_LIMIT:

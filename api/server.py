@@ -11,6 +11,7 @@ half a head took every thread, and the API answered nothing. This worker changes
   answers however busy the threads are.
 - **Bodies still arriving take an upload place first** (``api.uploads``: ``TTS_KEY_UPLOADS`` per
   key or address, ``TTS_API_UPLOADS`` in all); without one the poller answers 429 or 503 at once.
+  A body of at most 64 KB is read in the poller with its head instead (``heads.small_body``).
   An answer sent before its body was read closes the connection: no thread drains the rest.
 - **Reads have deadlines** in the threads: the rest of a head, and a body ``TTS_BODY_TIMEOUT_S``
   plus a second per ``TTS_BODY_MIN_RATE`` bytes (past it the request is a 400); writes
@@ -93,6 +94,10 @@ class JSONErrorWorker(PollerWorker):
                 self.in_poller[conn] = time.monotonic() + self.api.header_timeout_s
                 continue
             if head is not None and heads.body_waiting(head, len(data) - head.end):
+                small = heads.small_body(head)
+                if small is not None:  # read here with its head, by the head's deadline
+                    conn.head, conn.body_due = bytearray(data[start:]), head.end - start + small
+                    return
                 owner = upload_owner(head, conn.peer, self.api)
                 refused = refusal(self.uploads, owner)
                 if refused is not None:

@@ -104,6 +104,7 @@ class Connection(TConn):  # type: ignore[misc]
         self.head = bytearray()
         self.refused = False  # answered and half-closed: what else it sends is read and dropped
         self.upload_owner: str | None = None  # whose upload place its request's body holds
+        self.body_due = 0  # a small body read in the poller: the bytes of ``head`` it waits for
         self._on_close = on_close
         self._linger = linger
         self._closed = False

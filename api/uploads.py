@@ -11,7 +11,8 @@ counts them, in its poller, before any thread takes one (``upload_slots``, a ``F
   ``too_many_uploads`` for an owner that has some already, 503 ``uploads_busy`` for one that has
   none while others hold every place, both with ``Retry-After`` (``refusal``).
 
-A body that is all in with its head (every usual JSON request) takes no place. And an answer sent
+A body of at most ``SMALL_BODY`` (64 KB: every usual JSON request) takes no place: the poller reads
+it with its head, under the head's deadline, even when its bytes come in several packets. And an answer sent
 before its request's body was read to its end (a 401, a 413, any refusal) closes the connection
 (``UnreadCloses``): keeping it open would have a thread drain the rest of the body first.
 """

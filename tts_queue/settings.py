@@ -205,8 +205,8 @@ class ApiSettings:
                                     "(a 400), freeing its thread", env="TTS_BODY_TIMEOUT_S")
     body_min_rate: int = setting(8192, "bytes a second a large body must keep up (see "
                                  "`TTS_BODY_TIMEOUT_S`)", env="TTS_BODY_MIN_RATE")
-    uploads: int = setting(0, "request bodies still arriving when their head is read (an upload, a "
-                           "slow client's request) that one API process reads at once, each holding a "
+    uploads: int = setting(0, "request bodies over 64 KB still arriving when their head is read (an "
+                           "upload) that one API process reads at once, each holding a "
                            "thread while it arrives, shared fairly between keys; 0: a quarter of "
                            "`TTS_API_THREADS`; over it, 503 `uploads_busy` before the body is read",
                            env="TTS_API_UPLOADS")

@@ -229,6 +229,32 @@ def test_trickling_uploads_hold_their_few_places_and_the_probe_answers(api_url: 
     assert json.loads(body)["error"]["code"] == "too_many_uploads"
 
 
+def test_small_bodies_sent_after_their_heads_take_no_upload_place(api_url: str) -> None:
+    host, port = api_url.removeprefix("http://").split(":")
+    body = json.dumps({"text": "A body sent after its head.", "pool": "gpu"}).encode()
+    head = (f"POST /v1/tts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    # Given six connections from one address, each with a JSON request's head sent and its body not
+    conns = [socket.create_connection((host, int(port)), source_address=("127.0.0.4", 0), timeout=10)
+             for _ in range(6)]
+    try:
+        for conn in conns:
+            conn.sendall(head)
+        time.sleep(0.3)  # every head in, no body yet: three times TTS_KEY_UPLOADS bodies "arriving"
+        # When each body follows in two pieces
+        for conn in conns:
+            conn.sendall(body[:10])
+        time.sleep(0.1)
+        for conn in conns:
+            conn.sendall(body[10:])
+        answers = [answers_on(conn, 1)[0].split(b"\r\n", 1)[0] for conn in conns]
+    finally:
+        for conn in conns:
+            conn.close()
+    # Then every one is accepted: a body of at most 64 KB is read with its head, taking no place
+    assert answers == [b"HTTP/1.1 202 ACCEPTED"] * 6, answers
+
+
 def answers_on(conn: socket.socket, count: int) -> list[bytes]:
     """The heads of the next ``count`` answers on ``conn`` (each with its Content-Length body)."""
     data, heads = b"", list[bytes]()

@@ -21,7 +21,10 @@ FINISHED = ("done", "failed", "cancelled")
 
 def long_polled(http: requests.Session, url: str, body: dict[str, Any]) -> dict[str, Any]:
     """``body`` submitted to ``POST /v1/tts`` and long-polled (``?wait=30``) to its end; its view."""
-    task: dict[str, Any] = http.post(url + "/v1/tts", json=body, timeout=60).json()
+    answer = http.post(url + "/v1/tts", json=body, timeout=60)
+    task: dict[str, Any] = answer.json()
+    if "status" not in task:
+        raise RuntimeError(f"POST /v1/tts answered {answer.status_code}: {task}")
     while task["status"] not in FINISHED:
         task = http.get(task["status_url"], params={"wait": 30}, timeout=60).json()
     return task
