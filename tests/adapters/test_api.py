@@ -19,6 +19,7 @@ from flask.testing import FlaskClient
 from api import create_app
 from api.services import Services
 from tests.support import FakeQueue, migrate
+from tests.support.errors import error_of
 from tts_queue.errors import PUBLIC_MESSAGES
 from tts_queue.settings import Settings
 from tts_queue.synthesis.audio import Audio
@@ -34,19 +35,6 @@ def services(tmp_path: Path, voices_dir: Path, queue: FakeQueue) -> Services:
 
 UNKNOWN_ID = "7c1e5b7a-5d2e-4b8e-9a43-2f6d0c9e1a11"  # a well-formed id no task has (fixed: pytest-xdist
 # workers must collect the same test ids)
-
-
-def error_of(response: Any) -> str:
-    """The stable error code, after checking the error shape."""
-    assert response.is_json, response.data[:200]
-    error = response.get_json()["error"]
-    assert error["message"]
-    if response.status_code >= 500:  # a 5xx names the request, so the logs can be found
-        assert set(error) == {"code", "message", "request_id"}
-        assert error["request_id"] == response.headers["X-Request-ID"]
-    else:
-        assert set(error) == {"code", "message"}
-    return str(error["code"])
 
 
 BAD_REQUESTS = [

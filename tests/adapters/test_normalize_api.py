@@ -11,8 +11,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from api.services import Services
-from tests.adapters.test_api import error_of
 from tests.support import FakeQueue, migrate
+from tests.support.errors import error_of
 from tts_queue.settings import Settings
 from tts_queue.synthesis import request as request_module
 from tts_queue.synthesis.frontend import normalize as normalize_module

@@ -36,7 +36,7 @@ from tests.support import (
     settings_env,
     wait_until,
 )
-from tests.unit.books.test_book_limits import minimal_epub
+from tests.support.epubs import minimal_epub
 from tts_queue.cli.main import main
 from tts_queue.db import Database, utcnow
 from tts_queue.storage import open_storage

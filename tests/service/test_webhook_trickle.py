@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import requests
 
-from tests.service import test_webhooks
-from tests.service.test_webhooks import callback_of, sweep
+from tests.support import webhooks
+from tests.support.webhooks import callback_of, sweep
 
 pytestmark = pytest.mark.integration
-service = test_webhooks.service  # the same fixture: a service of this module's own
+service = webhooks.service  # the same fixture: a service of this module's own
 
 SWEEPS_AFTER = 3  # sweeps run after the callback failed, to see that none sends it again
 LIMIT_S = 120  # the watch gives up here (four attempts of at most 5 s, with backoff, take about 25)

@@ -21,7 +21,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,22 +34,20 @@ from api.services import Services
 from tests.support import (
     QUEUE_PREFIX,
     FakeQueue,
-    Receiver,
-    Tarpit,
     migrate,
-    served,
     wait_until,
+    webhooks,
 )
+from tests.support.webhooks import SECRET, sweep
 from tts_queue.broker.connection import client_url
-from tts_queue.broker.names import DELIVER, REQUEUE, queue_name, webhook_queue
+from tts_queue.broker.names import DELIVER, REQUEUE, webhook_queue
 from tts_queue.db import Database
-from tts_queue.enums import Lane
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback, TaskRow
 from tts_queue.webhooks.callbacks import CallbackRows
 
 pytestmark = pytest.mark.integration
-SECRET = "webhook-s3cret"
+service = webhooks.service  # the fixture of tests/support/webhooks.py: a service of this module's own
 
 
 def verified(call: dict[str, Any]) -> dict[str, Any]:
@@ -79,35 +76,6 @@ def scheduled_waits(log: Path, subject_id: str) -> list[float]:
     found = re.findall(rf"callback of {subject_id} answered .*?; retrying in ([0-9.]+) s",
                        log.read_text(errors="replace"))
     return [float(wait) for wait in found]
-
-
-def sweep(app: Any) -> str:
-    """Queue the recovery sweep as the scheduler does; its task id."""
-    return str(app.send_task(REQUEUE, queue=queue_name("", Lane.MAINTENANCE, QUEUE_PREFIX)).id)
-
-
-def callback_of(url: str, task_id: str) -> dict[str, Any]:
-    shown: dict[str, Any] = requests.get(f"{url}/v1/tasks/{task_id}", timeout=10).json()["callback"]
-    return shown
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
-            voices_dir: Path) -> Iterator[dict[str, Any]]:
-    receiver, slow, many = Receiver(), Tarpit(), Tarpit()  # their ports are the ones allowed
-    ports = ",".join(str(port) for port in (80, 443, receiver.port, slow.port, many.port))
-    # A lease shorter than a delivery's deadline (5 s): only its renewal while the delivery runs
-    # keeps the sweep from taking an attempt in flight for lost and sending it a second time.
-    try:
-        with served(tmp_path_factory.mktemp("webhooks"), redis_url, voices_dir, gunicorn=True,
-                    TTS_WEBHOOK_SECRET=SECRET, TTS_WEBHOOK_ALLOW_PRIVATE="true", TTS_WEBHOOK_BACKOFF_S="0.3",
-                    TTS_WEBHOOK_PORTS=ports, TTS_LEASE_S="4", TTS_WEBHOOK_MAX_ATTEMPTS="4") as stack:
-            yield {"url": stack.url, "receiver": receiver, "slow": slow, "many": many,
-                   "log": stack.data_dir / "worker.log", "app": stack.app, "settings": stack.settings,
-                   "redis_url": redis_url}
-    finally:
-        slow.stop()
-        many.stop()
 
 
 def test_a_finished_task_calls_back_signed_and_retries_until_a_success(service: dict[str, Any]) -> None:

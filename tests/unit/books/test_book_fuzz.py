@@ -14,7 +14,7 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.books.test_book_limits import minimal_epub
+from tests.support.epubs import minimal_epub
 from tts_queue.books.sources.chapter import BookLimits, Chapter
 from tts_queue.books.sources.parse import parse_book
 from tts_queue.books.sources.plaintext import compile_pattern, read_plaintext

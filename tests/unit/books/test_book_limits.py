@@ -10,12 +10,13 @@ gives 4, and on these inputs the old rules gave 4 or far more).
 from __future__ import annotations
 
 import io
-import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import pytest
 
+from tests.support.epubs import minimal_epub, xhtml
+from tests.support.linear import RATIO, TARGET_S, assert_linear, quiet, timed
 from tts_queue.books.sources.chapter import Book, BookLimits, Chapter, select_chapters
 from tts_queue.books.sources.epub import READ_BLOCK, UnpackBudget, read_epub
 from tts_queue.books.sources.parse import parse_book
@@ -25,97 +26,10 @@ from tts_queue.books.sources.xhtml import MAX_DEPTH, parse_document
 from tts_queue.errors import BookTooLarge, InvalidBook
 from tts_queue.synthesis.frontend.markdown import markdown_blocks
 
-RATIO = 3.0
-TARGET_S = 0.01  # the smaller input is grown until one call takes about this long
 PROSE = "It was a bright cold day in April, and the clocks were striking thirteen. "
 
 
-def minimal_epub(documents: Sequence[str | bytes], *, repeat: int = 1, reads: int = 1,
-                 nav: list[tuple[int, str, str | None]] | None = None) -> bytes:
-    """A minimal EPUB 3: mimetype, container, an OPF whose manifest names each document
-    ``repeat`` times (every item pointing at the same file) and whose spine reads each ``reads``
-    times, and a navigation document when ``nav`` gives ``(document, title, fragment)`` entries."""
-    items = "".join(f'<item id="d{i}r{r}" href="d{i}.xhtml" media-type="application/xhtml+xml"/>'
-                    for i in range(len(documents)) for r in range(repeat))
-    spine = "".join(f'<itemref idref="d{i}r0"/>' * reads for i in range(len(documents)))
-    if nav is not None:
-        items += '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
-    links = "".join(f'<li><a href="d{i}.xhtml{"#" + fragment if fragment else ""}">{title}</a></li>'
-                    for i, title, fragment in nav or [])
-    opf = ('<?xml version="1.0" encoding="utf-8"?><package xmlns="http://www.idpf.org/2007/opf" '
-           'version="3.0" unique-identifier="uid"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/">'
-           "<dc:title>Made</dc:title>"
-           f'<dc:identifier id="uid">made-1</dc:identifier></metadata><manifest>{items}</manifest>'
-           f'<spine>{spine}</spine></package>')
-    container = ('<?xml version="1.0"?><container version="1.0" '
-                 'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
-                 '<rootfile full-path="content.opf" media-type="application/oebps-package+xml"/>'
-                 "</rootfiles></container>")
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
-        archive.writestr("META-INF/container.xml", container)
-        archive.writestr("content.opf", opf)
-        for index, document in enumerate(documents):
-            archive.writestr(f"d{index}.xhtml", document)
-        if nav is not None:
-            archive.writestr("nav.xhtml", '<html xmlns:epub="http://www.idpf.org/2007/ops"><body>'
-                                          f'<nav epub:type="toc"><ol>{links}</ol></nav></body></html>')
-    return buffer.getvalue()
-
-
-def xhtml(body: str) -> str:
-    """A content document with ``body``."""
-    return f"<html><head><title>t</title></head><body>{body}</body></html>"
-
-
 # --- linearity --------------------------------------------------------------------------------
-
-
-def _timed(call: Callable[[object], object], value: object) -> float:
-    """CPU seconds of this thread for one call (a busy machine's other work does not count)."""
-    start = time.thread_time()
-    call(value)
-    return time.thread_time() - start
-
-
-def assert_linear(build: Callable[[int], object], call: Callable[[object], object], n: int,
-                  target_s: float = TARGET_S) -> None:
-    """``call`` on ``build(2n)`` takes at most about twice as long as on ``build(n)``, ``n`` first
-    grown until the smaller call takes ``target_s``."""
-    while n < 1 << 26:
-        value = build(n)
-        if min(_timed(call, value) for _ in range(3)) >= target_s:  # one slow call is no size
-            break
-        n *= 2
-    for attempt in range(3):  # a quadratic cost is 4x at every size; noise fades as n grows
-        if attempt:
-            n *= 2
-        small, large = build(n), build(2 * n)
-        times: dict[int, list[float]] = {n: [], 2 * n: []}
-        for round_ in range(15):  # interleaved, so a slow moment of the machine hits both sizes alike
-            times[n].append(_timed(call, small))
-            times[2 * n].append(_timed(call, large))
-            if round_ >= 2 and min(times[2 * n]) / min(times[n]) <= RATIO:
-                break
-        ratio = min(times[2 * n]) / min(times[n])
-        if ratio <= RATIO:
-            break
-    assert ratio <= RATIO, f"n={n}: {min(times[n]) * 1e3:.1f} ms, 2n: {min(times[2 * n]) * 1e3:.1f} ms"
-
-
-def _quiet(parse: Callable[[object], object]) -> Callable[[object], object]:
-    """``parse``, with the project's own book errors (an empty or refused book) counted as done."""
-    def call(value: object) -> object:
-        try:
-            return parse(value)
-        except (InvalidBook, BookTooLarge) as exc:
-            return exc
-        except Exception as exc:
-            if type(exc).__name__ == "EmptyBook":
-                return exc
-            raise
-    return call
 
 
 MARKDOWN_FAMILIES: dict[str, Callable[[int], str]] = {
@@ -166,7 +80,7 @@ def test_read_plaintext_is_linear(family: str) -> None:
     def read(text: object) -> object:
         return read_plaintext(str(text), markdown=markdown, split_pattern=pattern)
 
-    assert_linear(build, _quiet(read), 16)
+    assert_linear(build, quiet(read), 16)
 
 
 def _headings_chapter(n: int) -> Chapter:
@@ -231,7 +145,7 @@ def test_select_chapters_is_linear_in_the_spec_and_the_book() -> None:
 def test_read_epub_is_linear(family: str, build: Callable[[int], bytes]) -> None:
     # Given EPUBs with n and 2n documents or navigation entries
     # Then reading them is linear (no search of every item or entry per document)
-    assert_linear(build, _quiet(lambda data: parse_book(bytes(data))), 8)  # type: ignore[call-overload]
+    assert_linear(build, quiet(lambda data: parse_book(bytes(data))), 8)  # type: ignore[call-overload]
 
 
 # --- deep nesting -----------------------------------------------------------------------------
@@ -249,8 +163,8 @@ def test_deep_nesting_is_a_clean_error_and_fast(depth: int) -> None:
     with pytest.raises(InvalidBook, match="deep"):
         parse_book(minimal_epub([document]))
     # And at once: no slower than reading the flat document of the same size (best of five)
-    refused = min(_timed(_quiet(lambda text: parse_document(str(text))), document) for _ in range(5))
-    read = min(_timed(lambda text: parse_document(str(text)), flat) for _ in range(5))
+    refused = min(timed(quiet(lambda text: parse_document(str(text))), document) for _ in range(5))
+    read = min(timed(lambda text: parse_document(str(text)), flat) for _ in range(5))
     assert refused <= RATIO * read, f"refused in {refused * 1e3:.1f} ms, flat read in {read * 1e3:.1f} ms"
 
 

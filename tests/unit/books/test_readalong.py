@@ -1,5 +1,6 @@
 """A rendered book's read-along EPUB 3, built from its chapters' stored files in process (the
-assembly tests' library: a migrated SQLite file, synthetic sentence audio, the real assembler):
+library of ``tests/support/library.py``: a migrated SQLite file, synthetic sentence audio, the real
+assembler):
 
 - the package as EPUB wants it (``mimetype`` first and stored, the container, every chapter's
   XHTML, overlay and audio in the manifest, durations that add up; EPUBCheck runs on the
@@ -30,7 +31,7 @@ import pytest
 from redis import Redis
 
 from tests.support import FakeQueue, migrate, wiring_of
-from tests.unit.books.test_book_assembly import Library, Sentence, chapter
+from tests.support.library import Library, Sentence, builder, chapter
 from tts_queue.books.readalong.build import ReadAlongBuilder
 from tts_queue.books.readalong.builds import ReadAlongs
 from tts_queue.books.readalong.overlay import clock, parse_vtt, sentence_clips
@@ -50,11 +51,6 @@ def library(tmp_path: Path) -> Library:
     settings = migrate(Settings.from_env({"TTS_DATA_DIR": str(tmp_path / "data")}))
     wiring = wiring_of(settings)
     return Library(wiring.db, wiring.cache, wiring.books.storage, wiring.books, wiring)
-
-
-def builder(library: Library, max_bytes: int = 1 << 30) -> ReadAlongBuilder:
-    return ReadAlongBuilder(library.wiring.book_rows, library.assembler(), library.storage,
-                            lambda voice: "en-US", max_bytes)
 
 
 def rendered(library: Library, chapters: list[list[Sentence]], fmt: str) -> str:

@@ -3,7 +3,7 @@
 - every parse and walk of a source is linear in its bytes: an unterminated CDATA section after
   each other, attributes by the thousand, ids that look like ours, unknown or removed elements
   by the thousand with their text around them, entity references in a row, sentences the
-  sanitizer removed (``test_book_limits``' timing: two sizes, the ratio only);
+  sanitizer removed (``tests/support/linear.py``'s timing: two sizes, the ratio only);
 - a document's letter positions are held in machine integers, not a list of objects;
 - text that is never read aloud (a footnote) counts against ``TTS_MAX_BOOK_CHARS`` at ingestion;
 - in a worker, the build runs in a child process (``workers.readalong``): one that runs past its
@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from tests.unit.books.test_book_limits import _quiet, assert_linear, minimal_epub, xhtml
+from tests.support.epubs import minimal_epub, xhtml
+from tests.support.linear import assert_linear, quiet
 from tts_queue.books.readalong.from_source import free_prefix, taken_prefixes
 from tts_queue.books.readalong.job import BookIdentity, SourceJob
 from tts_queue.books.readalong.sanitize import clean_document
@@ -60,7 +61,7 @@ PARSE_FAMILIES: dict[str, Callable[[int], bytes]] = {
 @pytest.mark.parametrize("family", PARSE_FAMILIES)
 def test_parse_xml_is_linear(family: str) -> None:
     # Given documents of n and 2n hostile parts: the time parsing them takes is linear in them
-    assert_linear(PARSE_FAMILIES[family], _quiet(parse_xml), 256)  # type: ignore[arg-type]
+    assert_linear(PARSE_FAMILIES[family], quiet(parse_xml), 256)  # type: ignore[arg-type]
 
 
 CLEAN_FAMILIES: dict[str, Callable[[int], str]] = {  # a paragraph's content

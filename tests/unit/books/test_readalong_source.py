@@ -1,5 +1,6 @@
-"""A read-along EPUB made of the source EPUB's own documents, built in process (the assembly
-tests' library: synthetic sentence audio, the real assembler and builder) from a hostile EPUB 3:
+"""A read-along EPUB made of the source EPUB's own documents, built in process (the library
+of ``tests/support/library.py``: synthetic sentence audio, the real assembler and builder) from a
+hostile EPUB 3:
 
 - its documents, styles, images, cover and navigation are the source's, each spoken sentence and
   word wrapped in a ``<span id>`` that its document's overlay points at, with the captions' cues
@@ -31,8 +32,7 @@ from lxml import etree
 from sqlalchemy import update
 
 from tests.support import epubcheck, migrate, wiring_of
-from tests.unit.books.test_book_assembly import Library, Sentence, speech
-from tests.unit.books.test_readalong import builder
+from tests.support.library import Library, Sentence, builder, speech
 from tts_queue.books.readalong.job import BookIdentity, SourceJob, write_source
 from tts_queue.books.readalong.overlay import clock, parse_vtt
 from tts_queue.books.readalong.textmarks import Aligner, FlatText, Mark, letters, mark, roman

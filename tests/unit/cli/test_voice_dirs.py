@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.synthesis.test_packs import FILES, pinned, tarball
+from tests.support.packs import FILES, pinned, tarball
 from tts_queue.cli import main
 from tts_queue.errors import ConfigError
 

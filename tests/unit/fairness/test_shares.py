@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.tasks.test_executor import add_task, row, world  # noqa: F401 - a fixture
+from tests.support.executor import add_task, row
 from tts_queue.enums import TaskStatus
 from tts_queue.fairness.threads import PROMISE_S, Held, KeyShares, OverShare, Parked, Place, Work
 
@@ -180,7 +180,7 @@ def test_a_worker_stopping_gives_back_every_waiting_task() -> None:
     assert len(shares.drain()) == 6 and shares.drain() == [] and not shares.waits("alice-0")
 
 
-def test_a_task_over_its_keys_share_is_not_claimed_costs_no_attempt_and_waits(world: dict[str, Any]) -> None:  # noqa: F811
+def test_a_task_over_its_keys_share_is_not_claimed_costs_no_attempt_and_waits(world: dict[str, Any]) -> None:
     # Given an executor whose key shares allow one running task, held by the same key
     executor = world["executor"]
     executor.shares = KeyShares(concurrency=2, reserve=1)

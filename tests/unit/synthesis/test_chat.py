@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import load_voice
 from tests.support.chat_answers import ANSWERS, ChatAnswer
+from tests.support.linear import assert_linear
 from tests.support.tiny_voice import write_voice
-from tests.unit.books.test_book_limits import assert_linear
 from tts_queue.errors import EmptyText, NothingToSpeak
 from tts_queue.settings import Settings
 from tts_queue.synthesis.estimate.duration import estimated_seconds

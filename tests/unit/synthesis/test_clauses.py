@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.support.gated import call
 from tests.support.tiny_voice import reference_audio
-from tests.unit.synthesis.test_engine import call
 from tts_queue.settings import Settings
 from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.frontend.text import clauses

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.support import wait_until
+from tests.support.gated import TIMEOUT, GatedModel, sentence
 from tests.support.tiny_voice import reference_audio
-from tests.unit.synthesis.test_engine import TIMEOUT, GatedModel, sentence
 from tts_queue.errors import SynthesisStalled
 from tts_queue.synthesis.engine import BatchEngine, BatchKey
 from tts_queue.synthesis.inference import Scales

