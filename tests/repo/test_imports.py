@@ -1,10 +1,12 @@
 """The layering holds: the core is framework-free and starts no processes, its layers import only
-downwards, and nothing imports in a circle. Imports are read from the source (function-level
-imports included), not from what a test run happened to load."""
+downwards, and nothing imports in a circle; and no module of the tests imports a test module (what
+tests share lives in ``tests/support/``). Imports are read from the source (function-level imports
+included), not from what a test run happened to load."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -194,3 +196,52 @@ def test_no_module_of_the_project_imports_in_a_circle() -> None:
             "tts_queue.synthesis.engine"} <= set(graph)
     # Then the import graph has no cycle
     assert find_cycle(graph) is None
+
+
+# --- the tests' own imports ---------------------------------------------------------------------
+
+
+def tracked_tests() -> list[Path]:
+    """Every tracked Python file under ``tests/`` (test modules, conftests, support, plugins, hooks)."""
+    listed = subprocess.run(["git", "ls-files", "tests/*.py"], cwd=ROOT, capture_output=True, text=True,
+                            check=True)
+    return [ROOT / name for name in listed.stdout.split() if (ROOT / name).is_file()]
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The test modules (a last part starting ``test_``) a module imports anywhere, ``from tests.x
+    import test_y`` and ``from . import test_y`` included."""
+    return {name for name in imported_names(path) if name.rpartition(".")[2].startswith("test_")}
+
+
+def test_the_test_import_check_catches_an_import_of_a_test_module(tmp_path: Path) -> None:
+    # Given a module importing test modules in every form, and helpers from tests/support
+    source = tmp_path / "test_sample.py"
+    source.write_text(
+        "from tests.unit.books.test_book_limits import minimal_epub\n"
+        "from tests.service import test_webhooks\n"
+        "from tests.support.epubs import minimal_epub, xhtml\n"
+        "from tests.support import webhooks\n"
+        "def f():\n"
+        "    import tests.adapters.test_api as api_tests\n"
+        "    from .test_packs import FILES\n",
+        encoding="utf-8",
+    )
+    # Then each import of a test module is found, and none of the support ones
+    found = imported_test_modules(source)
+    assert {name.rpartition(".")[2] for name in found} == {"test_book_limits", "test_webhooks", "test_api",
+                                                           "test_packs"}
+    assert not any(name.startswith("tests.support") for name in found)
+
+
+def test_no_module_of_the_tests_imports_a_test_module() -> None:
+    # Given every tracked module of the tests
+    paths = tracked_tests()
+    names = {str(p.relative_to(ROOT)) for p in paths}
+    assert {"tests/conftest.py", "tests/support/__init__.py", "tests/unit/books/test_book_limits.py",
+            "tests/service/test_webhook_trickle.py", "tests/repo/test_imports.py"} <= names
+    # Then none imports a test module: what tests share is in tests/support (fixtures brought in by
+    # a conftest.py or imported from there), so each test module stands alone
+    found = {str(p.relative_to(ROOT)): sorted(imported)
+             for p in paths if (imported := imported_test_modules(p))}
+    assert found == {}, f"test modules imported (move what they share to tests/support): {found}"

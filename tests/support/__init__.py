@@ -1,8 +1,12 @@
 """Helpers every tier of the tests shares: waiting with a deadline, ports, settings for real
 services (on the tiny voice unless a test checks speech), migrated databases copied from one
 template, real worker processes, private Redis and PostgreSQL servers, ``tts-queue up``, and the
-fake queue of the adapter tests. Fixtures live in the ``conftest.py`` files; test modules import
-helpers from here, never from each other."""
+fake queue of the adapter tests. What a few test modules share lives in a module here named by its
+noun (``epubs``, ``linear``, ``gated``, ``packs``, ``library``, ``executor``, ``webhooks``,
+``errors``, and the tiny voice, chat answers and tricklers). Fixtures live in the ``conftest.py``
+files (one defined here is brought in by the ``conftest.py`` of the folder that needs it, or
+assigned in a module that wants its own module-scoped copy); test modules import helpers from
+here, never from each other (``tests/repo/test_imports.py`` checks it)."""
 
 from __future__ import annotations
 
