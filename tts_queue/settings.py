@@ -308,12 +308,10 @@ class RoutingSettings:
         the CPU pool for one an autoscaler keeps at zero (its backlog would not wake it)."""
         return "cpu" if pool in self.pools_from_zero and "cpu" not in self.pools_from_zero else pool
 
-    # Measured on 2 cores (bench/results/core.json): batches of 2-8 ran at 0.70-0.89x the
-    # throughput of one sentence per call, so the CPU pool batches nothing by default.
-    # Two runners whose calls take the cores the load leaves them (BatchEngine.side_by_side): a
-    # lone call on every core (the lowest latency), calls side by side on one core each under load
-    # (bench/results/runners.json: the raw model 1.06-1.38x the sentences per second of one call
-    # at a time on both cores).
+    # On a CPU a batch never paid (`python -m bench run core`; bench/HISTORY.md), so the CPU pool
+    # batches nothing by default. Two runners whose calls take the cores the load leaves them
+    # (BatchEngine.side_by_side): a lone call on every core (the lowest latency), calls side by
+    # side on one core each under load (`python -m bench run runners`).
     cpu: PoolSettings = setting(PoolSettings(max_batch=1, runners=2), "", env="TTS_CPU_")
     # Eager on GPUs too: an idle worker never waits; under load batches form while one runs.
     # Kokoro's decoder holds about 0.6 MB of activations per padded frame (a float32 [128, 120F]

@@ -10,18 +10,17 @@ throughput. On a CPU pool whose sessions use every core (``TTS_INTRA_OP_THREADS=
 each call follows the load (``side_by_side``): a call that starts alone, with nothing else ready
 to run beside it, runs on every core; a call that starts beside others, or with another ready to
 join it, runs on one core (the model's single-threaded twin), and no call starts beside one that
-runs on every core. So a lone request keeps its latency and a busy worker makes 1.06-1.38x the
-sentences per second (``python -m bench run runners``). A model with no one-core form (Kokoro's shared
+runs on every core. So a lone request keeps its latency and a busy worker makes more sentences
+per second (``python -m bench run runners``). A model with no one-core form (Kokoro's shared
 graph: its ``BatchKey.alone``) gains nothing from two calls sharing the cores, so each of its
 calls runs alone, on every core. Book (bulk) calls run side by side only while
 no interactive request came for ``INTERACTIVE_QUIET_S``; while such requests come, a book's calls
-run one at a time on ONE core, so the other core is free. With any number of runners,
+run one at a time on one core, so the other core is free. With any number of runners,
 interactive work comes first: its arrival stops the bulk calls in the model that are less than
 half done (each bulk sentence once), and then runs on every core; a book call too far along to be
 worth stopping (or stopped once already) keeps its core, and the short request starts at once
-beside it on the other, instead of waiting for a call on every core to end (the ``lanes`` benchmark
---only lanes: p95 with a book 2.2-3.3x idle when book calls took every core, 1.0-2.3x running
-beside). No runner starts a bulk batch while an interactive one is in the model. A call starts
+beside it on the other, instead of waiting for a call on every core to end (``python -m bench run
+lanes``). No runner starts a bulk batch while an interactive one is in the model. A call starts
 beside others only if it is of another request
 (a request's sentences run one at a time) and all of them cost no more than the largest single
 call (``largest_call``), so a worker's memory stays bounded by one such call.

@@ -181,11 +181,9 @@ class PiperModel:
 
     A CPU session on every core (``TTS_INTRA_OP_THREADS=0``) also has a narrow twin: the same graph
     on one intra-op thread, built on its first ``narrow`` call (``make_narrow``); both allocate
-    from the process's one CPU arena (``shared_cpu_arena``), so the twin costs its weights (55 MB
-    for the default voice), not a second arena as large as the longest call's. The engine runs
-    calls side by side on it under load (two single-threaded calls at once make 1.06-1.38x the
-    sentences per second of one call at a time on both cores, ``python -m bench run runners``) and a
-    lone call on the wide session (1.4-1.8x faster than on one thread).
+    from the process's one CPU arena (``shared_cpu_arena``), so the twin costs its weights, not a
+    second arena as large as the longest call's. The engine runs calls side by side on it under
+    load and a lone call on the wide session (``python -m bench run runners`` measures both).
     """
 
     max_batch = 0  # a dynamic batch axis: the pool's budget decides
