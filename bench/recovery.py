@@ -61,7 +61,7 @@ from workers.factory import make_celery
 ROOT = Path(__file__).resolve().parents[1]
 
 SCENARIOS = ("restart", "survivor")
-TASKS, QUICK_TASKS = 60, 24
+TASKS, QUICK_TASKS = 60, 48  # more than two workers' 16 threads each: a second wave runs after the kill
 KILL_AFTER_DONE = 5
 DELAY_MS = 250  # each model call (one sentence: the CPU pool batches nothing)
 DEADLINE_S = 600.0
@@ -133,7 +133,11 @@ def one_run(tree: Path, scenario: str, run: int, tasks: int) -> dict[str, Any]:
 
         def victim() -> tuple[GroupWorkerProcess, list[str]] | None:
             now = rows(service.db, ids)
-            if sum(r.status is TaskStatus.DONE for r in now.values()) < KILL_AFTER_DONE:
+            done = sum(r.status is TaskStatus.DONE for r in now.values())
+            if done == len(ids):
+                raise SystemExit(f"all {len(ids)} tasks ended before a worker ran two of them: "
+                                 "nothing left to recover (more tasks, or a longer DELAY_MS)")
+            if done < KILL_AFTER_DONE:
                 return None
             for worker in service.workers:
                 running = [i for i, r in now.items()
