@@ -57,7 +57,10 @@ def check_overhead(figures: Figures) -> None:
     """Every kind's CPU by process, the model's share and stages, and the SQL by what ran it."""
     for kind in ("hit", "miss", "stream", "poll", "healthz"):
         burst = figures["rounds"][0][kind]
-        assert set(burst["cpu_ms"]) >= {"api", "worker", "redis"} and burst["cpu_ms"]["api"] > 0
+        assert set(burst["cpu_ms"]) >= {"api", "worker", "redis"}
+        # a quick form's ten probes (answered in the poller) or ten polls may cost the API less than
+        # one 10 ms clock tick in all
+        assert burst["cpu_ms"]["api"] > 0 or (kind in ("healthz", "poll") and burst["cpu_ms"]["api"] == 0)
         assert figures["summary"][kind]["beyond_model_net_ms"]["median"] == burst["beyond_model_net_ms"]
     miss = figures["rounds"][0]["miss"]
     assert miss["model_ms"] > 0 and miss["stages_ms"]["inference_ms"] == miss["model_ms"]
