@@ -197,9 +197,12 @@ def test_a_reader_that_stops_reading_holds_at_most_the_cap_in_redis(service: dic
         watching.set()
         watcher.join(10)
     # Then Redis never held more than the cap of the stream's unread bytes (a piece that would
-    # pass it drops the stream instead), and the stream is gone
+    # pass it drops the stream instead), and the stream is gone. Redis's memory for them is more:
+    # its allocator rounds each piece up to a size class (at most a quarter more: four classes a
+    # doubling), the stream keeps its own records, and MEMORY USAGE estimates a stream from a sample
+    # of its nodes (a 34 MB stream would still be a hundred times this)
     print(f"\nlargest stream in Redis: {max(held) / 1024:.1f} KiB (cap {STREAM_CAP / 1024:.0f} KiB)")
-    assert max(held) < STREAM_CAP + 64 * 1024
+    assert max(held) < STREAM_CAP * 5 // 4 + 64 * 1024
     wait_until(lambda: not stream_keys(service, task_id), timeout=15)
     # And the reader, reading at last, gets a body cut short (no final chunk: an incomplete
     # download, never a complete-looking file), while the task's stored audio is whole
