@@ -218,8 +218,8 @@ class PollerWorker(ThreadWorker):  # type: ignore[misc]
         now = time.monotonic()
         for conn in [c for c, deadline in self.in_poller.items() if deadline <= now]:
             if not conn.refused:
-                self.log.info("closed a connection from %s: no whole request head within %.0f s "
-                              "(TTS_HEADER_TIMEOUT_S)", conn.peer, self.api.header_timeout_s)
+                self.log.info("closed a connection from %s: no whole request head (and small body) "
+                              "within %.0f s (TTS_HEADER_TIMEOUT_S)", conn.peer, self.api.header_timeout_s)
             self._drop(conn)
         super().murder_pending()
 
