@@ -165,8 +165,8 @@ def test_hostile_books_never_freeze_the_api(service: dict[str, Any]) -> None:
                for status, _ in outcomes.values()), outcomes
     assert all(code in (None, "invalid_book", "empty_book", "book_too_large")
                for _, code in outcomes.values())
-    # And /healthz stayed fast throughout
-    assert p95 < 0.1
+    # And /healthz kept answering throughout: a frozen API takes seconds (a few milliseconds is usual)
+    assert p95 < 1.0, latencies
 
 
 def test_a_readalong_build_past_its_budget_is_answered_for_as_long_as_the_book(
