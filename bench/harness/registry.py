@@ -1,6 +1,7 @@
 """The scenarios, by name: each a function registered with ``@scenario`` (its subject, a one-line
-description, the result file it writes and its quick form), or a plain module ``bench/<name>.py``
-with ``run(quick: bool = False) -> dict``, registered with one ``register_module`` line.
+description, the result file it writes and its quick form), or a plain module
+``bench/scenarios/<subject>/<name>.py`` with ``run(quick: bool = False) -> dict``,
+registered with one ``register_module`` line.
 
 A scenario function takes the run's context (``bench.harness.run.Run``) and keyword parameters with
 defaults (what ``--param NAME=VALUE`` sets; ``rounds`` is what ``--rounds`` sets), and returns its
@@ -108,11 +109,11 @@ def scenario(name: str, *, subject: str, description: str, quick: Mapping[str, A
 
 def register_module(name: str, *, subject: str, description: str, result: str | None = None,
                     takes: str = "", needs: tuple[str, ...] = ()) -> Scenario:
-    """Register the plain module ``bench/<name>.py`` (``run(quick: bool = False) -> dict``) as a
-    scenario; it is imported when it runs. Its figures' ``headline`` is its own, or else its
+    """Register the plain module ``bench/scenarios/<subject>/<name>.py`` (``run(quick: bool = False)
+    -> dict``) as a scenario; it is imported when it runs. Its figures' ``headline`` is its own, or else its
     top-level numbers."""
     def run_module(run: Run) -> Figures:
-        module = importlib.import_module(f"bench.{name}")
+        module = importlib.import_module(f"bench.scenarios.{subject}.{name}")
         found: Figures = module.run(quick=run.quick)
         if "headline" not in found:
             found = {"headline": {k: v for k, v in found.items()

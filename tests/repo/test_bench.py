@@ -128,13 +128,13 @@ def test_the_command_line_runs_a_scenario_and_compares_it_with_another_commit(tm
 
 def test_a_plain_module_joins_the_registry_with_one_line(monkeypatch: pytest.MonkeyPatch,
                                                         tmp_path: Path) -> None:
-    # Given a plain module bench/<name>.py with run(quick) -> dict, as scripts used to be written
+    # Given a plain module bench/scenarios/<subject>/<name>.py with run(quick) -> dict
     def run(quick: bool = False) -> dict[str, Any]:
         return {"requests_per_s": 12.5 if quick else 20.0, "label": "x", "ok": True}
 
-    module = types.ModuleType("bench.plain_example")
+    module = types.ModuleType("bench.scenarios.service.plain_example")
     setattr(module, "run", run)  # noqa: B010 - a module made here
-    monkeypatch.setitem(sys.modules, "bench.plain_example", module)
+    monkeypatch.setitem(sys.modules, "bench.scenarios.service.plain_example", module)
     # When one line registers it
     found = register_module("plain_example", subject="service", description="an example", takes="a second")
     try:

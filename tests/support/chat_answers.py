@@ -1,7 +1,7 @@
 """Answers as a chat model writes them (Markdown: headings, bold, lists, links, inline code, code
 blocks, a table, emoji, bare URLs), each with the same answer written by hand as plain prose: the
 words a person reading it aloud would say, punctuated as a person would write them. Used by the
-Markdown reading's tests and by ``bench/chat_markdown.py``.
+Markdown reading's tests and by ``bench/scenarios/voices/chat_markdown.py``.
 
 ``url_words`` lists, per answer, words that appear only in a URL's path or query: none may be heard.
 """

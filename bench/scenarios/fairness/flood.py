@@ -43,7 +43,7 @@ from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
 from workers.factory import make_celery
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 DELAY_MS = 250
 

@@ -44,7 +44,7 @@ from bench.scenarios.voices.reading import tiny_en, to_16k
 from tests.support.chat_answers import ANSWERS, ChatAnswer
 from tts_queue.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 OUT = ROOT / "bench" / "results" / "chat_markdown.json"
 WAYS = ("markdown", "as_written", "plain")
 

@@ -54,7 +54,7 @@ from tts_queue.errors import BookError
 from tts_queue.settings import Settings
 from workers import readalong
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 OUT = ROOT / "bench" / "results" / "readalong_hostile.json"
 HEAD = ('<?xml version="1.0" encoding="UTF-8"?>{doctype}<html xmlns="http://www.w3.org/1999/xhtml" '

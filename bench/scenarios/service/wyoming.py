@@ -48,7 +48,7 @@ from workers.factory import make_celery
 from wyoming_server.listener import WyomingServer
 from wyoming_server.speech import SpeechQueue
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 OUT = ROOT / "bench" / "results" / "wyoming.json"
 PIECE_S = 0.05  # a chat model's pace: twenty pieces of three words a second
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron", "iris", "juniper",

@@ -49,7 +49,7 @@ from tts_queue.cli.launcher import api_command
 from tts_queue.db import Database
 from tts_queue.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PREFIX = "bench-uploads"
 UPLOADS, BOOK_BYTES, RATE = 70, 51 * 1024 * 1024, 12 * 1024
 SCENARIOS = {"open": {"TTS_AUTH": "off"}, "keyed": {"TTS_AUTH": "required"},

@@ -58,7 +58,7 @@ from tts_queue.settings import Settings
 from tts_queue.tables import TaskRow
 from workers.factory import make_celery
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 SCENARIOS = ("restart", "survivor")
 TASKS, QUICK_TASKS = 60, 48  # more than two workers' 16 threads each: a second wave runs after the kill

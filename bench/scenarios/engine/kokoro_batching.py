@@ -55,7 +55,7 @@ from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import build_request
 from tts_queue.synthesis.synthesizer import Synthesizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 LEVELS, QUICK_LEVELS = (1, 4, 16, 64), (1, 2)
 BATCHES, QUICK_BATCHES = (1, 2, 4, 8), (1, 2)
