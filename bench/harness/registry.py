@@ -1,7 +1,5 @@
 """The scenarios, by name: each a function registered with ``@scenario`` (its subject, a one-line
-description, the result file it writes and its quick form), or a plain module
-``bench/scenarios/<subject>/<name>.py`` with ``run(quick: bool = False) -> dict``,
-registered with one ``register_module`` line.
+description, the result file it writes and its quick form).
 
 A scenario function takes the run's context (``bench.harness.run.Run``) and keyword parameters with
 defaults (what ``--param NAME=VALUE`` sets; ``rounds`` is what ``--rounds`` sets), and returns its
@@ -17,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bench.harness.run import Run
+    pass
 
 Figures = dict[str, Any]
 ScenarioFunction = Callable[..., Figures]
@@ -105,23 +103,6 @@ def scenario(name: str, *, subject: str, description: str, quick: Mapping[str, A
         return function
 
     return decorate
-
-
-def register_module(name: str, *, subject: str, description: str, result: str | None = None,
-                    takes: str = "", needs: tuple[str, ...] = ()) -> Scenario:
-    """Register the plain module ``bench/scenarios/<subject>/<name>.py`` (``run(quick: bool = False)
-    -> dict``) as a scenario; it is imported when it runs. Its figures' ``headline`` is its own, or else its
-    top-level numbers."""
-    def run_module(run: Run) -> Figures:
-        module = importlib.import_module(f"bench.scenarios.{subject}.{name}")
-        found: Figures = module.run(quick=run.quick)
-        if "headline" not in found:
-            found = {"headline": {k: v for k, v in found.items()
-                                  if isinstance(v, int | float) and not isinstance(v, bool)}, **found}
-        return found
-
-    return register(Scenario(name, subject, description, result or f"{name}.json", run_module, {}, takes,
-                             needs))
 
 
 def catalog() -> dict[str, Scenario]:

@@ -9,7 +9,6 @@ import json
 import math
 import subprocess
 import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from bench.harness import result
-from bench.harness.registry import REGISTRY, Figures, Scenario, catalog, markdown_table, register_module
+from bench.harness.registry import Figures, Scenario, catalog, markdown_table
 from bench.harness.run import Run
 from bench.harness.stack import SharedStacks
 from bench.harness.tree import RESULTS, ROOT
@@ -124,26 +123,6 @@ def test_the_command_line_runs_a_scenario_and_compares_it_with_another_commit(tm
     assert data["against"]["rev"] == "HEAD" and len(data["runs"]["this"]) == len(data["runs"]["against"]) == 1
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert "tts-bench-against" not in listed.stdout
-
-
-def test_a_plain_module_joins_the_registry_with_one_line(monkeypatch: pytest.MonkeyPatch,
-                                                        tmp_path: Path) -> None:
-    # Given a plain module bench/scenarios/<subject>/<name>.py with run(quick) -> dict
-    def run(quick: bool = False) -> dict[str, Any]:
-        return {"requests_per_s": 12.5 if quick else 20.0, "label": "x", "ok": True}
-
-    module = types.ModuleType("bench.scenarios.service.plain_example")
-    setattr(module, "run", run)  # noqa: B010 - a module made here
-    monkeypatch.setitem(sys.modules, "bench.scenarios.service.plain_example", module)
-    # When one line registers it
-    found = register_module("plain_example", subject="service", description="an example", takes="a second")
-    try:
-        figures = found.function(Run(quick=True, work=tmp_path))
-    finally:
-        REGISTRY.pop("plain_example")
-    # Then it runs as a scenario: its result file named after it, its numbers its headline
-    assert found.result == "plain_example.json"
-    assert figures["headline"] == {"requests_per_s": 12.5} and figures["label"] == "x"
 
 
 def test_the_readme_table_is_the_registry() -> None:

@@ -11,4 +11,5 @@ from bench.scenarios.books import (  # noqa: F401
     ingest,
     m4b_coder,
     readalong,
+    readalong_hostile,
 )

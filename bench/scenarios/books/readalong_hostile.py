@@ -2,9 +2,9 @@
 peak memory, each built as a worker builds it (its source's part in a child process,
 ``workers.readalong.build``, within generous budgets), and each hostile family at two sizes.
 
-Run from the repository root (about three minutes on 2 cores; ``--quick`` well under one)::
-
-    .venv/bin/python bench/readalong_hostile.py [--quick] [--out bench/results/readalong_hostile.json]
+``python -m bench run readalong_hostile`` (about three minutes on 2 cores). ``sizes`` picks each
+family's two sizes (``full``, or ``small``: a quarter of them) and ``divide`` divides them (the
+quick form: the small sizes over 20, a smoke run of every family).
 
 Each EPUB is one chapter of a spoken paragraph (and, for "sentences the sanitizer removed", the
 spoken sentences in a form) plus the hostile part, made here:
@@ -26,16 +26,12 @@ paragraphs) of the same uncompressed size, and their ratios; per family, the in-
 between the two sizes (4x the input: linear is about 4, quadratic 16). The budgets are the
 defaults (``TTS_READALONG_TIMEOUT_S``, ``TTS_READALONG_MAX_MEMORY_MB``, ``TTS_MAX_BOOK_CHARS``).
 
-Results go to a JSON file with a short summary printed; nothing is asserted.
+Nothing is asserted.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
-import platform
-import sys
 import tempfile
 import time
 import zipfile
@@ -44,6 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench.harness.registry import Figures, scenario
+from bench.harness.run import Run
 from tts_queue.books.readalong.from_source import SourceMismatch
 from tts_queue.books.readalong.job import BookIdentity, SourceJob, write_source
 from tts_queue.books.readalong.overlay import Clip, PackedChapter, SentenceClip
@@ -54,9 +52,6 @@ from tts_queue.errors import BookError
 from tts_queue.settings import Settings
 from workers import readalong
 
-ROOT = Path(__file__).resolve().parents[3]
-
-OUT = ROOT / "bench" / "results" / "readalong_hostile.json"
 HEAD = ('<?xml version="1.0" encoding="UTF-8"?>{doctype}<html xmlns="http://www.w3.org/1999/xhtml" '
         'xmlns:epub="http://www.idpf.org/2007/ops"><head><title>One</title></head><body><h1>One</h1>')
 PROSE = ("It was late, and the fog lay thick on Baker Street while Holmes waited by the fire for a "
@@ -155,8 +150,14 @@ def built(data: bytes, folder: Path, limits: BookLimits, budget: tuple[float, in
     return result
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """Every family at its two sizes against ordinary EPUBs of the same sizes; the results."""
+@scenario("readalong_hostile", subject="books", takes="about 3 minutes",
+          quick={"sizes": "small", "divide": 20},
+          description="the read-along build on hostile EPUBs (each family at two sizes) against ordinary "
+                      "books of the same size: CPU ratio and the child's peak memory")
+def readalong_hostile(run: Run, sizes: str = "full", divide: int = 1) -> Figures:
+    """Every family at its two sizes against ordinary EPUBs of the same sizes; the figures."""
+    if sizes not in ("full", "small") or divide < 1:
+        raise ValueError("sizes is full or small, divide a whole number from 1")
     settings = Settings.from_env({})
     limits = BookLimits(settings.books.max_unpacked_bytes, settings.books.max_chars)
     budget = (settings.books.readalong_timeout_s, settings.books.readalong_max_memory_mb)
@@ -165,7 +166,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         folder = Path(scratch)
         for family, (_, _, full, small) in FAMILIES.items():
             rows = []
-            for n in small if quick else full:
+            for n in (max(1, size // divide) for size in (full if sizes == "full" else small)):
                 document = hostile(family, n)
                 row: dict[str, Any] = {"n": n, "document_bytes": len(document.encode()),
                                        "epub_bytes": len(epub_of(document))}
@@ -174,39 +175,15 @@ def run(quick: bool = False) -> dict[str, Any]:
                 row["wall_ratio"] = round(row["hostile"]["wall_s"] / row["ordinary"]["wall_s"], 2)
                 rows.append(row)
                 hostile_row, ordinary_row = row["hostile"], row["ordinary"]
-                print(f"{family:>10} n={n:>9}: hostile {hostile_row['wall_s']:6.2f} s "
-                      f"({hostile_row['inprocess_cpu_s']:6.2f} s CPU in process) "
-                      f"{hostile_row['peak_rss_mb']} MB, {hostile_row['outcome'][:28]}; ordinary "
-                      f"{ordinary_row['wall_s']:6.2f} s ({ordinary_row['inprocess_cpu_s']:6.2f} s) "
-                      f"{ordinary_row['peak_rss_mb']} MB", flush=True)
+                run.say(f"{family:>10} n={n:>9}: hostile {hostile_row['wall_s']:6.2f} s "
+                        f"({hostile_row['inprocess_cpu_s']:6.2f} s CPU in process) "
+                        f"{hostile_row['peak_rss_mb']} MB, {hostile_row['outcome'][:28]}; ordinary "
+                        f"{ordinary_row['wall_s']:6.2f} s ({ordinary_row['inprocess_cpu_s']:6.2f} s) "
+                        f"{ordinary_row['peak_rss_mb']} MB")
             small_s, large_s = (row["hostile"]["inprocess_cpu_s"] for row in rows)
             cases[family] = {"sizes": rows, "inprocess_cpu_4x_input": round(large_s / max(small_s, 1e-3), 2)}
     headline = {f"{family}_cpu_4x_input": case["inprocess_cpu_4x_input"] for family, case in cases.items()}
-    return {"headline": headline, "bench": "readalong_hostile", "quick": quick,
-            "when": datetime.now(timezone.utc).isoformat(),
-            "machine": {"python": platform.python_version(), "cpus": _cpus()},
+    return {"headline": headline,
             "budget": {"TTS_READALONG_TIMEOUT_S": budget[0], "TTS_READALONG_MAX_MEMORY_MB": budget[1],
                        "TTS_MAX_BOOK_CHARS": settings.books.max_chars},
             "families": cases}
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the bench and write its results."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the smaller sizes only")
-    parser.add_argument("--out", default=str(OUT))
-    args = parser.parse_args(argv)
-    results = run(quick=args.quick)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

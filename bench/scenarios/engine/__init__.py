@@ -9,6 +9,7 @@ from bench.scenarios.engine import (  # noqa: F401
     engine_runners,
     gpu,
     heap,
+    kokoro_batching,
     measure,
     runners,
     session_memory,

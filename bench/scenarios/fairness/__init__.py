@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from bench.scenarios.fairness import fairness, lanes  # noqa: F401
+from bench.scenarios.fairness import fairness, flood, lanes  # noqa: F401

@@ -1,49 +1,41 @@
 """A worker under a flood of tasks over their tenant's share: its memory and how often it sends
-them round the broker, a worker of this tree against one of ``--before``, in one run.
-
-    git worktree add /tmp/tts-before 90c5220
-    .venv/bin/python bench/flood.py --before /tmp/tts-before [--tasks 5000] [--seconds 60]
+them round the broker: ``python -m bench run flood`` (``--against 90c5220``: the tree that sent
+over-share tasks back, in the same run).
 
 Each tree's worker is a real ``celery worker`` process with the default 16 threads, the tiny
 voice, each model call slowed to 250 ms by the faults plugin (a slow model without the CPU), the
 machine's Redis and a SQLite database; the API runs in this process with auth off, so every task
-is one tenant's (its address). ``--tasks`` long requests (twenty sentences at a quarter speed,
+is one tenant's (its address). ``tasks`` long requests (twenty sentences at a quarter speed,
 each text its own) are submitted at once: a dozen run, the rest are over the tenant's share.
-From the last submission on, for ``--seconds``, the worker's RSS is read every second
+From the last submission on, for ``seconds``, the worker's RSS is read every second
 (``/proc/PID/status``), and so are the messages it has received (its log's ``received`` lines:
 beyond one per task, each is a task sent back round the broker) and the tasks done.
 
-The results (each tree's figures: RSS at the start, after the submissions, the means of the
-window's halves and its peak; tasks sent back a second; tasks done a second; and the ratios) go
-to ``--out`` (``bench/results/flood.json``); nothing is asserted.
+The figures: RSS at the start, after the submissions, the means of the window's halves and its
+peak; tasks sent back a second; tasks done a second. Each run has a private redis-server. Nothing
+is asserted.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
 
 from api import create_app
+from bench.harness.registry import Figures, scenario
+from bench.harness.run import Run
 from tests.support import WorkerProcess, flush_queues, hooked, service_settings, submit
 from tests.support.tiny_voice import write_voice
 from tts_queue.db import Database
 from tts_queue.enums import TaskStatus
 from tts_queue.tables import TaskRow
 from workers.factory import make_celery
-
-ROOT = Path(__file__).resolve().parents[3]
 
 DELAY_MS = 250
 
@@ -111,46 +103,18 @@ def count_done(db: Database) -> int:
                                   .where(TaskRow.status == TaskStatus.DONE)) or 0)
 
 
-def run(quick: bool = False, tree: Path = ROOT) -> dict[str, Any]:
-    """One flood on ``tree``'s worker, on a private redis-server (``quick``: 200 tasks for 5 s)."""
+@scenario("flood", subject="fairness", takes="about 3 minutes", quick={"tasks": 50, "seconds": 3},
+          description="one worker under 5,000 requests of one tenant, most over its share: tasks sent "
+                      "round the broker a second, and its memory over the next minute")
+def flood_scenario(run: Run, tasks: int = 5000, seconds: int = 60) -> Figures:
+    """One flood on the measured tree's worker, on a private redis-server."""
     from tests.support import private_redis
 
     broker = private_redis()
     url = broker.start()
     try:
-        found = flood(tree, url, 200 if quick else 5000, 5 if quick else 60)
+        found = flood(run.tree, url, tasks, seconds)
     finally:
         broker.stop()
-    found["headline"] = {"sent_back_per_s": found["sent_back_per_s"], "rss_peak_mb": found["rss_peak_mb"]}
-    return found
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", type=Path, required=True, help="a tree that sent over-share tasks back")
-    parser.add_argument("--tasks", type=int, default=5000)
-    parser.add_argument("--seconds", type=int, default=60)
-    parser.add_argument("--redis-url", default=os.environ.get("TTS_TEST_REDIS_URL", "redis://127.0.0.1:6379/9"))
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "flood.json")
-    args = parser.parse_args()
-    figures: dict[str, Any] = {}
-    for label, tree in (("before", args.before.resolve()), ("after", ROOT)):
-        figures[label] = flood(tree, args.redis_url, args.tasks, args.seconds)
-        print(label, json.dumps(figures[label]), flush=True)
-    before, after = figures["before"], figures["after"]
-    figures["ratios"] = {
-        "peak_rss_before_over_after": round(before["rss_peak_mb"] / after["rss_peak_mb"], 2),
-        "halves_before": before["halves"], "halves_after": after["halves"],
-        "sent_back_per_s_before": before["sent_back_per_s"],
-        "sent_back_per_s_after": after["sent_back_per_s"],
-    }
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    figures.update(commit=commit, machine=f"{platform.platform()}, {os.cpu_count()} cores",
-                   written=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(json.dumps(figures["ratios"]))
-
-
-if __name__ == "__main__":
-    main()
+    return {"headline": {"sent_back_per_s": found["sent_back_per_s"], "rss_peak_mb": found["rss_peak_mb"]},
+            **found}

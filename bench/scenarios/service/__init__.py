@@ -5,6 +5,7 @@ the worker's hand-off, recovery and autoscaling."""
 from __future__ import annotations
 
 from bench.scenarios.service import (  # noqa: F401
+    api_uploads,
     autoscale,
     bounds,
     clients,
@@ -14,5 +15,7 @@ from bench.scenarios.service import (  # noqa: F401
     overhead,
     piper,
     readyz,
+    recovery,
     throughput,
+    wyoming,
 )

@@ -1,14 +1,13 @@
 """Can slow uploads hold the API? Health probes and a submission beside 70 trickling book uploads.
 
-Run from the repository root (about a minute on 2 cores; ``--quick``: one scenario, fewer probes)::
-
-    .venv/bin/python bench/api_uploads.py [--quick] [--tree PATH] [--out bench/results/api_uploads.json]
+``python -m bench run api_uploads`` (about a minute on 2 cores; the quick form: ``open`` only,
+10 probes a set; ``--against REV`` serves another commit's API too, in the same run).
 
 It starts gunicorn serving the API as ``tts-queue up`` does (64 threads; no worker: the ``gpu``
 pool looks served by an idle one, so a submission is accepted and stays queued) on a private Redis
 and SQLite, and for each scenario:
 
-1. times ``--probes`` ``GET /healthz`` probes from 127.0.0.3, one after another, each on a new
+1. times ``probes`` ``GET /healthz`` probes from 127.0.0.3, one after another, each on a new
    connection, idle;
 2. opens 70 connections from 127.0.0.2 that each send the head of a 51 MB book upload
    (``POST /v1/books``, multipart) and then its body at 12 KB/s (840 KB/s in all), each reopened
@@ -16,32 +15,27 @@ and SQLite, and for each scenario:
 3. once all 70 are open, times the same probes again (a probe with no answer in 5 s failed) and one
    ``POST /v1/tts`` from 127.0.0.3, and counts how the uploads were answered.
 
-Scenarios: ``open`` (``TTS_AUTH=off``), ``keyed`` (every upload with one valid key) and
+Scenarios (``scenarios``): ``open`` (``TTS_AUTH=off``), ``keyed`` (every upload with one valid key) and
 ``no_key`` (``TTS_AUTH=required``, uploads without a key). The figures: each probe set's median
-and worst, the ratio of the loaded worst to the idle median, failures, the submission's time.
-``--tree`` serves another checkout's API (an older commit's worktree, for before and after).
-Nothing is asserted.
+and worst, the ratio of the loaded worst to the idle median, failures, the submission's time. Nothing is
+asserted.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from bench.harness.registry import Figures, scenario
+from bench.harness.run import Run
 from tests.support import announce_idle_worker, free_port, migrate, private_redis, wait_until
 from tests.support.trickle import Tricklers, book_head, probe
 from tts_queue.access.keys import ApiKeys
@@ -49,7 +43,6 @@ from tts_queue.cli.launcher import api_command
 from tts_queue.db import Database
 from tts_queue.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[3]
 PREFIX = "bench-uploads"
 UPLOADS, BOOK_BYTES, RATE = 70, 51 * 1024 * 1024, 12 * 1024
 SCENARIOS = {"open": {"TTS_AUTH": "off"}, "keyed": {"TTS_AUTH": "required"},
@@ -72,7 +65,7 @@ def serve(tree: Path, data_dir: Path, redis_url: str,
     return server, url
 
 
-def probes(url: str, count: int) -> list[float | None]:
+def probe_times(url: str, count: int) -> list[float | None]:
     """``count`` probes one after another: each one's seconds (``None``: failed)."""
     return [probe(url, "127.0.0.3", timeout_s=5.0) for _ in range(count)]
 
@@ -97,7 +90,7 @@ def submission(url: str, key: str | None) -> tuple[float | None, int]:
     return (took if answer.status_code in (200, 202) else None), answer.status_code
 
 
-def scenario(tree: Path, name: str, probe_count: int) -> dict[str, Any]:
+def one_scenario(run: Run, name: str, probe_count: int) -> dict[str, Any]:
     """One scenario on a fresh data directory and Redis."""
     redis_server = private_redis()
     redis_server.start()
@@ -109,9 +102,9 @@ def scenario(tree: Path, name: str, probe_count: int) -> dict[str, Any]:
             key = ApiKeys(Database(settings.database_url)).create("bench")[1] \
                 if name != "open" else None
             announce_idle_worker(redis_server.url, PREFIX, "gpu")
-            server, url = serve(tree, data_dir, redis_server.url, SCENARIOS[name])
+            server, url = serve(run.tree, data_dir, redis_server.url, SCENARIOS[name])
             try:
-                return measure(url, name, key, probe_count)
+                return measure(run, url, name, key, probe_count)
             finally:
                 server.terminate()
                 server.wait(timeout=30)
@@ -119,14 +112,14 @@ def scenario(tree: Path, name: str, probe_count: int) -> dict[str, Any]:
         redis_server.stop()
 
 
-def measure(url: str, name: str, key: str | None, probe_count: int) -> dict[str, Any]:
+def measure(run: Run, url: str, name: str, key: str | None, probe_count: int) -> dict[str, Any]:
     submission(url, key)  # (the first one warms the process up)
-    idle, (idle_submission, _) = probes(url, probe_count), submission(url, key)
+    idle, (idle_submission, _) = probe_times(url, probe_count), submission(url, key)
     head = book_head(BOOK_BYTES, key=key if name == "keyed" else None)
     with Tricklers(url, "127.0.0.2", UPLOADS, head, RATE) as uploads:
         wait_until(lambda: uploads.opened >= UPLOADS, timeout=30, interval=0.05)
         time.sleep(1.0)  # (a second of trickling: refusals reopened, bodies arriving)
-        loaded = probes(url, probe_count)
+        loaded = probe_times(url, probe_count)
         submitted, submitted_status = submission(url, key)
         answers, sending = uploads.seen(), uploads.sending()
     idle_s, loaded_s = summary(idle), summary(loaded)
@@ -137,39 +130,26 @@ def measure(url: str, name: str, key: str | None, probe_count: int) -> dict[str,
                              "loaded": None if submitted is None else round(submitted * 1000, 1),
                              "loaded_status": submitted_status},
            "upload_answers": dict(answers), "uploads_open_at_end": sending}
-    print(f"{name:7} probes idle median {idle_s['median_ms']} ms; beside {UPLOADS} uploads median "
-          f"{loaded_s['median_ms']} ms, worst {loaded_s['worst_ms']} ms (x{ratio}), failed "
-          f"{loaded_s['failed']}/{probe_count}; submission {row['submission_ms']} ms; uploads answered "
-          f"{dict(answers)}, {sending} open", flush=True)
+    run.say(f"{name:7} probes idle median {idle_s['median_ms']} ms; beside {UPLOADS} uploads median "
+            f"{loaded_s['median_ms']} ms, worst {loaded_s['worst_ms']} ms (x{ratio}), failed "
+            f"{loaded_s['failed']}/{probe_count}; submission {row['submission_ms']} ms; uploads answered "
+            f"{dict(answers)}, {sending} open")
     return row
 
 
-def run(quick: bool = False, tree: Path = ROOT, only: list[str] | None = None) -> dict[str, Any]:
-    """Every scenario (``quick``: ``open`` only, 10 probes a set; ``only``: those); the results."""
-    names = only or (["open"] if quick else list(SCENARIOS))
-    probe_count = 10 if quick else 30
-    return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "host": socket.gethostname()},
-        "tree": str(tree), "uploads": UPLOADS, "book_bytes": BOOK_BYTES, "rate_bytes_s": RATE,
-        "probes": probe_count, "scenarios": {name: scenario(tree, name, probe_count) for name in names},
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose API is served")
-    parser.add_argument("--only", action="append", choices=list(SCENARIOS), help="this scenario (repeatable)")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "api_uploads.json"))
-    args = parser.parse_args(argv)
-    results = run(args.quick, args.tree.resolve(), args.only)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+@scenario("api_uploads", subject="service", takes="about a minute",
+          quick={"scenarios": "open", "probes": 10},
+          description="/healthz and a submission from one address beside 70 connections trickling 51 MB "
+                      "uploads at 12 KB/s from another: auth off, one key, keys required")
+def api_uploads(run: Run, scenarios: str = ",".join(SCENARIOS), probes: int = 30) -> Figures:
+    """Each of ``scenarios`` (a fresh API, data directory and Redis each); the figures."""
+    names = [name.strip() for name in scenarios.split(",") if name.strip()]
+    if not names or set(names) - set(SCENARIOS):
+        raise ValueError(f"scenarios is a list of {', '.join(SCENARIOS)}")
+    found = {name: one_scenario(run, name, probes) for name in names}
+    headline: dict[str, Any] = {}
+    for name, row in found.items():
+        headline[f"{name}_worst_over_idle_median"] = row["worst_over_idle_median"]
+        headline[f"{name}_failed_probes"] = row["loaded"]["failed"]
+    return {"headline": headline, "uploads": UPLOADS, "book_bytes": BOOK_BYTES, "rate_bytes_s": RATE,
+            "probes": probes, "scenarios": found}

@@ -1,13 +1,7 @@
 """Recovery after a worker is SIGKILLed, on default settings: from the kill until every task the dead
-worker held runs again, and until every task is done; this tree's workers, or another tree's.
-
-Run from the repository root (``--quick``: fewer tasks, one run per scenario)::
-
-    git worktree add --detach /tmp/before main      # the tree before, to compare with
-    .venv/bin/python bench/recovery.py --before /tmp/before [--quick] [--out PATH]
-
-``run(quick)`` measures this tree (``tree``: another); ``main`` runs ``--before``'s tree then this
-one in turn and writes both, with the ratios of before to after. Each run starts, in a fresh
+worker held runs again, and until every task is done: ``python -m bench run recovery`` (``--against
+REV``: the workers of another commit too, in the same run; the quick form: one run of ``restart``
+with fewer tasks, as the survivor waits out the default lease). Each run starts, in a fresh
 temporary directory, what ``tts-queue up`` starts: an embedded redis-server (append-only, as
 ``up`` runs it), SQLite, workers (``celery worker``, 16 threads, each leading its own process
 group) and the beat scheduler (the recovery sweep every ``TTS_SWEEP_INTERVAL_S``), every setting
@@ -15,8 +9,8 @@ at its default (lease 30 s, sweep 15 s, visibility timeout 1 h; the heartbeat's 
 lease); the API is the Flask app in this process. The voice is the tiny test voice with each model
 call held ``DELAY_MS`` (``tests/hooks``): a sentence takes as long as a real one on these cores
 without loading them, so what is timed is the recovery. ``TASKS`` requests of two sentences are
-submitted; once ``KILL_AFTER_DONE`` are done and a worker runs two or more, that worker's whole
-process group is SIGKILLed. Two scenarios:
+submitted (``tasks``); once ``KILL_AFTER_DONE`` are done and a worker runs two or more, that worker's whole
+process group is SIGKILLed. Two scenarios (``scenarios``), ``runs`` runs each:
 
 - ``restart``: one worker, replaced at once by one of the same name (as ``up`` restarts a child);
 - ``survivor``: two workers, the one killed is not replaced: the other must find out.
@@ -24,16 +18,14 @@ process group is SIGKILLed. Two scenarios:
 Figures, from the kill: ``reclaimed_s``, until every task the dead worker held (running or
 received) is running again or done; ``total_s``, until every task is done; ``replacement_ready_s``
 (``restart``), until the replacement answers a ping (by the time the replacement's start takes,
-at worst, its tasks run again: it releases them as it starts). Medians of the runs; results to a
-JSON file; nothing is asserted.
+at worst, its tasks run again: it releases them as it starts). Medians of the runs; nothing is
+asserted.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -41,13 +33,14 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 
 from api import create_app
+from bench.harness.registry import Figures, scenario
+from bench.harness.run import Run
 from tests.support import GroupWorkerProcess, hooked, service_settings, settings_env, submit
 from tests.support.tiny_voice import write_voice
 from tts_queue.cli.embedded_redis import EmbeddedRedis
@@ -58,10 +51,7 @@ from tts_queue.settings import Settings
 from tts_queue.tables import TaskRow
 from workers.factory import make_celery
 
-ROOT = Path(__file__).resolve().parents[3]
-
 SCENARIOS = ("restart", "survivor")
-TASKS, QUICK_TASKS = 60, 48  # more than two workers' 16 threads each: a second wave runs after the kill
 KILL_AFTER_DONE = 5
 DELAY_MS = 250  # each model call (one sentence: the CPU pool batches nothing)
 DEADLINE_S = 600.0
@@ -120,12 +110,12 @@ class Service:
         self.broker.stop()
 
 
-def one_run(tree: Path, scenario: str, run: int, tasks: int) -> dict[str, Any]:
+def one_run(tree: Path, kind: str, run: int, tasks: int) -> dict[str, Any]:
     """Start the pieces, submit, kill a worker running tasks, time the recovery."""
     tmp = Path(tempfile.mkdtemp(prefix="tts-bench-recovery-"))
     service = Service(tree, tmp)
     try:
-        names = ["cpu0@localhost"] if scenario == "restart" else ["w1@localhost", "w2@localhost"]
+        names = ["cpu0@localhost"] if kind == "restart" else ["w1@localhost", "w2@localhost"]
         for worker in [service.start(name) for name in names]:
             worker.wait_ready(service.app, timeout=DEADLINE_S)
         client = create_app(service.settings).test_client()
@@ -152,11 +142,11 @@ def one_run(tree: Path, scenario: str, run: int, tasks: int) -> dict[str, Any]:
         held = [i for i, r in rows(service.db, ids).items()
                 if r.worker == dead.name and r.status in (TaskStatus.QUEUED, TaskStatus.RUNNING)]
         ready: list[float] = []
-        if scenario == "restart":
+        if kind == "restart":
             service.start(dead.name)
 
         def reclaimed() -> bool:  # what it held runs again (a new claim) or is done
-            if scenario == "restart" and not ready and service.app.control.ping([dead.name], timeout=0.2):
+            if kind == "restart" and not ready and service.app.control.ping([dead.name], timeout=0.2):
                 ready.append(time.monotonic())  # the replacement answers
             return all(r.status is TaskStatus.DONE or (r.status is TaskStatus.RUNNING and r.attempts >= 2)
                        for r in rows(service.db, held).values())
@@ -176,61 +166,36 @@ def one_run(tree: Path, scenario: str, run: int, tasks: int) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(quick: bool = False, tree: Path = ROOT) -> dict[str, Any]:
-    """Both scenarios on the workers of ``tree`` (this one by default): three runs each of
-    ``TASKS`` requests, or (``quick``) one of ``QUICK_TASKS``; each scenario's runs and medians."""
-    tasks, runs = (QUICK_TASKS, 1) if quick else (TASKS, 3)
+# (the default tasks: more than two workers' 16 threads each, so a second wave runs after the kill)
+@scenario("recovery", subject="service", takes="about 10 minutes",
+          quick={"tasks": 48, "runs": 1, "scenarios": "restart"},
+          description="a SIGKILLed worker's tasks: replaced at once by one of the same name, or found by the "
+                      "worker beside it; from the kill until they run again and all are done")
+def recovery(run: Run, tasks: int = 60, runs: int = 3, scenarios: str = ",".join(SCENARIOS)) -> Figures:
+    """Each of ``scenarios`` on the measured tree's workers, ``runs`` runs of ``tasks`` requests; each
+    scenario's runs and medians."""
+    chosen = [name.strip() for name in scenarios.split(",") if name.strip()]
+    if not chosen or set(chosen) - set(SCENARIOS):
+        raise ValueError(f"scenarios is a list of {', '.join(SCENARIOS)}")
     defaults = Settings()
     figures: dict[str, Any] = {
-        "tree": str(tree), "quick": quick,
         "settings": {"lease_s": defaults.worker.lease_s, "sweep_interval_s": defaults.worker.sweep_interval_s,
                      "visibility_timeout_s": defaults.worker.visibility_timeout_s,
                      "concurrency": defaults.worker.concurrency, "delay_ms": DELAY_MS},
-        "load_avg_before": os.getloadavg(),
+        "goal_s": 30, "load_avg_before": os.getloadavg(),
     }
-    for scenario in SCENARIOS:
+    for name in chosen:
         results = []
         for n in range(runs):
-            results.append(one_run(tree, scenario, n, tasks))
-            print(f"{tree} {scenario} run {n}: {json.dumps(results[-1])}", flush=True)
-        keys = ("reclaimed_s", "total_s", "replacement_ready_s") if scenario == "restart" else (
+            results.append(one_run(run.tree, name, n, tasks))
+            run.say(f"{name} run {n}: {json.dumps(results[-1])}")
+        keys = ("reclaimed_s", "total_s", "replacement_ready_s") if name == "restart" else (
             "reclaimed_s", "total_s")
-        figures[scenario] = {"runs": results, **{
+        figures[name] = {"runs": results, **{
             f"median_{key}": statistics.median(r[key] for r in results if r[key] is not None)
             for key in keys if any(r[key] is not None for r in results)}}
     figures["load_avg_after"] = os.getloadavg()
-    figures["headline"] = {f"{scenario}_{key}": figures[scenario][f"median_{key}"]
-                           for scenario in SCENARIOS for key in ("reclaimed_s", "total_s")
-                           if f"median_{key}" in figures[scenario]}
+    figures["headline"] = {f"{name}_{key}": figures[name][f"median_{key}"]
+                           for name in chosen for key in ("reclaimed_s", "total_s")
+                           if f"median_{key}" in figures[name]}
     return figures
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark on ``--before``'s tree (if given) and this one; write the JSON results."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--before", type=Path, help="the tree to compare with (a worktree of main)")
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_TASKS} tasks, one run per scenario")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "recovery.json")
-    args = parser.parse_args(argv)
-    results: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                               "machine": f"{platform.platform()}, {os.cpu_count()} cores, "
-                                          f"Python {platform.python_version()}",
-                               "goal_s": 30}
-    if args.before is not None:
-        results["before"] = run(args.quick, args.before.resolve())
-    results["after"] = run(args.quick)
-    if args.before is not None:
-        results["before_over_after"] = {
-            scenario: {key: round(results["before"][scenario][f"median_{key}"]
-                                  / max(results["after"][scenario][f"median_{key}"], 0.01), 2)
-                       for key in ("reclaimed_s", "total_s")} for scenario in SCENARIOS}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({label: {s: {k: results[label][s][f"median_{k}"] for k in ("reclaimed_s", "total_s")}
-                              for s in SCENARIOS} for label in ("before", "after") if label in results}))
-    print(f"written to {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,7 @@
 """The Wyoming server's first audio: streamed text against the same kind of sentence sent whole, in
-one run, through the whole stack (a real ``celery worker`` with the default voice, an embedded
-Redis, SQLite, the Wyoming server in this process, the ``wyoming`` package's client).
-
-    .venv/bin/python bench/wyoming.py [--quick] [--rounds N] [--out PATH]
+one run, through the whole stack (a real ``celery worker`` with the default voice, or ``voice``,
+an embedded Redis, SQLite, the Wyoming server in this process, the ``wyoming`` package's client):
+``python -m bench run wyoming [--rounds N]`` (the quick form: one round, the tiny voice).
 
 Two scenarios, each side alternated round by round (a machine's drift falls on both), every text
 new (no cache hit):
@@ -17,24 +16,17 @@ new (no cache hit):
   from the same first piece, the text gathered until its end and then sent as one ``synthesize``.
   The ratio is what a listener waits with streaming against without it.
 
-``run(quick)`` returns the figures; run as a script, it writes them to ``bench/results/wyoming.json``.
 Nothing is asserted.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
-import platform
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,14 +34,15 @@ from typing import Any
 from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
+from bench.harness.registry import Figures, scenario
+from bench.harness.run import Run
+from bench.harness.voice import voice_env
 from tests.support import WorkerProcess, service_settings
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from workers.factory import make_celery
 from wyoming_server.listener import WyomingServer
 from wyoming_server.speech import SpeechQueue
 
-ROOT = Path(__file__).resolve().parents[3]
-OUT = ROOT / "bench" / "results" / "wyoming.json"
 PIECE_S = 0.05  # a chat model's pace: twenty pieces of three words a second
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron", "iris", "juniper",
          "kestrel", "lumen", "maple", "nectar", "opal", "pine", "quartz", "raven", "sage", "tundra")
@@ -62,12 +55,12 @@ def sentence(tag: str, words: int = 12) -> str:
 
 
 class Stack:
-    """An embedded Redis, a worker with the default voice, and the Wyoming server on a thread."""
+    """An embedded Redis, a worker with ``voice`` as its default, and the Wyoming server on a thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, voice: str) -> None:
         data = Path(tempfile.mkdtemp(prefix="wyoming-bench-"))
         self.redis = EmbeddedRedis(data / "broker")
-        settings = service_settings(data, self.redis.start(), None)
+        settings = service_settings(data, self.redis.start(), None, **voice_env(voice))
         self.worker = WorkerProcess(settings, f"wyoming-{uuid.uuid4().hex[:6]}@localhost",
                                     data / "worker.log")
         self.worker.wait_ready(make_celery(settings), timeout=180)
@@ -160,10 +153,12 @@ def summary(seconds: list[float]) -> dict[str, Any]:
     return {"median_ms": statistics.median(ms), "min_ms": ms[0], "max_ms": ms[-1], "rounds_ms": ms}
 
 
-def run(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
-    """Both scenarios, ``rounds`` rounds each (``quick``: 3), sides alternated; the figures."""
-    rounds = rounds or (3 if quick else 12)
-    stack = Stack()
+@scenario("wyoming", subject="service", takes="about 3 minutes", quick={"rounds": 1, "voice": "tiny"},
+          description="first audio over Wyoming: streamed text from the piece completing the first "
+                      "sentence against the sentence sent whole; a chat answer streamed or gathered")
+def wyoming(run: Run, rounds: int = 12, voice: str = "default") -> Figures:
+    """Both scenarios, ``rounds`` rounds each, sides alternated; the figures."""
+    stack = Stack(voice)
     try:
         asyncio.run(whole(stack.port, sentence(uuid.uuid4().hex)))  # this path warm too
         times: dict[str, list[float]] = {name: [] for name in ("streamed", "whole", "answer_streamed",
@@ -178,9 +173,9 @@ def run(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
             order = sides + pairs if n % 2 == 0 else sides[::-1] + pairs[::-1]
             for name, scenario in order:
                 times[name].append(asyncio.run(scenario()))
-            print(f"round {n + 1}/{rounds}: sentence {times['streamed'][-1] * 1000:.0f} vs "
-                  f"{times['whole'][-1] * 1000:.0f} ms, answer {times['answer_streamed'][-1] * 1000:.0f} vs "
-                  f"{times['answer_whole'][-1] * 1000:.0f} ms", flush=True)
+            last = {name: f"{seconds[-1] * 1000:.0f}" for name, seconds in times.items()}
+            run.say(f"round {n + 1}/{rounds}: sentence {last['streamed']} vs {last['whole']} ms, "
+                    f"answer {last['answer_streamed']} vs {last['answer_whole']} ms")
     finally:
         stack.stop()
     first: dict[str, Any] = {"streamed": summary(times["streamed"]), "whole": summary(times["whole"])}
@@ -190,25 +185,7 @@ def run(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
     paced = {"streamed": summary(times["answer_streamed"]),
              "gathered_then_whole": summary(times["answer_whole"]), "piece_s": PIECE_S, "sentences": 4,
              "ratio_streamed_to_whole": round(streamed_ms / gathered_ms, 3)}
-    return {"voice": "en_US-joe-medium (the default)", "rounds": rounds, "first_sentence": first,
-            "answer": paced}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="three rounds")
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    figures = run(args.quick, args.rounds)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True, check=False).stdout.strip()
-    figures.update(commit=commit, machine=f"{platform.platform()}, {os.cpu_count()} cores",
-                   written=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(json.dumps({"first_sentence": figures["first_sentence"]["ratio_streamed_to_whole"],
-                      "answer": figures["answer"]["ratio_streamed_to_whole"]}))
-
-
-if __name__ == "__main__":
-    main()
+    return {"headline": {"first_sentence_streamed_to_whole": first["ratio_streamed_to_whole"],
+                         "answer_streamed_to_whole": paced["ratio_streamed_to_whole"]},
+            "voice": "en_US-joe-medium (the default)" if voice == "default" else voice, "rounds": rounds,
+            "first_sentence": first, "answer": paced}

@@ -3,4 +3,4 @@ real audio, and speech heard back by a recognizer."""
 
 from __future__ import annotations
 
-from bench.scenarios.voices import estimate, families, hearing, languages, reading  # noqa: F401
+from bench.scenarios.voices import chat_markdown, estimate, families, hearing, languages, reading  # noqa: F401

