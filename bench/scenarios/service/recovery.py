@@ -168,7 +168,7 @@ def one_run(tree: Path, kind: str, run: int, tasks: int) -> dict[str, Any]:
 
 # (the default tasks: more than two workers' 16 threads each, so a second wave runs after the kill)
 @scenario("recovery", subject="service", takes="about 10 minutes",
-          quick={"tasks": 48, "runs": 1, "scenarios": "restart"},
+          quick={"tasks": 24, "runs": 1, "scenarios": "restart"},
           description="a SIGKILLed worker's tasks: replaced at once by one of the same name, or found by the "
                       "worker beside it; from the kill until they run again and all are done")
 def recovery(run: Run, tasks: int = 60, runs: int = 3, scenarios: str = ",".join(SCENARIOS)) -> Figures:
