@@ -152,8 +152,8 @@ def slots() -> Slots:
 
 def slot_owner() -> str:
     """Whose share of the slots a request uses: its key, or with auth off its client address."""
-    caller = owner()
-    return f"key:{caller}" if caller is not None else f"addr:{client_address()}"
+    key_id = owner()
+    return f"key:{key_id}" if key_id is not None else f"addr:{client_address()}"
 
 
 @contextmanager
@@ -266,9 +266,9 @@ def get_audio(task_id: str) -> BaseResponse:
     return _audio(task_id, owner())
 
 
-def _audio(task_id: str, caller: str | None) -> BaseResponse:
+def _audio(task_id: str, owner_id: str | None) -> BaseResponse:
     tasks = services().tasks
-    audio = tasks.audio(task_id, caller)
+    audio = tasks.audio(task_id, owner_id)
     try:
         response = presigned(tasks.cache.store.storage, audio.relative,
                              services().settings.storage.presign_s, audio.mime_type, audio.filename)

@@ -37,7 +37,7 @@ def services() -> Services:
     return svc
 
 
-def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: float,
+def stream_response(view: TaskView, owner: str | None, mime_type: str, wait_s: float,
                     release: Callable[[], None], headers: dict[str, str] | None = None,
                     framed: Callable[[Iterator[bytes]], Iterator[bytes]] | None = None) -> Response:
     """A chunked response of ``view``'s audio, under a slot the caller took (``release`` gives it
@@ -45,7 +45,7 @@ def stream_response(view: TaskView, caller: str | None, mime_type: str, wait_s: 
     events). Raises (before answering, the slot given back) ``NotStarted`` after ``wait_s``
     without audio, ``TaskFailed``, or the audio's own errors."""
     svc = services()
-    pieces = AudioRelay(svc.tasks, view, caller, wait_s).pieces()
+    pieces = AudioRelay(svc.tasks, view, owner, wait_s).pieces()
 
     def ended() -> None:
         release()

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # own), and ``core_of`` meant the wiring (``core`` alone is still the framework-free package); a
 # task's end is an end everywhere, its Redis signal too (``EndSignals``).
 RETIRED = {"Core": "Wiring", "Callbacks": "CallbackRows", "CallBack": "DeliveryDue",
-           "VoiceModel": "PiperModel", "core_of": "wiring_of", "FinishSignals": "EndSignals"}
+           "VoiceModel": "PiperModel", "core_of": "wiring_of", "FinishSignals": "EndSignals",
+           "caller": "owner"}
 # Retired where they come from: ``Voice`` still names the OpenAPI schema of a listed voice (api) and
 # a Wyoming voice choice (wyoming_server), but a Piper voice is ``PiperVoice``.
 RETIRED_IMPORTS = {("tts_queue.synthesis.voice", "Voice"): "PiperVoice"}

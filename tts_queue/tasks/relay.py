@@ -49,9 +49,9 @@ class AudioRelay:
     """One reader's place in a task's audio: what it read of the stream, whether audio was sent,
     when the last entry came, and (once it serves the stored file) the file's reader."""
 
-    def __init__(self, tasks: TaskService, view: TaskView, caller: str | None, wait_s: float,
+    def __init__(self, tasks: TaskService, view: TaskView, owner: str | None, wait_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.tasks, self.view, self.caller, self.wait_s, self.clock = tasks, view, caller, wait_s, clock
+        self.tasks, self.view, self.owner, self.wait_s, self.clock = tasks, view, owner, wait_s, clock
         self.streams: AudioStreams | None = tasks.streams
         self.after, self.sent, self.read_bytes = "0", False, 0
         self.attempt: int | None = None
@@ -170,7 +170,7 @@ class AudioRelay:
             raise AudioNotReady(f"task {view.id} was cancelled; it has no audio")
         if view.status is not TaskStatus.DONE:
             raise NotStarted(view)
-        audio = self.tasks.audio(view.id, self.caller)
+        audio = self.tasks.audio(view.id, self.owner)
         return self.tasks.open_audio(audio, 0)
 
 

@@ -37,7 +37,7 @@ def start_piper(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     return process, url
 
 
-def caller(url: str, route: str, body: dict[str, str]) -> Callable[[str], None]:
+def poster(url: str, route: str, body: dict[str, str]) -> Callable[[str], None]:
     """One request to ``route``, waiting for its WAV."""
     def one(text: str) -> None:
         response = requests.post(f"{url}{route}", params={"wait": 30} if route == "/tts" else None,
@@ -73,7 +73,7 @@ def piper(run: Run, voice: str = "default", rounds: int = 2, texts: int = 40, cl
     with run.up(voice) as up:
         server, piper_url = start_piper(model, run.work / "piper.log")
         try:
-            ours, theirs = caller(up.url, "/tts", {"format": "wav"}), caller(piper_url, "/synthesize", {})
+            ours, theirs = poster(up.url, "/tts", {"format": "wav"}), poster(piper_url, "/synthesize", {})
             ours("Warm up the service.")
             theirs("Warm up the server.")
             for number in range(rounds):
