@@ -18,11 +18,13 @@ from api.books import bp as books_bp
 from api.docs import bp as docs_bp
 from api.errors import register_error_handlers
 from api.heads import json_error_response
+from api.health import bp as health_bp
 from api.openai import bp as openai_bp
 from api.routes import bp
 from api.server import JSONErrorWorker
 from api.services import Services
 from api.slots import SLOTS, Slots
+from api.voices import bp as voices_bp
 from api.web import bp as web_bp
 from tts_queue.settings import Settings
 
@@ -49,6 +51,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     register_error_handlers(app)
     api_metrics.install(app, settings, app.extensions["tts"])
     app.register_blueprint(bp)
+    app.register_blueprint(voices_bp)
+    app.register_blueprint(health_bp)
     app.register_blueprint(books_bp)
     app.register_blueprint(docs_bp)
     app.register_blueprint(openai_bp)

@@ -26,7 +26,7 @@ HEAD_READ_LIMIT = 64 * 1024
 # A body of at most this many bytes (every usual JSON request) is read in the poller with its head,
 # under the head's deadline: it takes no thread and no upload place while it arrives.
 SMALL_BODY = 64 * 1024
-PROBE = "/healthz"  # answered in the poller, as the route answers it (``api.routes.healthz``)
+PROBE = "/healthz"  # answered in the poller, as the route answers it (``api.health.healthz``)
 PROBE_BODY = b'{"status":"ok"}\n'
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 _LONGEST_LENGTH = 19  # digits of a Content-Length read as a number (more: a body still arriving)

@@ -1,4 +1,4 @@
-"""HTTP views: each turns a request into one call on the core and its result into JSON."""
+"""The task routes as HTTP views: each turns a request into one call on the core, its result into JSON."""
 
 from __future__ import annotations
 
@@ -19,30 +19,23 @@ from werkzeug.wrappers import Response as BaseResponse
 
 import api.contract as contract
 from api.auth import (
-    ADMIN,
     KEY,
-    OPEN,
     check_quota,
     client_address,
-    is_admin,
     owner,
-    require_admin,
     tenant_address,
 )
 from api.downloads import presigned, send_stored
 from api.services import Services
 from api.slots import SLOTS, Slots
 from api.streaming import NotStarted, stream_response
-from tts_queue.broker.heartbeat import WorkerInfo
 from tts_queue.enums import STREAM_FORMATS, TaskStatus
 from tts_queue.errors import (
     InvalidRequest,
     MalformedJSON,
-    NotReady,
     TaskFailed,
     UnsupportedMediaType,
 )
-from tts_queue.storage.stats import cache_stats
 from tts_queue.synthesis.encoder import check_format, mime_type
 from tts_queue.tasks.view import TaskView, task_document
 
@@ -238,26 +231,6 @@ def unpin_task(task_id: str) -> Response:
     return jsonify(task_json(services().tasks.unpin(task_id, owner())))
 
 
-@bp.get("/v1/cache/stats")
-@contract.operation("GET", "/v1/cache/stats", "The cache's figures (admin keys only)", ADMIN,
-                    responses={200: ("Cache statistics", contract.CacheStats, ("application/json",))})
-def cache_statistics() -> Response:
-    """Entries, bytes, hits, misses, hit ratio, pinned entries and the last cleanup."""
-    require_admin()
-    return jsonify(cache_stats(services().db))
-
-
-@bp.get("/v1/backlog")
-@contract.operation("GET", "/v1/backlog", "The work waiting and running per pool and lane, from the "
-                    "rows (admin keys only)", ADMIN,
-                    responses={200: ("The backlog", contract.Backlog, ("application/json",))})
-def backlog() -> Response:
-    """Tasks queued and running and their estimated audio seconds, per pool and lane: what
-    ``tts_backlog_tasks`` and ``tts_backlog_audio_seconds`` export, as JSON."""
-    require_admin()
-    return jsonify(services().backlog.as_json())
-
-
 @bp.get("/v1/tasks/<task_id>/audio")
 @contract.operation("GET", "/v1/tasks/{task_id}/audio", "The finished audio (Range, ETag)", KEY,
                     params=(contract.task_id_param(),), responses=AUDIO_RESPONSES)
@@ -316,68 +289,3 @@ def synthesize_sync() -> Any:
     if view.status is TaskStatus.FAILED:
         raise TaskFailed(view.error_message or "synthesis failed", view.error_code)
     return jsonify(task_json(view)), 202, {"Location": task_json(view)["status_url"]}
-
-
-@bp.get("/v1/voices")
-@contract.operation("GET", "/v1/voices", "The voices (where each runs: admin keys only)", KEY,
-                    responses={200: ("The voices", contract.Voices, ("application/json",))})
-def list_voices() -> Response:
-    """Every voice the registry knows, with its state (worker names and providers for admins)."""
-    registry = services().registry
-    workers = _live_workers() if is_admin() else []
-    voices = [
-        {
-            "id": spec.id,
-            "aliases": list(spec.aliases),
-            "language": spec.language,
-            "languages": list(spec.spoken),
-            "family": spec.family,
-            "sample_rate": spec.sample_rate,
-            "speakers": list(spec.speakers),
-            "num_speakers": spec.num_speakers,
-            "status": registry.status(spec),
-            "default": spec.id == registry.get(None).id,
-            "grade": spec.grade or None,
-            # where the voice really runs, per worker that has it loaded (read back from ONNX Runtime)
-            "providers": {w.name: w.providers[spec.id] for w in workers if spec.id in w.providers},
-        }
-        for spec in registry.specs()
-    ]
-    return jsonify(voices=voices)
-
-
-def _live_workers() -> list[WorkerInfo]:
-    """Live workers from their heartbeats ([] when the broker is down)."""
-    try:
-        return services().watch.workers()
-    except Exception:  # noqa: BLE001 - the voices still answer when Redis is down
-        return []
-
-
-@bp.get("/healthz")
-@contract.operation("GET", "/healthz", "The process is up", OPEN, errors=(),
-                    responses={200: ("Up", contract.Health, ("application/json",))})
-def healthz() -> Response:
-    """The process is up."""
-    return jsonify(status="ok")
-
-
-@bp.get("/readyz")
-@contract.operation("GET", "/readyz", "Ready to serve (details for admin keys)", OPEN, errors=(503,),
-                    responses={200: ("Ready", contract.Ready, ("application/json",)),
-                               503: ("Not ready", contract.Error, ("application/json",))})
-def readyz() -> Response:
-    """Database, broker, storage, a live worker (heartbeat) and recent consumption; else 503
-    ``not_ready``. Answered from a report shared by every thread and refreshed at most every
-    couple of seconds by one of them (``Readiness``), so looping probes never hold the threads."""
-    report = services().readiness.report()
-    detailed = is_admin()
-    if report.failed:
-        details: dict[str, Any] = {"ready": False}
-        if detailed:
-            details.update(checks=report.checks, warnings=report.warnings)
-        raise NotReady("not ready: " + (", ".join(report.failed) if detailed else "see the service's log"),
-                       details=details)
-    if not detailed:
-        return jsonify(ready=True)
-    return jsonify(ready=True, checks=report.checks, warnings=report.warnings)
