@@ -14,9 +14,9 @@ from weakref import WeakKeyDictionary
 
 from celery import Celery
 
+from workers.leases import Leases
 from workers.markers import RedisBrokerMarker
 from workers.runtime import RuntimeHolder
-from workers.signals import Leases
 from workers.webhooks import Deliveries
 
 _CONTEXTS: WeakKeyDictionary[Celery, WorkerServices] = WeakKeyDictionary()

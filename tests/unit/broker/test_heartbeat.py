@@ -12,8 +12,8 @@ import redis
 from tts_queue.broker.connection import client_url
 from tts_queue.broker.heartbeat import Heartbeats, WorkerInfo
 from tts_queue.broker.names import RedisKeys
-from workers import signals
-from workers.signals import Leases
+from workers import leases as worker_leases
+from workers.leases import Leases
 
 
 def test_live_workers_are_read_by_name_without_a_scan(redis_url: str) -> None:
@@ -141,8 +141,8 @@ def test_a_lost_broker_connection_lets_go_of_the_tasks_not_running(monkeypatch: 
     leases = Leases()
     for task_id in ("running", "eta", "countdown"):
         leases.hold(task_id)
-    monkeypatch.setattr(signals, "running_task_ids", lambda: {"running"})
-    step = signals.leases_on_reconnect(leases)
+    monkeypatch.setattr(worker_leases, "running_task_ids", lambda: {"running"})
+    step = worker_leases.leases_on_reconnect(leases)
     # When the consumer stops (its connection lost: Celery drops the unstarted ones)
     step.stop(cast(Any, None), cast(Any, None))
     # Then only the running task's lease is still renewed; the others lapse for the sweep
