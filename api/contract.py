@@ -25,7 +25,7 @@ from tts_queue.enums import BOOK_FORMATS, POOLS, REQUEST_FORMATS
 from tts_queue.errors import InvalidRequest, InvalidText, UnsupportedFormat
 from tts_queue.settings import Settings
 from tts_queue.synthesis.request import MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS, NOISE_RANGE
-from tts_queue.webhooks.callbacks import MAX_URL_CHARS
+from tts_queue.webhooks.policy import MAX_URL_CHARS
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's own from Python 3.11

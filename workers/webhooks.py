@@ -45,7 +45,8 @@ from tts_queue.errors import InvalidCallbackUrl
 from tts_queue.fairness.slots import FairSlots
 from tts_queue.tables import Callback
 from tts_queue.tasks.view import task_document
-from tts_queue.webhooks.callbacks import Target, UnresolvedHost, sign
+from tts_queue.webhooks.callbacks import sign
+from tts_queue.webhooks.policy import Target, UnresolvedHost
 from tts_queue.wiring.root import Wiring
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from tests.support import FakeQueue, migrate, wiring_of
 from tts_queue.settings import Settings
 from tts_queue.tables import BookRow, Callback, TaskRow
 from tts_queue.webhooks.address import Resolver
-from tts_queue.webhooks.callbacks import CallbackRows, UrlPolicy
+from tts_queue.webhooks.callbacks import CallbackRows
+from tts_queue.webhooks.policy import UrlPolicy
 from workers.webhooks import deliver
 
 PUBLIC = "93.184.216.34"  # what every name resolves to here (nothing is looked up for real)

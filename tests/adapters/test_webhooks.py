@@ -15,7 +15,8 @@ import pytest
 from tests.support import FakeQueue, Tarpit, free_port, migrate, wait_until, wiring_of
 from tts_queue.settings import Settings
 from tts_queue.tables import Callback
-from tts_queue.webhooks.callbacks import CallbackRows, Target
+from tts_queue.webhooks.callbacks import CallbackRows
+from tts_queue.webhooks.policy import Target
 from tts_queue.wiring.root import Wiring
 from workers.webhooks import (
     BUSY_RETRY_S,

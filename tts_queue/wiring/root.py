@@ -47,7 +47,8 @@ from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.tasks.ending import DeliveryDue, EndEffect, ShowOnBoard, TaskEnds, WakeWaiters, count_metrics
 from tts_queue.tasks.rows import TaskRows
 from tts_queue.tasks.service import TaskService
-from tts_queue.webhooks.callbacks import CallbackRows, UrlPolicy
+from tts_queue.webhooks.callbacks import CallbackRows
+from tts_queue.webhooks.policy import UrlPolicy
 from tts_queue.wiring.plugins import WorkerPlugin, wrapped_loader
 
 

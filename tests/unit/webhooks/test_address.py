@@ -14,7 +14,7 @@ import pytest
 
 from tts_queue.errors import InvalidCallbackUrl
 from tts_queue.webhooks.address import REFUSED_V4, REFUSED_V6, Resolver, refusal
-from tts_queue.webhooks.callbacks import HOST_REFUSED, UrlPolicy, check_url
+from tts_queue.webhooks.policy import HOST_REFUSED, UrlPolicy, check_url
 
 
 def answering(table: dict[str, list[str]]) -> Any:
