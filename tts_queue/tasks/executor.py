@@ -16,8 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from tts_queue import metrics
@@ -44,63 +42,15 @@ from tts_queue.tables import TaskRow
 from tts_queue.tasks.board import StatusBoard, shown
 from tts_queue.tasks.encoding import Encoding, no_room
 from tts_queue.tasks.ending import TaskEnds
+from tts_queue.tasks.leaders import Leaders
 from tts_queue.tasks.rows import Suspect
+from tts_queue.tasks.timings import TaskTimes
 from tts_queue.tasks.view import TaskView
 
 log = logging.getLogger(__name__)
 
 # Errors that another attempt cannot fix: the task fails at once with the error's code.
 PERMANENT = (InvalidRequest, VoiceError, SynthesisError)
-
-
-@dataclass(frozen=True)
-class TaskTimes:
-    """A task's timestamps (its row made, first claimed) and the clock to read its end by."""
-
-    created_at: datetime | None
-    started_at: datetime | None
-    now: Callable[[], datetime]
-
-    def timings(self, **stages_s: float) -> dict[str, float | None]:
-        """``queue_ms, text_ms, inference_ms, encode_ms, store_ms, total_ms``: the queue wait and the
-        total from the timestamps, the rest from ``stages_s`` (``None`` for a stage that did not
-        run, as on a cache hit)."""
-        def between(start: datetime | None, end: datetime | None) -> float | None:
-            return None if start is None or end is None else round((end - start).total_seconds() * 1000, 1)
-
-        ms = {f"{name}_ms": round(seconds * 1000, 1) for name, seconds in stages_s.items()}
-        return {"queue_ms": between(self.created_at, self.started_at), "text_ms": ms.get("text_ms"),
-                "inference_ms": ms.get("inference_ms"), "encode_ms": ms.get("encode_ms"),
-                "store_ms": ms.get("store_ms"), "total_ms": between(self.created_at, self.now())}
-
-
-class Leaders:
-    """One synthesis per cache key in this process: the first task of a key leads, identical
-    ones that arrive meanwhile wait for it (then find its audio in the cache). A follower waits as
-    long as its leader runs (``None``): however long a request is, the leader ends it (done,
-    failed, or stalled: ``TTS_ENGINE_STALL_S``) and wakes them."""
-
-    def __init__(self, timeout_s: float | None = None) -> None:
-        self.timeout_s = timeout_s
-        self._running: dict[str, threading.Event] = {}
-        self._lock = threading.Lock()
-
-    def lead(self, key: str) -> bool:
-        """Whether the caller leads ``key``; if not, it has waited for the leader to end."""
-        with self._lock:
-            leader = self._running.get(key)
-            if leader is None:
-                self._running[key] = threading.Event()
-                return True
-        leader.wait(timeout=self.timeout_s)
-        return False
-
-    def end(self, key: str) -> None:
-        """The leader of ``key`` is done (or failed): wake its followers."""
-        with self._lock:
-            event = self._running.pop(key, None)
-        if event is not None:
-            event.set()
 
 
 class WorkerStopping(Exception):  # noqa: N818 - a signal to send the task back, not an error
