@@ -469,9 +469,12 @@ def openapi(server_url: str | None = None, auth_required: bool = False,
     limits = bounds(settings or Settings.from_env({}))
     for schema in schemas.values():
         _bounded(schema, limits)
+    # the lists need no key where TTS_PUBLIC_VOICE_LIST opens them (``api.auth``'s "list" level)
+    public_lists = settings is not None and settings.api.public_voice_list
     paths: dict[str, dict[str, JSONSchema]] = {}
     for op in OPERATIONS:
-        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, auth_required)
+        keyed = auth_required and not (op.level == "list" and public_lists)
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, keyed)
     document: JSONSchema = {
         "openapi": "3.1.0",
         "info": {"title": "tts-queue", "version": __version__,
@@ -494,7 +497,7 @@ def _body_schema(model: type[BaseModel] | None, kind: str) -> JSONSchema:
     return {"type": "string", "format": "binary"}
 
 
-def _operation(op: Operation, auth_required: bool) -> JSONSchema:
+def _operation(op: Operation, keyed: bool) -> JSONSchema:
     error_ref = {"$ref": f"#/components/schemas/{op.error_model.__name__}"}
     responses: dict[str, JSONSchema] = {}
     for status, (description, model, types) in sorted(op.responses.items()):
@@ -523,7 +526,7 @@ def _operation(op: Operation, auth_required: bool) -> JSONSchema:
                                    "title", "input_format", "split_pattern", "voice", "speaker", "speed",
                                    "format", "chapters", "pool", "keep", "callback_url")}}}}
         spec["requestBody"] = {"required": True, "content": content}
-    if op.level != "open" and auth_required:
+    if op.level != "open" and keyed:
         spec["security"] = [{"bearer": []}]
     return spec
 

@@ -68,6 +68,19 @@ def test_a_limit_that_is_not_a_whole_number_of_at_least_one_is_a_400(public: tup
     assert response.status_code == 400 and error["code"] == "invalid_request" and error["param"] == "limit"
 
 
+def test_the_openapi_document_says_which_lists_need_no_key(public: tuple[FlaskClient, str],
+                                                            tmp_path: Path, voices_dir: Path) -> None:
+    # Given keys required and the lists public, then the document asks no key for the lists only
+    paths = public[0].get("/openapi.json").get_json()["paths"]
+    for path in LISTS:
+        assert "security" not in paths[path]["get"], path
+    assert paths["/v1/audio/speech"]["post"]["security"] == [{"bearer": []}]
+    # And without the setting every list asks for one
+    closed, _, _ = app_with(tmp_path / "closed", voices_dir, TTS_AUTH="required")
+    closed_paths = closed.get("/openapi.json").get_json()["paths"]
+    assert all(closed_paths[path]["get"]["security"] == [{"bearer": []}] for path in LISTS)
+
+
 def test_without_the_setting_the_lists_need_a_key(tmp_path: Path, voices_dir: Path) -> None:
     # Given keys required and the lists not public (the default)
     client, services, _ = app_with(tmp_path, voices_dir, TTS_AUTH="required")
