@@ -20,7 +20,7 @@ from tests.support.tiny_voice import HOP_LENGTH, VoiceFiles, write_voice
 from tts_queue.cli.embedded_redis import EmbeddedRedis
 from tts_queue.settings import PoolSettings, SessionConfig, Settings
 from tts_queue.synthesis.engine import BatchEngine
-from tts_queue.synthesis.inference import PiperModel
+from tts_queue.synthesis.piper_model import PiperModel
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
 from tts_queue.synthesis.voice import PiperVoice, VoiceSpec
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from tts_queue.synthesis.inference import ItemAudio, PiperModel, Preempted, Scales
+from tts_queue.synthesis.inference import ItemAudio, Preempted, Scales
+from tts_queue.synthesis.piper_model import PiperModel
 from tts_queue.synthesis.registry import Loader
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer

@@ -5,7 +5,7 @@ its own phonemizer, ids, session inputs, sample rate, batching ability and the w
 batch back into sentences. The engine, cache, storage, encoders, streaming, books, captions and
 routes only see those seams. Two families are known:
 
-- ``piper``: Piper VITS voices (``voice.PiperVoice``, ``inference.PiperModel``, ``text.Phonemizer``):
+- ``piper``: Piper VITS voices (``voice.PiperVoice``, ``piper_model.PiperModel``, ``text.Phonemizer``):
   espeak-ng phonemes, a dynamic batch axis cut back exactly with the graph's ``Ceil`` output,
   noise scales, 22,050 Hz for medium voices.
 - ``kokoro``: Kokoro-82M (``synthesis.kokoro``): pyopenjtalk readings romanized by misaki, Latin

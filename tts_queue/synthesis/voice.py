@@ -19,7 +19,8 @@ from tts_queue.settings import SessionConfig
 from tts_queue.synthesis.estimate.pace import Pace
 from tts_queue.synthesis.family import PIPER, Family, family
 from tts_queue.synthesis.frontend.text import Phonemizer, SpokenSentence, to_ids
-from tts_queue.synthesis.inference import ItemAudio, PiperModel, Scales
+from tts_queue.synthesis.inference import ItemAudio, Scales
+from tts_queue.synthesis.piper_model import PiperModel
 from tts_queue.synthesis.providers import SessionPlan
 
 

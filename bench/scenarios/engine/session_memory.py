@@ -56,10 +56,10 @@ def patched(variant: str) -> dict[str, Any]:
     """Make ``inference`` build sessions as ``variant`` says; what to put back afterwards."""
     import onnxruntime
 
-    from tts_queue.synthesis import inference
+    from tts_queue.synthesis import inference, piper_model
 
     saved: dict[str, Any] = {"session_options": inference.session_options,
-                             "run_batch": inference.PiperModel.run_batch}
+                             "run_batch": piper_model.PiperModel.run_batch}
     chosen, run_batch = saved["session_options"], saved["run_batch"]
 
     def options(config: Any) -> Any:
@@ -83,7 +83,7 @@ def patched(variant: str) -> dict[str, Any]:
             run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
             return run_batch(self, ids, scales, speaker_id, run_options, narrow)
 
-        inference.PiperModel.run_batch = shrinking  # type: ignore[method-assign]
+        piper_model.PiperModel.run_batch = shrinking  # type: ignore[method-assign]
     return saved
 
 
@@ -91,7 +91,7 @@ def one_variant(variant: str, texts: list[str], threads: int, settings: dict[str
     """In this process: the texts through the core with ``variant``'s session options."""
     from tts_queue.errors import TTSQueueError
     from tts_queue.settings import Settings
-    from tts_queue.synthesis import inference
+    from tts_queue.synthesis import inference, piper_model
     from tts_queue.synthesis.engine import BatchEngine
     from tts_queue.synthesis.registry import VoiceRegistry
     from tts_queue.synthesis.request import build_request
@@ -124,7 +124,7 @@ def one_variant(variant: str, texts: list[str], threads: int, settings: dict[str
         engine.stop()
     finally:
         inference.session_options = saved["session_options"]
-        inference.PiperModel.run_batch = saved["run_batch"]  # type: ignore[method-assign]
+        piper_model.PiperModel.run_batch = saved["run_batch"]  # type: ignore[method-assign]
     return {"variant": variant, "sentences": len(asked), "threads": threads, "warm_rss_mb": round(warm, 1),
             "quarters_rss_mb": quarters, "end_rss_mb": round(rss_mb(), 1),
             "cpu_s": round(time.process_time() - cpu, 2), "wall_s": round(time.perf_counter() - wall, 2)}

@@ -20,7 +20,8 @@ from tts_queue.errors import SynthesisError, UnknownVoice
 from tts_queue.settings import PoolSettings, Settings
 from tts_queue.synthesis import engine as engine_module
 from tts_queue.synthesis.engine import BatchEngine, BatchKey, SentenceResult, largest_call
-from tts_queue.synthesis.inference import PiperModel, Scales
+from tts_queue.synthesis.inference import Scales
+from tts_queue.synthesis.piper_model import PiperModel
 from tts_queue.synthesis.registry import VoiceRegistry, discover_specs
 from tts_queue.synthesis.request import build_request
 from tts_queue.synthesis.synthesizer import Synthesizer

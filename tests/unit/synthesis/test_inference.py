@@ -15,7 +15,8 @@ from tests.conftest import CPU_SESSION
 from tests.support.tiny_voice import HOP_LENGTH, JUNK, VoiceFiles, build_model, frames_per_id, reference_audio
 from tts_queue.errors import ConfigError, ModelLoadError, SynthesisError
 from tts_queue.settings import SessionConfig, Settings
-from tts_queue.synthesis.inference import PiperModel, Scales, choose_providers, session_options
+from tts_queue.synthesis.inference import Scales, choose_providers, session_options
+from tts_queue.synthesis.piper_model import PiperModel
 
 TRT, CUDA, CPU = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
 SCALES = Scales(noise_scale=0.667, length_scale=1.0, noise_w=0.8)
@@ -73,7 +74,7 @@ def test_a_missing_provider_in_a_list_with_cpu_is_dropped_with_a_warning(
 ) -> None:
     # Given a CPU-only machine
     # When CUDA is asked for with CPU as the fallback
-    with caplog.at_level(logging.WARNING, logger="tts_queue.synthesis.inference"):
+    with caplog.at_level(logging.WARNING, logger="tts_queue.synthesis.piper_model"):
         chosen = choose_providers("cuda,cpu", [CPU])
     # Then CPU alone is used and the missing provider is named in a warning
     assert chosen == [CPU]
@@ -96,7 +97,7 @@ def test_load_reports_the_provider_the_session_really_uses(
 
     monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
     # When the voice loads with auto
-    with caplog.at_level(logging.WARNING, logger="tts_queue.synthesis.inference"):
+    with caplog.at_level(logging.WARNING, logger="tts_queue.synthesis.piper_model"):
         model = PiperModel.load(tiny_files.model_path, SessionConfig(providers="auto"), HOP_LENGTH)
     # Then the session was asked for CUDA first, but the model reports CPU, where it really runs
     assert model.provider == CPU

@@ -16,7 +16,8 @@ from tests.support.tiny_voice import HOP_LENGTH, VoiceFiles, build_model
 from tts_queue.errors import ConfigError
 from tts_queue.settings import SessionConfig, Settings
 from tts_queue.synthesis.frontend.text import to_ids
-from tts_queue.synthesis.inference import PiperModel, Scales
+from tts_queue.synthesis.inference import Scales
+from tts_queue.synthesis.piper_model import PiperModel
 from tts_queue.synthesis.providers import (
     CPU,
     CUDA,

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support import FakeQueue, migrate, tiny_voice_env
 from tts_queue.settings import Settings
-from tts_queue.synthesis.inference import PiperModel
+from tts_queue.synthesis.piper_model import PiperModel
 from workers.runtime import LONGEST_WARM_UP, WorkerRuntime
 
 
