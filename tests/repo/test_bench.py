@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -143,6 +144,28 @@ def test_results_are_scenarios_results() -> None:
         data = json.loads((RESULTS / name).read_text(encoding="utf-8"))
         if "scenario" in data:
             assert result.problems(data) == [], name
+
+
+# A quoted command line: the scenario's name and what follows it on the line (up to the code span's end).
+QUOTED_RUN = re.compile(r"python -m bench run ([a-z_]+)([^`\n]*)")
+
+
+def test_every_quoted_bench_line_names_a_scenario_and_its_parameters() -> None:
+    # Given every document that quotes a figure with the command that reproduces it
+    documents = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", ROOT / "bench" / "HISTORY.md",
+                 *sorted((ROOT / "docs").glob("*.md"))]
+    scenarios, quoted, wrong = catalog(), 0, []
+    for document in documents:
+        for match in QUOTED_RUN.finditer(document.read_text(encoding="utf-8")):
+            name, rest = match.groups()
+            quoted += 1
+            if name not in scenarios:
+                wrong.append(f"{document.name}: no scenario {name}")
+                continue
+            unknown = set(re.findall(r"--param (\w+)=", rest)) - set(scenarios[name].parameters())
+            wrong.extend(f"{document.name}: {name} has no parameter {p}" for p in sorted(unknown))
+    # Then each names a registered scenario and parameters it has (a renamed one fails here)
+    assert quoted >= 10 and wrong == [], wrong
 
 
 def test_nothing_in_bench_or_tools_edits_the_import_path() -> None:
