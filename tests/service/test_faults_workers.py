@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from api import create_app
 from api.services import Services
@@ -59,7 +60,7 @@ from tests.support import wait_until as wait_for
 from tts_queue.broker.names import SYNTHESIZE
 from tts_queue.db import utcnow
 from tts_queue.enums import TaskStatus
-from tts_queue.tables import CacheEntry
+from tts_queue.tables import CacheEntry, Callback
 from workers.dispatch import CeleryDispatcher
 
 pytestmark = pytest.mark.integration
@@ -430,11 +431,19 @@ def test_a_worker_past_its_shutdown_budget_hands_back_what_runs_and_every_task_e
     rows = fleet.rows(ids)
     assert all(r.attempts == 1 for r in rows.values()), attempts_report(rows)
     assert settle(lambda: len(receiver.calls) >= len(ids), timeout=30)
-    time.sleep(0.5)
+    # (once every callback row is delivered, no delivery can still be on its way)
+    assert settle(lambda: delivered(fleet, ids), timeout=30, interval=0.05)
     assert sorted(c["path"] for c in receiver.calls) == sorted(f"/t{n}" for n in range(6))
 
 
 # --- a worker that stops beating: frozen, then killed --------------------------------------------
+
+
+def delivered(fleet: Fleet, ids: list[str]) -> bool:
+    """Whether the callback of every task of ``ids`` is recorded delivered."""
+    with fleet.db.read() as session:
+        states = session.scalars(select(Callback.state).where(Callback.subject_id.in_(ids))).all()
+    return len(states) == len(ids) and all(state == "delivered" for state in states)
 
 
 def test_a_silent_workers_tasks_run_elsewhere_without_a_sweep_and_a_frozen_one_writes_nothing_late(

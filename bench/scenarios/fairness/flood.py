@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from api import create_app
+from bench.harness.procs import rss_reader
 from bench.harness.registry import Figures, scenario
 from bench.harness.run import Run
 from tests.support import WorkerProcess, flush_queues, hooked, service_settings, submit
@@ -38,14 +39,6 @@ from tts_queue.tables import TaskRow
 from workers.factory import make_celery
 
 DELAY_MS = 250
-
-
-def rss_mb(pid: int) -> float:
-    """A process's resident memory in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def received(log: Path) -> int:
@@ -65,22 +58,26 @@ def flood(tree: Path, redis_url: str, tasks: int, seconds: int) -> dict[str, Any
                          **hooked(TTS_TEST_BATCH_DELAY_MS=str(DELAY_MS)))
     try:
         worker.wait_ready(make_celery(settings))
-        pid = worker.process.pid
+        rss = rss_reader(worker.process.pid, children=False)
+
+        def rss_mb() -> float:
+            return rss() / 2**20
+
         client = create_app(settings).test_client()
-        fresh = rss_mb(pid)
+        fresh = rss_mb()
         tag = uuid.uuid4().hex[:8]
         started = time.monotonic()
         for number in range(tasks):
             text = " ".join(f"Flood {tag} request {number} line {n} goes on." for n in range(20))
             submit(client, text, speed=0.25)
         submitted_s = time.monotonic() - started
-        after_submit, first = rss_mb(pid), received(log)
+        after_submit, first = rss_mb(), received(log)
         db = Database(settings.database_url)
         done_before = count_done(db)
         samples, receipts = [], []
         for _ in range(seconds):
             time.sleep(1.0)
-            samples.append(rss_mb(pid))
+            samples.append(rss_mb())
             receipts.append(received(log))
         done = count_done(db) - done_before
     finally:
