@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from tts_queue.errors import HttpError, ServiceUnavailable, TTSQueueError
 from tts_queue.settings import Settings
@@ -43,6 +45,13 @@ class Client:
         self.timeout = timeout
         self.retry_after: float | None = None  # the last status answer's Retry-After
         self.http = requests.Session()
+        # A kept-alive connection the server closed while this client waited (a Retry-After, a
+        # poll's pause: gunicorn keeps one idle for 2 s) is opened again: a GET is tried again on a
+        # dropped connection; any request whose connection could not be made is tried again.
+        retry = Retry(total=2, connect=2, read=2, status=0, redirect=0, backoff_factor=0.1,
+                      allowed_methods=frozenset({"GET", "HEAD"}), raise_on_status=False)
+        for scheme in ("http://", "https://"):
+            self.http.mount(scheme, HTTPAdapter(max_retries=retry))
         if key:  # sent as a header, never in a URL (and never printed)
             self.http.headers["Authorization"] = f"Bearer {key}"
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,36 @@ def test_with_keys_required_wyoming_refuses_to_start_without_its_key(
     error = capsys.readouterr().err
     assert code == 2 and "[config_error]" in error and "TTS_WYOMING_KEY" in error
     assert execve.command == [] and not (tmp_path / "up.pids").exists()
+
+
+def test_a_get_on_a_connection_the_server_closed_meanwhile_is_sent_again() -> None:
+    from tts_queue.cli.client import Client
+
+    # Given a server that answers a request kept alive, then closes that connection as the next
+    # request arrives on it (as gunicorn does when its 2 s keep-alive ends just as a client that
+    # waited out a Retry-After sends again), and answers on a new connection
+    server = socket.create_server(("127.0.0.1", 0))
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    accepted: list[int] = []
+
+    def serve() -> None:
+        with server.accept()[0] as first:
+            accepted.append(1)
+            first.recv(65536)
+            first.sendall(answer)
+            first.recv(65536)  # the next request: closed unanswered
+        with server.accept()[0] as again:
+            accepted.append(1)
+            again.recv(65536)
+            again.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = Client(f"http://127.0.0.1:{server.getsockname()[1]}", timeout=5)
+    # When the client asks twice on its kept-alive session
+    first = client._call("GET", "/v1/books/x")
+    second = client._call("GET", "/v1/books/x")
+    thread.join(timeout=5)
+    server.close()
+    # Then both are answered: the second on a connection opened again
+    assert first.json() == second.json() == {} and len(accepted) == 2
