@@ -13,6 +13,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Response as BaseResponse
 
 import api.contract as contract
+import api.schemas as schemas
 from api.auth import KEY, check_quota, owner
 from api.downloads import presigned, send_stored
 from api.routes import api_root, json_body, list_limit
@@ -74,7 +75,7 @@ def _upload() -> Upload:
         body = json_body()  # malformed or too deeply nested JSON: a 400 malformed_json
     except RequestEntityTooLarge:
         raise BookTooLarge(f"the upload is larger than the limit of {limit} bytes") from None
-    contract.body(contract.BookRequest, body)  # types, names, formats: the published contract
+    contract.body(schemas.BookRequest, body)  # types, names, formats: the published contract
     unknown = set(body) - {"text", "title", "input_format", "split_pattern", "callback_url", *OPTION_FIELDS}
     if unknown:
         raise InvalidRequest(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -116,14 +117,14 @@ class ManifestChapter(_ChapterEntry, total=False):
 
 
 JSON = ("application/json",)
-BOOK_RESPONSES: dict[int, contract.Response] = {200: ("The book", contract.Book, JSON)}
+BOOK_RESPONSES: dict[int, contract.Response] = {200: ("The book", schemas.Book, JSON)}
 FILE_RESPONSES: dict[int, contract.Response] = {
     200: ("The file", None, (*contract.AUDIO, "application/x-subrip", "text/vtt")),
     206: ("A range of the file", None, (*contract.AUDIO, "application/x-subrip", "text/vtt")),
     302: ("A presigned URL in a bucket (TTS_STORAGE_PRESIGN_S)", None, ()),
     304: ("Not modified", None, ()),
-    409: ("Not made yet", contract.Error, JSON), 410: ("Gone from the storage", contract.Error, JSON),
-    416: ("Range not satisfiable", contract.Error, JSON),
+    409: ("Not made yet", schemas.Error, JSON), 410: ("Gone from the storage", schemas.Error, JSON),
+    416: ("Range not satisfiable", schemas.Error, JSON),
 }
 BOOK_PARAMS = (contract.book_id_param(),)
 CHAPTER_PARAMS = (contract.book_id_param(),
@@ -132,8 +133,8 @@ CHAPTER_PARAMS = (contract.book_id_param(),
 
 @bp.post("/v1/books")
 @contract.operation("POST", "/v1/books", "Upload a book (202, parsed by a worker)", KEY,
-                    body=contract.BookRequest, multipart=True,
-                    responses={202: ("Accepted for parsing", contract.BookAccepted, JSON)})
+                    body=schemas.BookRequest, multipart=True,
+                    responses={202: ("Accepted for parsing", schemas.BookAccepted, JSON)})
 def create_book() -> tuple[Response, int, dict[str, str]]:
     """Accept a book (cheap checks only); 202 with its id, status ``parsing`` and status URL. A
     worker parses it; a book that breaks a limit ends ``failed`` with a stable code."""
@@ -149,7 +150,7 @@ def create_book() -> tuple[Response, int, dict[str, str]]:
 
 @bp.get("/v1/books")
 @contract.operation("GET", "/v1/books", "Your newest books first, without chapters (?limit=N)", KEY,
-                    params=(contract.limit_param(),), responses={200: ("The books", contract.BookList, JSON)})
+                    params=(contract.limit_param(),), responses={200: ("The books", schemas.BookList, JSON)})
 def list_books() -> Response:
     """The caller's newest books with their progress, newest first."""
     return jsonify(books=[book_document(progress, api_root())
@@ -242,7 +243,7 @@ def chapter_captions(book_id: str, number: int, kind: str) -> BaseResponse:
 
 @bp.get("/v1/books/<book_id>/manifest")
 @contract.operation("GET", "/v1/books/{book_id}/manifest", "Every sentence with its offsets", KEY,
-                    params=BOOK_PARAMS, responses={200: ("The manifest", contract.Manifest, JSON)})
+                    params=BOOK_PARAMS, responses={200: ("The manifest", schemas.Manifest, JSON)})
 def manifest(book_id: str) -> Response:
     """The book, its chapters and, for assembled chapters, every sentence with its offsets."""
     books = services().books
@@ -286,11 +287,11 @@ def audiobook(book_id: str) -> BaseResponse:
                     params=BOOK_PARAMS, responses={
                         **FILE_RESPONSES,
                         200: ("The EPUB", None, ("application/epub+zip",)),
-                        202: ("Being built: ask again after Retry-After", contract.EpubBuilding, JSON),
-                        413: ("Over TTS_MAX_EPUB_BYTES", contract.Error, JSON),
+                        202: ("Being built: ask again after Retry-After", schemas.EpubBuilding, JSON),
+                        413: ("Over TTS_MAX_EPUB_BYTES", schemas.Error, JSON),
                         422: ("The build failed: epub_over_budget (past TTS_READALONG_TIMEOUT_S or "
                               "TTS_READALONG_MAX_MEMORY_MB) or epub_failed, answered as long as the book is "
-                              "kept (after an outage, for a few minutes)", contract.Error, JSON)})
+                              "kept (after an outage, for a few minutes)", schemas.Error, JSON)})
 def readalong(book_id: str) -> BaseResponse:
     """The whole book as an EPUB 3 whose text is highlighted as it is read: stored once built;
     before that, its build is queued on the bulk lane (once, however often this is asked) and the

@@ -6,6 +6,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, jsonify, request, send_from_directory
 
 import api.contract as contract
+import api.schemas as schemas
 from api.auth import OPEN, access
 from api.services import Services
 
@@ -20,7 +21,7 @@ PAGE = """<!doctype html>
 
 @bp.get("/openapi.json")
 @contract.operation("GET", "/openapi.json", "This API's OpenAPI 3.1 description", OPEN, errors=(),
-                    responses={200: ("The description", contract.OpenAPIDocument, ("application/json",))})
+                    responses={200: ("The description", schemas.OpenAPIDocument, ("application/json",))})
 def openapi() -> Response:
     """The OpenAPI document of every route, with the server this request reached."""
     services: Services = current_app.extensions["tts"]

@@ -7,6 +7,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify
 
 import api.contract as contract
+import api.schemas as schemas
 from api.auth import ADMIN, OPEN, is_admin, require_admin
 from api.routes import services
 from tts_queue.errors import NotReady
@@ -17,7 +18,7 @@ bp = Blueprint("health", __name__)
 
 @bp.get("/v1/cache/stats")
 @contract.operation("GET", "/v1/cache/stats", "The cache's figures (admin keys only)", ADMIN,
-                    responses={200: ("Cache statistics", contract.CacheStats, ("application/json",))})
+                    responses={200: ("Cache statistics", schemas.CacheStats, ("application/json",))})
 def cache_statistics() -> Response:
     """Entries, bytes, hits, misses, hit ratio, pinned entries and the last cleanup."""
     require_admin()
@@ -27,7 +28,7 @@ def cache_statistics() -> Response:
 @bp.get("/v1/backlog")
 @contract.operation("GET", "/v1/backlog", "The work waiting and running per pool and lane, from the "
                     "rows (admin keys only)", ADMIN,
-                    responses={200: ("The backlog", contract.Backlog, ("application/json",))})
+                    responses={200: ("The backlog", schemas.Backlog, ("application/json",))})
 def backlog() -> Response:
     """Tasks queued and running and their estimated audio seconds, per pool and lane: what
     ``tts_backlog_tasks`` and ``tts_backlog_audio_seconds`` export, as JSON."""
@@ -37,7 +38,7 @@ def backlog() -> Response:
 
 @bp.get("/healthz")
 @contract.operation("GET", "/healthz", "The process is up", OPEN, errors=(),
-                    responses={200: ("Up", contract.Health, ("application/json",))})
+                    responses={200: ("Up", schemas.Health, ("application/json",))})
 def healthz() -> Response:
     """The process is up."""
     return jsonify(status="ok")
@@ -45,8 +46,8 @@ def healthz() -> Response:
 
 @bp.get("/readyz")
 @contract.operation("GET", "/readyz", "Ready to serve (details for admin keys)", OPEN, errors=(503,),
-                    responses={200: ("Ready", contract.Ready, ("application/json",)),
-                               503: ("Not ready", contract.Error, ("application/json",))})
+                    responses={200: ("Ready", schemas.Ready, ("application/json",)),
+                               503: ("Not ready", schemas.Error, ("application/json",))})
 def readyz() -> Response:
     """Database, broker, storage, a live worker (heartbeat) and recent consumption; else 503
     ``not_ready``. Answered from a report shared by every thread and refreshed at most every

@@ -28,6 +28,7 @@ from flask_limiter.errors import RateLimitExceeded
 from pydantic import BaseModel, ConfigDict, Field
 
 import api.contract as contract
+import api.schemas as schemas
 from api.auth import KEY, LIST, check_quota, owner, rate_limited, tenant_address
 from api.discovery import (
     AudioModels,
@@ -65,7 +66,7 @@ class VoiceId(BaseModel):
     id: str = Field(description="A voice name or an installed voice id.")
 
 
-class OpenAISpeechRequest(contract._Body):
+class OpenAISpeechRequest(schemas._Body):
     """OpenAI's ``POST /v1/audio/speech`` body; fields it does not list are ignored."""
 
     model_config = ConfigDict(extra="ignore", strict=True)

@@ -18,6 +18,7 @@ from flask import (
 from werkzeug.wrappers import Response as BaseResponse
 
 import api.contract as contract
+import api.schemas as schemas
 from api.auth import (
     KEY,
     check_quota,
@@ -84,7 +85,7 @@ def _submit(stream: bool = False, checked_stream: bool = False) -> TaskView:
     """Validate the body by its contract, check the caller's quota, submit as the caller
     (``checked_stream``: asked as a stream, so its format must be one that streams)."""
     raw = json_body()
-    speech = contract.body(contract.SpeechRequest, raw)
+    speech = contract.body(schemas.SpeechRequest, raw)
     if stream or checked_stream:
         check_format(speech.format or services().settings.request.default_format, allowed=STREAM_FORMATS)
     check_quota(keep=bool(speech.keep))
@@ -95,22 +96,22 @@ def _submit(stream: bool = False, checked_stream: bool = False) -> TaskView:
 
 
 JSON = ("application/json",)
-TASK_RESPONSES: dict[int, contract.Response] = {200: ("The task", contract.Task, JSON)}
+TASK_RESPONSES: dict[int, contract.Response] = {200: ("The task", schemas.Task, JSON)}
 AUDIO_RESPONSES: dict[int, contract.Response] = {
     200: ("The audio", None, contract.AUDIO), 206: ("A range of the audio", None, contract.AUDIO),
     302: ("A presigned URL of the audio in a bucket (TTS_STORAGE_PRESIGN_S)", None, ()),
     304: ("Not modified (If-None-Match)", None, ()),
-    409: ("The task has no audio (yet, or it failed)", contract.Error, ("application/json",)),
-    410: ("The audio expired", contract.Error, ("application/json",)),
-    416: ("Range not satisfiable", contract.Error, ("application/json",)),
+    409: ("The task has no audio (yet, or it failed)", schemas.Error, ("application/json",)),
+    410: ("The audio expired", schemas.Error, ("application/json",)),
+    416: ("Range not satisfiable", schemas.Error, ("application/json",)),
 }
 
 
 @bp.post("/v1/tts")
 @contract.operation("POST", "/v1/tts", "Submit text: 202 with a task to poll, 200 done on a cache hit", KEY,
-                    body=contract.SpeechRequest, responses={
-                        200: ("Done at once: a cache hit", contract.Task, ("application/json",)),
-                        202: ("Queued", contract.Task, ("application/json",))})
+                    body=schemas.SpeechRequest, responses={
+                        200: ("Done at once: a cache hit", schemas.Task, ("application/json",)),
+                        202: ("Queued", schemas.Task, ("application/json",))})
 def create_task() -> tuple[Response, int, dict[str, str]]:
     """Submit text; 202 with a task id to poll, or 200 with ``done`` on a cache hit."""
     view = _submit()
@@ -194,7 +195,7 @@ def list_limit() -> int:
 @bp.get("/v1/tasks")
 @contract.operation("GET", "/v1/tasks", "Your newest tasks first (?limit=N)", KEY,
                     params=(contract.limit_param(),),
-                    responses={200: ("The tasks", contract.TaskList, JSON)})
+                    responses={200: ("The tasks", schemas.TaskList, JSON)})
 def list_tasks() -> Response:
     """The caller's newest tasks (book sentences excepted), newest first."""
     views = services().tasks.recent(owner(), list_limit())
@@ -217,7 +218,7 @@ def get_task(task_id: str) -> Response:
 @bp.delete("/v1/tasks/<task_id>")
 @contract.operation("DELETE", "/v1/tasks/{task_id}", "Cancel a queued task", KEY,
                     params=(contract.task_id_param(),), responses={
-                        **TASK_RESPONSES, 409: ("Not queued any more", contract.Error, JSON)})
+                        **TASK_RESPONSES, 409: ("Not queued any more", schemas.Error, JSON)})
 def cancel_task(task_id: str) -> Response:
     """Cancel a queued task."""
     return jsonify(task_json(services().tasks.cancel(task_id, owner())))
@@ -256,11 +257,11 @@ def _audio(task_id: str, owner_id: str | None) -> BaseResponse:
 
 @bp.post("/tts")
 @contract.operation("POST", "/tts", "Submit and wait: the audio if ready within ?wait= seconds", KEY,
-                    body=contract.SpeechRequest, params=(contract.wait_param(), contract.stream_param()),
+                    body=schemas.SpeechRequest, params=(contract.wait_param(), contract.stream_param()),
                     responses={
                         200: ("The audio (?stream=1: sent as it is synthesized)", None, contract.AUDIO),
-                        202: ("Not ready within the wait: the task", contract.Task, ("application/json",)),
-                        422: ("Synthesis failed", contract.Error, ("application/json",))})
+                        202: ("Not ready within the wait: the task", schemas.Task, ("application/json",)),
+                        422: ("Synthesis failed", schemas.Error, ("application/json",))})
 def synthesize_sync() -> Any:
     """Submit and wait: the audio if ready within ``wait`` seconds, else 202 with the task id.
     ``?stream=1``: the audio is sent sentence by sentence as it is synthesized."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 import api.contract as contract
+import api.schemas as schemas
 from api.auth import KEY, is_admin
 from api.routes import services
 from tts_queue.broker.heartbeat import WorkerInfo
@@ -14,7 +15,7 @@ bp = Blueprint("voices", __name__)
 
 @bp.get("/v1/voices")
 @contract.operation("GET", "/v1/voices", "The voices (where each runs: admin keys only)", KEY,
-                    responses={200: ("The voices", contract.Voices, ("application/json",))})
+                    responses={200: ("The voices", schemas.Voices, ("application/json",))})
 def list_voices() -> Response:
     """Every voice the registry knows, with its state (worker names and providers for admins)."""
     registry = services().registry
