@@ -32,7 +32,7 @@ from tts_queue.errors import (
 )
 from tts_queue.storage.backend import Storage
 from tts_queue.storage.local import LocalStorage
-from tts_queue.synthesis.encoder import audio_format
+from tts_queue.synthesis.formats import audio_format
 from tts_queue.tables import ChapterRow
 
 if TYPE_CHECKING:

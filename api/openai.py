@@ -47,7 +47,7 @@ from api.services import Services
 from api.streaming import NotStarted, stream_response
 from tts_queue.errors import Busy, TTSQueueError
 from tts_queue.errors import NotStarted as NotStartedError
-from tts_queue.synthesis.encoder import mime_type
+from tts_queue.synthesis.formats import mime_type
 
 log = logging.getLogger(__name__)
 bp = Blueprint("openai", __name__)

@@ -37,7 +37,7 @@ from tts_queue.errors import (
     TaskFailed,
     UnsupportedMediaType,
 )
-from tts_queue.synthesis.encoder import check_format, mime_type
+from tts_queue.synthesis.formats import check_format, mime_type
 from tts_queue.tasks.view import TaskView, task_document
 
 bp = Blueprint("tts", __name__)

@@ -19,7 +19,7 @@ from redis import Redis
 from api.errors import OUTAGES
 from tts_queue.access.keys import ApiKeys, Usage
 from tts_queue.books.readalong.job import SourceWriter, write_source
-from tts_queue.books.render.m4b import M4BWriter
+from tts_queue.books.render.m4b import M4BWriter, write_m4b
 from tts_queue.broker.connection import redis_client
 from tts_queue.broker.doctor import HealthWarning, gpu_pool_warnings, schema_warnings
 from tts_queue.broker.heartbeat import WorkerInfo
@@ -28,7 +28,6 @@ from tts_queue.enums import POOLS
 from tts_queue.errors import StorageUnavailable, is_storage_full
 from tts_queue.redact import redacted
 from tts_queue.settings import Settings
-from tts_queue.synthesis.encoder import write_m4b
 from tts_queue.synthesis.frontend.script import load_lexicon
 from tts_queue.tasks.dispatcher import Dispatcher
 from tts_queue.wiring.plugins import WorkerPlugin

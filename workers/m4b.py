@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from tts_queue.books.render.m4b import Chapters, M4BFailed, feed, peak_of
-from tts_queue.synthesis.encoder import partial_m4bs
+from tts_queue.books.render.m4b import Chapters, M4BFailed, feed, partial_m4bs, peak_of
 
 log = logging.getLogger(__name__)
 

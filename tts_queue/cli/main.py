@@ -34,8 +34,9 @@ def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
 def cmd_say(args: argparse.Namespace, settings: Settings) -> int:
     """Synthesize text to a file with the core, no service needed."""
     from tts_queue.storage.local import write_atomic
-    from tts_queue.synthesis.encoder import check_format, encode
+    from tts_queue.synthesis.encoder import encode
     from tts_queue.synthesis.engine import BatchEngine
+    from tts_queue.synthesis.formats import check_format
     from tts_queue.synthesis.registry import VoiceRegistry
     from tts_queue.synthesis.request import build_request
     from tts_queue.synthesis.synthesizer import Synthesizer

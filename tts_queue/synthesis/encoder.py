@@ -2,24 +2,18 @@
 
 One encoder for ordinary requests and books alike: ``open_writer`` streams float samples, block by
 block, into a WAV, FLAC or Ogg Vorbis file (soundfile, exact and fast) or an MP3, Ogg Opus or AAC
-(ADTS or M4A) file (PyAV); ``encode`` is one ``Audio`` through it into bytes; ``write_m4b`` writes
-an audiobook (AAC in MP4) with one chapter mark per chapter, fed chapter by chapter and block by
-block; ``decode_blocks`` reads any of these files back a frame at a time. No system ffmpeg is
-needed. ``FORMATS`` is the one table of formats, MIME types and suffixes.
+(ADTS or M4A) file (PyAV); ``encode`` is one ``Audio`` through it into bytes; ``decode_blocks``
+reads any of these files back a frame at a time (a book's M4B is written with the same writer:
+``books.render.m4b``). No system ffmpeg is needed. ``formats.FORMATS`` is the one table of formats,
+MIME types and suffixes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import io
-import itertools
-import os
 import struct
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
@@ -30,101 +24,16 @@ import soundfile
 from av.audio.frame import AudioFrame
 from av.audio.stream import AudioStream
 
-from tts_queue.enums import REQUEST_FORMATS, STREAM_FORMATS
-from tts_queue.errors import InvalidRequest, UnsupportedFormat
+from tts_queue.enums import STREAM_FORMATS
+from tts_queue.errors import InvalidRequest
 from tts_queue.synthesis.audio import Audio, Samples
+from tts_queue.synthesis.formats import FORMATS, STREAMED, AudioFormat, audio_format, check_format
 
 if TYPE_CHECKING:
     from av.container import Chapter  # a TypedDict of av's stubs only
 
 BLOCK_SAMPLES = 16384  # samples per frame handed to the encoder
-# How each format's bytes are written, where it changed since the first version: part of the cache
-# key of a request in that format (``synthesis.request.cache_key``), so a file written the old way
-# is never served (2: MP3 without ID3v2 and Xing/Info, to be joined by concatenation).
-ENCODINGS = {"mp3": 2}
-PARTIAL_SUFFIX = ".tmp"  # write_m4b's file until it is whole (partial_m4bs)
 
-
-@dataclass(frozen=True)
-class AudioFormat:
-    """How one output format is written: MIME type and suffix, then either soundfile's format and
-    subtype (exact and fast: WAV, FLAC, Ogg Vorbis) or PyAV's container, codec and bit rate."""
-
-    name: str
-    mime_type: str
-    suffix: str
-    soundfile: tuple[str, str] | None = None  # (format, subtype)
-    container: str = ""
-    codec: str = ""
-    bit_rate: int | None = None
-    sample_rate: int | None = None  # fixed output rate (Opus runs at 48 kHz), else the input's
-    options: tuple[tuple[str, str], ...] = ()  # muxer options
-    codec_options: tuple[tuple[str, str], ...] = ()  # encoder options
-
-
-FORMATS: dict[str, AudioFormat] = {
-    "wav": AudioFormat("wav", "audio/wav", ".wav", soundfile=("WAV", "PCM_16")),
-    "flac": AudioFormat("flac", "audio/flac", ".flac", soundfile=("FLAC", "PCM_16")),
-    "ogg": AudioFormat("ogg", "audio/ogg", ".ogg", soundfile=("OGG", "VORBIS")),
-    # LAME quality 7 ("fast, ok quality"): 1.75x the speed of FFmpeg's default (quality 3) here,
-    # with no audible difference on speech at 64 kb/s. Frames only, no per-file metadata (an ID3v2
-    # tag, a Xing/Info frame; an ID3v1 tag is off by default): clients join answers by concatenation
-    # (LibreChat a long text's parts, Home Assistant a pipelined reply), and a tag or an info frame
-    # in the middle of the joined file is junk a player may stop at. Constant bit rate, so a player
-    # still knows the duration from the size.
-    "mp3": AudioFormat("mp3", "audio/mpeg", ".mp3", container="mp3", codec="libmp3lame", bit_rate=64_000,
-                       options=(("id3v2_version", "0"), ("write_xing", "0"), ("write_id3v1", "0")),
-                       codec_options=(("compression_level", "7"),)),
-    "opus": AudioFormat("opus", "audio/ogg", ".opus", container="ogg", codec="libopus", bit_rate=32_000,
-                        sample_rate=48_000),
-    "aac": AudioFormat("aac", "audio/aac", ".aac", container="adts", codec="aac", bit_rate=64_000),
-    "m4a": AudioFormat("m4a", "audio/mp4", ".m4a", container="ipod", codec="aac", bit_rate=64_000),
-    # Raw 16-bit little-endian mono at 24 kHz, as OpenAI's speech API documents its "pcm".
-    "pcm": AudioFormat("pcm", "audio/pcm", ".pcm", container="s16le", codec="pcm_s16le", sample_rate=24_000),
-}
-# How a format is written while it is being sent: each writes forward only (no header rewritten at
-# the end), so the bytes sent so far are the start of the file that is stored. FLAC goes through
-# FFmpeg's encoder (lossless: the same samples as soundfile's); Opus closes an Ogg page every
-# 60 ms instead of every second, so a sentence's audio leaves with it.
-STREAMED: dict[str, AudioFormat] = {
-    "flac": AudioFormat("flac", "audio/flac", ".flac", container="flac", codec="flac"),
-    "opus": dataclasses.replace(FORMATS["opus"], options=(("page_duration", "60000"),)),
-}
-# Audiobook brand, and the index moved to the front so players can seek before the file is all there.
-# FFmpeg's "fast" AAC coder, not its default "twoloop": less CPU for the book's tail (its M4B is
-# encoded after its last sentence), the same size, and closer to the source (`python -m bench run
-# m4b_coder`; the figures: bench/HISTORY.md, "the fast AAC coder").
-M4B = AudioFormat("m4b", "audio/mp4", ".m4b", container="ipod", codec="aac", bit_rate=64_000,
-                  options=(("brand", "M4B "), ("movflags", "+faststart")),
-                  codec_options=(("aac_coder", "fast"),))
-
-
-@dataclass(frozen=True)
-class ChapterMark:
-    """Where one chapter of an M4B starts and ends, in seconds, and its title."""
-
-    title: str
-    start_s: float
-    end_s: float
-
-
-def check_format(name: str | None, default: str = "wav",
-                 allowed: tuple[str, ...] = REQUEST_FORMATS) -> str:
-    """A format name among ``allowed`` (lower case), or ``UnsupportedFormat`` listing them."""
-    fmt = (name or default).lower()
-    if fmt not in allowed:
-        raise UnsupportedFormat(f"unsupported format {name!r}; use one of {', '.join(allowed)}")
-    return fmt
-
-
-def audio_format(name: str) -> AudioFormat:
-    """The format called ``name`` (any case), or ``UnsupportedFormat``."""
-    return FORMATS[check_format(name, allowed=tuple(FORMATS))]
-
-
-def mime_type(fmt: str) -> str:
-    """The MIME type served for a format."""
-    return audio_format(fmt).mime_type
 
 
 class AudioWriter(Protocol):
@@ -251,86 +160,6 @@ def decode_blocks(source: str | Path | IO[bytes]) -> Iterator[Audio]:
             # planar: one row per channel; packed: channels interleaved in one row (mono here)
             samples = array.reshape(-1) if array.shape[0] == 1 else array.mean(axis=0, dtype=np.float32)
             yield Audio(samples=samples, sample_rate=frame.sample_rate)
-
-
-def write_m4b(
-    path: Path,
-    chapters: Iterable[tuple[str, Audio | Iterable[Audio]]],
-    *,
-    title: str | None = None,
-    author: str | None = None,
-    bit_rate: int | None = None,
-    chapter_gap_ms: int = 1000,
-) -> list[ChapterMark]:
-    """Write an audiobook to ``path`` atomically: chapters in order, each with a chapter mark.
-
-    Each chapter is a title and its audio, whole or as an iterable of blocks; ``chapters`` and the
-    blocks may be generators, so no whole chapter need be in memory. All blocks must share one
-    sample rate. ``chapter_gap_ms`` of silence ends every chapter but the last.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX)
-    os.close(fd)
-    try:  # FFmpeg writes by file name: moving the index to the front reopens the file
-        marks = _write_chapters(tmp_name, chapters, title, author, bit_rate, chapter_gap_ms)
-        with open(tmp_name, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return marks
-
-
-def partial_m4bs(path: Path) -> list[Path]:
-    """What ``write_m4b(path, ...)`` writes before its file is whole: left only by a process killed
-    while it wrote."""
-    return list(path.parent.glob(f".{path.name}.*{PARTIAL_SUFFIX}"))
-
-
-def _blocks(audio: Audio | Iterable[Audio]) -> Iterator[Audio]:
-    return iter([audio]) if isinstance(audio, Audio) else iter(audio)
-
-
-def _write_chapters(target: str, chapters: Iterable[tuple[str, Audio | Iterable[Audio]]],
-                    title: str | None, author: str | None, bit_rate: int | None,
-                    gap_ms: int) -> list[ChapterMark]:
-    """Encode chapters one after another, block by block, into the file ``target``; their marks."""
-    items = iter(chapters)
-    first = next(items, None)
-    if first is None:
-        raise InvalidRequest("an M4B needs at least one chapter")
-    first_blocks = _blocks(first[1])
-    head = next(first_blocks, None)
-    if head is None:
-        raise InvalidRequest(f"chapter {first[0]!r} has no audio")
-    rate = head.sample_rate
-    metadata = {key: value for key, value in (("title", title), ("artist", author)) if value}
-    marks: list[ChapterMark] = []
-    with _Writer(target, M4B, rate, bit_rate, metadata) as writer:
-        position = 0
-        gap = np.zeros(int(rate * gap_ms / 1000), dtype=np.float32)
-        opening = (first[0], itertools.chain([head], first_blocks))
-        lazily = ((name, _blocks(audio)) for name, audio in items)  # one chapter at a time
-        for chapter_title, blocks in itertools.chain([opening], lazily):
-            if marks:  # the silence between chapters belongs to the one it ends
-                writer.write(gap)
-                position += len(gap)
-                marks[-1] = ChapterMark(marks[-1].title, marks[-1].start_s, position / rate)
-            start = position
-            for block in blocks:
-                if block.sample_rate != rate:
-                    raise InvalidRequest(
-                        f"chapter {chapter_title!r} is at {block.sample_rate} Hz, not {rate} Hz")
-                writer.write(block.samples)
-                position += len(block.samples)
-            marks.append(ChapterMark(chapter_title, start / rate, position / rate))
-        writer.chapters = [
-            {"id": i, "start": round(m.start_s * rate), "end": round(m.end_s * rate),
-             "time_base": Fraction(1, rate), "metadata": {"title": m.title}}
-            for i, m in enumerate(marks, start=1)
-        ]
-    return marks
 
 
 class _Blocked:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tts_queue.errors import AudioTooLong, InvalidRequest, NothingToSpeak
 from tts_queue.settings import Settings
-from tts_queue.synthesis.encoder import ENCODINGS, check_format
 from tts_queue.synthesis.estimate.duration import audio_seconds
+from tts_queue.synthesis.formats import ENCODINGS, check_format
 from tts_queue.synthesis.frontend.chat import read_markdown
 from tts_queue.synthesis.frontend.language import written_in
 from tts_queue.synthesis.frontend.normalize import VERSION as NORMALIZER_VERSION
@@ -72,7 +72,7 @@ def cache_key(request: SynthesisRequest, voice_digest: str) -> str:
     """sha256 over the normalized request and the voice's digest (model, config, frontend):
     a new model, config or phonemizer version gives new keys. The request holds what is said
     (its script, lexicon entries resolved) and the normalizer's version, so a changed normalizer
-    or lexicon never serves old audio; a format whose writing changed (``encoder.ENCODINGS``) keys
+    or lexicon never serves old audio; a format whose writing changed (``formats.ENCODINGS``) keys
     its version, so a file written the old way is never served either."""
     material: dict[str, object] = {"v": KEY_VERSION, "voice_digest": voice_digest, **request.to_dict()}
     if request.format in ENCODINGS:

@@ -35,7 +35,7 @@ from tts_queue.errors import (
 from tts_queue.fairness.threads import Held, KeyShares, OverShare, Parked, Work
 from tts_queue.redact import redacted
 from tts_queue.storage.cache import AudioCache, CachedAudio
-from tts_queue.synthesis.encoder import mime_type
+from tts_queue.synthesis.formats import mime_type
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.synthesizer import SynthesisResult, Synthesizer
 from tts_queue.tables import TaskRow

@@ -34,8 +34,8 @@ from tts_queue.errors import (
 )
 from tts_queue.settings import Settings
 from tts_queue.storage.cache import AudioCache, CachedAudio
-from tts_queue.synthesis.encoder import mime_type
 from tts_queue.synthesis.estimate.work import check_work, estimate_of, pinned_estimate
+from tts_queue.synthesis.formats import mime_type
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.synthesis.request import SynthesisRequest, build_request, cache_key
 from tts_queue.tables import CacheEntry, TaskRow

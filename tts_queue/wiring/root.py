@@ -21,7 +21,7 @@ from tts_queue.books.readalong.build import ReadAlongBuilder
 from tts_queue.books.readalong.builds import ReadAlongs
 from tts_queue.books.readalong.job import SourceWriter, write_source
 from tts_queue.books.render.assembler import ChapterAssembler
-from tts_queue.books.render.m4b import M4BWriter
+from tts_queue.books.render.m4b import M4BWriter, write_m4b
 from tts_queue.books.rows import BookRows
 from tts_queue.books.service import BookService
 from tts_queue.books.sources.chapter import BookLimits
@@ -39,7 +39,6 @@ from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.retention import Cleaner
 from tts_queue.storage.store import AudioStore
-from tts_queue.synthesis.encoder import write_m4b
 from tts_queue.synthesis.registry import VoiceRegistry
 from tts_queue.tasks.backlog import Backlog
 from tts_queue.tasks.board import StatusBoard

@@ -46,14 +46,14 @@ def speech(run: Run, count: int) -> list[Any]:
 
 def with_coder(coder: str) -> None:
     """Make ``write_m4b`` use ``coder``."""
-    from tts_queue.synthesis import encoder
+    from tts_queue.synthesis import formats
 
-    encoder.M4B = dataclasses.replace(encoder.M4B, codec_options=(("aac_coder", coder),))
+    formats.M4B = dataclasses.replace(formats.M4B, codec_options=(("aac_coder", coder),))
 
 
 def cpu_per_hour(coder: str, sentences: list[Any], minutes: float, folder: Path) -> tuple[float, float]:
     """CPU seconds and bytes per hour of audio for an M4B of ``minutes`` of the sentences."""
-    from tts_queue.synthesis import encoder
+    from tts_queue.books.render.m4b import write_m4b
 
     rate, each = sentences[0].sample_rate, sum(len(a.samples) for a in sentences)
     rounds = max(1, int(minutes * 60 * rate / each / 2))
@@ -65,20 +65,21 @@ def cpu_per_hour(coder: str, sentences: list[Any], minutes: float, folder: Path)
     with_coder(coder)
     path = folder / f"long-{coder}.m4b"
     started = time.process_time()
-    encoder.write_m4b(path, [("One", chapter()), ("Two", chapter())])
+    write_m4b(path, [("One", chapter()), ("Two", chapter())])
     hours = 2 * rounds * each / rate / 3600
     return (time.process_time() - started) / hours, path.stat().st_size / hours
 
 
 def decoded_sentences(coder: str, sentences: list[Any], folder: Path) -> list[np.ndarray[Any, Any]]:
     """Each sentence as an M4B chapter of its own, decoded and cut at the chapter's start."""
-    from tts_queue.synthesis import encoder
+    from tts_queue.books.render.m4b import write_m4b
+    from tts_queue.synthesis.encoder import decode_blocks
 
     with_coder(coder)
     path = folder / f"sentences-{coder}.m4b"
-    marks = encoder.write_m4b(path, [(str(n), a) for n, a in enumerate(sentences)], chapter_gap_ms=500)
+    marks = write_m4b(path, [(str(n), a) for n, a in enumerate(sentences)], chapter_gap_ms=500)
     with open(path, "rb") as handle:
-        samples = np.concatenate([block.samples for block in encoder.decode_blocks(handle)])
+        samples = np.concatenate([block.samples for block in decode_blocks(handle)])
     rate, first = sentences[0].sample_rate, sentences[0].samples
     # the decoder keeps the encoder's priming samples: find them once, on the first sentence
     offset = max(range(4096), key=lambda k: float(np.dot(samples[k:k + len(first)], first)))

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from tts_queue.books.render import m4b
-from tts_queue.books.render.m4b import M4BFailed
+from tts_queue.books.render.m4b import M4BFailed, write_m4b
 from tts_queue.errors import InvalidRequest
 from tts_queue.synthesis.audio import Audio
-from tts_queue.synthesis.encoder import decode_blocks, write_m4b
+from tts_queue.synthesis.encoder import decode_blocks
 from workers.m4b import build
 
 RATE = 22050

@@ -11,9 +11,10 @@ import soundfile
 
 from tts_queue.enums import BOOK_FORMATS, REQUEST_FORMATS
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
-from tts_queue.synthesis import encoder
+from tts_queue.synthesis import formats
 from tts_queue.synthesis.audio import Audio
-from tts_queue.synthesis.encoder import check_format, encode, mime_type
+from tts_queue.synthesis.encoder import encode
+from tts_queue.synthesis.formats import check_format, mime_type
 
 RATE = 8000
 
@@ -116,7 +117,7 @@ def test_requests_may_ask_for_compressed_formats_through_the_one_encoder() -> No
                    if f.name == "default_format")
     # Then they include mp3, opus and aac with their MIME types, every one is in the encoder's
     # table, and the setting's choices are the same tuple
-    assert choices is REQUEST_FORMATS and set(REQUEST_FORMATS) | set(BOOK_FORMATS) <= set(encoder.FORMATS)
+    assert choices is REQUEST_FORMATS and set(REQUEST_FORMATS) | set(BOOK_FORMATS) <= set(formats.FORMATS)
     assert check_format("MP3") == "mp3" and mime_type("opus") == "audio/ogg"
     assert mime_type("aac") == "audio/aac" and mime_type("mp3") == "audio/mpeg"
     # And each encodes a tone into a file of the right kind

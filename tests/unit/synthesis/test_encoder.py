@@ -10,20 +10,12 @@ import av
 import numpy as np
 import pytest
 
+from tts_queue.books.render.m4b import write_m4b
 from tts_queue.enums import STREAM_FORMATS
 from tts_queue.errors import InvalidRequest, UnsupportedFormat
 from tts_queue.synthesis.audio import Audio
-from tts_queue.synthesis.encoder import (
-    BLOCK_SAMPLES,
-    FORMATS,
-    M4B,
-    StreamEncoder,
-    audio_format,
-    decode_blocks,
-    encode,
-    open_writer,
-    write_m4b,
-)
+from tts_queue.synthesis.encoder import BLOCK_SAMPLES, StreamEncoder, decode_blocks, encode, open_writer
+from tts_queue.synthesis.formats import FORMATS, M4B, audio_format
 
 RATE = 22050
 # format -> (decoder name, decoded sample rate, allowed length error in output samples)

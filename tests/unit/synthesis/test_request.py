@@ -212,7 +212,7 @@ def test_speaker_name_and_number_share_a_key(registry: VoiceRegistry, settings: 
 
 def test_a_format_whose_writing_changed_keys_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the same request in mp3 (whose writing has a version) and in wav (which has none)
-    from tts_queue.synthesis.encoder import ENCODINGS
+    from tts_queue.synthesis.formats import ENCODINGS
 
     mp3, wav = dataclasses.replace(BASE, format="mp3"), dataclasses.replace(BASE, format="wav")
     before = cache_key(mp3, DIGEST), cache_key(wav, DIGEST)

@@ -59,7 +59,8 @@ from tts_queue.books.sources.chapter import BookLimits
 from tts_queue.enums import BookStatus
 from tts_queue.errors import AudioExpired, AudioNotReady, BookError, EpubTooLarge
 from tts_queue.storage.backend import Storage
-from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer
+from tts_queue.synthesis.encoder import decode_blocks, open_writer
+from tts_queue.synthesis.formats import audio_format
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
 
 if TYPE_CHECKING:

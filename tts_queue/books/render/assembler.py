@@ -40,7 +40,7 @@ from tts_queue import metrics
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.render.audiobook import Audiobook, BlockFeed, FinishLock
 from tts_queue.books.render.captions import CaptionWriter, CueStream
-from tts_queue.books.render.m4b import M4BWriter
+from tts_queue.books.render.m4b import M4BWriter, write_m4b
 from tts_queue.books.render.stitch import Layout, Loudness, StitchSettings, clean_part
 from tts_queue.books.render.words import IdMarks, sentence_word_starts
 from tts_queue.books.rows import BookRows
@@ -52,7 +52,8 @@ from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
 from tts_queue.storage.store import AlignmentJSON
 from tts_queue.synthesis.audio import Audio, Samples
-from tts_queue.synthesis.encoder import audio_format, decode_blocks, open_writer, write_m4b
+from tts_queue.synthesis.encoder import decode_blocks, open_writer
+from tts_queue.synthesis.formats import audio_format
 from tts_queue.synthesis.frontend.script import written
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
 

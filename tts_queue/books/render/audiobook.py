@@ -27,7 +27,8 @@ from tts_queue.books.rows import BookRows
 from tts_queue.enums import BookStatus
 from tts_queue.storage.backend import Storage
 from tts_queue.synthesis.audio import Audio
-from tts_queue.synthesis.encoder import audio_format, decode_blocks
+from tts_queue.synthesis.encoder import decode_blocks
+from tts_queue.synthesis.formats import audio_format
 from tts_queue.tables import BookRow, ChapterRow
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,7 @@
-"""A book's M4B encoded in a child process: what goes down the pipe, and the child's side
-(``python -m tts_queue.books.render.m4b PATH``; ``workers/m4b.py`` starts it, the core starts no process).
+"""A book's M4B: ``write_m4b`` (AAC in MP4, one chapter mark per chapter, fed chapter by chapter and
+block by block, written atomically), and the child process that runs it: what goes down the pipe,
+and the child's side (``python -m tts_queue.books.render.m4b PATH``; ``workers/m4b.py`` starts it,
+the core starts no process).
 
 The worker decodes the chapters and sends their samples down the child's standard input; the child
 runs ``write_m4b`` (the AAC encoder and the MP4 muxer) and writes the file. The muxer keeps an index
@@ -21,10 +23,15 @@ the tests'), or ``workers.m4b.build`` in a worker.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import struct
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -32,11 +39,103 @@ import numpy as np
 
 from tts_queue.errors import InvalidRequest
 from tts_queue.heap import peak_resident_bytes
+from tts_queue.synthesis import formats
 from tts_queue.synthesis.audio import Audio
+from tts_queue.synthesis.encoder import _Writer
 
 FRAME = struct.Struct("<cI")  # kind, payload length
 RATE = struct.Struct("<I")
 Chapters = Iterable[tuple[str, Iterable[Audio]]]
+PARTIAL_SUFFIX = ".tmp"  # write_m4b's file until it is whole (partial_m4bs)
+
+
+@dataclass(frozen=True)
+class ChapterMark:
+    """Where one chapter of an M4B starts and ends, in seconds, and its title."""
+
+    title: str
+    start_s: float
+    end_s: float
+
+
+def write_m4b(
+    path: Path,
+    chapters: Iterable[tuple[str, Audio | Iterable[Audio]]],
+    *,
+    title: str | None = None,
+    author: str | None = None,
+    bit_rate: int | None = None,
+    chapter_gap_ms: int = 1000,
+) -> list[ChapterMark]:
+    """Write an audiobook to ``path`` atomically: chapters in order, each with a chapter mark.
+
+    Each chapter is a title and its audio, whole or as an iterable of blocks; ``chapters`` and the
+    blocks may be generators, so no whole chapter need be in memory. All blocks must share one
+    sample rate. ``chapter_gap_ms`` of silence ends every chapter but the last.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX)
+    os.close(fd)
+    try:  # FFmpeg writes by file name: moving the index to the front reopens the file
+        marks = _write_chapters(tmp_name, chapters, title, author, bit_rate, chapter_gap_ms)
+        with open(tmp_name, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return marks
+
+
+def partial_m4bs(path: Path) -> list[Path]:
+    """What ``write_m4b(path, ...)`` writes before its file is whole: left only by a process killed
+    while it wrote."""
+    return list(path.parent.glob(f".{path.name}.*{PARTIAL_SUFFIX}"))
+
+
+def _blocks(audio: Audio | Iterable[Audio]) -> Iterator[Audio]:
+    return iter([audio]) if isinstance(audio, Audio) else iter(audio)
+
+
+def _write_chapters(target: str, chapters: Iterable[tuple[str, Audio | Iterable[Audio]]],
+                    title: str | None, author: str | None, bit_rate: int | None,
+                    gap_ms: int) -> list[ChapterMark]:
+    """Encode chapters one after another, block by block, into the file ``target``; their marks."""
+    items = iter(chapters)
+    first = next(items, None)
+    if first is None:
+        raise InvalidRequest("an M4B needs at least one chapter")
+    first_blocks = _blocks(first[1])
+    head = next(first_blocks, None)
+    if head is None:
+        raise InvalidRequest(f"chapter {first[0]!r} has no audio")
+    rate = head.sample_rate
+    metadata = {key: value for key, value in (("title", title), ("artist", author)) if value}
+    marks: list[ChapterMark] = []
+    with _Writer(target, formats.M4B, rate, bit_rate, metadata) as writer:
+        position = 0
+        gap = np.zeros(int(rate * gap_ms / 1000), dtype=np.float32)
+        opening = (first[0], itertools.chain([head], first_blocks))
+        lazily = ((name, _blocks(audio)) for name, audio in items)  # one chapter at a time
+        for chapter_title, blocks in itertools.chain([opening], lazily):
+            if marks:  # the silence between chapters belongs to the one it ends
+                writer.write(gap)
+                position += len(gap)
+                marks[-1] = ChapterMark(marks[-1].title, marks[-1].start_s, position / rate)
+            start = position
+            for block in blocks:
+                if block.sample_rate != rate:
+                    raise InvalidRequest(
+                        f"chapter {chapter_title!r} is at {block.sample_rate} Hz, not {rate} Hz")
+                writer.write(block.samples)
+                position += len(block.samples)
+            marks.append(ChapterMark(chapter_title, start / rate, position / rate))
+        writer.chapters = [
+            {"id": i, "start": round(m.start_s * rate), "end": round(m.end_s * rate),
+             "time_base": Fraction(1, rate), "metadata": {"title": m.title}}
+            for i, m in enumerate(marks, start=1)
+        ]
+    return marks
 
 
 class M4BWriter(Protocol):
@@ -131,8 +230,6 @@ class _Reader:
 
 def main(argv: list[str] | None = None) -> int:
     """The child: read the feed from standard input, write the M4B, answer on standard output."""
-    from tts_queue.synthesis.encoder import write_m4b  # av's libraries load in the child only
-
     path = Path((argv if argv is not None else sys.argv[1:])[0])
     try:
         reader = _Reader(sys.stdin.buffer)

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 from tts_queue.errors import AudioTooLong, TTSQueueError
 from tts_queue.settings import Settings
-from tts_queue.synthesis.encoder import audio_format
 from tts_queue.synthesis.estimate.duration import audio_seconds, estimated_seconds, pace_of
+from tts_queue.synthesis.formats import audio_format
 from tts_queue.synthesis.request import SynthesisRequest
 from tts_queue.synthesis.voice import VoiceSpec
 
