@@ -55,7 +55,7 @@ def open_writer(target: str | Path | IO[bytes], fmt: str, sample_rate: int,
     where = str(target) if isinstance(target, Path) else target
     if spec.soundfile is not None:
         return _PcmWriter(where, spec, sample_rate)
-    return _Writer(where, spec, sample_rate, bit_rate)
+    return ContainerWriter(where, spec, sample_rate, bit_rate)
 
 
 def encode(audio: Audio, fmt: str, bit_rate: int | None = None) -> bytes:
@@ -86,13 +86,13 @@ class StreamEncoder:
         self._store = store
         self._start = store.tell()
         self._sink = _Sink(store)
-        self._writer: _Writer | None = None
+        self._writer: ContainerWriter | None = None
         self._pcm_bytes = 0  # WAV: the samples' bytes, for the stored file's header
         if self.format == "wav":
             self._sink.write(_wav_header(sample_rate, None))
         else:
             spec = STREAMED.get(self.format, FORMATS[self.format])
-            self._writer = _Writer(self._sink, spec, sample_rate, None)
+            self._writer = ContainerWriter(self._sink, spec, sample_rate, None)
             self._writer.rechunk = False  # a short first sentence leaves at once, not after 16,384 samples
 
     def write(self, samples: npt.ArrayLike) -> bytes:
@@ -219,7 +219,7 @@ class _PcmWriter(_Blocked):
         self.file.write(Audio(samples, self.rate).to_int16())
 
 
-class _Writer(_Blocked):
+class ContainerWriter(_Blocked):
     """One output container with one mono audio stream; float samples in, packets muxed out."""
 
     def __init__(self, target: str | IO[bytes] | _Sink, spec: AudioFormat, rate: int, bit_rate: int | None,
@@ -246,7 +246,7 @@ class _Writer(_Blocked):
         self.resampler = av.AudioResampler(format=context.format, layout="mono", rate=out_rate,
                                            frame_size=context.frame_size or None)
 
-    def __enter__(self) -> _Writer:
+    def __enter__(self) -> ContainerWriter:
         return self
 
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:

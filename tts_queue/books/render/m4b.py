@@ -41,7 +41,7 @@ from tts_queue.errors import InvalidRequest
 from tts_queue.heap import peak_resident_bytes
 from tts_queue.synthesis import formats
 from tts_queue.synthesis.audio import Audio
-from tts_queue.synthesis.encoder import _Writer
+from tts_queue.synthesis.encoder import ContainerWriter
 
 FRAME = struct.Struct("<cI")  # kind, payload length
 RATE = struct.Struct("<I")
@@ -112,7 +112,7 @@ def _write_chapters(target: str, chapters: Iterable[tuple[str, Audio | Iterable[
     rate = head.sample_rate
     metadata = {key: value for key, value in (("title", title), ("artist", author)) if value}
     marks: list[ChapterMark] = []
-    with _Writer(target, formats.M4B, rate, bit_rate, metadata) as writer:
+    with ContainerWriter(target, formats.M4B, rate, bit_rate, metadata) as writer:
         position = 0
         gap = np.zeros(int(rate * gap_ms / 1000), dtype=np.float32)
         opening = (first[0], itertools.chain([head], first_blocks))
