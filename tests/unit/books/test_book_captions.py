@@ -7,16 +7,8 @@ import json
 import pytest
 
 from tts_queue.books.render.captions import Cue, chapter_cues, merge_empty, sentence_tiles, to_srt, to_vtt
-from tts_queue.books.render.words import (
-    IdMarks,
-    SpokenWord,
-    sentence_word_starts,
-    spoken_morae,
-    spoken_syllables,
-    spoken_words,
-    word_starts,
-    written_words,
-)
+from tts_queue.books.render.spoken import IdMarks, SpokenWord, spoken_morae, spoken_syllables, spoken_words
+from tts_queue.books.render.words import sentence_word_starts, word_starts, written_words
 from tts_queue.errors import InvalidRequest
 
 PAD, BOS, EOS, SPACE, COMMA, STOP = 0, 1, 2, 3, 4, 5

@@ -10,7 +10,8 @@ from piper.phoneme_ids import DEFAULT_PHONEME_ID_MAP
 from tests.conftest import sherlock_epub
 from tests.support.tiny_voice import HOP_LENGTH, SAMPLE_RATE, frames_per_id
 from tts_queue.books.render.captions import word_cues
-from tts_queue.books.render.words import IdMarks, sentence_word_starts, written_words
+from tts_queue.books.render.spoken import IdMarks
+from tts_queue.books.render.words import sentence_word_starts, written_words
 from tts_queue.books.sources.epub import read_epub
 from tts_queue.books.sources.segment import segment_book
 from tts_queue.synthesis.frontend.script import script_of

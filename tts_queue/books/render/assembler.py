@@ -41,8 +41,9 @@ from tts_queue.books.ending import BookEnds
 from tts_queue.books.render.audiobook import Audiobook, BlockFeed, FinishLock
 from tts_queue.books.render.captions import CaptionWriter, CueStream
 from tts_queue.books.render.m4b import M4BWriter, write_m4b
+from tts_queue.books.render.spoken import IdMarks
 from tts_queue.books.render.stitch import Layout, Loudness, StitchSettings, clean_part
-from tts_queue.books.render.words import IdMarks, sentence_word_starts
+from tts_queue.books.render.words import sentence_word_starts
 from tts_queue.books.rows import BookRows
 from tts_queue.books.sources.segment import PauseKind
 from tts_queue.db import Database
