@@ -35,7 +35,8 @@ from tests.support import epubcheck, migrate, wiring_of
 from tests.support.library import Library, Sentence, builder, speech
 from tts_queue.books.readalong.job import BookIdentity, SourceJob, write_source
 from tts_queue.books.readalong.overlay import clock, parse_vtt
-from tts_queue.books.readalong.textmarks import Aligner, FlatText, Mark, letters, mark, roman
+from tts_queue.books.readalong.spans import mark
+from tts_queue.books.readalong.textmarks import Aligner, FlatText, Mark, letters, roman
 from tts_queue.books.sources.chapter import BookLimits
 from tts_queue.books.sources.parse import parse_book
 from tts_queue.books.sources.segment import segment_chapter

@@ -50,6 +50,7 @@ from tts_queue.books.readalong.overlay import (
 )
 from tts_queue.books.readalong.sanitize import clean_css, clean_document, clean_svg
 from tts_queue.books.readalong.shipment import Item, obfuscated, package_path, plan
+from tts_queue.books.readalong.spans import mark
 from tts_queue.books.readalong.textmarks import (
     XHTML,
     Aligner,
@@ -57,7 +58,6 @@ from tts_queue.books.readalong.textmarks import (
     document_letters,
     letters,
     local,
-    mark,
     roman,
     word_letters,
 )
