@@ -21,7 +21,8 @@ from tts_queue.books.sources.plaintext import compile_pattern, read_plaintext
 from tts_queue.books.sources.segment import segment_chapter, split_sentences
 from tts_queue.books.sources.xhtml import parse_document
 from tts_queue.errors import BookError, InvalidRequest
-from tts_queue.synthesis.frontend.markdown import markdown_blocks, strip_inline
+from tts_queue.synthesis.frontend.markdown import markdown_blocks
+from tts_queue.synthesis.frontend.markdown_inline import strip_inline
 
 # A budget per call, as a multiple of the time this machine takes now to read a plain book of 64 KB:
 # a parse that blows up on some input (quadratic or worse) exceeds it by orders of magnitude. Times

@@ -8,7 +8,8 @@ from tts_queue.books.sources.chapter import Book, Chapter, select_chapters
 from tts_queue.books.sources.parse import compile_pattern, detect_format, parse_book
 from tts_queue.books.sources.plaintext import read_plaintext
 from tts_queue.errors import EmptyBook, InvalidBook, InvalidRequest, UnknownChapters
-from tts_queue.synthesis.frontend.markdown import markdown_blocks, strip_inline
+from tts_queue.synthesis.frontend.markdown import markdown_blocks
+from tts_queue.synthesis.frontend.markdown_inline import strip_inline
 
 PROSE = ("Alice was beginning to get very tired of sitting by her sister on the bank, and of "
          "having nothing to do: once or twice she had peeped into the book her sister was reading.")

@@ -473,7 +473,7 @@ def test_a_300_digit_number_is_read_digit_by_digit() -> None:
 
 
 def test_markdown_books_keep_only_slash_targets_as_overrides() -> None:
-    from tts_queue.synthesis.frontend.markdown import strip_inline
+    from tts_queue.synthesis.frontend.markdown_inline import strip_inline
 
     text = strip_inline("Say [tomato](/təˈmɑːtoʊ/), see [the docs](https://x.com) and [a page](/a/b) *now*.")
     assert text == "Say [tomato](/təˈmɑːtoʊ/), see the docs and a page now."
