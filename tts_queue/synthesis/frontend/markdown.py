@@ -2,8 +2,9 @@
 
 Not a full CommonMark renderer: enough to read prose aloud (a book's chapters, ``books.sources``;
 a chat answer, ``chat``). Inline marks go as ``markdown_inline`` says (emphasis keeps its text,
-a link its link text; images and footnote references go); code fences, reference definitions, HTML comments and YAML front matter are dropped; each list
-item, table row and blockquote paragraph is a paragraph of its own.
+a link its link text; images and footnote references go); code fences, reference definitions,
+HTML comments and YAML front matter are dropped; each list item, table row and blockquote
+paragraph is a paragraph of its own.
 
 Every rule is linear in its input, whatever the input: a construct is found by scanning for its
 opening and then for its closing with ``str.find`` (or by matching one line with a regex that
