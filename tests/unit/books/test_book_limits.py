@@ -17,8 +17,9 @@ import pytest
 
 from tests.support.epubs import minimal_epub, xhtml
 from tests.support.linear import RATIO, TARGET_S, assert_linear, quiet, timed
+from tts_queue.books.sources.archive import READ_BLOCK, UnpackBudget
 from tts_queue.books.sources.chapter import Book, BookLimits, Chapter, select_chapters
-from tts_queue.books.sources.epub import READ_BLOCK, UnpackBudget, read_epub
+from tts_queue.books.sources.epub import read_epub
 from tts_queue.books.sources.parse import parse_book
 from tts_queue.books.sources.plaintext import compile_pattern, read_plaintext
 from tts_queue.books.sources.segment import segment_chapter, split_sentences

@@ -6,26 +6,23 @@ ebooklib reads the package (manifest, spine, nav/NCX, guide); each spine documen
 it has too little prose. A document that the navigation enters at several anchors of the same
 level is split there into several chapters.
 
-What a book may cost is bounded by what is really done: every read of an archive entry (ebooklib
-reads the same entry once per manifest item that names it) and every parse of a spine document
-counts its decompressed bytes against ``BookLimits.unpacked_bytes``, stopping as soon as the total
-passes it; every character of a parsed document's text, read aloud or not (footnotes, asides, page
-lists: a read-along build holds them all), counts against ``BookLimits.chars``.
+What a book may cost is bounded by what is really done: every read of an archive entry counts
+its decompressed bytes (``archive``), and so does every parse of a spine document, against
+``BookLimits.unpacked_bytes``; every character of a parsed document's text, read aloud or not
+(footnotes, asides, page lists: a read-along build holds them all), counts against
+``BookLimits.chars``.
 """
 
 from __future__ import annotations
 
-import io
 import posixpath
 import re
-import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from bs4 import BeautifulSoup, Tag
-
+from tts_queue.books.sources.archive import MAX_UNCOMPRESSED_BYTES, UnpackBudget, _load, check_archive
 from tts_queue.books.sources.chapter import Book, BookLimits, TextBudget, normalize_text, number_chapters
 from tts_queue.books.sources.xhtml import (
     SKIP_TYPES,
@@ -35,19 +32,16 @@ from tts_queue.books.sources.xhtml import (
     parse_document,
     semantic_types,
 )
-from tts_queue.errors import BookError, BookTooLarge, EmptyBook, InvalidBook
+from tts_queue.errors import EmptyBook
 
 if TYPE_CHECKING:  # ebooklib ships no annotations: these name its classes for the reader
     from ebooklib.epub import EpubBook, EpubHtml, EpubItem
 
-MAX_UNCOMPRESSED_BYTES = 512 * 1024 * 1024  # without ``BookLimits``
-READ_BLOCK = 64 * 1024
 MIN_PROSE_WORDS = 20
 _SKIP_TITLES = re.compile(
     r"(table of )?contents|copyright( page)?|colophon|imprint|uncopyright|cover|title ?page|"
     r"half ?title|index|list of (illustrations|figures|tables)|.*project gutenberg.*licen[cs]e.*"
 )
-_FONT_OBFUSCATION = ("http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC")
 
 Draft = tuple[str, list[str], list[int]]
 _END = object()
@@ -61,30 +55,6 @@ class NavEntry:
     fragment: str | None
     title: str
     depth: int
-
-
-class UnpackBudget:
-    """Bytes decompressed out of one EPUB so far, every read counted, against a limit."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-
-    def read(self, archive: zipfile.ZipFile, name: str) -> bytes:
-        """One entry's bytes, decompressed a block at a time: ``BookTooLarge`` as soon as the total
-        passes the limit, so no more than the limit and one block is ever decompressed."""
-        blocks: list[bytes] = []
-        with archive.open(name) as entry:
-            while block := entry.read(min(READ_BLOCK, self.limit - self.used + 1)):
-                self.charge(len(block))
-                blocks.append(block)
-        return b"".join(blocks)
-
-    def charge(self, size: int) -> None:
-        """Count ``size`` bytes of work on decompressed data."""
-        self.used += size
-        if self.used > self.limit:
-            raise BookTooLarge(f"the EPUB unpacks to more than {self.limit} bytes")
 
 
 def read_epub(data: bytes, title: str | None = None, limits: BookLimits | None = None) -> Book:
@@ -135,67 +105,6 @@ def open_epub(data: bytes, title: str | None = None,
     book = Book(title=title or _metadata(package, "title") or "Untitled",
                 chapters=number_chapters(drafts, documents), author=_metadata(package, "creator"))
     return book, package
-
-
-def check_archive(data: bytes, budget: UnpackBudget | None = None) -> None:
-    """Reject what is not a safe, unencrypted EPUB container before parsing it: its central
-    directory says what it unpacks to, which must be within the budget before anything is read."""
-    budget = budget or UnpackBudget(MAX_UNCOMPRESSED_BYTES)
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except Exception as exc:  # BadZipFile, ValueError, struct and size errors on a corrupt directory
-        raise InvalidBook(f"not a readable EPUB (corrupt zip archive: {exc})") from exc
-    with archive:
-        names = set(archive.namelist())
-        if "META-INF/container.xml" not in names:
-            raise InvalidBook("not an EPUB: the zip archive has no META-INF/container.xml")
-        if sum(info.file_size for info in archive.infolist()) > budget.limit:
-            raise BookTooLarge(f"the EPUB unpacks to more than {budget.limit} bytes")
-        if "META-INF/encryption.xml" not in names:
-            return
-        try:
-            encryption = budget.read(archive, "META-INF/encryption.xml")
-        except BookError:
-            raise
-        except Exception as exc:  # bad CRC, unknown compression, a password...
-            raise InvalidBook(f"not a readable EPUB: {type(exc).__name__}: {exc}") from exc
-        if _encrypts_text(encryption):
-            raise InvalidBook("the EPUB is encrypted (DRM); only DRM-free books can be read")
-
-
-def _encrypts_text(encryption_xml: bytes) -> bool:
-    """Whether encryption.xml covers content documents (font obfuscation alone is harmless)."""
-    soup = BeautifulSoup(encryption_xml, "xml")
-    for data in soup.find_all("EncryptedData"):
-        method = data.find("EncryptionMethod")
-        algorithm = str(method.get("Algorithm", "")) if isinstance(method, Tag) else ""
-        reference = data.find("CipherReference")
-        uri = str(reference.get("URI", "")) if isinstance(reference, Tag) else ""
-        if algorithm not in _FONT_OBFUSCATION and uri.lower().endswith((".xhtml", ".html", ".htm")):
-            return True
-    return False
-
-
-def _load(data: bytes, budget: UnpackBudget) -> EpubBook:
-    """The ebooklib package, every entry read through ``budget``; a parser failure is ``InvalidBook``."""
-    from ebooklib import epub
-
-    class Reader(epub.EpubReader):  # type: ignore[misc]
-        """ebooklib's reader, reading entries through the budget instead of ``ZipFile.read``."""
-
-        def read_file(self, name: str) -> bytes:
-            """The bytes of one archive entry (``KeyError`` when missing, as ebooklib expects)."""
-            return budget.read(self.zf, posixpath.normpath(name))
-
-    try:
-        reader = Reader(io.BytesIO(data), options={"ignore_ncx": True})
-        package = reader.load()
-        reader.process()
-        return package
-    except BookError:
-        raise
-    except Exception as exc:  # ebooklib raises KeyError, IndexError, lxml errors... on bad input
-        raise InvalidBook(f"not a readable EPUB: {type(exc).__name__}: {exc}") from exc
 
 
 def _spine_documents(package: EpubBook) -> list[EpubHtml]:

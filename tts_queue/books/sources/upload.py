@@ -121,7 +121,7 @@ def upload_format(upload: Upload) -> str:
     """The format the upload will be read as (EPUB, text or Markdown), from cheap checks only: the
     name and type fields, the zip magic, an EPUB's central directory and container, text's
     encoding."""
-    from tts_queue.books.sources.epub import check_archive
+    from tts_queue.books.sources.archive import check_archive
     from tts_queue.books.sources.parse import ZIP_MAGIC, decode_text, detect_format
 
     if upload.input_format is not None and upload.input_format not in INPUT_FORMATS:
