@@ -1,6 +1,6 @@
 """An EPUB's zip archive before and while ebooklib reads it: ``check_archive`` rejects what is not
 a safe, unencrypted EPUB container (its central directory must say it unpacks within the budget)
-before anything is parsed, and ``_load`` reads the package with every entry through an
+before anything is parsed, and ``load_package`` reads the package with every entry through an
 ``UnpackBudget``: ebooklib reads the same entry once per manifest item that names it, and each
 read counts its decompressed bytes, stopping as soon as the total passes the limit.
 """
@@ -87,7 +87,7 @@ def _encrypts_text(encryption_xml: bytes) -> bool:
     return False
 
 
-def _load(data: bytes, budget: UnpackBudget) -> EpubBook:
+def load_package(data: bytes, budget: UnpackBudget) -> EpubBook:
     """The ebooklib package, every entry read through ``budget``; a parser failure is ``InvalidBook``."""
     from ebooklib import epub
 

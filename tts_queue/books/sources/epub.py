@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from tts_queue.books.sources.archive import MAX_UNCOMPRESSED_BYTES, UnpackBudget, _load, check_archive
+from tts_queue.books.sources.archive import MAX_UNCOMPRESSED_BYTES, UnpackBudget, check_archive, load_package
 from tts_queue.books.sources.chapter import Book, BookLimits, TextBudget, normalize_text, number_chapters
 from tts_queue.books.sources.xhtml import (
     SKIP_TYPES,
@@ -70,7 +70,7 @@ def open_epub(data: bytes, title: str | None = None,
     budget = UnpackBudget(limits.unpacked_bytes if limits else MAX_UNCOMPRESSED_BYTES)
     text = TextBudget(limits.chars if limits else None)
     check_archive(data, budget)
-    package = _load(data, budget)
+    package = load_package(data, budget)
     entries: dict[str, list[NavEntry]] = {}
     for entry in toc_entries(package):
         entries.setdefault(entry.path, []).append(entry)
