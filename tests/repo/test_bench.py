@@ -139,11 +139,12 @@ def test_results_are_scenarios_results() -> None:
     owned = {found.result for found in catalog().values()}
     assert [name for name in files if name not in owned] == []
     assert len(files) <= 40
-    # And those the runner wrote are in the schema
+    # And each is in the one result schema, named for the scenario that owns the file
+    scenarios = {found.result: found.name for found in catalog().values()}
     for name in files:
         data = json.loads((RESULTS / name).read_text(encoding="utf-8"))
-        if "scenario" in data:
-            assert result.problems(data) == [], name
+        assert result.problems(data) == [], name
+        assert data["scenario"] == scenarios[name], name
 
 
 # A quoted command line: the scenario's name and what follows it on the line (up to the code span's end).
