@@ -24,7 +24,7 @@ from tests.support import migrate, wiring_of
 from tests.support.library import ID_MAP, RATE, Library, Sentence, chapter
 from tts_queue.books.render.assembler import ChapterFiles, word_starts_of
 from tts_queue.books.render.captions import chapter_cues, to_srt, to_vtt
-from tts_queue.books.render.spoken import IdMarks
+from tts_queue.books.render.phonemes import IdMarks
 from tts_queue.books.render.stitch import StitchSettings, stitch
 from tts_queue.enums import BookStatus, TaskStatus
 from tts_queue.settings import Settings

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tts_queue.books.render.captions import Cue, chapter_cues, merge_empty, sentence_tiles, to_srt, to_vtt
-from tts_queue.books.render.spoken import IdMarks, SpokenWord, spoken_morae, spoken_syllables, spoken_words
+from tts_queue.books.render.phonemes import IdMarks, SpokenWord, spoken_morae, spoken_syllables, spoken_words
 from tts_queue.books.render.words import sentence_word_starts, word_starts, written_words
 from tts_queue.errors import InvalidRequest
 

@@ -10,7 +10,7 @@ from piper.phoneme_ids import DEFAULT_PHONEME_ID_MAP
 from tests.conftest import sherlock_epub
 from tests.support.tiny_voice import HOP_LENGTH, SAMPLE_RATE, frames_per_id
 from tts_queue.books.render.captions import word_cues
-from tts_queue.books.render.spoken import IdMarks
+from tts_queue.books.render.phonemes import IdMarks
 from tts_queue.books.render.words import sentence_word_starts, written_words
 from tts_queue.books.sources.epub import read_epub
 from tts_queue.books.sources.segment import segment_book

@@ -41,7 +41,7 @@ from tts_queue.books.ending import BookEnds
 from tts_queue.books.render.audiobook import Audiobook, BlockFeed, FinishLock
 from tts_queue.books.render.captions import CaptionWriter, CueStream
 from tts_queue.books.render.m4b import M4BWriter, write_m4b
-from tts_queue.books.render.spoken import IdMarks
+from tts_queue.books.render.phonemes import IdMarks
 from tts_queue.books.render.stitch import Layout, Loudness, StitchSettings, clean_part
 from tts_queue.books.render.words import sentence_word_starts
 from tts_queue.books.rows import BookRows

@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
-from tts_queue.books.render.spoken import IdMarks, SpokenWord, spoken_morae, spoken_syllables, spoken_words
+from tts_queue.books.render.phonemes import IdMarks, SpokenWord, spoken_morae, spoken_syllables, spoken_words
 from tts_queue.synthesis.frontend.language import HAN, JAPANESE, KANA, MANDARIN, SMALL_KANA, written_in
 
 PHONEMES_PER_LETTER = 1.09  # measured on the Sherlock Holmes EPUB with espeak-ng en-us
