@@ -36,7 +36,7 @@ from tts_queue.synthesis.formats import audio_format
 from tts_queue.tables import ChapterRow
 
 if TYPE_CHECKING:
-    from tts_queue.books.render.assembler import ChapterFiles, ManifestSentence
+    from tts_queue.books.render.chapter_files import ChapterFiles, ManifestSentence
 
 bp = Blueprint("books", __name__)
 OPTION_FIELDS = ("voice", "speaker", "speed", "format", "chapters", "pool", "keep", "normalize")

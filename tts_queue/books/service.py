@@ -191,7 +191,7 @@ class BookService:
         return True
 
     def _delete_files(self, row: BookRow) -> None:
-        from tts_queue.books.render.assembler import ChapterFiles
+        from tts_queue.books.render.chapter_files import ChapterFiles
 
         fmt = str(row.options.get("format", "mp3"))
         names: list[str] = []

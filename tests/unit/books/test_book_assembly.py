@@ -22,8 +22,9 @@ import soundfile
 
 from tests.support import migrate, wiring_of
 from tests.support.library import ID_MAP, RATE, Library, Sentence, chapter
-from tts_queue.books.render.assembler import ChapterFiles, word_starts_of
+from tts_queue.books.render.assembler import word_starts_of
 from tts_queue.books.render.captions import chapter_cues, to_srt, to_vtt
+from tts_queue.books.render.chapter_files import ChapterFiles
 from tts_queue.books.render.phonemes import IdMarks
 from tts_queue.books.render.stitch import StitchSettings, stitch
 from tts_queue.enums import BookStatus, TaskStatus

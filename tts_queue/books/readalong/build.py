@@ -64,7 +64,8 @@ from tts_queue.synthesis.formats import audio_format
 from tts_queue.tables import BookRow, ChapterRow, SentenceRow, TaskRow
 
 if TYPE_CHECKING:
-    from tts_queue.books.render.assembler import ChapterAssembler, ChapterFiles
+    from tts_queue.books.render.assembler import ChapterAssembler
+    from tts_queue.books.render.chapter_files import ChapterFiles
     from tts_queue.books.rows import BookRows
 
 log = logging.getLogger(__name__)

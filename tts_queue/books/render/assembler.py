@@ -21,16 +21,12 @@ import hashlib
 import io
 import json
 import logging
-import os
 import re
-import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TypedDict, cast
+from typing import cast
 
 import numpy as np
 import soundfile
@@ -40,6 +36,12 @@ from tts_queue import metrics
 from tts_queue.books.ending import BookEnds
 from tts_queue.books.render.audiobook import Audiobook, BlockFeed, FinishLock
 from tts_queue.books.render.captions import CaptionWriter, CueStream
+from tts_queue.books.render.chapter_files import (
+    ChapterFiles,
+    ChapterManifest,
+    _fsync,
+    _Scratch,
+)
 from tts_queue.books.render.m4b import M4BWriter, write_m4b
 from tts_queue.books.render.phonemes import IdMarks
 from tts_queue.books.render.stitch import Layout, Loudness, StitchSettings, clean_part
@@ -63,39 +65,6 @@ log = logging.getLogger(__name__)
 STITCH_VERSION = 4  # 2: word captions; 3: streamed, digest hashed row by row; 4: shown text hashed
 PAGE_ROWS = 500  # sentence rows per query
 _DURATION = re.compile(rb'\{"duration_s": ([-+0-9.eE]+),')
-
-
-class ManifestSentence(TypedDict):
-    """One sentence of an assembled chapter: its text as shown, where it is, its audio's key."""
-
-    text: str
-    start_s: float
-    end_s: float
-    cache_key: str
-
-
-class ChapterManifest(TypedDict):
-    """An assembled chapter's manifest file (``Scratch.finish_manifest`` writes it)."""
-
-    duration_s: float
-    sample_rate: int
-    sentences: list[ManifestSentence]
-
-
-@dataclass(frozen=True)
-class ChapterFiles:
-    """The names of an assembled chapter's files in the books storage."""
-
-    audio: str
-    srt: str
-    vtt: str
-    manifest: str  # written last: its presence means the chapter is complete
-
-    @classmethod
-    def of(cls, digest: str, fmt: str) -> ChapterFiles:
-        """The files of the chapter with ``digest``."""
-        base = f"chapters/{digest[:2]}/{digest}"
-        return cls(base + audio_format(fmt).suffix, base + ".srt", base + ".vtt", base + ".json")
 
 
 @dataclass(frozen=True)
@@ -304,42 +273,6 @@ class ChapterAssembler:
                      "cache_key": line.cache_key}, ensure_ascii=False))
             captions.write(cues.finish(layout.position))
         return layout.position
-
-@dataclass(frozen=True)
-class _Scratch:
-    """A chapter's files while they are made, beside the storage (so each is a rename away)."""
-
-    audio: Path
-    srt: Path
-    vtt: Path
-    sentences: Path  # the manifest's sentence list, then copied into the manifest
-    manifest: Path
-
-    @classmethod
-    def under(cls, directory: Path, files: ChapterFiles) -> _Scratch:
-        """Unique names in ``directory`` for the files of ``files``."""
-        stem = f"{Path(files.manifest).stem}-{uuid.uuid4().hex[:8]}"
-        suffixes = (Path(files.audio).suffix, ".srt", ".vtt", ".sentences.json", ".json")
-        return cls(*(directory / f"{stem}{suffix}" for suffix in suffixes))
-
-    def finish_manifest(self, total: int, rate: int) -> None:
-        """The manifest, exactly ``json.dumps`` of duration, rate and the sentence list."""
-        head = f'{{"duration_s": {json.dumps(total / rate)}, "sample_rate": {rate}, "sentences": ['
-        with open(self.manifest, "wb") as out, open(self.sentences, "rb") as body:
-            out.write(head.encode("utf-8"))
-            shutil.copyfileobj(body, out)
-            out.write(b"]}")
-
-    def remove(self) -> None:
-        """Delete whatever is left (moved files are gone already)."""
-        for path in (self.audio, self.srt, self.vtt, self.sentences, self.manifest):
-            path.unlink(missing_ok=True)
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
-
 
 def decode(data: bytes) -> Audio:
     """Any file the encoder writes, decoded whole to mono float32 (PyAV)."""
