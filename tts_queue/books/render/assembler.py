@@ -39,8 +39,8 @@ from tts_queue.books.render.captions import CaptionWriter, CueStream
 from tts_queue.books.render.chapter_files import (
     ChapterFiles,
     ChapterManifest,
-    _fsync,
-    _Scratch,
+    Scratch,
+    fsync_file,
 )
 from tts_queue.books.render.m4b import M4BWriter, write_m4b
 from tts_queue.books.render.phonemes import IdMarks
@@ -217,7 +217,7 @@ class ChapterAssembler:
         """Measure, render into scratch files, move them into the storage; the duration."""
         loudness = self._measure(book.id, number)
         rate = loudness.sample_rate
-        scratch = _Scratch.under(self.storage.scratch(), files)
+        scratch = Scratch.under(self.storage.scratch(), files)
         early = self.audiobook.start_early(book, number, fmt, rate)
         feed = early[1] if early is not None else None
         try:
@@ -229,7 +229,7 @@ class ChapterAssembler:
                                        (scratch.vtt, files.vtt, "text/vtt"),
                                        (scratch.audio, files.audio, audio_format(fmt).mime_type),
                                        (scratch.manifest, files.manifest, "application/json")):
-                _fsync(source)
+                fsync_file(source)
                 self.storage.put_file(name, source, mime)
         except BaseException:
             if feed is not None:
@@ -242,7 +242,7 @@ class ChapterAssembler:
         return total / rate
 
     def _render(self, book_id: str, number: int, loudness: Loudness, fmt: str, marks: IdMarks | None,
-                scratch: _Scratch, feed: BlockFeed | None) -> int:
+                scratch: Scratch, feed: BlockFeed | None) -> int:
         """Second pass: every sentence with its gain and fades, and the pauses, into the encoder
         (and the feed); captions and manifest entries into their scratch files. The length."""
         rate = loudness.sample_rate

@@ -1,6 +1,6 @@
 """An assembled chapter's files: their names in the books storage (``ChapterFiles``: audio,
 captions, and the manifest written last), the manifest's shape, and the scratch files beside the
-storage that each is made as before it is moved in (``_Scratch``).
+storage that each is made as before it is moved in (``Scratch``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class ChapterFiles:
 
 
 @dataclass(frozen=True)
-class _Scratch:
+class Scratch:
     """A chapter's files while they are made, beside the storage (so each is a rename away)."""
 
     audio: Path
@@ -60,7 +60,7 @@ class _Scratch:
     manifest: Path
 
     @classmethod
-    def under(cls, directory: Path, files: ChapterFiles) -> _Scratch:
+    def under(cls, directory: Path, files: ChapterFiles) -> Scratch:
         """Unique names in ``directory`` for the files of ``files``."""
         stem = f"{Path(files.manifest).stem}-{uuid.uuid4().hex[:8]}"
         suffixes = (Path(files.audio).suffix, ".srt", ".vtt", ".sentences.json", ".json")
@@ -80,6 +80,7 @@ class _Scratch:
             path.unlink(missing_ok=True)
 
 
-def _fsync(path: Path) -> None:
+def fsync_file(path: Path) -> None:
+    """Flush a written file to the disk before it is moved into place."""
     with open(path, "rb") as handle:
         os.fsync(handle.fileno())
