@@ -57,7 +57,7 @@ def both(calls: dict[str, Callable[[], float]]) -> dict[str, float]:
 
 
 @scenario("metrics", subject="service", takes="about 5 minutes", quick={
-    "voice": "tiny", "rounds": 1, "texts": 60, "e2e_seconds": 1.0, "seconds": 0.5},
+    "voice": "tiny", "rounds": 1, "texts": 600, "e2e_seconds": 1.0, "seconds": 0.5},
     description="metrics on against off, two services driven at once with the same load")
 def metrics(run: Run, voice: str = "default", rounds: int = 3, texts: int = 300, e2e_seconds: float = 45.0,
             seconds: float = 5.0) -> Figures:
