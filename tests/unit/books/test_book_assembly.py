@@ -225,11 +225,12 @@ def test_memory_does_not_grow_with_the_chapter(library: Library) -> None:
                for book_id in (small, large)]
     finally:
         tracemalloc.stop()
-    # Then four times the sentences take less than 1.5 times the peak memory (1.1-1.3 on an idle
-    # machine; on a loaded one the early M4B's thread lags and holds a few more pieces: 1.33 seen)
-    assert peaks[1] < 1.5 * peaks[0], peaks
-    # And the in-memory way grows with the chapter (the check can fail)
+    # Then the in-memory way grows with the chapter (the check can fail: about 24 MB more here)
     assert old[1] > 2.5 * old[0], old
+    # And the 120 more sentences add less than a tenth of what they add held in memory: what may
+    # wait for a lagging M4B thread is at most FEED_BLOCKS blocks, a tenth of the large chapter's
+    # sentences (0.17 MB more idle; 0.56 MB under load, where the thread lags most)
+    assert peaks[1] - peaks[0] < (old[1] - old[0]) / 10, (peaks, old)
 
 
 def test_a_chapter_failing_midway_leaves_no_files_and_stops_the_early_m4b(library: Library) -> None:
