@@ -44,6 +44,12 @@ def write_atomic(path: Path, data: bytes, sync_dir: bool = True) -> None:
         fsync_dir(path.parent)
 
 
+def fsync_file(path: Path) -> None:
+    """fsync a file written by name (an encoder's, a scratch file) before it is moved into place."""
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
 def fsync_dir(directory: Path) -> None:
     """fsync a directory, so the renames into it survive a crash."""
     dir_fd = os.open(directory, os.O_RDONLY)

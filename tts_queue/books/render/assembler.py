@@ -40,7 +40,6 @@ from tts_queue.books.render.chapter_files import (
     ChapterFiles,
     ChapterManifest,
     Scratch,
-    fsync_file,
 )
 from tts_queue.books.render.m4b import M4BWriter, write_m4b
 from tts_queue.books.render.phonemes import IdMarks
@@ -53,6 +52,7 @@ from tts_queue.enums import BookStatus, TaskStatus
 from tts_queue.errors import InvalidRequest, SentenceFailed
 from tts_queue.storage.backend import Storage
 from tts_queue.storage.cache import AudioCache
+from tts_queue.storage.local import fsync_file
 from tts_queue.storage.store import AlignmentJSON
 from tts_queue.synthesis.audio import Audio, Samples
 from tts_queue.synthesis.encoder import decode_blocks, open_writer

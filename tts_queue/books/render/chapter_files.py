@@ -6,7 +6,6 @@ storage that each is made as before it is moved in (``Scratch``).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -79,8 +78,3 @@ class Scratch:
         for path in (self.audio, self.srt, self.vtt, self.sentences, self.manifest):
             path.unlink(missing_ok=True)
 
-
-def fsync_file(path: Path) -> None:
-    """Flush a written file to the disk before it is moved into place."""
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())

@@ -39,6 +39,7 @@ import numpy as np
 
 from tts_queue.errors import InvalidRequest
 from tts_queue.heap import peak_resident_bytes
+from tts_queue.storage.local import fsync_file
 from tts_queue.synthesis import formats
 from tts_queue.synthesis.audio import Audio
 from tts_queue.synthesis.encoder import ContainerWriter
@@ -78,8 +79,7 @@ def write_m4b(
     os.close(fd)
     try:  # FFmpeg writes by file name: moving the index to the front reopens the file
         marks = _write_chapters(tmp_name, chapters, title, author, bit_rate, chapter_gap_ms)
-        with open(tmp_name, "rb") as handle:
-            os.fsync(handle.fileno())
+        fsync_file(Path(tmp_name))
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
