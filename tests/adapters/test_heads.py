@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+import threading
+from concurrent import futures
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from api.errors import error_bytes
 from api.heads import HEAD_END, Head, body_waiting, parse_head, probe_answer
+from api.poller import PollerWorker
 from api.uploads import UnreadCloses, refusal, upload_owner, upload_slots
 from tts_queue.errors import HeadersTooLarge, TooManyUploads, UploadsBusy
 from tts_queue.settings import Settings
@@ -144,3 +148,20 @@ def test_an_answer_before_its_body_was_read_closes_the_connection() -> None:
     assert serve(app_reads=0, length=0) == 0  # no body: kept
     assert serve(app_reads=-1, length=100, chunked=True) == 0
     assert serve(app_reads=100, length=100, chunked=True) == 1  # its end not seen yet
+
+
+def test_the_worker_starts_every_thread_of_its_pool_before_any_request() -> None:
+    # Given the worker class's pool for eight threads (made as gunicorn's init makes it)
+    before = threading.active_count()
+    pool = PollerWorker.get_thread_pool(cast(PollerWorker, SimpleNamespace(cfg=SimpleNamespace(threads=8))))
+    try:
+        # Then all eight run already, so a burst of requests never makes the poller start one
+        assert threading.active_count() - before == 8
+        # And once idle they take requests: eight at once run side by side, and none more start
+        together = threading.Barrier(8)
+        done = [pool.submit(together.wait, 10) for _ in range(8)]
+        futures.wait(done, timeout=10)
+        assert all(f.done() and f.exception() is None for f in done)
+        assert threading.active_count() - before == 8
+    finally:
+        pool.shutdown()
