@@ -449,10 +449,12 @@ def delivered(fleet: Fleet, ids: list[str]) -> bool:
 def test_a_silent_workers_tasks_run_elsewhere_without_a_sweep_and_a_frozen_one_writes_nothing_late(
     make_fleet: Callable[..., Fleet],
 ) -> None:
-    # Given two workers (a heartbeat that expires in 1.5 s: half a 3 s lease), tasks of 300 ms a
-    # model call, each with a webhook, and no sweep at all: only the heartbeats can recover
+    # Given two workers (a heartbeat that expires in 1.5 s: half a 3 s lease), tasks of 800 ms a
+    # model call (longer than a submission takes on a loaded machine, so a worker runs two of a
+    # batch at once: at 300 ms each could end before the next was submitted), each with a webhook,
+    # and no sweep at all: only the heartbeats can recover
     receiver = Receiver()
-    fleet = make_fleet(delay_ms=300, TTS_LEASE_S="3", TTS_WEBHOOK_ALLOW_PRIVATE="true",
+    fleet = make_fleet(delay_ms=800, TTS_LEASE_S="3", TTS_WEBHOOK_ALLOW_PRIVATE="true",
                        TTS_WEBHOOK_PORTS=str(receiver.port))
     workers = [fleet.start("beat", ready=False) for _ in range(2)]
     for worker in workers:
