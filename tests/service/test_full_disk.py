@@ -9,6 +9,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -160,8 +161,9 @@ def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path,
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / "up.log"
+    # (model calls of a second: the first wave is accepted before its audio takes the disk's space)
     env = {"TTS_STORAGE_RESERVE_BYTES": str(3 * 1024 * 1024), "TTS_STORAGE_RETRY_S": "2",
-           **tiny_voice_env(voices_dir), **hooked(TTS_TEST_BATCH_DELAY_MS="150")}
+           **tiny_voice_env(voices_dir), **hooked(TTS_TEST_BATCH_DELAY_MS="1000")}
     up = start_up(small_disk, port, log, env)
     try:
         wait_until(lambda: ready(url) or up.poll() is not None, timeout=120, interval=0.5)
@@ -181,8 +183,11 @@ def test_up_on_a_small_disk_keeps_its_broker_and_loses_nothing(small_disk: Path,
                 refused.append(answer.json()["error"]["code"])
                 assert answer.headers.get("Retry-After")
 
-        for n in range(30):
-            submit(n)
+        # A first wave of 30 at once: their audio (about 10 MB) outgrows the 5 MB left. Sent one by
+        # one to a worker that kept up, the API saw the space go and took too few of them for the
+        # worker to reach the disk's last part.
+        with ThreadPoolExecutor(30) as clients:
+            list(clients.map(submit, range(30)))
         # (the workers stop writing audio above the last part of the disk, left to broker and database)
         wait_until(lambda: "storage full" in log.read_text(errors="replace"), timeout=180, interval=0.5)
         for n in range(30, 40):
