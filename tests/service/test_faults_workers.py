@@ -201,9 +201,8 @@ def test_a_poison_task_fails_after_the_cap_and_the_others_finish(make_fleet: Cal
     # When each dead worker is replaced at once and the sweep runs every half second
     def step() -> bool:
         for worker in fleet.workers:
-            code = worker.process.poll()
-            if code is not None and worker.name not in {w for w, _ in dead}:
-                dead.append((worker.name, code))
+            if worker.process.poll() is not None and worker.name not in {w for w, _ in dead}:
+                dead.append((worker.name, worker.process.returncode))
                 fleet.start("poison", ready=False, TTS_TEST_POISON="POISON")
         fleet.sweep()
         rows = fleet.rows([*normal, poison])

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from tests.support import zygote
 from tts_queue.broker.connection import client_url
 from tts_queue.broker.doctor import HealthWarning
 from tts_queue.broker.heartbeat import WorkerInfo
@@ -214,10 +213,11 @@ class WorkerProcess:
         self.name = name
         self.settings = settings
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.process = zygote.start(
+        self.process = subprocess.Popen(
             worker_command(env.get("TTS_WORKER_POOL", "cpu"), self.threads, name,
                            settings.services.queue_prefix),
-            settings_env(settings, **env), self.cwd, self.log, self.new_session,
+            env=settings_env(settings, **env), cwd=self.cwd, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=self.new_session,
         )
 
     def wait_ready(self, app: Any, timeout: float = 90.0) -> None:
@@ -482,16 +482,15 @@ def stop(process: subprocess.Popen[bytes]) -> int:
 
 
 def start_api(settings: Settings, log: Path, threads: int = 64,
-              **env: str) -> tuple[zygote.Child, str]:
+              **env: str) -> tuple[subprocess.Popen[bytes], str]:
     """gunicorn serving the API as ``tts-queue up`` does, on a free port, ready; its process and URL."""
     import requests
 
     from tts_queue.cli.launcher import api_command
 
     port = free_port()
-    with open(log, "ab") as out:
-        server = zygote.start(api_command("127.0.0.1", port, threads), settings_env(settings, **env), ROOT,
-                              out)
+    server = subprocess.Popen(api_command("127.0.0.1", port, threads), cwd=ROOT, stdout=open(log, "ab"),  # noqa: SIM115
+                              stderr=subprocess.STDOUT, env=settings_env(settings, **env))
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -742,7 +741,7 @@ class Served:
     worker: WorkerProcess
     app: Celery
     url: str = ""
-    servers: list[zygote.Child] = field(default_factory=list)
+    servers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def api(self, log_name: str, **env: str) -> str:
         """One more API process (gunicorn) over the same service, with ``env``; its URL."""
